@@ -1,0 +1,64 @@
+//! The rendered form of one outbound message: a batch of units delivered under one intent.
+
+use serde::{Deserialize, Serialize};
+
+/// What a rendered unit or a receipt part is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum MessagePartKind {
+    Text,
+    Media,
+    Voice,
+    Card,
+    Preview,
+    Unknown,
+}
+
+/// What happens when only some units of a batch land.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum BatchAtomicity {
+    /// The batch is one logical message: retry the units without receipts until all land.
+    AllOrRetryRemaining,
+    /// Each unit stands alone: report the delivered prefix and stop at the first failure.
+    BestEffortParts,
+}
+
+/// One deliverable unit of a batch (a chunk of text, a media item, a card…).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RenderedMessageUnit {
+    pub index: u32,
+    pub kind: MessagePartKind,
+    /// The adapter-specific rendered payload.
+    pub payload: serde_json::Value,
+    pub required: bool,
+}
+
+/// The whole projected output of one message, recorded in one durable intent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RenderedMessageBatch {
+    pub units: Vec<RenderedMessageUnit>,
+    pub atomicity: BatchAtomicity,
+    pub idempotency_key: String,
+}
+
+impl RenderedMessageBatch {
+    /// Units that a receipt with the given delivered indices does not cover yet, in order.
+    pub fn missing_units<'a>(
+        &'a self,
+        delivered: &'a [u32],
+    ) -> impl Iterator<Item = &'a RenderedMessageUnit> + 'a {
+        self.units.iter().filter(move |u| !delivered.contains(&u.index))
+    }
+
+    /// Per-unit idempotency key: stable across retries and restarts, distinct per unit.
+    pub fn unit_idempotency_key(&self, index: u32) -> String {
+        format!("{}#{}", self.idempotency_key, index)
+    }
+}

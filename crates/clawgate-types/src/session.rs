@@ -1,0 +1,232 @@
+//! Session keys, the typed events of the per-session signal log, and state versions.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::UnixMillis;
+
+/// A session key could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionKeyError {
+    #[error("session key is empty")]
+    Empty,
+    #[error("session key {0:?} contains whitespace or control characters")]
+    BadCharacter(String),
+    #[error("session key {0:?} has an empty segment (expected `agent:<agentId>:<name>`)")]
+    EmptySegment(String),
+    #[error("session key {0:?} is longer than 512 bytes")]
+    TooLong(String),
+}
+
+/// The shared key of `session.scope = "global"`: ambiguous between agents.
+pub const GLOBAL_SESSION_KEY: &str = "global";
+
+/// A session key such as `agent:main:subagent:child`.
+///
+/// Three shapes exist: agent-qualified keys (`agent:<agentId>:<rest>`), the global-scope key
+/// (`global`), and unqualified legacy keys. Only agent-qualified keys may act as watchers.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SessionKey {
+    raw: String,
+    /// Byte range of the agent id inside `raw`, for agent-qualified keys.
+    agent: Option<(usize, usize)>,
+}
+
+impl SessionKey {
+    /// Parses and validates a key.
+    pub fn parse(text: &str) -> Result<SessionKey, SessionKeyError> {
+        if text.is_empty() {
+            return Err(SessionKeyError::Empty);
+        }
+        if text.len() > 512 {
+            return Err(SessionKeyError::TooLong(text.to_owned()));
+        }
+        if text.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(SessionKeyError::BadCharacter(text.to_owned()));
+        }
+        if text.split(':').any(str::is_empty) {
+            return Err(SessionKeyError::EmptySegment(text.to_owned()));
+        }
+        let agent = match text.strip_prefix("agent:") {
+            Some(rest) => match rest.find(':') {
+                Some(end) => Some((6, 6 + end)),
+                // `agent:main` names an agent but no session within it.
+                None => return Err(SessionKeyError::EmptySegment(text.to_owned())),
+            },
+            None => None,
+        };
+        Ok(SessionKey { raw: text.to_owned(), agent })
+    }
+
+    /// Builds `agent:<agent_id>:<rest>`.
+    pub fn for_agent(agent_id: &str, rest: &str) -> Result<SessionKey, SessionKeyError> {
+        SessionKey::parse(&format!("agent:{agent_id}:{rest}"))
+    }
+
+    /// The global-scope key.
+    pub fn global() -> SessionKey {
+        SessionKey { raw: GLOBAL_SESSION_KEY.to_owned(), agent: None }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.raw
+    }
+
+    /// The agent id of an agent-qualified key.
+    pub fn agent_id(&self) -> Option<&str> {
+        self.agent.map(|(start, end)| &self.raw[start..end])
+    }
+
+    /// The part after `agent:<agentId>:`.
+    pub fn rest(&self) -> &str {
+        match self.agent {
+            Some((_, end)) => &self.raw[end + 1..],
+            None => &self.raw,
+        }
+    }
+
+    pub fn is_agent_qualified(&self) -> bool {
+        self.agent.is_some()
+    }
+
+    pub fn is_global(&self) -> bool {
+        self.raw == GLOBAL_SESSION_KEY
+    }
+
+    /// Whether this session may hold watch cursors and receive proactive notices.
+    pub fn can_watch(&self) -> bool {
+        self.is_agent_qualified()
+    }
+}
+
+impl fmt::Display for SessionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.raw)
+    }
+}
+
+impl fmt::Debug for SessionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SessionKey({:?})", self.raw)
+    }
+}
+
+impl std::str::FromStr for SessionKey {
+    type Err = SessionKeyError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        SessionKey::parse(s)
+    }
+}
+
+impl Serialize for SessionKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.raw)
+    }
+}
+
+impl<'de> Deserialize<'de> for SessionKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        SessionKey::parse(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for SessionKey {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SessionKey".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "`agent:<agentId>:<name>`, `global`, or an unqualified legacy key",
+            "minLength": 1,
+            "maxLength": 512
+        })
+    }
+}
+
+/// A session's state version: the highest sequence of its signal log (0 before any change).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(transparent)]
+pub struct StateVersion(pub u64);
+
+impl fmt::Display for StateVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What changed in a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStateEventKind {
+    /// The session was created (log only; marks its creation version).
+    Created,
+    /// A human sent a turn directly into the watched session. Notifies.
+    HumanDirectMessage,
+    /// The session's goal was created, updated or cleared. Notifies.
+    GoalChanged,
+    /// A subagent or ACP child was spawned. Sets the parent's cursor; no notice.
+    ChildSpawned,
+    /// A child run ended successfully. Log only.
+    RunCompleted,
+    /// A child run failed, timed out or was cancelled (outcome kept). Log only.
+    RunFailed,
+    /// The session's history was compacted. Log only.
+    Compacted,
+}
+
+impl SessionStateEventKind {
+    /// Whether an event of this kind opens a stale-state notice for lagging watchers.
+    pub fn notifies(self) -> bool {
+        matches!(self, SessionStateEventKind::HumanDirectMessage | SessionStateEventKind::GoalChanged)
+    }
+}
+
+/// Who caused an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ActorType {
+    Human,
+    Agent,
+    System,
+}
+
+/// The precise result of a failed child run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum RunOutcome {
+    Cancelled,
+    Timeout,
+    Error,
+}
+
+/// One row of a session's signal log: metadata and a one-line summary, never message content.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct SessionStateEvent {
+    pub sequence: u64,
+    pub kind: SessionStateEventKind,
+    pub actor_type: ActorType,
+    /// The acting session key, user id or subsystem; used to suppress self-notification.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor_id: Option<String>,
+    pub summary: String,
+    /// Present on `run_failed`: cancelled, timeout or error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<RunOutcome>,
+    /// For `child_spawned`: the child's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_session_key: Option<SessionKey>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<UnixMillis>,
+}
