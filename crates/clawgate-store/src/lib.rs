@@ -1,0 +1,26 @@
+//! Durable state for clawgate (layer 1).
+//!
+//! [`ports`] holds the storage traits the engines use — shaped for their use cases (claim due
+//! intents, commit a receipt and a status at once, append an event and advance the head at
+//! once…). [`sqlite`] implements them on one embedded SQLite file per state directory. With the
+//! `testing` feature, [`testing`] ships the conformance suite every backend runs through
+//! [`store_conformance_tests!`].
+//!
+//! Invariants:
+//! * a write reported `Ok` is committed (with `synchronous=FULL`, durable across power loss);
+//! * no operation is half-applied: each port method is one transaction;
+//! * migrations never delete stored intents; stored payloads carry a format version;
+//! * the store has no clock: callers pass `now`.
+
+mod error;
+pub mod ids;
+pub mod model;
+pub mod ports;
+pub mod sqlite;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use error::{StoreError, StoreResult};
+pub use model::*;
+pub use ports::*;
+pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};

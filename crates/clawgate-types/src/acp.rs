@@ -56,14 +56,25 @@ impl LeaseState {
     }
 
     pub fn parse(text: &str) -> Option<LeaseState> {
-        [LeaseState::Open, LeaseState::Closing, LeaseState::Closed, LeaseState::Lost]
-            .into_iter()
-            .find(|s| s.as_str() == text)
+        [
+            LeaseState::Open,
+            LeaseState::Closing,
+            LeaseState::Closed,
+            LeaseState::Lost,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
     }
 
     /// Closed and lost leases only await retention.
     pub fn is_finished(self) -> bool {
         matches!(self, LeaseState::Closed | LeaseState::Lost)
+    }
+}
+
+impl std::fmt::Display for LeaseState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

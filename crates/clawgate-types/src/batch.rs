@@ -54,7 +54,9 @@ impl RenderedMessageBatch {
         &'a self,
         delivered: &'a [u32],
     ) -> impl Iterator<Item = &'a RenderedMessageUnit> + 'a {
-        self.units.iter().filter(move |u| !delivered.contains(&u.index))
+        self.units
+            .iter()
+            .filter(move |u| !delivered.contains(&u.index))
     }
 
     /// Per-unit idempotency key: stable across retries and restarts, distinct per unit.

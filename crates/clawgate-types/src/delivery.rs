@@ -59,6 +59,9 @@ pub enum DeliveryStatus {
 impl DeliveryStatus {
     /// Terminal statuses end delivery; the others may fall back to channel-owned delivery.
     pub fn is_terminal(self) -> bool {
-        matches!(self, DeliveryStatus::HandledVisible | DeliveryStatus::HandledNoSend)
+        matches!(
+            self,
+            DeliveryStatus::HandledVisible | DeliveryStatus::HandledNoSend
+        )
     }
 }

@@ -32,12 +32,18 @@ pub enum DeliveryFailureKind {
 impl DeliveryFailureKind {
     /// Whether the same payload may simply be tried again later.
     pub fn is_retryable(self) -> bool {
-        matches!(self, DeliveryFailureKind::Transient | DeliveryFailureKind::RateLimit)
+        matches!(
+            self,
+            DeliveryFailureKind::Transient | DeliveryFailureKind::RateLimit
+        )
     }
 
     /// Whether only an operator's configuration change can make a retry succeed.
     pub fn needs_configuration_change(self) -> bool {
-        matches!(self, DeliveryFailureKind::Auth | DeliveryFailureKind::Permission)
+        matches!(
+            self,
+            DeliveryFailureKind::Auth | DeliveryFailureKind::Permission
+        )
     }
 }
 

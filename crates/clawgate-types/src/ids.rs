@@ -16,14 +16,23 @@ pub struct ParseIdError {
 const MAX_ID_LEN: usize = 128;
 
 fn validate(kind: &'static str, value: &str) -> Result<(), ParseIdError> {
-    let fail = |reason| Err(ParseIdError { kind, value: value.to_owned(), reason });
+    let fail = |reason| {
+        Err(ParseIdError {
+            kind,
+            value: value.to_owned(),
+            reason,
+        })
+    };
     if value.is_empty() {
         return fail("must not be empty");
     }
     if value.len() > MAX_ID_LEN {
         return fail("must be at most 128 bytes");
     }
-    if !value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':')) {
+    if !value
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+    {
         return fail("may contain only ASCII letters, digits, '-', '_', '.' and ':'");
     }
     Ok(())

@@ -70,7 +70,11 @@ impl IntentStatus {
 
     /// Checks a transition against the table.
     pub fn transition_to(self, to: IntentStatus) -> Result<IntentStatus, IllegalTransition> {
-        if self.can_transition_to(to) { Ok(to) } else { Err(IllegalTransition { from: self, to }) }
+        if self.can_transition_to(to) {
+            Ok(to)
+        } else {
+            Err(IllegalTransition { from: self, to })
+        }
     }
 
     /// Statuses that recovery must look at after a restart.

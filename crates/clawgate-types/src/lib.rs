@@ -29,7 +29,7 @@ pub use capabilities::{
     AttachmentCapabilities, DeliveryCapabilities, LiveCapabilities, MessageCapabilities,
     TextCapabilities, ThreadCapabilities,
 };
-pub use delivery::{DeliveryStatus, MessageDurabilityPolicy, ReceiveAckPolicy, ImmediateAckReason};
+pub use delivery::{DeliveryStatus, ImmediateAckReason, MessageDurabilityPolicy, ReceiveAckPolicy};
 pub use failure::{DeliveryFailure, DeliveryFailureKind, FailureReason};
 pub use ids::{GatewayInstanceId, IntentId, LeaseId, ParseIdError};
 pub use intent::{ALL_INTENT_STATUSES, DurableSendIntent, IllegalTransition, IntentStatus};
@@ -44,10 +44,12 @@ pub use origin::{
 };
 pub use receipt::{MessageReceipt, MessageReceiptPart};
 pub use session::{
-    ActorType, GLOBAL_SESSION_KEY, RunOutcome, SessionKey, SessionKeyError, SessionStateEvent, SessionStateEventKind,
-    StateVersion,
+    ActorType, GLOBAL_SESSION_KEY, RunOutcome, SessionKey, SessionKeyError, SessionStateEvent,
+    SessionStateEventKind, StateVersion,
 };
-pub use visibility::{AgentToAgentPolicy, SessionVisibility, SessionVisibilityInput, VisibilityRow};
+pub use visibility::{
+    AgentToAgentPolicy, SessionVisibility, SessionVisibilityInput, VisibilityRow,
+};
 pub use wire::{WireError, from_json, from_json_value, to_json};
 
 /// Milliseconds since the Unix epoch, the unit of every timestamp on the wire.

@@ -43,7 +43,9 @@ impl LiveMessageState {
     /// Whether the preview is too old to be finalized in place at `now`.
     pub fn is_stale(&self, now: UnixMillis) -> bool {
         match (self.visible_since, self.stale_after_ms) {
-            (Some(since), Some(limit)) => now.saturating_sub(since) > i64::try_from(limit).unwrap_or(i64::MAX),
+            (Some(since), Some(limit)) => {
+                now.saturating_sub(since) > i64::try_from(limit).unwrap_or(i64::MAX)
+            }
             _ => false,
         }
     }
@@ -52,7 +54,11 @@ impl LiveMessageState {
 /// One update pushed into a live message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(tag = "mode", rename_all = "snake_case", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "mode",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
 pub enum LiveMessageUpdate {
     /// The whole text so far (replaces the preview).
     Partial { text: String },

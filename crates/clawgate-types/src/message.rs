@@ -149,7 +149,11 @@ pub enum SystemReason {
 /// How an outbound message relates to what came before. A reply is a relation, not an API root.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(tag = "kind", rename_all = "snake_case", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "kind",
+    rename_all = "snake_case",
+    rename_all_fields = "camelCase"
+)]
 pub enum MessageRelation {
     Reply {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -171,7 +175,9 @@ pub enum MessageRelation {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
-    System { reason: SystemReason },
+    System {
+        reason: SystemReason,
+    },
 }
 
 impl MessageRelation {

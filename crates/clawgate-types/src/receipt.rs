@@ -55,8 +55,10 @@ pub struct MessageReceipt {
 impl MessageReceipt {
     /// Builds a receipt from its parts: ids in part order, the first part primary.
     pub fn from_parts(parts: Vec<MessageReceiptPart>, sent_at: UnixMillis) -> Self {
-        let platform_message_ids: Vec<String> =
-            parts.iter().map(|p| p.platform_message_id.clone()).collect();
+        let platform_message_ids: Vec<String> = parts
+            .iter()
+            .map(|p| p.platform_message_id.clone())
+            .collect();
         MessageReceipt {
             primary_platform_message_id: platform_message_ids.first().cloned(),
             thread_id: parts.first().and_then(|p| p.thread_id.clone()),
@@ -85,7 +87,11 @@ impl MessageReceipt {
             }
         }
         self.parts.sort_by_key(|p| p.index);
-        self.platform_message_ids = self.parts.iter().map(|p| p.platform_message_id.clone()).collect();
+        self.platform_message_ids = self
+            .parts
+            .iter()
+            .map(|p| p.platform_message_id.clone())
+            .collect();
         self.primary_platform_message_id = self.platform_message_ids.first().cloned();
         self.sent_at = self.sent_at.max(other.sent_at);
     }

@@ -56,7 +56,10 @@ impl SessionKey {
             },
             None => None,
         };
-        Ok(SessionKey { raw: text.to_owned(), agent })
+        Ok(SessionKey {
+            raw: text.to_owned(),
+            agent,
+        })
     }
 
     /// Builds `agent:<agent_id>:<rest>`.
@@ -66,7 +69,10 @@ impl SessionKey {
 
     /// The global-scope key.
     pub fn global() -> SessionKey {
-        SessionKey { raw: GLOBAL_SESSION_KEY.to_owned(), agent: None }
+        SessionKey {
+            raw: GLOBAL_SESSION_KEY.to_owned(),
+            agent: None,
+        }
     }
 
     pub fn as_str(&self) -> &str {
@@ -185,7 +191,10 @@ pub enum SessionStateEventKind {
 impl SessionStateEventKind {
     /// Whether an event of this kind opens a stale-state notice for lagging watchers.
     pub fn notifies(self) -> bool {
-        matches!(self, SessionStateEventKind::HumanDirectMessage | SessionStateEventKind::GoalChanged)
+        matches!(
+            self,
+            SessionStateEventKind::HumanDirectMessage | SessionStateEventKind::GoalChanged
+        )
     }
 }
 

@@ -10,13 +10,26 @@ use serde::{Serialize, de::DeserializeOwned};
 pub enum WireError {
     /// The text is not JSON at all, or is truncated.
     #[error("malformed JSON for {type_name} at line {line}, column {column}: {message}")]
-    Malformed { type_name: &'static str, line: usize, column: usize, message: String },
+    Malformed {
+        type_name: &'static str,
+        line: usize,
+        column: usize,
+        message: String,
+    },
     /// The JSON is well formed but does not match the shape (missing field, unknown variant…).
     #[error("invalid {type_name}: {message} (line {line}, column {column})")]
-    Invalid { type_name: &'static str, line: usize, column: usize, message: String },
+    Invalid {
+        type_name: &'static str,
+        line: usize,
+        column: usize,
+        message: String,
+    },
     /// A value could not be encoded (only possible for maps with non-string keys).
     #[error("cannot encode {type_name}: {message}")]
-    Encode { type_name: &'static str, message: String },
+    Encode {
+        type_name: &'static str,
+        message: String,
+    },
 }
 
 fn short_name<T>() -> &'static str {
@@ -28,8 +41,18 @@ fn classify<T>(error: serde_json::Error) -> WireError {
     let type_name = short_name::<T>();
     let (line, column, message) = (error.line(), error.column(), error.to_string());
     match error.classify() {
-        serde_json::error::Category::Data => WireError::Invalid { type_name, line, column, message },
-        _ => WireError::Malformed { type_name, line, column, message },
+        serde_json::error::Category::Data => WireError::Invalid {
+            type_name,
+            line,
+            column,
+            message,
+        },
+        _ => WireError::Malformed {
+            type_name,
+            line,
+            column,
+            message,
+        },
     }
 }
 
@@ -45,6 +68,8 @@ pub fn from_json_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<
 
 /// Encodes a wire value as compact JSON text.
 pub fn to_json<T: Serialize>(value: &T) -> Result<String, WireError> {
-    serde_json::to_string(value)
-        .map_err(|e| WireError::Encode { type_name: short_name::<T>(), message: e.to_string() })
+    serde_json::to_string(value).map_err(|e| WireError::Encode {
+        type_name: short_name::<T>(),
+        message: e.to_string(),
+    })
 }

@@ -1,0 +1,260 @@
+//! Records the ports exchange that are storage concepts rather than domain vocabulary.
+
+use clawgate_types::{
+    AcpSessionOwner, ActorType, DurableSendIntent, IntentStatus, LeaseId, RunOutcome, SessionKey,
+    SessionStateEvent, SessionStateEventKind, StateVersion, UnixMillis,
+};
+use serde::{Deserialize, Serialize};
+
+/// Who holds the per-intent idempotency lock (a gateway instance + process + worker).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClaimToken(pub String);
+
+impl ClaimToken {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A claim request: who, and until when the lock holds if the holder dies.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub token: ClaimToken,
+    pub now: UnixMillis,
+    pub ttl_ms: i64,
+}
+
+impl Claim {
+    pub fn until(&self) -> UnixMillis {
+        self.now.saturating_add(self.ttl_ms)
+    }
+}
+
+/// Result of recording a new intent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InsertIntentOutcome {
+    Inserted,
+    /// An intent with the same idempotency key exists; it is returned unchanged.
+    Duplicate(Box<DurableSendIntent>),
+}
+
+/// Which intents an operator or recovery listing wants.
+#[derive(Debug, Clone, Default)]
+pub struct IntentFilter {
+    /// Only these statuses (all when empty).
+    pub statuses: Vec<IntentStatus>,
+    pub channel: Option<String>,
+    /// Keyset cursor: return intents strictly after this (created_at, id).
+    pub after: Option<IntentCursor>,
+    pub limit: u32,
+}
+
+/// Position in the (created_at, id) order intents are listed in (oldest first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntentCursor {
+    pub created_at: UnixMillis,
+    pub id: String,
+}
+
+impl IntentCursor {
+    pub fn of(intent: &DurableSendIntent) -> IntentCursor {
+        IntentCursor {
+            created_at: intent.created_at,
+            id: intent.id.as_str().to_owned(),
+        }
+    }
+}
+
+/// Key of an inbound platform event.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct InboundKey {
+    pub channel: String,
+    pub account_id: String,
+    pub event_id: String,
+}
+
+/// Where an inbound event is in its processing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InboundStatus {
+    /// Recorded, not finished (also after a failed attempt that will be retried).
+    Received,
+    /// Fully handled: a redelivery is a duplicate.
+    Completed,
+    /// Failed too many times; kept for operators, never retried automatically.
+    DeadLettered,
+}
+
+impl InboundStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InboundStatus::Received => "received",
+            InboundStatus::Completed => "completed",
+            InboundStatus::DeadLettered => "dead_lettered",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<InboundStatus> {
+        [
+            InboundStatus::Received,
+            InboundStatus::Completed,
+            InboundStatus::DeadLettered,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
+}
+
+/// A recorded inbound event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InboundRecord {
+    pub channel: String,
+    pub account_id: String,
+    pub event_id: String,
+    pub status: InboundStatus,
+    pub attempts: u32,
+    /// The normalized message (or raw event) needed to process it again after a restart.
+    pub payload: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    pub received_at: UnixMillis,
+    pub updated_at: UnixMillis,
+}
+
+/// Result of recording an inbound event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RecordInboundOutcome {
+    New(InboundRecord),
+    /// Seen before (webhook redelivery, replayed poll): the stored record, unchanged.
+    Duplicate(InboundRecord),
+}
+
+/// Key of a polling source's durable watermark.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct WatermarkKey {
+    pub channel: String,
+    pub account_id: String,
+    pub source: String,
+}
+
+/// An event to append to a session's signal log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewSessionEvent {
+    pub session_key: SessionKey,
+    pub kind: SessionStateEventKind,
+    pub actor_type: ActorType,
+    pub actor_id: Option<String>,
+    pub summary: String,
+    pub outcome: Option<RunOutcome>,
+    pub child_session_key: Option<SessionKey>,
+    /// A second append with the same key returns the first row instead of a new one.
+    pub dedupe_key: Option<String>,
+    pub created_at: UnixMillis,
+}
+
+/// Result of an append.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppendedEvent {
+    pub event: SessionStateEvent,
+    /// True when the dedupe key matched an existing row (nothing was appended).
+    pub duplicate: bool,
+}
+
+/// The delta `changesSince` returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangesSince {
+    pub state_version: StateVersion,
+    pub events: Vec<SessionStateEvent>,
+    /// More events exist after the last one returned.
+    pub truncated: bool,
+    /// The requested version is older than the retained history: refresh the whole session.
+    pub history_gap: bool,
+}
+
+/// The durable per-session head of the signal log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionHead {
+    pub state_version: StateVersion,
+    /// Highest sequence removed by pruning (0 = nothing pruned).
+    pub pruned_through: u64,
+}
+
+/// What a retention pass removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PruneReport {
+    pub events_deleted: u64,
+    pub cursors_deleted: u64,
+}
+
+/// How a watch began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchSource {
+    /// Implicit spawn edge: a parent watches the child it created.
+    Spawn,
+    /// `sessions_send watch: true`.
+    Explicit,
+}
+
+impl WatchSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WatchSource::Spawn => "spawn",
+            WatchSource::Explicit => "explicit",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<WatchSource> {
+        [WatchSource::Spawn, WatchSource::Explicit]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+    }
+}
+
+/// A watcher's durable position on one target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchCursor {
+    pub watcher_key: SessionKey,
+    pub target_key: SessionKey,
+    /// Everything up to here has been seen (notice consumed).
+    pub acked_version: StateVersion,
+    /// Frozen watermark of the pending notice, if one is pending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notified_version: Option<StateVersion>,
+    /// Highest notifying event observed on the target.
+    pub material_version: StateVersion,
+    pub source: WatchSource,
+    pub created_at: UnixMillis,
+    pub updated_at: UnixMillis,
+}
+
+/// A session row of the registry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRow {
+    pub session_key: SessionKey,
+    pub agent_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_session_key: Option<SessionKey>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawned_by: Option<SessionKey>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_session_key: Option<SessionKey>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// ACP ownership metadata, for ACP-backed sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acp_owner: Option<AcpSessionOwner>,
+    /// The lease of the ACPX process tree serving this session, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_id: Option<LeaseId>,
+    pub created_at: UnixMillis,
+    pub updated_at: UnixMillis,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_at: Option<UnixMillis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted_at: Option<UnixMillis>,
+}

@@ -1,0 +1,265 @@
+//! The storage ports: shaped for the engines' use cases, not generic CRUD.
+//!
+//! Every method is one atomic unit on the backend: a caller never sees half of an operation.
+//! Timestamps come from the caller's clock (the store keeps no clock of its own), so tests can
+//! drive time.
+
+use async_trait::async_trait;
+use clawgate_types::{
+    AcpxProcessLease, DurableSendIntent, GatewayInstanceId, IntentId, IntentStatus, LeaseId,
+    LeaseState, MessageReceipt, SessionKey, StateVersion, UnixMillis,
+};
+
+use crate::StoreResult;
+use crate::model::{
+    AppendedEvent, ChangesSince, Claim, ClaimToken, InboundKey, InboundRecord, InboundStatus,
+    InsertIntentOutcome, IntentFilter, NewSessionEvent, PruneReport, RecordInboundOutcome,
+    SessionHead, SessionRow, WatchCursor, WatermarkKey,
+};
+
+/// Durable send intents, their receipts and the per-intent idempotency lock.
+#[async_trait]
+pub trait IntentStore: Send + Sync {
+    /// Records a new intent (status `pending`), optionally already claimed by the caller.
+    /// An existing intent with the same idempotency key is returned instead (nothing written).
+    async fn insert_intent(
+        &self,
+        intent: &DurableSendIntent,
+        claim: Option<&Claim>,
+    ) -> StoreResult<InsertIntentOutcome>;
+
+    async fn load_intent(&self, id: &IntentId) -> StoreResult<Option<DurableSendIntent>>;
+
+    async fn find_intent_by_key(
+        &self,
+        idempotency_key: &str,
+    ) -> StoreResult<Option<DurableSendIntent>>;
+
+    /// Stores `intent` (its new status, attempt, batch, failure, schedule…) if the stored status
+    /// is still `expected` and the move `expected -> intent.status` is legal. With a claim, the
+    /// caller must hold it. A terminal or `failed` status releases the claim.
+    async fn save_intent(
+        &self,
+        intent: &DurableSendIntent,
+        expected: IntentStatus,
+        claim: Option<&ClaimToken>,
+    ) -> StoreResult<()>;
+
+    /// Adds the receipt parts of units that landed to the intent's partial receipt (status must
+    /// be `sending`). Those units are never sent again.
+    async fn record_partial_receipt(
+        &self,
+        id: &IntentId,
+        parts: &MessageReceipt,
+        now: UnixMillis,
+    ) -> StoreResult<DurableSendIntent>;
+
+    /// Commits the final receipt and marks the intent `sent` in one write (from `committing` or
+    /// `unknown_after_send`), releasing any claim. Returns the committed intent.
+    async fn commit_receipt(
+        &self,
+        id: &IntentId,
+        receipt: &MessageReceipt,
+        now: UnixMillis,
+    ) -> StoreResult<DurableSendIntent>;
+
+    /// Claims up to `limit` recoverable intents that are due at `claim.now` and not claimed by a
+    /// live holder, oldest first. Two callers never receive the same intent while a claim holds.
+    async fn claim_due_intents(
+        &self,
+        claim: &Claim,
+        limit: u32,
+    ) -> StoreResult<Vec<DurableSendIntent>>;
+
+    /// Claims one intent by id; `Ok(None)` when another holder's claim is still live.
+    async fn claim_intent(
+        &self,
+        id: &IntentId,
+        claim: &Claim,
+    ) -> StoreResult<Option<DurableSendIntent>>;
+
+    /// Gives a claim back (no-op when `token` does not hold it).
+    async fn release_intent_claim(&self, id: &IntentId, token: &ClaimToken) -> StoreResult<()>;
+
+    /// Pages through intents oldest first (keyset pagination; streams any number of rows).
+    async fn list_intents(&self, filter: &IntentFilter) -> StoreResult<Vec<DurableSendIntent>>;
+
+    /// How many intents are in each status (statuses with none are omitted).
+    async fn count_intents_by_status(&self) -> StoreResult<Vec<(IntentStatus, u64)>>;
+}
+
+/// Inbound event records: dedupe across restarts, attempts and dead letters.
+#[async_trait]
+pub trait InboundStore: Send + Sync {
+    /// Records an inbound event the first time it is seen; later deliveries are duplicates.
+    async fn record_inbound(
+        &self,
+        key: &InboundKey,
+        payload: &serde_json::Value,
+        now: UnixMillis,
+    ) -> StoreResult<RecordInboundOutcome>;
+
+    async fn load_inbound(&self, key: &InboundKey) -> StoreResult<Option<InboundRecord>>;
+
+    /// Counts one processing attempt and returns the new attempt count.
+    async fn begin_inbound_attempt(&self, key: &InboundKey, now: UnixMillis) -> StoreResult<u32>;
+
+    /// Moves a record to `status`, keeping the first error message for operators.
+    async fn finish_inbound(
+        &self,
+        key: &InboundKey,
+        status: InboundStatus,
+        error: Option<&str>,
+        now: UnixMillis,
+    ) -> StoreResult<()>;
+
+    /// Records still `received` (to be processed again after a restart), oldest first.
+    async fn list_unfinished_inbound(&self, limit: u32) -> StoreResult<Vec<InboundRecord>>;
+
+    /// Records in one status, newest first (operator listings).
+    async fn list_inbound(
+        &self,
+        status: Option<InboundStatus>,
+        limit: u32,
+    ) -> StoreResult<Vec<InboundRecord>>;
+
+    /// Forgets completed records older than `completed_before` (the dedupe window).
+    async fn prune_completed_inbound(&self, completed_before: UnixMillis) -> StoreResult<u64>;
+}
+
+/// Durable "safe completed" watermarks of polling sources.
+#[async_trait]
+pub trait WatermarkStore: Send + Sync {
+    async fn load_watermark(&self, key: &WatermarkKey) -> StoreResult<Option<i64>>;
+
+    /// Moves the watermark forward to `value`; never backwards. Returns the stored value.
+    async fn advance_watermark(
+        &self,
+        key: &WatermarkKey,
+        value: i64,
+        now: UnixMillis,
+    ) -> StoreResult<i64>;
+}
+
+/// The per-session signal log with its durable heads and prune watermarks.
+#[async_trait]
+pub trait SignalLogStore: Send + Sync {
+    /// Appends an event and advances the session head in one write; a matching dedupe key
+    /// returns the existing row instead.
+    async fn append_event(&self, event: &NewSessionEvent) -> StoreResult<AppendedEvent>;
+
+    async fn session_head(&self, key: &SessionKey) -> StoreResult<SessionHead>;
+
+    /// Up to `limit` events after `since`, oldest first, with `truncated` and an exact
+    /// `historyGap` (from the prune watermark). Moves no cursor.
+    async fn events_since(
+        &self,
+        key: &SessionKey,
+        since: StateVersion,
+        limit: u32,
+    ) -> StoreResult<ChangesSince>;
+
+    /// Applies retention: removes events older than `older_than` and the oldest rows beyond
+    /// `max_rows`, raising prune watermarks (heads never move back), and expires watch cursors
+    /// not updated since `older_than`.
+    async fn prune_signal_log(
+        &self,
+        older_than: UnixMillis,
+        max_rows: u64,
+    ) -> StoreResult<PruneReport>;
+}
+
+/// Watch cursors of watcher sessions on target sessions.
+#[async_trait]
+pub trait WatchCursorStore: Send + Sync {
+    /// Creates the cursor unless one exists for the pair (then returns the existing one).
+    async fn ensure_cursor(&self, cursor: &WatchCursor) -> StoreResult<WatchCursor>;
+
+    /// Overwrites a cursor's positions.
+    async fn save_cursor(&self, cursor: &WatchCursor) -> StoreResult<()>;
+
+    async fn load_cursor(
+        &self,
+        watcher: &SessionKey,
+        target: &SessionKey,
+    ) -> StoreResult<Option<WatchCursor>>;
+
+    async fn cursors_on_target(&self, target: &SessionKey) -> StoreResult<Vec<WatchCursor>>;
+
+    async fn cursors_of_watcher(&self, watcher: &SessionKey) -> StoreResult<Vec<WatchCursor>>;
+
+    /// Every cursor with a pending notice (rebuilt into the notice queue after a restart).
+    async fn cursors_with_pending_notice(&self) -> StoreResult<Vec<WatchCursor>>;
+}
+
+/// The session registry.
+#[async_trait]
+pub trait SessionStore: Send + Sync {
+    /// Creates or updates a session row.
+    async fn upsert_session(&self, row: &SessionRow) -> StoreResult<()>;
+
+    async fn load_session(&self, key: &SessionKey) -> StoreResult<Option<SessionRow>>;
+
+    /// Rows not deleted, by key.
+    async fn list_sessions(&self) -> StoreResult<Vec<SessionRow>>;
+
+    /// Marks a reset and removes the cursors the session holds as a watcher, in one write.
+    async fn reset_session(&self, key: &SessionKey, now: UnixMillis) -> StoreResult<()>;
+
+    /// Marks the row deleted and deletes every cursor where it is watcher or target, in one write.
+    async fn delete_session(&self, key: &SessionKey, now: UnixMillis) -> StoreResult<()>;
+}
+
+/// ACPX process leases.
+#[async_trait]
+pub trait LeaseStore: Send + Sync {
+    /// Records a lease (written before the wrapper starts).
+    async fn insert_lease(&self, lease: &AcpxProcessLease) -> StoreResult<()>;
+
+    async fn load_lease(&self, id: &LeaseId) -> StoreResult<Option<AcpxProcessLease>>;
+
+    /// Stores the lease if its stored state is still `expected`.
+    async fn save_lease(&self, lease: &AcpxProcessLease, expected: LeaseState) -> StoreResult<()>;
+
+    /// Leases of one gateway instance in the given states, oldest first.
+    async fn list_leases(
+        &self,
+        instance: Option<&GatewayInstanceId>,
+        states: &[LeaseState],
+    ) -> StoreResult<Vec<AcpxProcessLease>>;
+
+    /// Deletes closed and lost leases that ended before `ended_before`.
+    async fn prune_finished_leases(&self, ended_before: UnixMillis) -> StoreResult<u64>;
+}
+
+/// Identity of the gateway installation that owns this state.
+#[async_trait]
+pub trait InstanceStore: Send + Sync {
+    /// The instance id of this state directory, generated and persisted on first use.
+    async fn gateway_instance_id(&self) -> StoreResult<GatewayInstanceId>;
+}
+
+/// Everything the engines need, in one object.
+pub trait Store:
+    IntentStore
+    + InboundStore
+    + WatermarkStore
+    + SignalLogStore
+    + WatchCursorStore
+    + SessionStore
+    + LeaseStore
+    + InstanceStore
+{
+}
+
+impl<T> Store for T where
+    T: IntentStore
+        + InboundStore
+        + WatermarkStore
+        + SignalLogStore
+        + WatchCursorStore
+        + SessionStore
+        + LeaseStore
+        + InstanceStore
+{
+}

@@ -1,0 +1,282 @@
+//! Inbound records (dedupe across restarts, attempts, dead letters) and polling watermarks.
+
+use async_trait::async_trait;
+use clawgate_types::UnixMillis;
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use super::SqliteStore;
+use super::errors::DbResult;
+use crate::model::{InboundKey, InboundRecord, InboundStatus, RecordInboundOutcome, WatermarkKey};
+use crate::ports::{InboundStore, WatermarkStore};
+use crate::{StoreError, StoreResult};
+
+const SELECT_INBOUND: &str = "SELECT channel, account_id, event_id, status, attempts, payload,
+    last_error, received_at, updated_at FROM inbound_records";
+
+type RawInbound = (
+    String,
+    String,
+    String,
+    String,
+    i64,
+    String,
+    Option<String>,
+    i64,
+    i64,
+);
+
+fn raw_row(r: &Row<'_>) -> rusqlite::Result<RawInbound> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+        r.get(8)?,
+    ))
+}
+
+fn decode(raw: RawInbound) -> DbResult<InboundRecord> {
+    let (
+        channel,
+        account_id,
+        event_id,
+        status,
+        attempts,
+        payload,
+        last_error,
+        received_at,
+        updated_at,
+    ) = raw;
+    let status = InboundStatus::parse(&status).ok_or_else(|| {
+        StoreError::InvalidInput(format!(
+            "inbound record {event_id} has unknown status {status:?}"
+        ))
+    })?;
+    let payload = clawgate_types::from_json(&payload).map_err(|source| StoreError::Decode {
+        what: "inbound record",
+        id: event_id.clone(),
+        source,
+    })?;
+    Ok(InboundRecord {
+        channel,
+        account_id,
+        event_id,
+        status,
+        attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
+        payload,
+        last_error,
+        received_at,
+        updated_at,
+    })
+}
+
+fn load(conn: &Connection, key: &InboundKey) -> DbResult<Option<InboundRecord>> {
+    let raw = conn
+        .prepare_cached(&format!(
+            "{SELECT_INBOUND} WHERE channel = ?1 AND account_id = ?2 AND event_id = ?3"
+        ))?
+        .query_row(params![key.channel, key.account_id, key.event_id], raw_row)
+        .optional()?;
+    raw.map(decode).transpose()
+}
+
+fn not_found(key: &InboundKey) -> StoreError {
+    StoreError::NotFound {
+        what: "inbound record",
+        id: format!("{}/{}/{}", key.channel, key.account_id, key.event_id),
+    }
+}
+
+fn list(
+    conn: &Connection,
+    sql: &str,
+    args: &[&dyn rusqlite::ToSql],
+) -> DbResult<Vec<InboundRecord>> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map(args, raw_row)?;
+    let mut out = Vec::new();
+    for row in rows {
+        out.push(decode(row?)?);
+    }
+    Ok(out)
+}
+
+#[async_trait]
+impl InboundStore for SqliteStore {
+    async fn record_inbound(
+        &self,
+        key: &InboundKey,
+        payload: &serde_json::Value,
+        now: UnixMillis,
+    ) -> StoreResult<RecordInboundOutcome> {
+        let key = key.clone();
+        let payload = payload.to_string();
+        self.write(move |conn| {
+            let inserted = conn
+                .prepare_cached(
+                    "INSERT INTO inbound_records (channel, account_id, event_id, status, attempts,
+                         payload, last_error, received_at, updated_at)
+                     VALUES (?1, ?2, ?3, 'received', 0, ?4, NULL, ?5, ?5)
+                     ON CONFLICT DO NOTHING",
+                )?
+                .execute(params![
+                    key.channel,
+                    key.account_id,
+                    key.event_id,
+                    payload,
+                    now
+                ])?;
+            let record = load(conn, &key)?.ok_or_else(|| not_found(&key))?;
+            Ok(if inserted == 1 {
+                RecordInboundOutcome::New(record)
+            } else {
+                RecordInboundOutcome::Duplicate(record)
+            })
+        })
+        .await
+    }
+
+    async fn load_inbound(&self, key: &InboundKey) -> StoreResult<Option<InboundRecord>> {
+        let key = key.clone();
+        self.read(move |conn| load(conn, &key)).await
+    }
+
+    async fn begin_inbound_attempt(&self, key: &InboundKey, now: UnixMillis) -> StoreResult<u32> {
+        let key = key.clone();
+        self.write(move |conn| {
+            let attempts: Option<i64> = conn
+                .prepare_cached(
+                    "UPDATE inbound_records SET attempts = attempts + 1, updated_at = ?4
+                     WHERE channel = ?1 AND account_id = ?2 AND event_id = ?3
+                     RETURNING attempts",
+                )?
+                .query_row(
+                    params![key.channel, key.account_id, key.event_id, now],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let attempts = attempts.ok_or_else(|| not_found(&key))?;
+            Ok(u32::try_from(attempts).unwrap_or(u32::MAX))
+        })
+        .await
+    }
+
+    async fn finish_inbound(
+        &self,
+        key: &InboundKey,
+        status: InboundStatus,
+        error: Option<&str>,
+        now: UnixMillis,
+    ) -> StoreResult<()> {
+        let key = key.clone();
+        let error = error.map(str::to_owned);
+        self.write(move |conn| {
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE inbound_records
+                     SET status = ?4, last_error = COALESCE(last_error, ?5), updated_at = ?6
+                     WHERE channel = ?1 AND account_id = ?2 AND event_id = ?3",
+                )?
+                .execute(params![
+                    key.channel,
+                    key.account_id,
+                    key.event_id,
+                    status.as_str(),
+                    error,
+                    now
+                ])?;
+            if changed == 0 {
+                return Err(not_found(&key).into());
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn list_unfinished_inbound(&self, limit: u32) -> StoreResult<Vec<InboundRecord>> {
+        self.read(move |conn| {
+            list(
+                conn,
+                &format!("{SELECT_INBOUND} WHERE status = 'received' ORDER BY received_at, event_id LIMIT ?1"),
+                &[&limit],
+            )
+        })
+        .await
+    }
+
+    async fn list_inbound(
+        &self,
+        status: Option<InboundStatus>,
+        limit: u32,
+    ) -> StoreResult<Vec<InboundRecord>> {
+        self.read(move |conn| match status {
+            Some(status) => list(
+                conn,
+                &format!("{SELECT_INBOUND} WHERE status = ?1 ORDER BY received_at DESC LIMIT ?2"),
+                &[&status.as_str(), &limit],
+            ),
+            None => list(
+                conn,
+                &format!("{SELECT_INBOUND} ORDER BY received_at DESC LIMIT ?1"),
+                &[&limit],
+            ),
+        })
+        .await
+    }
+
+    async fn prune_completed_inbound(&self, completed_before: UnixMillis) -> StoreResult<u64> {
+        self.write(move |conn| {
+            let n = conn
+                .prepare_cached(
+                    "DELETE FROM inbound_records WHERE status = 'completed' AND updated_at < ?1",
+                )?
+                .execute([completed_before])?;
+            Ok(n as u64)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl WatermarkStore for SqliteStore {
+    async fn load_watermark(&self, key: &WatermarkKey) -> StoreResult<Option<i64>> {
+        let key = key.clone();
+        self.read(move |conn| {
+            Ok(conn
+                .prepare_cached(
+                    "SELECT watermark FROM polling_watermarks
+                     WHERE channel = ?1 AND account_id = ?2 AND source = ?3",
+                )?
+                .query_row(params![key.channel, key.account_id, key.source], |r| {
+                    r.get(0)
+                })
+                .optional()?)
+        })
+        .await
+    }
+
+    async fn advance_watermark(
+        &self,
+        key: &WatermarkKey,
+        value: i64,
+        now: UnixMillis,
+    ) -> StoreResult<i64> {
+        let key = key.clone();
+        self.write(move |conn| {
+            Ok(conn
+                .prepare_cached(
+                    "INSERT INTO polling_watermarks (channel, account_id, source, watermark, updated_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (channel, account_id, source) DO UPDATE
+                     SET watermark = MAX(watermark, excluded.watermark), updated_at = excluded.updated_at
+                     RETURNING watermark",
+                )?
+                .query_row(params![key.channel, key.account_id, key.source, value, now], |r| r.get(0))?)
+        })
+        .await
+    }
+}

@@ -1,0 +1,441 @@
+//! Send intents: rows keep the whole intent as versioned JSON beside the columns recovery and
+//! listings query; the claim columns are the per-intent idempotency lock.
+
+use async_trait::async_trait;
+use clawgate_types::{
+    DurableSendIntent, IntentId, IntentStatus, MessageReceipt, UnixMillis, from_json, to_json,
+};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use super::SqliteStore;
+use super::errors::DbResult;
+use crate::model::{Claim, ClaimToken, InsertIntentOutcome, IntentFilter};
+use crate::ports::IntentStore;
+use crate::{StoreError, StoreResult};
+
+/// Payload format of stored intents. Bump with a migration that converts old rows.
+const INTENT_FORMAT: i64 = 1;
+
+const SELECT_INTENT: &str = "SELECT id, format_version, payload FROM send_intents";
+
+fn encode(intent: &DurableSendIntent) -> DbResult<String> {
+    to_json(intent).map_err(|source| {
+        StoreError::Decode {
+            what: "send intent",
+            id: intent.id.to_string(),
+            source,
+        }
+        .into()
+    })
+}
+
+fn decode_row(row: &Row<'_>) -> rusqlite::Result<(String, i64, String)> {
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+}
+
+fn decode((id, format, payload): (String, i64, String)) -> DbResult<DurableSendIntent> {
+    if format > INTENT_FORMAT {
+        return Err(StoreError::NewerPayloadFormat {
+            what: "send intent",
+            id,
+            found: format,
+            supported: INTENT_FORMAT,
+        }
+        .into());
+    }
+    from_json(&payload).map_err(|source| {
+        StoreError::Decode {
+            what: "send intent",
+            id,
+            source,
+        }
+        .into()
+    })
+}
+
+fn load(conn: &Connection, id: &str) -> DbResult<Option<DurableSendIntent>> {
+    let raw = conn
+        .prepare_cached(&format!("{SELECT_INTENT} WHERE id = ?1"))?
+        .query_row([id], decode_row)
+        .optional()?;
+    raw.map(decode).transpose()
+}
+
+fn load_required(conn: &Connection, id: &str) -> DbResult<DurableSendIntent> {
+    load(conn, id)?.ok_or_else(|| {
+        StoreError::NotFound {
+            what: "send intent",
+            id: id.to_owned(),
+        }
+        .into()
+    })
+}
+
+/// Statuses whose holder keeps the lock: platform I/O or a commit is in flight.
+fn keeps_claim(status: IntentStatus) -> bool {
+    matches!(status, IntentStatus::Sending | IntentStatus::Committing)
+}
+
+/// Writes every column of an existing intent (claim columns handled by the caller's SQL).
+fn update_row(conn: &Connection, intent: &DurableSendIntent, release_claim: bool) -> DbResult<()> {
+    let payload = encode(intent)?;
+    let sql = if release_claim {
+        "UPDATE send_intents SET status = ?2, attempt = ?3, next_attempt_at = ?4, expires_at = ?5,
+             updated_at = ?6, format_version = ?7, payload = ?8, claimed_by = NULL, claim_until = NULL
+         WHERE id = ?1"
+    } else {
+        "UPDATE send_intents SET status = ?2, attempt = ?3, next_attempt_at = ?4, expires_at = ?5,
+             updated_at = ?6, format_version = ?7, payload = ?8
+         WHERE id = ?1"
+    };
+    conn.prepare_cached(sql)?.execute(params![
+        intent.id.as_str(),
+        intent.status.as_str(),
+        intent.attempt,
+        intent.next_attempt_at,
+        intent.expires_at,
+        intent.updated_at,
+        INTENT_FORMAT,
+        payload,
+    ])?;
+    Ok(())
+}
+
+fn current_claim(conn: &Connection, id: &str) -> DbResult<Option<(Option<String>, Option<i64>)>> {
+    Ok(conn
+        .prepare_cached("SELECT claimed_by, claim_until FROM send_intents WHERE id = ?1")?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?)
+}
+
+fn parse_status(id: &str, text: &str) -> DbResult<IntentStatus> {
+    IntentStatus::parse(text).ok_or_else(|| {
+        StoreError::InvalidInput(format!(
+            "send intent {id} has unknown stored status {text:?}"
+        ))
+        .into()
+    })
+}
+
+fn save(
+    conn: &Connection,
+    intent: &DurableSendIntent,
+    expected: IntentStatus,
+    claim: Option<&ClaimToken>,
+) -> DbResult<()> {
+    let id = intent.id.as_str();
+    let (status, claimed_by, claim_until): (String, Option<String>, Option<i64>) = conn
+        .prepare_cached("SELECT status, claimed_by, claim_until FROM send_intents WHERE id = ?1")?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?
+        .ok_or_else(|| StoreError::NotFound {
+            what: "send intent",
+            id: id.to_owned(),
+        })?;
+    let actual = parse_status(id, &status)?;
+    if actual != expected {
+        return Err(StoreError::IntentStatusConflict {
+            id: id.to_owned(),
+            expected,
+            actual,
+        }
+        .into());
+    }
+    expected
+        .transition_to(intent.status)
+        .map_err(|source| StoreError::IllegalTransition {
+            id: id.to_owned(),
+            source,
+        })?;
+    if let (Some(holder), Some(until)) = (claimed_by, claim_until) {
+        let ours = claim.is_some_and(|c| c.as_str() == holder);
+        if !ours && until > intent.updated_at {
+            return Err(StoreError::ClaimHeld {
+                id: id.to_owned(),
+                holder,
+                until_ms: until,
+            }
+            .into());
+        }
+    }
+    update_row(conn, intent, !keeps_claim(intent.status))
+}
+
+fn claim_one(conn: &Connection, id: &str, claim: &Claim) -> DbResult<bool> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE send_intents SET claimed_by = ?2, claim_until = ?3
+             WHERE id = ?1 AND (claimed_by IS NULL OR claim_until <= ?4 OR claimed_by = ?2)",
+        )?
+        .execute(params![id, claim.token.as_str(), claim.until(), claim.now])?;
+    Ok(changed == 1)
+}
+
+#[async_trait]
+impl IntentStore for SqliteStore {
+    async fn insert_intent(
+        &self,
+        intent: &DurableSendIntent,
+        claim: Option<&Claim>,
+    ) -> StoreResult<InsertIntentOutcome> {
+        let intent = intent.clone();
+        let claim = claim.cloned();
+        self.write(move |conn| {
+            let clash: Option<String> = conn
+                .prepare_cached("SELECT idempotency_key FROM send_intents WHERE id = ?1")?
+                .query_row([intent.id.as_str()], |r| r.get(0))
+                .optional()?;
+            if clash.is_some_and(|key| key != intent.idempotency_key) {
+                // The id is taken under another key: a caller bug, never a duplicate.
+                return Err(StoreError::InvalidInput(format!(
+                    "send intent id {} already exists with another idempotency key",
+                    intent.id
+                ))
+                .into());
+            }
+            let payload = encode(&intent)?;
+            let inserted = conn
+                .prepare_cached(
+                    "INSERT INTO send_intents (id, idempotency_key, channel, account_id, status,
+                         attempt, next_attempt_at, expires_at, created_at, updated_at,
+                         claimed_by, claim_until, format_version, payload)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+                     ON CONFLICT (idempotency_key) DO NOTHING",
+                )?
+                .execute(params![
+                    intent.id.as_str(),
+                    intent.idempotency_key,
+                    intent.channel,
+                    intent.account_id,
+                    intent.status.as_str(),
+                    intent.attempt,
+                    intent.next_attempt_at,
+                    intent.expires_at,
+                    intent.created_at,
+                    intent.updated_at,
+                    claim.as_ref().map(|c| c.token.0.clone()),
+                    claim.as_ref().map(Claim::until),
+                    INTENT_FORMAT,
+                    payload,
+                ])?;
+            if inserted == 1 {
+                return Ok(InsertIntentOutcome::Inserted);
+            }
+            let raw = conn
+                .prepare_cached(&format!("{SELECT_INTENT} WHERE idempotency_key = ?1"))?
+                .query_row([&intent.idempotency_key], decode_row)
+                .optional()?;
+            let raw = raw.ok_or_else(|| StoreError::NotFound {
+                what: "send intent",
+                id: intent.idempotency_key.clone(),
+            })?;
+            Ok(InsertIntentOutcome::Duplicate(Box::new(decode(raw)?)))
+        })
+        .await
+    }
+
+    async fn load_intent(&self, id: &IntentId) -> StoreResult<Option<DurableSendIntent>> {
+        let id = id.as_str().to_owned();
+        self.read(move |conn| load(conn, &id)).await
+    }
+
+    async fn find_intent_by_key(&self, key: &str) -> StoreResult<Option<DurableSendIntent>> {
+        let key = key.to_owned();
+        self.read(move |conn| {
+            let raw = conn
+                .prepare_cached(&format!("{SELECT_INTENT} WHERE idempotency_key = ?1"))?
+                .query_row([&key], decode_row)
+                .optional()?;
+            raw.map(decode).transpose()
+        })
+        .await
+    }
+
+    async fn save_intent(
+        &self,
+        intent: &DurableSendIntent,
+        expected: IntentStatus,
+        claim: Option<&ClaimToken>,
+    ) -> StoreResult<()> {
+        let intent = intent.clone();
+        let claim = claim.cloned();
+        self.write(move |conn| save(conn, &intent, expected, claim.as_ref()))
+            .await
+    }
+
+    async fn record_partial_receipt(
+        &self,
+        id: &IntentId,
+        parts: &MessageReceipt,
+        now: UnixMillis,
+    ) -> StoreResult<DurableSendIntent> {
+        let id = id.as_str().to_owned();
+        let parts = parts.clone();
+        self.write(move |conn| {
+            let mut intent = load_required(conn, &id)?;
+            if intent.status != IntentStatus::Sending {
+                return Err(StoreError::IntentStatusConflict {
+                    id,
+                    expected: IntentStatus::Sending,
+                    actual: intent.status,
+                }
+                .into());
+            }
+            match &mut intent.partial_receipt {
+                Some(existing) => existing.merge(parts),
+                None => intent.partial_receipt = Some(parts),
+            }
+            intent.updated_at = now;
+            update_row(conn, &intent, false)?;
+            Ok(intent)
+        })
+        .await
+    }
+
+    async fn commit_receipt(
+        &self,
+        id: &IntentId,
+        receipt: &MessageReceipt,
+        now: UnixMillis,
+    ) -> StoreResult<DurableSendIntent> {
+        let id = id.as_str().to_owned();
+        let receipt = receipt.clone();
+        self.write(move |conn| {
+            let mut intent = load_required(conn, &id)?;
+            intent
+                .status
+                .transition_to(IntentStatus::Sent)
+                .map_err(|source| StoreError::IllegalTransition {
+                    id: id.clone(),
+                    source,
+                })?;
+            intent.status = IntentStatus::Sent;
+            intent.receipt = Some(receipt);
+            intent.partial_receipt = None;
+            intent.failure = None;
+            intent.next_attempt_at = None;
+            intent.updated_at = now;
+            update_row(conn, &intent, true)?;
+            Ok(intent)
+        })
+        .await
+    }
+
+    async fn claim_due_intents(
+        &self,
+        claim: &Claim,
+        limit: u32,
+    ) -> StoreResult<Vec<DurableSendIntent>> {
+        let claim = claim.clone();
+        self.write(move |conn| {
+            let ids: Vec<String> = {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT id FROM send_intents
+                     WHERE status IN ('pending', 'sending', 'committing', 'unknown_after_send')
+                       AND (next_attempt_at IS NULL OR next_attempt_at <= ?1)
+                       AND (claimed_by IS NULL OR claim_until <= ?1)
+                     ORDER BY created_at, id
+                     LIMIT ?2",
+                )?;
+                let rows = stmt.query_map(params![claim.now, limit], |r| r.get(0))?;
+                rows.collect::<rusqlite::Result<_>>()?
+            };
+            let mut claimed = Vec::with_capacity(ids.len());
+            for id in ids {
+                if claim_one(conn, &id, &claim)? {
+                    claimed.push(load_required(conn, &id)?);
+                }
+            }
+            Ok(claimed)
+        })
+        .await
+    }
+
+    async fn claim_intent(
+        &self,
+        id: &IntentId,
+        claim: &Claim,
+    ) -> StoreResult<Option<DurableSendIntent>> {
+        let id = id.as_str().to_owned();
+        let claim = claim.clone();
+        self.write(move |conn| {
+            if current_claim(conn, &id)?.is_none() {
+                return Err(StoreError::NotFound {
+                    what: "send intent",
+                    id,
+                }
+                .into());
+            }
+            if claim_one(conn, &id, &claim)? {
+                Ok(Some(load_required(conn, &id)?))
+            } else {
+                Ok(None)
+            }
+        })
+        .await
+    }
+
+    async fn release_intent_claim(&self, id: &IntentId, token: &ClaimToken) -> StoreResult<()> {
+        let id = id.as_str().to_owned();
+        let token = token.clone();
+        self.write(move |conn| {
+            conn.prepare_cached(
+                "UPDATE send_intents SET claimed_by = NULL, claim_until = NULL
+                 WHERE id = ?1 AND claimed_by = ?2",
+            )?
+            .execute(params![id, token.as_str()])?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn list_intents(&self, filter: &IntentFilter) -> StoreResult<Vec<DurableSendIntent>> {
+        let filter = filter.clone();
+        self.read(move |conn| {
+            let mut sql = format!("{SELECT_INTENT} WHERE 1 = 1");
+            let mut args: Vec<rusqlite::types::Value> = Vec::new();
+            if !filter.statuses.is_empty() {
+                let marks = vec!["?"; filter.statuses.len()].join(", ");
+                sql.push_str(&format!(" AND status IN ({marks})"));
+                args.extend(filter.statuses.iter().map(|s| s.as_str().to_owned().into()));
+            }
+            if let Some(channel) = &filter.channel {
+                sql.push_str(" AND channel = ?");
+                args.push(channel.clone().into());
+            }
+            if let Some(after) = &filter.after {
+                sql.push_str(" AND (created_at > ? OR (created_at = ? AND id > ?))");
+                args.push(after.created_at.into());
+                args.push(after.created_at.into());
+                args.push(after.id.clone().into());
+            }
+            sql.push_str(" ORDER BY created_at, id LIMIT ?");
+            args.push(i64::from(filter.limit).into());
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let rows = stmt.query_map(rusqlite::params_from_iter(args), decode_row)?;
+            let mut out = Vec::new();
+            for row in rows {
+                out.push(decode(row?)?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn count_intents_by_status(&self) -> StoreResult<Vec<(IntentStatus, u64)>> {
+        self.read(|conn| {
+            let mut stmt =
+                conn.prepare_cached("SELECT status, COUNT(*) FROM send_intents GROUP BY status")?;
+            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (status, count) = row?;
+                let status = parse_status("(count)", &status)?;
+                out.push((status, u64::try_from(count).unwrap_or(0)));
+            }
+            out.sort_by_key(|(s, _)| *s);
+            Ok(out)
+        })
+        .await
+    }
+}

@@ -1,0 +1,261 @@
+//! The embedded SQLite backend: one database file per state directory, WAL, one writer thread
+//! with group commit, and a pool of read-only connections.
+
+mod errors;
+mod inbound;
+mod intents;
+mod migrate;
+mod registry;
+mod signals;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{Connection, OpenFlags};
+
+pub use migrate::{MIGRATIONS, Migration, MigrationStatus, SCHEMA_VERSION};
+
+use self::errors::{DbResult, ErrorContext, Phase};
+use self::writer::Writer;
+use crate::{StoreError, StoreResult};
+
+/// The file name of the state database inside a state directory.
+pub const STATE_DB_FILE: &str = "state.db";
+
+/// How hard SQLite syncs each commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// Sync the WAL on every commit: durable across power loss. The default.
+    #[default]
+    Full,
+    /// Durable across process crashes only; the last commits may be lost on power loss.
+    Normal,
+}
+
+/// Tunables of the SQLite backend.
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    pub synchronous: Synchronous,
+    /// How long a connection waits for another process's lock before failing.
+    pub busy_timeout: Duration,
+    /// Read-only connections in the pool.
+    pub readers: u32,
+    /// Most logical writes committed in one transaction.
+    pub max_batch: usize,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            synchronous: Synchronous::Full,
+            busy_timeout: Duration::from_secs(5),
+            readers: 4,
+            max_batch: 512,
+        }
+    }
+}
+
+/// Where reads run.
+#[derive(Debug)]
+enum Readers {
+    Pool(r2d2::Pool<SqliteConnectionManager>),
+    /// An in-memory database has one connection: reads queue behind writes on the writer.
+    Writer,
+}
+
+#[derive(Debug)]
+struct Inner {
+    ctx: ErrorContext,
+    readers: Readers,
+    // Dropped last: joining the writer flushes queued writes.
+    writer: Writer,
+}
+
+/// The SQLite implementation of every storage port. Cheap to clone (shared handle).
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+impl SqliteStore {
+    /// Opens (creating and migrating if needed) `state.db` in an existing state directory.
+    pub fn open_state_dir(dir: &Path, options: SqliteOptions) -> StoreResult<SqliteStore> {
+        if !dir.is_dir() {
+            return Err(StoreError::MissingDirectory {
+                path: dir.to_path_buf(),
+            });
+        }
+        SqliteStore::open_file(&dir.join(STATE_DB_FILE), options)
+    }
+
+    /// Opens (creating and migrating if needed) a database file.
+    pub fn open_file(path: &Path, options: SqliteOptions) -> StoreResult<SqliteStore> {
+        let ctx = ErrorContext {
+            path: path.to_path_buf(),
+            busy_timeout_ms: u64::try_from(options.busy_timeout.as_millis()).unwrap_or(u64::MAX),
+        };
+        check_file_writable(path)?;
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn =
+            Connection::open_with_flags(path, flags).map_err(|e| ctx.map_sqlite(e, Phase::Open))?;
+        configure_writer(&conn, &options, true).map_err(|e| ctx.map(e, Phase::Open))?;
+        migrate::migrate(&mut conn, &ctx)?;
+
+        let manager = SqliteConnectionManager::file(path)
+            .with_flags(OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            .with_init({
+                let timeout = options.busy_timeout;
+                move |c| {
+                    c.busy_timeout(timeout)?;
+                    c.pragma_update(None, "query_only", true)
+                }
+            });
+        let pool = r2d2::Pool::builder()
+            .max_size(options.readers.max(1))
+            .min_idle(Some(1))
+            .build(manager)
+            .map_err(|e| StoreError::Backend(Box::new(e)))?;
+        let writer = Writer::spawn(conn, options.max_batch, ctx.clone())?;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                ctx,
+                readers: Readers::Pool(pool),
+                writer,
+            }),
+        })
+    }
+
+    /// A private in-memory database (for tests and throwaway runs; nothing survives).
+    pub fn open_in_memory(options: SqliteOptions) -> StoreResult<SqliteStore> {
+        let ctx = ErrorContext {
+            path: PathBuf::from(":memory:"),
+            busy_timeout_ms: 0,
+        };
+        let mut conn = Connection::open_in_memory().map_err(|e| ctx.map_sqlite(e, Phase::Open))?;
+        configure_writer(&conn, &options, false).map_err(|e| ctx.map(e, Phase::Open))?;
+        migrate::migrate(&mut conn, &ctx)?;
+        let writer = Writer::spawn(conn, options.max_batch, ctx.clone())?;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                ctx,
+                readers: Readers::Writer,
+                writer,
+            }),
+        })
+    }
+
+    /// The database file (`:memory:` for in-memory stores).
+    pub fn path(&self) -> &Path {
+        &self.inner.ctx.path
+    }
+
+    /// Runs `f` in the next group commit.
+    pub(crate) async fn write<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> DbResult<T> + Send + 'static,
+    {
+        self.inner.writer.write(&self.inner.ctx, f).await
+    }
+
+    /// Runs `f` on a read-only connection (a consistent snapshot of the last commit).
+    pub(crate) async fn read<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> DbResult<T> + Send + 'static,
+    {
+        match &self.inner.readers {
+            Readers::Writer => self.write(f).await,
+            Readers::Pool(pool) => {
+                let pool = pool.clone();
+                let ctx = self.inner.ctx.clone();
+                tokio::task::spawn_blocking(move || {
+                    let conn = pool.get().map_err(|e| StoreError::Backend(Box::new(e)))?;
+                    f(&conn).map_err(|e| ctx.map(e, Phase::Operate))
+                })
+                .await
+                .map_err(|e| StoreError::Backend(Box::new(e)))?
+            }
+        }
+    }
+}
+
+/// Applies pending migrations to the database file and reports every migration's state,
+/// without starting the writer (what `migrate` commands use).
+pub fn migrate_file(path: &Path, options: &SqliteOptions) -> StoreResult<Vec<MigrationStatus>> {
+    let store = SqliteStore::open_file(path, options.clone())?;
+    drop(store);
+    migration_status(path, options)
+}
+
+/// Reports every migration's state in an existing database file without changing it.
+pub fn migration_status(path: &Path, options: &SqliteOptions) -> StoreResult<Vec<MigrationStatus>> {
+    let ctx = ErrorContext {
+        path: path.to_path_buf(),
+        busy_timeout_ms: u64::try_from(options.busy_timeout.as_millis()).unwrap_or(u64::MAX),
+    };
+    if !path.exists() {
+        if path
+            .parent()
+            .is_some_and(|p| !p.as_os_str().is_empty() && !p.is_dir())
+        {
+            return Err(StoreError::MissingDirectory {
+                path: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            });
+        }
+        return Ok(MIGRATIONS
+            .iter()
+            .map(|m| MigrationStatus {
+                version: m.version,
+                name: m.name.to_owned(),
+                applied_at: None,
+            })
+            .collect());
+    }
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| ctx.map_sqlite(e, Phase::Open))?;
+    conn.busy_timeout(options.busy_timeout)
+        .map_err(|e| ctx.map_sqlite(e, Phase::Open))?;
+    migrate::status(&conn, &ctx)
+}
+
+/// Refuses a database file whose permission bits forbid writing, even for root: an operator
+/// who marked the state read-only meant it.
+fn check_file_writable(path: &Path) -> StoreResult<()> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.permissions().readonly() => Err(StoreError::ReadOnly {
+            path: path.to_path_buf(),
+            detail: "the file's permissions forbid writing".into(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn configure_writer(conn: &Connection, options: &SqliteOptions, file: bool) -> DbResult<()> {
+    conn.busy_timeout(options.busy_timeout)?;
+    if file {
+        // Reading the header here is also what detects a corrupt or foreign file.
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::InvalidInput(format!(
+                "could not switch the database to WAL (journal mode is {mode}); \
+                 WAL needs a local filesystem"
+            ))
+            .into());
+        }
+    }
+    let sync = match options.synchronous {
+        Synchronous::Full => "FULL",
+        Synchronous::Normal => "NORMAL",
+    };
+    conn.pragma_update(None, "synchronous", sync)?;
+    Ok(())
+}

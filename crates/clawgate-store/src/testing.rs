@@ -1,0 +1,1177 @@
+//! The backend-neutral store conformance suite.
+//!
+//! Every backend runs every case through [`store_conformance_tests!`](crate::store_conformance_tests):
+//!
+//! ```ignore
+//! clawgate_store::store_conformance_tests!(open = |dir: &std::path::Path| my_backend(dir), persistent = true);
+//! ```
+//!
+//! `open` gets a fresh temporary directory per case and must return a store on it. Cases that
+//! reopen the same directory (durability across a restart) run only when `persistent = true`.
+//! Each case panics with a message naming the broken behaviour.
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
+
+use std::collections::BTreeSet;
+
+use clawgate_types::{
+    AcpxProcessLease, ActorType, BatchAtomicity, ChannelMessage, DurableSendIntent,
+    GatewayInstanceId, IntentId, IntentStatus, LeaseId, LeaseState, MessageBody, MessageDirection,
+    MessageOrigin, MessagePartKind, MessageReceipt, MessageReceiptPart, MessageTarget,
+    RenderedMessageBatch, RenderedMessageUnit, RunOutcome, SessionKey, SessionStateEventKind,
+    StateVersion, TargetKind,
+};
+
+use crate::{
+    Claim, ClaimToken, InboundKey, InboundStatus, InsertIntentOutcome, IntentCursor, IntentFilter,
+    NewSessionEvent, RecordInboundOutcome, SessionRow, Store, StoreError, WatchCursor, WatchSource,
+    WatermarkKey,
+};
+
+/// Generates one `#[tokio::test]` per conformance case.
+#[macro_export]
+macro_rules! store_conformance_tests {
+    (open = $open:expr, persistent = true) => {
+        $crate::store_conformance_tests!(@cases $open;
+            intent_insert_and_load, intent_duplicate_key_returns_existing,
+            intent_save_checks_status_and_transitions, intent_commit_receipt_is_atomic,
+            intent_partial_receipts_merge, intent_claims_are_exclusive,
+            intent_claim_due_respects_schedule_and_order, intent_listing_pages_every_row_once,
+            concurrent_writes_all_commit, failing_write_does_not_fail_neighbours,
+            inbound_dedupe_attempts_and_pruning, watermark_never_moves_back,
+            signal_append_advances_head_and_dedupes, signal_events_since_is_bounded,
+            signal_prune_keeps_heads_and_exact_gap, cursors_and_session_lifecycle,
+            sessions_registry_round_trip, leases_round_trip_and_compare_and_set,
+            instance_id_is_stable, reopen_keeps_committed_state);
+    };
+    (open = $open:expr, persistent = false) => {
+        $crate::store_conformance_tests!(@cases $open;
+            intent_insert_and_load, intent_duplicate_key_returns_existing,
+            intent_save_checks_status_and_transitions, intent_commit_receipt_is_atomic,
+            intent_partial_receipts_merge, intent_claims_are_exclusive,
+            intent_claim_due_respects_schedule_and_order, intent_listing_pages_every_row_once,
+            concurrent_writes_all_commit, failing_write_does_not_fail_neighbours,
+            inbound_dedupe_attempts_and_pruning, watermark_never_moves_back,
+            signal_append_advances_head_and_dedupes, signal_events_since_is_bounded,
+            signal_prune_keeps_heads_and_exact_gap, cursors_and_session_lifecycle,
+            sessions_registry_round_trip, leases_round_trip_and_compare_and_set,
+            instance_id_is_stable);
+    };
+    (@cases $open:expr; $($case:ident),+ $(,)?) => {
+        mod conformance {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let dir = $crate::testing::tempdir();
+                    $crate::testing::$case(dir.path(), &$open).await;
+                }
+            )+
+        }
+    };
+}
+
+/// A fresh temporary directory for one case.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("a temporary directory for the conformance case")
+}
+
+fn intent_id(n: u64) -> IntentId {
+    IntentId::parse(format!("intent-{n:06}")).unwrap()
+}
+
+/// A realistic outbound reply with an origin marker and a two-unit batch.
+pub fn sample_intent(n: u64, created_at: i64) -> DurableSendIntent {
+    let message = ChannelMessage {
+        id: format!("msg-{n}"),
+        channel: "qa".into(),
+        account_id: Some("bot".into()),
+        direction: MessageDirection::Outbound,
+        target: MessageTarget {
+            kind: TargetKind::Group,
+            id: "room-1".into(),
+            label: None,
+            space_id: None,
+            parent_id: None,
+            thread_id: Some("thread-9".into()),
+            native_channel_id: None,
+        },
+        sender: None,
+        body: Some(MessageBody {
+            text: format!("reply {n}"),
+            format: Some("markdown".into()),
+        }),
+        attachments: vec![],
+        relation: None,
+        origin: Some(MessageOrigin::gateway_failure(
+            clawgate_types::GatewayFailureCode::AgentFailedBeforeReply,
+        )),
+        timestamp: Some(created_at),
+        raw: None,
+    };
+    let mut intent = DurableSendIntent::new(intent_id(n), format!("key-{n}"), message, created_at);
+    intent.batch = Some(RenderedMessageBatch {
+        units: (0..2)
+            .map(|i| RenderedMessageUnit {
+                index: i,
+                kind: MessagePartKind::Text,
+                payload: serde_json::json!({ "text": format!("part {i}") }),
+                required: true,
+            })
+            .collect(),
+        atomicity: BatchAtomicity::AllOrRetryRemaining,
+        idempotency_key: format!("key-{n}"),
+    });
+    intent
+}
+
+fn part(index: u32, id: &str) -> MessageReceiptPart {
+    MessageReceiptPart {
+        platform_message_id: id.into(),
+        kind: MessagePartKind::Text,
+        index,
+        thread_id: None,
+        reply_to_id: None,
+        edit_token: None,
+        delete_token: None,
+        url: None,
+        raw: None,
+    }
+}
+
+fn claim(token: &str, now: i64) -> Claim {
+    Claim {
+        token: ClaimToken(token.into()),
+        now,
+        ttl_ms: 1_000,
+    }
+}
+
+fn key(text: &str) -> SessionKey {
+    SessionKey::parse(text).unwrap()
+}
+
+fn event(session: &str, kind: SessionStateEventKind, at: i64) -> NewSessionEvent {
+    NewSessionEvent {
+        session_key: key(session),
+        kind,
+        actor_type: ActorType::Human,
+        actor_id: Some("user-1".into()),
+        summary: "human message via qa".into(),
+        outcome: None,
+        child_session_key: None,
+        dedupe_key: None,
+        created_at: at,
+    }
+}
+
+/// Moves an intent to a new status through the store, as an engine would.
+async fn step<S: Store>(store: &S, intent: &mut DurableSendIntent, to: IntentStatus, now: i64) {
+    let from = intent.status;
+    intent.status = to;
+    intent.updated_at = now;
+    store
+        .save_intent(intent, from, None)
+        .await
+        .unwrap_or_else(|e| panic!("{from} -> {to}: {e}"));
+}
+
+pub async fn intent_insert_and_load<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let intent = sample_intent(1, 1_000);
+    assert_eq!(
+        store.insert_intent(&intent, None).await.unwrap(),
+        InsertIntentOutcome::Inserted
+    );
+    assert_eq!(
+        store.load_intent(&intent.id).await.unwrap(),
+        Some(intent.clone()),
+        "load by id"
+    );
+    assert_eq!(
+        store.find_intent_by_key("key-1").await.unwrap(),
+        Some(intent),
+        "find by key"
+    );
+    assert_eq!(
+        store.load_intent(&intent_id(2)).await.unwrap(),
+        None,
+        "unknown id"
+    );
+}
+
+pub async fn intent_duplicate_key_returns_existing<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let first = sample_intent(1, 1_000);
+    store.insert_intent(&first, None).await.unwrap();
+    let mut again = sample_intent(2, 2_000);
+    again.idempotency_key = first.idempotency_key.clone();
+    match store.insert_intent(&again, None).await.unwrap() {
+        InsertIntentOutcome::Duplicate(existing) => assert_eq!(*existing, first),
+        other => panic!("a reused idempotency key must return the existing intent, got {other:?}"),
+    }
+    assert_eq!(
+        store.load_intent(&again.id).await.unwrap(),
+        None,
+        "the duplicate was not stored"
+    );
+}
+
+pub async fn intent_save_checks_status_and_transitions<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let mut intent = sample_intent(1, 1_000);
+    store.insert_intent(&intent, None).await.unwrap();
+    step(&store, &mut intent, IntentStatus::Sending, 1_001).await;
+    // A stale writer that still believes the intent is pending loses.
+    let mut stale = intent.clone();
+    stale.status = IntentStatus::Cancelled;
+    match store.save_intent(&stale, IntentStatus::Pending, None).await {
+        Err(StoreError::IntentStatusConflict {
+            actual: IntentStatus::Sending,
+            ..
+        }) => {}
+        other => panic!("expected a status conflict, got {other:?}"),
+    }
+    // The table forbids sending -> sent (a receipt goes through committing).
+    let mut skip = intent.clone();
+    skip.status = IntentStatus::Sent;
+    match store.save_intent(&skip, IntentStatus::Sending, None).await {
+        Err(StoreError::IllegalTransition { .. }) => {}
+        other => panic!("expected an illegal transition, got {other:?}"),
+    }
+    step(&store, &mut intent, IntentStatus::UnknownAfterSend, 1_002).await;
+    let loaded = store.load_intent(&intent.id).await.unwrap().unwrap();
+    assert_eq!(loaded.status, IntentStatus::UnknownAfterSend);
+    assert_eq!(
+        loaded, intent,
+        "every field written by save_intent reads back"
+    );
+}
+
+pub async fn intent_commit_receipt_is_atomic<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let mut intent = sample_intent(1, 1_000);
+    store.insert_intent(&intent, None).await.unwrap();
+    step(&store, &mut intent, IntentStatus::Sending, 1_001).await;
+    store
+        .record_partial_receipt(
+            &intent.id,
+            &MessageReceipt::from_parts(vec![part(0, "p-0")], 1_001),
+            1_001,
+        )
+        .await
+        .unwrap();
+    intent = store.load_intent(&intent.id).await.unwrap().unwrap();
+    step(&store, &mut intent, IntentStatus::Committing, 1_002).await;
+    let receipt = MessageReceipt::from_parts(vec![part(0, "p-0"), part(1, "p-1")], 1_002);
+    let committed = store
+        .commit_receipt(&intent.id, &receipt, 1_003)
+        .await
+        .unwrap();
+    assert_eq!(committed.status, IntentStatus::Sent);
+    assert_eq!(committed.receipt.as_ref(), Some(&receipt));
+    assert_eq!(
+        committed.partial_receipt, None,
+        "the partial receipt is folded into the final"
+    );
+    assert_eq!(
+        store.load_intent(&intent.id).await.unwrap(),
+        Some(committed)
+    );
+    match store.commit_receipt(&intent.id, &receipt, 1_004).await {
+        Err(StoreError::IllegalTransition { .. }) => {}
+        other => panic!("a second commit must be refused, got {other:?}"),
+    }
+    let due = store
+        .claim_due_intents(&claim("w", 10_000), 10)
+        .await
+        .unwrap();
+    assert!(
+        due.is_empty(),
+        "a committed intent is never due again: {due:?}"
+    );
+}
+
+pub async fn intent_partial_receipts_merge<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let mut intent = sample_intent(1, 1_000);
+    store.insert_intent(&intent, None).await.unwrap();
+    match store
+        .record_partial_receipt(
+            &intent.id,
+            &MessageReceipt::from_parts(vec![part(0, "a")], 1),
+            1,
+        )
+        .await
+    {
+        Err(StoreError::IntentStatusConflict { .. }) => {}
+        other => panic!("partial receipts belong to sending intents, got {other:?}"),
+    }
+    step(&store, &mut intent, IntentStatus::Sending, 1_001).await;
+    store
+        .record_partial_receipt(
+            &intent.id,
+            &MessageReceipt::from_parts(vec![part(1, "b")], 2),
+            2,
+        )
+        .await
+        .unwrap();
+    let merged = store
+        .record_partial_receipt(
+            &intent.id,
+            &MessageReceipt::from_parts(vec![part(0, "a")], 3),
+            3,
+        )
+        .await
+        .unwrap();
+    let partial = merged.partial_receipt.unwrap();
+    assert_eq!(
+        partial.platform_message_ids,
+        vec!["a".to_string(), "b".to_string()]
+    );
+    assert_eq!(partial.primary_platform_message_id.as_deref(), Some("a"));
+    let delivered: Vec<u32> = partial.delivered_indices().collect();
+    let batch = merged.batch.unwrap();
+    assert_eq!(
+        batch.missing_units(&delivered).count(),
+        0,
+        "both units have receipts"
+    );
+}
+
+pub async fn intent_claims_are_exclusive<S: Store + 'static>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = std::sync::Arc::new(open(dir));
+    for n in 0..40 {
+        store
+            .insert_intent(&sample_intent(n, 1_000 + n as i64), None)
+            .await
+            .unwrap();
+    }
+    let mut handles = Vec::new();
+    for worker in 0..4 {
+        let store = store.clone();
+        handles.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let got = store
+                    .claim_due_intents(&claim(&format!("w{worker}"), 5_000), 3)
+                    .await
+                    .unwrap();
+                if got.is_empty() {
+                    break mine;
+                }
+                mine.extend(got.into_iter().map(|i| i.id));
+            }
+        }));
+    }
+    let mut seen = BTreeSet::new();
+    let mut total = 0;
+    for handle in handles {
+        let ids = handle.await.unwrap();
+        total += ids.len();
+        seen.extend(ids);
+    }
+    assert_eq!(
+        total, 40,
+        "every intent claimed exactly once across workers"
+    );
+    assert_eq!(seen.len(), 40);
+    let id = intent_id(0);
+    assert_eq!(
+        store
+            .claim_intent(&id, &claim("intruder", 5_500))
+            .await
+            .unwrap(),
+        None,
+        "claim held"
+    );
+    store
+        .release_intent_claim(&id, &ClaimToken("intruder".into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .claim_intent(&id, &claim("intruder", 5_500))
+            .await
+            .unwrap(),
+        None,
+        "only the holder releases"
+    );
+    assert!(
+        store
+            .claim_intent(&id, &claim("late", 6_001))
+            .await
+            .unwrap()
+            .is_some(),
+        "expired claims can be taken"
+    );
+    let mut taken = store.load_intent(&id).await.unwrap().unwrap();
+    taken.status = IntentStatus::Sending;
+    taken.updated_at = 6_002;
+    match store
+        .save_intent(
+            &taken,
+            IntentStatus::Pending,
+            Some(&ClaimToken("w0".into())),
+        )
+        .await
+    {
+        Err(StoreError::ClaimHeld { holder, .. }) => assert_eq!(holder, "late"),
+        other => panic!("a save under someone else's live claim must fail, got {other:?}"),
+    }
+    store
+        .save_intent(
+            &taken,
+            IntentStatus::Pending,
+            Some(&ClaimToken("late".into())),
+        )
+        .await
+        .unwrap();
+    match store.claim_intent(&intent_id(999), &claim("x", 1)).await {
+        Err(StoreError::NotFound { .. }) => {}
+        other => panic!("claiming an unknown intent is NotFound, got {other:?}"),
+    }
+}
+
+pub async fn intent_claim_due_respects_schedule_and_order<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let mut later = sample_intent(1, 3_000);
+    later.next_attempt_at = Some(9_000);
+    store.insert_intent(&later, None).await.unwrap();
+    store
+        .insert_intent(&sample_intent(2, 2_000), None)
+        .await
+        .unwrap();
+    store
+        .insert_intent(&sample_intent(3, 1_000), None)
+        .await
+        .unwrap();
+    let mut done = sample_intent(4, 500);
+    store.insert_intent(&done, None).await.unwrap();
+    step(&store, &mut done, IntentStatus::Cancelled, 600).await;
+    let long = Claim {
+        ttl_ms: 10_000,
+        ..claim("w", 5_000)
+    };
+    let due: Vec<IntentId> = store
+        .claim_due_intents(&long, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(
+        due,
+        vec![intent_id(3), intent_id(2)],
+        "oldest first; not-yet-due and terminal skipped"
+    );
+    let due: Vec<IntentId> = store
+        .claim_due_intents(&claim("v", 9_000), 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(
+        due,
+        vec![intent_id(1)],
+        "due once its time has come (others still claimed by w)"
+    );
+}
+
+pub async fn intent_listing_pages_every_row_once<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    for n in 0..25 {
+        // Equal timestamps in pairs: the id breaks ties.
+        store
+            .insert_intent(&sample_intent(n, 1_000 + (n / 2) as i64), None)
+            .await
+            .unwrap();
+    }
+    let mut failed = store.load_intent(&intent_id(7)).await.unwrap().unwrap();
+    step(&store, &mut failed, IntentStatus::Failed, 2_000).await;
+    let mut all = Vec::new();
+    let mut filter = IntentFilter {
+        limit: 10,
+        ..IntentFilter::default()
+    };
+    loop {
+        let page = store.list_intents(&filter).await.unwrap();
+        let Some(last) = page.last() else { break };
+        filter.after = Some(IntentCursor::of(last));
+        all.extend(page.into_iter().map(|i| i.id));
+    }
+    let expected: Vec<IntentId> = (0..25).map(intent_id).collect();
+    assert_eq!(
+        all, expected,
+        "keyset pages return every intent once, oldest first"
+    );
+    let failed_only = store
+        .list_intents(&IntentFilter {
+            statuses: vec![IntentStatus::Failed],
+            limit: 100,
+            ..IntentFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(failed_only.len(), 1);
+    assert_eq!(
+        store.count_intents_by_status().await.unwrap(),
+        vec![(IntentStatus::Pending, 24), (IntentStatus::Failed, 1)]
+    );
+}
+
+pub async fn concurrent_writes_all_commit<S: Store + 'static>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = std::sync::Arc::new(open(dir));
+    let tasks: Vec<_> = (0..200)
+        .map(|n| {
+            let store = store.clone();
+            tokio::spawn(async move { store.insert_intent(&sample_intent(n, 1_000), None).await })
+        })
+        .collect();
+    for task in tasks {
+        assert_eq!(task.await.unwrap().unwrap(), InsertIntentOutcome::Inserted);
+    }
+    let counts = store.count_intents_by_status().await.unwrap();
+    assert_eq!(
+        counts,
+        vec![(IntentStatus::Pending, 200)],
+        "every acknowledged write is visible"
+    );
+}
+
+pub async fn failing_write_does_not_fail_neighbours<S: Store + 'static>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = std::sync::Arc::new(open(dir));
+    store
+        .insert_intent(&sample_intent(0, 1_000), None)
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..100u64)
+        .map(|n| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut intent = sample_intent(n + 1, 1_000);
+                if n % 3 == 0 {
+                    // Same id as an existing row under another key: this write must fail alone.
+                    intent.id = intent_id(0);
+                }
+                (n, store.insert_intent(&intent, None).await)
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for task in tasks {
+        let (n, result) = task.await.unwrap();
+        if n % 3 == 0 {
+            assert!(
+                matches!(result, Err(StoreError::InvalidInput(_))),
+                "write {n}: {result:?}"
+            );
+        } else {
+            assert_eq!(result.unwrap(), InsertIntentOutcome::Inserted, "write {n}");
+            ok += 1;
+        }
+    }
+    let stored: u64 = store
+        .count_intents_by_status()
+        .await
+        .unwrap()
+        .iter()
+        .map(|(_, c)| c)
+        .sum();
+    assert_eq!(stored, 1 + ok, "neighbours of the failed writes committed");
+}
+
+pub async fn inbound_dedupe_attempts_and_pruning<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let k = |id: &str| InboundKey {
+        channel: "qa".into(),
+        account_id: "bot".into(),
+        event_id: id.into(),
+    };
+    let payload = serde_json::json!({ "text": "hi" });
+    assert!(matches!(
+        store.record_inbound(&k("e1"), &payload, 100).await.unwrap(),
+        RecordInboundOutcome::New(_)
+    ));
+    match store
+        .record_inbound(&k("e1"), &serde_json::json!({ "text": "other" }), 200)
+        .await
+        .unwrap()
+    {
+        RecordInboundOutcome::Duplicate(record) => {
+            assert_eq!(record.payload, payload, "the first record is kept")
+        }
+        other => panic!("a redelivery is a duplicate, got {other:?}"),
+    }
+    store.record_inbound(&k("e2"), &payload, 150).await.unwrap();
+    assert_eq!(store.begin_inbound_attempt(&k("e1"), 300).await.unwrap(), 1);
+    assert_eq!(store.begin_inbound_attempt(&k("e1"), 301).await.unwrap(), 2);
+    store
+        .finish_inbound(&k("e1"), InboundStatus::Received, Some("first error"), 302)
+        .await
+        .unwrap();
+    store
+        .finish_inbound(
+            &k("e1"),
+            InboundStatus::DeadLettered,
+            Some("second error"),
+            303,
+        )
+        .await
+        .unwrap();
+    let e1 = store.load_inbound(&k("e1")).await.unwrap().unwrap();
+    assert_eq!(
+        (e1.status, e1.attempts, e1.last_error.as_deref()),
+        (InboundStatus::DeadLettered, 2, Some("first error"))
+    );
+    let unfinished = store.list_unfinished_inbound(10).await.unwrap();
+    assert_eq!(
+        unfinished
+            .iter()
+            .map(|r| r.event_id.as_str())
+            .collect::<Vec<_>>(),
+        vec!["e2"]
+    );
+    store
+        .finish_inbound(&k("e2"), InboundStatus::Completed, None, 400)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .list_inbound(Some(InboundStatus::Completed), 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        store.prune_completed_inbound(400).await.unwrap(),
+        0,
+        "inside the window"
+    );
+    assert_eq!(store.prune_completed_inbound(401).await.unwrap(), 1);
+    assert!(store.load_inbound(&k("e2")).await.unwrap().is_none());
+    assert!(
+        store.load_inbound(&k("e1")).await.unwrap().is_some(),
+        "dead letters are kept for operators"
+    );
+    assert!(matches!(
+        store.begin_inbound_attempt(&k("nope"), 1).await,
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+pub async fn watermark_never_moves_back<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let key = WatermarkKey {
+        channel: "qa".into(),
+        account_id: "bot".into(),
+        source: "poll".into(),
+    };
+    assert_eq!(store.load_watermark(&key).await.unwrap(), None);
+    assert_eq!(store.advance_watermark(&key, 10, 1).await.unwrap(), 10);
+    assert_eq!(
+        store.advance_watermark(&key, 7, 2).await.unwrap(),
+        10,
+        "never backwards"
+    );
+    assert_eq!(store.advance_watermark(&key, 12, 3).await.unwrap(), 12);
+    assert_eq!(store.load_watermark(&key).await.unwrap(), Some(12));
+}
+
+pub async fn signal_append_advances_head_and_dedupes<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let a = "agent:main:subagent:child";
+    let first = store
+        .append_event(&event(a, SessionStateEventKind::HumanDirectMessage, 10))
+        .await
+        .unwrap();
+    assert_eq!((first.event.sequence, first.duplicate), (1, false));
+    let mut failed = event(a, SessionStateEventKind::RunFailed, 11);
+    failed.outcome = Some(RunOutcome::Timeout);
+    failed.dedupe_key = Some("run-7".into());
+    let second = store.append_event(&failed).await.unwrap();
+    assert_eq!(second.event.sequence, 2);
+    let again = store.append_event(&failed).await.unwrap();
+    assert!(
+        again.duplicate,
+        "a repeated dedupe key returns the existing row"
+    );
+    assert_eq!(again.event, second.event);
+    store
+        .append_event(&event(
+            "agent:other:main",
+            SessionStateEventKind::GoalChanged,
+            12,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.session_head(&key(a)).await.unwrap().state_version,
+        StateVersion(2),
+        "heads are per session"
+    );
+    let changes = store
+        .events_since(&key(a), StateVersion(0), 200)
+        .await
+        .unwrap();
+    assert_eq!(changes.events.len(), 2);
+    assert_eq!(
+        changes.events[1].outcome,
+        Some(RunOutcome::Timeout),
+        "the run outcome is kept"
+    );
+    assert!(
+        store
+            .append_event(&NewSessionEvent {
+                summary: "two\nlines".into(),
+                ..event(a, SessionStateEventKind::Compacted, 13)
+            })
+            .await
+            .is_err(),
+        "summaries are one line"
+    );
+}
+
+pub async fn signal_events_since_is_bounded<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let a = "agent:main:main";
+    for n in 0..250 {
+        store
+            .append_event(&event(a, SessionStateEventKind::GoalChanged, n))
+            .await
+            .unwrap();
+    }
+    let changes = store
+        .events_since(&key(a), StateVersion(10), 200)
+        .await
+        .unwrap();
+    assert_eq!(changes.state_version, StateVersion(250));
+    assert_eq!(changes.events.len(), 200);
+    assert_eq!(
+        changes.events[0].sequence, 11,
+        "strictly after the version asked for"
+    );
+    assert!(changes.truncated);
+    assert!(!changes.history_gap);
+    let tail = store
+        .events_since(&key(a), StateVersion(240), 200)
+        .await
+        .unwrap();
+    assert_eq!((tail.events.len(), tail.truncated), (10, false));
+    let none = store
+        .events_since(&key("agent:main:unknown"), StateVersion(0), 200)
+        .await
+        .unwrap();
+    assert_eq!(
+        (none.state_version, none.events.len(), none.history_gap),
+        (StateVersion(0), 0, false)
+    );
+}
+
+pub async fn signal_prune_keeps_heads_and_exact_gap<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let (a, b) = ("agent:main:a", "agent:main:b");
+    for n in 0..10 {
+        store
+            .append_event(&event(a, SessionStateEventKind::GoalChanged, 100 + n))
+            .await
+            .unwrap();
+    }
+    for n in 0..5 {
+        store
+            .append_event(&event(b, SessionStateEventKind::GoalChanged, 200 + n))
+            .await
+            .unwrap();
+    }
+    // Age: a's events at 100..=103 go (sequences 1..=4).
+    let report = store.prune_signal_log(104, 1_000).await.unwrap();
+    assert_eq!(report.events_deleted, 4);
+    let head = store.session_head(&key(a)).await.unwrap();
+    assert_eq!(
+        (head.state_version, head.pruned_through),
+        (StateVersion(10), 4)
+    );
+    assert!(
+        store
+            .events_since(&key(a), StateVersion(3), 200)
+            .await
+            .unwrap()
+            .history_gap,
+        "3 < pruned 4"
+    );
+    let exact = store
+        .events_since(&key(a), StateVersion(4), 200)
+        .await
+        .unwrap();
+    assert!(!exact.history_gap, "nothing after 4 was pruned");
+    assert_eq!(exact.events.first().map(|e| e.sequence), Some(5));
+    // Row cap: keep the newest 4 rows overall: a loses 5..=10, b loses 1..=1.
+    let report = store.prune_signal_log(0, 4).await.unwrap();
+    assert_eq!(report.events_deleted, 7);
+    assert_eq!(
+        store.session_head(&key(a)).await.unwrap().pruned_through,
+        10
+    );
+    assert_eq!(store.session_head(&key(b)).await.unwrap().pruned_through, 1);
+    assert_eq!(
+        store.session_head(&key(a)).await.unwrap().state_version,
+        StateVersion(10),
+        "heads stay monotonic"
+    );
+    let next = store
+        .append_event(&event(a, SessionStateEventKind::GoalChanged, 300))
+        .await
+        .unwrap();
+    assert_eq!(next.event.sequence, 11, "sequences continue after pruning");
+}
+
+pub async fn cursors_and_session_lifecycle<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let parent = key("agent:main:main");
+    let child = key("agent:main:subagent:child");
+    let other = key("agent:main:other");
+    let cursor = |watcher: &SessionKey, target: &SessionKey, at: i64| WatchCursor {
+        watcher_key: watcher.clone(),
+        target_key: target.clone(),
+        acked_version: StateVersion(3),
+        notified_version: None,
+        material_version: StateVersion(3),
+        source: WatchSource::Spawn,
+        created_at: at,
+        updated_at: at,
+    };
+    let created = store
+        .ensure_cursor(&cursor(&parent, &child, 10))
+        .await
+        .unwrap();
+    let mut moved = cursor(&parent, &child, 10);
+    moved.acked_version = StateVersion(99);
+    assert_eq!(
+        store.ensure_cursor(&moved).await.unwrap(),
+        created,
+        "ensure never moves an existing cursor"
+    );
+    let mut pending = created.clone();
+    pending.notified_version = Some(StateVersion(5));
+    pending.material_version = StateVersion(7);
+    pending.updated_at = 20;
+    store.save_cursor(&pending).await.unwrap();
+    assert_eq!(
+        store.load_cursor(&parent, &child).await.unwrap(),
+        Some(pending.clone())
+    );
+    assert_eq!(
+        store.cursors_with_pending_notice().await.unwrap(),
+        vec![pending]
+    );
+    store
+        .ensure_cursor(&cursor(&other, &child, 11))
+        .await
+        .unwrap();
+    store
+        .ensure_cursor(&cursor(&child, &other, 12))
+        .await
+        .unwrap();
+    assert_eq!(store.cursors_on_target(&child).await.unwrap().len(), 2);
+    assert!(
+        store
+            .ensure_cursor(&cursor(&SessionKey::global(), &child, 1))
+            .await
+            .is_err(),
+        "global scope cannot watch"
+    );
+
+    for k in [&parent, &child, &other] {
+        store.upsert_session(&session_row(k, 1)).await.unwrap();
+    }
+    store.reset_session(&child, 30).await.unwrap();
+    assert!(
+        store.cursors_of_watcher(&child).await.unwrap().is_empty(),
+        "reset drops the watcher's cursors"
+    );
+    assert_eq!(
+        store.cursors_on_target(&child).await.unwrap().len(),
+        2,
+        "cursors on the reset session stay"
+    );
+    store.delete_session(&child, 40).await.unwrap();
+    assert!(
+        store.cursors_on_target(&child).await.unwrap().is_empty(),
+        "deleted with the target"
+    );
+    let report = store.prune_signal_log(1_000, 1_000).await.unwrap();
+    assert_eq!(report.cursors_deleted, 0, "no cursor was left to expire");
+    store
+        .ensure_cursor(&cursor(&parent, &other, 50))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .prune_signal_log(51, 1_000)
+            .await
+            .unwrap()
+            .cursors_deleted,
+        1,
+        "cursors expire with retention"
+    );
+}
+
+fn session_row(k: &SessionKey, at: i64) -> SessionRow {
+    SessionRow {
+        session_key: k.clone(),
+        agent_id: k.agent_id().unwrap_or("main").to_owned(),
+        owner_session_key: None,
+        spawned_by: None,
+        parent_session_key: None,
+        label: None,
+        acp_owner: None,
+        lease_id: None,
+        created_at: at,
+        updated_at: at,
+        reset_at: None,
+        deleted_at: None,
+    }
+}
+
+pub async fn sessions_registry_round_trip<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let parent = key("agent:main:main");
+    let child = key("agent:coder:acp:1");
+    let mut row = session_row(&child, 5);
+    row.owner_session_key = Some(parent.clone());
+    row.spawned_by = Some(parent.clone());
+    row.lease_id = Some(LeaseId::parse("lease-1").unwrap());
+    store.upsert_session(&row).await.unwrap();
+    store
+        .upsert_session(&session_row(&parent, 4))
+        .await
+        .unwrap();
+    assert_eq!(store.load_session(&child).await.unwrap(), Some(row.clone()));
+    row.label = Some("coder".into());
+    store.upsert_session(&row).await.unwrap();
+    assert_eq!(
+        store
+            .load_session(&child)
+            .await
+            .unwrap()
+            .unwrap()
+            .label
+            .as_deref(),
+        Some("coder")
+    );
+    store.delete_session(&child, 9).await.unwrap();
+    let listed: Vec<SessionKey> = store
+        .list_sessions()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.session_key)
+        .collect();
+    assert_eq!(listed, vec![parent], "deleted rows are not listed");
+    assert_eq!(
+        store
+            .load_session(&child)
+            .await
+            .unwrap()
+            .unwrap()
+            .deleted_at,
+        Some(9)
+    );
+    assert!(matches!(
+        store.reset_session(&key("agent:x:y"), 1).await,
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+fn lease(id: &str, instance: &str, started_at: i64) -> AcpxProcessLease {
+    AcpxProcessLease {
+        lease_id: LeaseId::parse(id).unwrap(),
+        gateway_instance_id: GatewayInstanceId::parse(instance).unwrap(),
+        session_key: key("agent:coder:acp:1"),
+        wrapper_root: "/opt/clawgate/wrappers".into(),
+        wrapper_path: "/opt/clawgate/wrappers/clawgate-acpx-wrapper".into(),
+        root_pid: None,
+        root_start_time: None,
+        boot_id: None,
+        process_group_id: None,
+        command_hash: "sha256:abc".into(),
+        started_at,
+        state: LeaseState::Open,
+        ended_at: None,
+    }
+}
+
+pub async fn leases_round_trip_and_compare_and_set<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let mut mine = lease("lease-1", "gw-a", 10);
+    store.insert_lease(&mine).await.unwrap();
+    store
+        .insert_lease(&lease("lease-2", "gw-b", 11))
+        .await
+        .unwrap();
+    store
+        .insert_lease(&lease("lease-3", "gw-a", 12))
+        .await
+        .unwrap();
+    assert!(
+        store.insert_lease(&mine).await.is_err(),
+        "a lease id is written once"
+    );
+    mine.root_pid = Some(4242);
+    mine.process_group_id = Some(4242);
+    store.save_lease(&mine, LeaseState::Open).await.unwrap();
+    assert_eq!(
+        store.load_lease(&mine.lease_id).await.unwrap(),
+        Some(mine.clone())
+    );
+    let gw_a = GatewayInstanceId::parse("gw-a").unwrap();
+    let open_a: Vec<String> = store
+        .list_leases(Some(&gw_a), &[LeaseState::Open])
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.lease_id.to_string())
+        .collect();
+    assert_eq!(
+        open_a,
+        vec!["lease-1", "lease-3"],
+        "only this instance's open leases"
+    );
+    mine.state = LeaseState::Closed;
+    mine.ended_at = Some(100);
+    store.save_lease(&mine, LeaseState::Open).await.unwrap();
+    match store.save_lease(&mine, LeaseState::Open).await {
+        Err(StoreError::LeaseStateConflict {
+            actual: LeaseState::Closed,
+            ..
+        }) => {}
+        other => panic!("a stale lease update must conflict, got {other:?}"),
+    }
+    assert_eq!(
+        store.prune_finished_leases(100).await.unwrap(),
+        0,
+        "inside retention"
+    );
+    assert_eq!(store.prune_finished_leases(101).await.unwrap(), 1);
+    assert_eq!(
+        store.list_leases(None, &[]).await.unwrap().len(),
+        2,
+        "open leases are never pruned"
+    );
+}
+
+pub async fn instance_id_is_stable<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let first = store.gateway_instance_id().await.unwrap();
+    assert_eq!(store.gateway_instance_id().await.unwrap(), first);
+}
+
+pub async fn reopen_keeps_committed_state<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let (instance, intent) = {
+        let store = open(dir);
+        let mut intent = sample_intent(1, 1_000);
+        store.insert_intent(&intent, None).await.unwrap();
+        step(&store, &mut intent, IntentStatus::Sending, 1_001).await;
+        store
+            .append_event(&event(
+                "agent:main:main",
+                SessionStateEventKind::GoalChanged,
+                5,
+            ))
+            .await
+            .unwrap();
+        store
+            .insert_lease(&lease("lease-9", "gw-a", 1))
+            .await
+            .unwrap();
+        (store.gateway_instance_id().await.unwrap(), intent)
+    };
+    let store = open(dir);
+    assert_eq!(
+        store.gateway_instance_id().await.unwrap(),
+        instance,
+        "the instance id survives restarts"
+    );
+    assert_eq!(
+        store.load_intent(&intent.id).await.unwrap(),
+        Some(intent),
+        "the in-flight intent survives"
+    );
+    assert_eq!(
+        store
+            .session_head(&key("agent:main:main"))
+            .await
+            .unwrap()
+            .state_version,
+        StateVersion(1)
+    );
+    assert!(
+        store
+            .load_lease(&LeaseId::parse("lease-9").unwrap())
+            .await
+            .unwrap()
+            .is_some()
+    );
+}

@@ -1,0 +1,675 @@
+//! `cargo xtask tidy`: the mechanical checks of the architecture's invariants.
+//!
+//! * **Layering.** [`RULES`] encodes the crate layers of `docs/architecture.md`: which of our
+//!   crates each crate may depend on. Every dependency between workspace crates (normal, build
+//!   and dev) must be an allowed arrow, and every workspace crate must have a row, so a new crate
+//!   is placed in a layer deliberately.
+//! * **Publish metadata.** Every publishable library crate carries the crates.io metadata and
+//!   inherits the workspace lints.
+//!
+//! The checks are pure functions over plain data ([`check_layers`], [`check_manifests`]); only
+//! [`workspace`] does I/O (`cargo metadata` and reading manifests).
+
+use std::fmt;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+use crate::cmd::{cargo, read_stdout};
+
+/// Which crate names a rule applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pattern {
+    Exact(&'static str),
+    /// Every crate whose name starts with this and has no exact row of its own.
+    Prefix(&'static str),
+}
+
+/// Where a crate sits. Arrows point from a higher layer to a strictly lower one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Layer {
+    /// A product layer, 0 (vocabulary) to 4 (the gateway binary).
+    Product(u8),
+    /// Tools and tests (xtask, the e2e package): above everything, never depended upon.
+    Tool,
+}
+
+impl fmt::Display for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Layer::Product(n) => write!(f, "layer {n}"),
+            Layer::Tool => f.write_str("tools"),
+        }
+    }
+}
+
+/// The crates a crate may depend on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Arrows {
+    /// Exactly these crates of ours (an empty list: none).
+    To(&'static [&'static str]),
+    /// Any of our product crates in a strictly lower layer.
+    AnyLowerLayer,
+    /// Anything in the workspace.
+    Any,
+}
+
+#[derive(Debug)]
+struct Rule {
+    pattern: Pattern,
+    layer: Layer,
+    arrows: Arrows,
+}
+
+const TYPES: &str = "clawgate-types";
+const STORE: &str = "clawgate-store";
+const SDK: &str = "clawgate-channel-sdk";
+const MESSAGES: &str = "clawgate-messages";
+
+/// The layers of `docs/architecture.md`. Change this table and that page together.
+const RULES: &[Rule] = &[
+    Rule {
+        pattern: Pattern::Exact(TYPES),
+        layer: Layer::Product(0),
+        arrows: Arrows::To(&[]),
+    },
+    Rule {
+        pattern: Pattern::Exact(STORE),
+        layer: Layer::Product(1),
+        arrows: Arrows::To(&[TYPES]),
+    },
+    Rule {
+        pattern: Pattern::Exact(SDK),
+        layer: Layer::Product(1),
+        arrows: Arrows::To(&[TYPES]),
+    },
+    Rule {
+        pattern: Pattern::Exact(MESSAGES),
+        layer: Layer::Product(2),
+        arrows: Arrows::To(&[TYPES, STORE, SDK]),
+    },
+    Rule {
+        pattern: Pattern::Exact("clawgate-awareness"),
+        layer: Layer::Product(2),
+        arrows: Arrows::To(&[TYPES, STORE]),
+    },
+    Rule {
+        pattern: Pattern::Exact("clawgate-acpx"),
+        layer: Layer::Product(2),
+        arrows: Arrows::To(&[TYPES, STORE]),
+    },
+    // The wrapper binary stays tiny: none of our crates.
+    Rule {
+        pattern: Pattern::Exact("clawgate-acpx-wrapper"),
+        layer: Layer::Product(2),
+        arrows: Arrows::To(&[]),
+    },
+    // Adapters (and the QA adapter) see the SDK, never the engine.
+    Rule {
+        pattern: Pattern::Prefix("clawgate-channel-"),
+        layer: Layer::Product(3),
+        arrows: Arrows::To(&[TYPES, SDK]),
+    },
+    Rule {
+        pattern: Pattern::Exact("clawgate-conformance"),
+        layer: Layer::Product(3),
+        arrows: Arrows::To(&[TYPES, SDK, MESSAGES, STORE]),
+    },
+    Rule {
+        pattern: Pattern::Exact("clawgate"),
+        layer: Layer::Product(4),
+        arrows: Arrows::AnyLowerLayer,
+    },
+    Rule {
+        pattern: Pattern::Exact("xtask"),
+        layer: Layer::Tool,
+        arrows: Arrows::Any,
+    },
+    Rule {
+        pattern: Pattern::Exact("clawgate-e2e"),
+        layer: Layer::Tool,
+        arrows: Arrows::Any,
+    },
+];
+
+/// The rule for a crate: its exact row, else the longest matching prefix row.
+fn rule_for(name: &str) -> Option<&'static Rule> {
+    RULES
+        .iter()
+        .find(|rule| matches!(rule.pattern, Pattern::Exact(exact) if exact == name))
+        .or_else(|| {
+            RULES
+                .iter()
+                .filter_map(|rule| match rule.pattern {
+                    Pattern::Prefix(prefix) if name.starts_with(prefix) => {
+                        Some((prefix.len(), rule))
+                    }
+                    _ => None,
+                })
+                .max_by_key(|(len, _)| *len)
+                .map(|(_, rule)| rule)
+        })
+}
+
+/// The kind of a dependency, as `cargo metadata` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DepKind {
+    Normal,
+    Build,
+    Dev,
+}
+
+impl fmt::Display for DepKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DepKind::Normal => "dependency",
+            DepKind::Build => "build-dependency",
+            DepKind::Dev => "dev-dependency",
+        })
+    }
+}
+
+/// One workspace crate and its dependencies on other workspace crates.
+#[derive(Debug, Clone)]
+pub(crate) struct Package {
+    pub(crate) name: String,
+    pub(crate) deps: Vec<(String, DepKind)>,
+    pub(crate) manifest: Manifest,
+}
+
+/// The publish facts of one crate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Manifest {
+    /// `publish` is not `false`.
+    pub(crate) publishable: bool,
+    /// The crate has a library target.
+    pub(crate) is_lib: bool,
+    pub(crate) description: bool,
+    /// `license` (or `license-file`).
+    pub(crate) license: bool,
+    pub(crate) repository: bool,
+    pub(crate) readme: bool,
+    pub(crate) keywords: bool,
+    /// `[lints] workspace = true` in its Cargo.toml.
+    pub(crate) workspace_lints: bool,
+}
+
+/// A broken invariant, worded so the reader knows what to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Violation {
+    UnknownCrate {
+        name: String,
+    },
+    ForbiddenArrow {
+        from: String,
+        to: String,
+        kind: DepKind,
+    },
+    MissingField {
+        name: String,
+        field: &'static str,
+    },
+    LintsNotInherited {
+        name: String,
+    },
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Violation::UnknownCrate { name } => write!(
+                f,
+                "{name} is not in the layer table: give it a row in RULES (xtask/src/tidy.rs) \
+                 and a place in docs/architecture.md"
+            ),
+            Violation::ForbiddenArrow { from, to, kind } => {
+                let from_rule = rule_for(from);
+                let to_rule = rule_for(to);
+                let layer =
+                    |rule: Option<&Rule>| rule.map_or("unplaced".into(), |r| r.layer.to_string());
+                write!(
+                    f,
+                    "{from} ({}) must not depend on {to} ({}) ({kind}); allowed: {}",
+                    layer(from_rule),
+                    layer(to_rule),
+                    from_rule.map_or("see RULES".into(), |rule| allowed_text(rule.arrows)),
+                )
+            }
+            Violation::MissingField { name, field } => write!(
+                f,
+                "{name} is publishable but its Cargo.toml does not set `{field}` \
+                 (set it, or inherit it with `{field}.workspace = true`)"
+            ),
+            Violation::LintsNotInherited { name } => {
+                write!(f, "{name}'s Cargo.toml lacks `[lints] workspace = true`")
+            }
+        }
+    }
+}
+
+fn allowed_text(arrows: Arrows) -> String {
+    match arrows {
+        Arrows::To([]) => "none of our crates".into(),
+        Arrows::To(names) => names.join(", "),
+        Arrows::AnyLowerLayer => "any crate of a lower layer".into(),
+        Arrows::Any => "anything".into(),
+    }
+}
+
+/// Checks every arrow between workspace crates against [`RULES`].
+pub(crate) fn check_layers(packages: &[Package]) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    for package in packages {
+        let Some(rule) = rule_for(&package.name) else {
+            violations.push(Violation::UnknownCrate {
+                name: package.name.clone(),
+            });
+            continue;
+        };
+        for (dep, kind) in &package.deps {
+            // A crate's dev-dependency on itself turns on test features; it is not an arrow.
+            if *kind == DepKind::Dev && *dep == package.name {
+                continue;
+            }
+            let allowed = match rule.arrows {
+                Arrows::Any => true,
+                Arrows::To(names) => names.contains(&dep.as_str()),
+                Arrows::AnyLowerLayer => rule_for(dep).is_some_and(|target| {
+                    matches!(target.layer, Layer::Product(_)) && target.layer < rule.layer
+                }),
+            };
+            if !allowed {
+                violations.push(Violation::ForbiddenArrow {
+                    from: package.name.clone(),
+                    to: dep.clone(),
+                    kind: *kind,
+                });
+            }
+        }
+    }
+    violations
+}
+
+/// Checks that every publishable library crate can go to crates.io as a good citizen.
+pub(crate) fn check_manifests(packages: &[Package]) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    for package in packages {
+        let manifest = &package.manifest;
+        if !(manifest.publishable && manifest.is_lib) {
+            continue;
+        }
+        let fields = [
+            ("description", manifest.description),
+            ("license", manifest.license),
+            ("repository", manifest.repository),
+            ("readme", manifest.readme),
+            ("keywords", manifest.keywords),
+        ];
+        for (field, present) in fields {
+            if !present {
+                violations.push(Violation::MissingField {
+                    name: package.name.clone(),
+                    field,
+                });
+            }
+        }
+        if !manifest.workspace_lints {
+            violations.push(Violation::LintsNotInherited {
+                name: package.name.clone(),
+            });
+        }
+    }
+    violations
+}
+
+/// Whether a Cargo.toml's text says `[lints] workspace = true` (or `lints.workspace = true`).
+fn inherits_workspace_lints(manifest: &str) -> bool {
+    let mut in_lints = false;
+    for line in manifest.lines() {
+        let line = line.split('#').next().unwrap_or_default();
+        let compact: String = line.chars().filter(|c| !c.is_whitespace()).collect();
+        if compact.starts_with('[') {
+            in_lints = compact == "[lints]";
+        } else if (in_lints && compact == "workspace=true") || compact == "lints.workspace=true" {
+            return true;
+        }
+    }
+    false
+}
+
+/// The workspace crates, from `cargo metadata --no-deps` and their manifests.
+pub(crate) fn workspace() -> anyhow::Result<Vec<Package>> {
+    let json = read_stdout(&mut cargo([
+        "metadata",
+        "--format-version",
+        "1",
+        "--no-deps",
+    ]))?;
+    let metadata: Value =
+        serde_json::from_str(&json).context("`cargo metadata` printed invalid JSON")?;
+    let packages = metadata["packages"]
+        .as_array()
+        .context("`cargo metadata` output has no `packages` list")?;
+    let names: Vec<&str> = packages.iter().filter_map(|p| p["name"].as_str()).collect();
+    let mut result = Vec::new();
+    for package in packages {
+        let name = package["name"]
+            .as_str()
+            .context("a package without a name")?
+            .to_owned();
+        let mut deps = Vec::new();
+        for dep in package["dependencies"].as_array().into_iter().flatten() {
+            let dep_name = dep["name"]
+                .as_str()
+                .context("a dependency without a name")?;
+            if !names.contains(&dep_name) {
+                continue;
+            }
+            let kind = match dep["kind"].as_str() {
+                None | Some("normal") => DepKind::Normal,
+                Some("build") => DepKind::Build,
+                Some("dev") => DepKind::Dev,
+                Some(other) => bail!("{name}: unknown dependency kind `{other}` for {dep_name}"),
+            };
+            deps.push((dep_name.to_owned(), kind));
+        }
+        let manifest_path = PathBuf::from(
+            package["manifest_path"]
+                .as_str()
+                .context("a package without a manifest path")?,
+        );
+        let manifest_text = std::fs::read_to_string(&manifest_path)
+            .with_context(|| format!("could not read {}", manifest_path.display()))?;
+        let set = |key: &str| {
+            package[key]
+                .as_str()
+                .is_some_and(|text| !text.trim().is_empty())
+        };
+        let manifest = Manifest {
+            // `publish = false` shows up as an empty registry list; null means "anywhere".
+            publishable: !package["publish"].as_array().is_some_and(Vec::is_empty),
+            is_lib: package["targets"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|target| {
+                    target["kind"].as_array().into_iter().flatten().any(|kind| {
+                        matches!(kind.as_str(), Some("lib" | "rlib" | "dylib" | "proc-macro"))
+                    })
+                }),
+            description: set("description"),
+            license: set("license") || set("license_file"),
+            repository: set("repository"),
+            readme: set("readme"),
+            keywords: package["keywords"]
+                .as_array()
+                .is_some_and(|k| !k.is_empty()),
+            workspace_lints: inherits_workspace_lints(&manifest_text),
+        };
+        result.push(Package {
+            name,
+            deps,
+            manifest,
+        });
+    }
+    Ok(result)
+}
+
+pub(crate) fn run() -> anyhow::Result<()> {
+    let packages = workspace()?;
+    let mut violations = check_layers(&packages);
+    violations.extend(check_manifests(&packages));
+    if violations.is_empty() {
+        println!(
+            "tidy: {} workspace crates respect the layers and publish rules",
+            packages.len()
+        );
+        return Ok(());
+    }
+    let list: Vec<String> = violations.iter().map(|v| format!("  {v}")).collect();
+    bail!(
+        "tidy found {} problem(s):\n{}",
+        violations.len(),
+        list.join("\n")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn complete_manifest() -> Manifest {
+        Manifest {
+            publishable: true,
+            is_lib: true,
+            description: true,
+            license: true,
+            repository: true,
+            readme: true,
+            keywords: true,
+            workspace_lints: true,
+        }
+    }
+
+    fn package(name: &str, deps: &[(&str, DepKind)]) -> Package {
+        Package {
+            name: name.to_owned(),
+            deps: deps
+                .iter()
+                .map(|(dep, kind)| ((*dep).to_owned(), *kind))
+                .collect(),
+            manifest: complete_manifest(),
+        }
+    }
+
+    fn arrow(from: &str, to: &str, kind: DepKind) -> Violation {
+        Violation::ForbiddenArrow {
+            from: from.into(),
+            to: to.into(),
+            kind,
+        }
+    }
+
+    #[test]
+    fn the_real_workspace_is_tidy() {
+        let packages = workspace().expect("cargo metadata runs");
+        assert!(
+            packages.iter().any(|p| p.name == TYPES),
+            "found the workspace crates"
+        );
+        let mut violations = check_layers(&packages);
+        violations.extend(check_manifests(&packages));
+        let text: Vec<String> = violations.iter().map(ToString::to_string).collect();
+        assert!(
+            violations.is_empty(),
+            "tidy violations:\n{}",
+            text.join("\n")
+        );
+    }
+
+    #[test]
+    fn the_architecture_graph_is_allowed() {
+        use DepKind::*;
+        let packages = [
+            package(TYPES, &[]),
+            package(STORE, &[(TYPES, Normal), (STORE, Dev)]),
+            package(SDK, &[(TYPES, Normal)]),
+            package(MESSAGES, &[(TYPES, Normal), (STORE, Normal), (SDK, Normal)]),
+            package("clawgate-awareness", &[(TYPES, Normal), (STORE, Normal)]),
+            package("clawgate-acpx", &[(TYPES, Normal), (STORE, Build)]),
+            package("clawgate-acpx-wrapper", &[]),
+            package("clawgate-channel-qa", &[(TYPES, Normal), (SDK, Normal)]),
+            package("clawgate-channel-telegram", &[(SDK, Normal), (TYPES, Dev)]),
+            package(
+                "clawgate-conformance",
+                &[(SDK, Normal), (MESSAGES, Normal), (STORE, Dev)],
+            ),
+            package(
+                "clawgate",
+                &[(MESSAGES, Normal), ("clawgate-channel-qa", Normal)],
+            ),
+            package("xtask", &[(TYPES, Normal), ("clawgate", Normal)]),
+            package("clawgate-e2e", &[("clawgate", Dev), (STORE, Normal)]),
+        ];
+        assert_eq!(check_layers(&packages), []);
+    }
+
+    #[test]
+    fn forbidden_arrows_are_reported() {
+        use DepKind::*;
+        let cases: &[(&str, Package, Vec<Violation>)] = &[
+            (
+                "types -> store",
+                package(TYPES, &[(STORE, Normal)]),
+                vec![arrow(TYPES, STORE, Normal)],
+            ),
+            (
+                "adapter -> engine",
+                package(
+                    "clawgate-channel-slack",
+                    &[(SDK, Normal), (MESSAGES, Normal)],
+                ),
+                vec![arrow("clawgate-channel-slack", MESSAGES, Normal)],
+            ),
+            (
+                "QA adapter -> store, as a dev-dependency",
+                package("clawgate-channel-qa", &[(STORE, Dev)]),
+                vec![arrow("clawgate-channel-qa", STORE, Dev)],
+            ),
+            (
+                "store -> sdk (same layer)",
+                package(STORE, &[(SDK, Build)]),
+                vec![arrow(STORE, SDK, Build)],
+            ),
+            (
+                "wrapper -> types",
+                package("clawgate-acpx-wrapper", &[(TYPES, Normal)]),
+                vec![arrow("clawgate-acpx-wrapper", TYPES, Normal)],
+            ),
+            (
+                "binary -> a tool",
+                package("clawgate", &[(TYPES, Normal), ("xtask", Normal)]),
+                vec![arrow("clawgate", "xtask", Normal)],
+            ),
+            (
+                "a self-dependency that is not a dev-dependency",
+                package(TYPES, &[(TYPES, Normal)]),
+                vec![arrow(TYPES, TYPES, Normal)],
+            ),
+        ];
+        for (case, package, expected) in cases {
+            assert_eq!(
+                &check_layers(std::slice::from_ref(package)),
+                expected,
+                "{case}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_crate_is_reported() {
+        let packages = [
+            package(TYPES, &[]),
+            package("clawgate-telemetry", &[(TYPES, DepKind::Normal)]),
+        ];
+        assert_eq!(
+            check_layers(&packages),
+            [Violation::UnknownCrate {
+                name: "clawgate-telemetry".into()
+            }]
+        );
+        let message = check_layers(&packages)[0].to_string();
+        assert!(
+            message.contains("clawgate-telemetry is not in the layer table"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn exact_rows_win_over_prefixes() {
+        let sdk = rule_for(SDK).expect("sdk has a rule");
+        assert_eq!(sdk.layer, Layer::Product(1));
+        let qa = rule_for("clawgate-channel-qa").expect("qa has a rule");
+        assert_eq!(qa.layer, Layer::Product(3));
+        assert!(rule_for("clawgate-chan").is_none());
+    }
+
+    /// The table itself respects the layering: every explicit arrow points strictly down.
+    #[test]
+    fn every_listed_arrow_points_down() {
+        for rule in RULES {
+            if let Arrows::To(names) = rule.arrows {
+                for name in names {
+                    let target = rule_for(name).expect("arrow targets have rows");
+                    assert!(target.layer < rule.layer, "{:?} -> {name}", rule.pattern);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_message_names_the_layers_and_the_allowed_arrows() {
+        let text = arrow("clawgate-channel-slack", MESSAGES, DepKind::Normal).to_string();
+        assert_eq!(
+            text,
+            "clawgate-channel-slack (layer 3) must not depend on clawgate-messages (layer 2) \
+             (dependency); allowed: clawgate-types, clawgate-channel-sdk"
+        );
+    }
+
+    #[test]
+    fn missing_publish_metadata_is_reported() {
+        let mut incomplete = package("clawgate-awareness", &[]);
+        incomplete.manifest.keywords = false;
+        incomplete.manifest.readme = false;
+        incomplete.manifest.workspace_lints = false;
+        let mut private = package("clawgate-e2e", &[]);
+        private.manifest = Manifest {
+            publishable: false,
+            ..incomplete.manifest.clone()
+        };
+        let mut binary = package("clawgate-acpx-wrapper", &[]);
+        binary.manifest = Manifest {
+            is_lib: false,
+            ..incomplete.manifest.clone()
+        };
+        let complete = package(TYPES, &[]);
+
+        let name = String::from("clawgate-awareness");
+        assert_eq!(
+            check_manifests(&[incomplete, private, binary, complete]),
+            [
+                Violation::MissingField {
+                    name: name.clone(),
+                    field: "readme"
+                },
+                Violation::MissingField {
+                    name: name.clone(),
+                    field: "keywords"
+                },
+                Violation::LintsNotInherited { name },
+            ]
+        );
+    }
+
+    #[test]
+    fn workspace_lints_are_read_from_the_manifest_text() {
+        let cases = [
+            (
+                "[package]\nname = \"a\"\n\n[lints]\nworkspace = true\n",
+                true,
+            ),
+            ("[lints]\n  workspace=true # inherit\n", true),
+            ("lints.workspace = true\n", true),
+            ("[package]\nworkspace = true\n", false),
+            ("[lints]\nworkspace = false\n", false),
+            ("[lints.rust]\nworkspace = true\n", false),
+            ("# [lints]\n# workspace = true\n", false),
+            ("", false),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(inherits_workspace_lints(text), expected, "{text:?}");
+        }
+    }
+}
