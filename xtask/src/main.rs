@@ -3,13 +3,14 @@
 //!
 //! Each command lives in its own module; this file only parses arguments and dispatches. Adding a
 //! command means one module, one [`Command`] variant, one arm in [`parse`], one arm in [`run`]
-//! and one line of [`USAGE`]. (`migrate` and `bench` from docs/architecture.md are not written
-//! yet; each arrives that way, as `migrate.rs` and `bench.rs`.)
+//! and one line of [`USAGE`].
 
+mod bench;
 mod ci;
 mod cmd;
 mod codegen;
 mod conformance;
+mod migrate;
 mod tidy;
 
 use std::process::ExitCode;
@@ -20,6 +21,10 @@ usage: cargo xtask <command> [options]
 commands:
   codegen [--check]   write docs/schema/ (JSON Schemas of the wire types + README.md);
                       --check only compares and fails when docs/schema/ is stale
+  migrate --state-dir DIR [--status]
+                      apply the state database migrations in DIR (created if empty);
+                      --status only shows each migration's state
+  bench store         store throughput beside a raw SQLite baseline from the same run
   tidy                check the crate layering and the publish metadata of every crate
   conformance         run every conformance suite (today: the store suite)
   ci                  run what CI runs: fmt, clippy, tests, codegen --check, tidy,
@@ -28,9 +33,11 @@ commands:
 ";
 
 /// A parsed command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Command {
     Codegen(codegen::Mode),
+    Migrate(migrate::Migrate),
+    Bench(bench::Suite),
     Tidy,
     Conformance,
     Ci,
@@ -43,6 +50,9 @@ enum ArgError {
     MissingCommand,
     UnknownCommand(String),
     UnexpectedArgument { command: String, argument: String },
+    MissingValue { command: String, option: String },
+    MissingOption { command: String, option: String },
+    UnknownSuite(String),
 }
 
 impl std::fmt::Display for ArgError {
@@ -52,6 +62,15 @@ impl std::fmt::Display for ArgError {
             ArgError::UnknownCommand(name) => write!(f, "unknown command `{name}`"),
             ArgError::UnexpectedArgument { command, argument } => {
                 write!(f, "`{command}` does not take the argument `{argument}`")
+            }
+            ArgError::MissingValue { command, option } => {
+                write!(f, "`{command} {option}` needs a value")
+            }
+            ArgError::MissingOption { command, option } => {
+                write!(f, "`{command}` needs `{option}`")
+            }
+            ArgError::UnknownSuite(name) => {
+                write!(f, "unknown benchmark suite `{name}` (known: store)")
             }
         }
     }
@@ -72,6 +91,24 @@ fn parse(args: &[String]) -> Result<Command, ArgError> {
         } else {
             codegen::Mode::Write
         }),
+        "migrate" => {
+            let state_dir = rest
+                .value("--state-dir")?
+                .ok_or_else(|| ArgError::MissingOption {
+                    command: name.clone(),
+                    option: "--state-dir".into(),
+                })?;
+            Command::Migrate(migrate::Migrate {
+                state_dir: state_dir.into(),
+                status_only: rest.flag("--status"),
+            })
+        }
+        "bench" => {
+            let suite = rest
+                .positional()
+                .ok_or_else(|| ArgError::UnknownSuite(String::new()))?;
+            Command::Bench(bench::Suite::parse(&suite).ok_or(ArgError::UnknownSuite(suite))?)
+        }
         "tidy" => Command::Tidy,
         "conformance" => Command::Conformance,
         "ci" => Command::Ci,
@@ -95,6 +132,33 @@ impl Options<'_> {
         self.rest.len() != before
     }
 
+    /// `--name VALUE` or `--name=VALUE`.
+    fn value(&mut self, name: &str) -> Result<Option<String>, ArgError> {
+        let prefix = format!("{name}=");
+        if let Some(at) = self.rest.iter().position(|arg| arg.starts_with(&prefix)) {
+            let arg = self.rest.remove(at);
+            return Ok(Some(arg[prefix.len()..].to_owned()));
+        }
+        let Some(at) = self.rest.iter().position(|arg| arg == name) else {
+            return Ok(None);
+        };
+        if at + 1 >= self.rest.len() || self.rest[at + 1].starts_with("--") {
+            return Err(ArgError::MissingValue {
+                command: self.command.to_owned(),
+                option: name.to_owned(),
+            });
+        }
+        let value = self.rest.remove(at + 1);
+        self.rest.remove(at);
+        Ok(Some(value))
+    }
+
+    /// The first argument that is not an option.
+    fn positional(&mut self) -> Option<String> {
+        let at = self.rest.iter().position(|arg| !arg.starts_with("--"))?;
+        Some(self.rest.remove(at))
+    }
+
     fn finish(self) -> Result<(), ArgError> {
         match self.rest.into_iter().next() {
             None => Ok(()),
@@ -109,6 +173,8 @@ impl Options<'_> {
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Codegen(mode) => codegen::run(mode),
+        Command::Migrate(args) => migrate::run(&args),
+        Command::Bench(suite) => bench::run(suite),
         Command::Tidy => tidy::run(),
         Command::Conformance => conformance::run(),
         Command::Ci => ci::run(),
@@ -155,6 +221,36 @@ mod tests {
                 Ok(Command::Codegen(codegen::Mode::Check)),
             ),
             ("tidy", Ok(Command::Tidy)),
+            (
+                "migrate --state-dir /tmp/x --status",
+                Ok(Command::Migrate(migrate::Migrate {
+                    state_dir: "/tmp/x".into(),
+                    status_only: true,
+                })),
+            ),
+            (
+                "migrate --state-dir=.clawgate",
+                Ok(Command::Migrate(migrate::Migrate {
+                    state_dir: ".clawgate".into(),
+                    status_only: false,
+                })),
+            ),
+            (
+                "migrate",
+                Err(ArgError::MissingOption {
+                    command: "migrate".into(),
+                    option: "--state-dir".into(),
+                }),
+            ),
+            (
+                "migrate --state-dir",
+                Err(ArgError::MissingValue {
+                    command: "migrate".into(),
+                    option: "--state-dir".into(),
+                }),
+            ),
+            ("bench store", Ok(Command::Bench(bench::Suite::Store))),
+            ("bench warp", Err(ArgError::UnknownSuite("warp".into()))),
             ("conformance", Ok(Command::Conformance)),
             ("ci", Ok(Command::Ci)),
             ("help", Ok(Command::Help)),
@@ -186,8 +282,15 @@ mod tests {
 
     #[test]
     fn usage_names_every_command() {
-        for name in ["codegen", "tidy", "conformance", "ci", "help"] {
-            assert!(parse_str(name).is_ok(), "{name} parses");
+        for name in [
+            "codegen",
+            "migrate",
+            "bench",
+            "tidy",
+            "conformance",
+            "ci",
+            "help",
+        ] {
             assert!(USAGE.contains(&format!("\n  {name}")), "usage lists {name}");
         }
     }

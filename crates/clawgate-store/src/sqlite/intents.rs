@@ -8,7 +8,7 @@ use clawgate_types::{
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::SqliteStore;
-use super::errors::DbResult;
+use super::errors::{DbError, DbResult};
 use crate::model::{Claim, ClaimToken, InsertIntentOutcome, IntentFilter};
 use crate::ports::IntentStore;
 use crate::{StoreError, StoreResult};
@@ -178,22 +178,11 @@ impl IntentStore for SqliteStore {
         intent: &DurableSendIntent,
         claim: Option<&Claim>,
     ) -> StoreResult<InsertIntentOutcome> {
+        // Encode on the caller's task: the writer thread is the bottleneck, keep it for SQL.
+        let payload = encode(intent).map_err(|e| self.map_error(e))?;
         let intent = intent.clone();
         let claim = claim.cloned();
         self.write(move |conn| {
-            let clash: Option<String> = conn
-                .prepare_cached("SELECT idempotency_key FROM send_intents WHERE id = ?1")?
-                .query_row([intent.id.as_str()], |r| r.get(0))
-                .optional()?;
-            if clash.is_some_and(|key| key != intent.idempotency_key) {
-                // The id is taken under another key: a caller bug, never a duplicate.
-                return Err(StoreError::InvalidInput(format!(
-                    "send intent id {} already exists with another idempotency key",
-                    intent.id
-                ))
-                .into());
-            }
-            let payload = encode(&intent)?;
             let inserted = conn
                 .prepare_cached(
                     "INSERT INTO send_intents (id, idempotency_key, channel, account_id, status,
@@ -217,7 +206,17 @@ impl IntentStore for SqliteStore {
                     claim.as_ref().map(Claim::until),
                     INTENT_FORMAT,
                     payload,
-                ])?;
+                ])
+                .map_err(|e| match e.sqlite_error_code() {
+                    // The id is taken under another key: a caller bug, never a duplicate.
+                    Some(rusqlite::ErrorCode::ConstraintViolation) => {
+                        DbError::Store(StoreError::InvalidInput(format!(
+                            "send intent id {} already exists with another idempotency key",
+                            intent.id
+                        )))
+                    }
+                    _ => DbError::Sqlite(e),
+                })?;
             if inserted == 1 {
                 return Ok(InsertIntentOutcome::Inserted);
             }

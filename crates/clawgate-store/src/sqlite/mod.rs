@@ -45,6 +45,9 @@ pub struct SqliteOptions {
     pub readers: u32,
     /// Most logical writes committed in one transaction.
     pub max_batch: usize,
+    /// Caps the database size in pages (`PRAGMA max_page_count`); writes past it fail as
+    /// [`StoreError::DiskFull`]. `None` leaves SQLite's own limit.
+    pub max_page_count: Option<u64>,
 }
 
 impl Default for SqliteOptions {
@@ -54,6 +57,7 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(5),
             readers: 4,
             max_batch: 512,
+            max_page_count: None,
         }
     }
 }
@@ -111,6 +115,7 @@ impl SqliteStore {
             .with_init({
                 let timeout = options.busy_timeout;
                 move |c| {
+                    c.set_prepared_statement_cache_capacity(64);
                     c.busy_timeout(timeout)?;
                     c.pragma_update(None, "query_only", true)
                 }
@@ -161,6 +166,11 @@ impl SqliteStore {
         F: FnOnce(&Connection) -> DbResult<T> + Send + 'static,
     {
         self.inner.writer.write(&self.inner.ctx, f).await
+    }
+
+    /// Types an error raised outside a database job (encoding on the caller's task).
+    pub(crate) fn map_error(&self, error: errors::DbError) -> StoreError {
+        self.inner.ctx.map(error, Phase::Operate)
     }
 
     /// Runs `f` on a read-only connection (a consistent snapshot of the last commit).
@@ -241,6 +251,8 @@ fn check_file_writable(path: &Path) -> StoreResult<()> {
 
 fn configure_writer(conn: &Connection, options: &SqliteOptions, file: bool) -> DbResult<()> {
     conn.busy_timeout(options.busy_timeout)?;
+    // Every statement the writer runs stays prepared (the default cache of 16 thrashes).
+    conn.set_prepared_statement_cache_capacity(256);
     if file {
         // Reading the header here is also what detects a corrupt or foreign file.
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
@@ -257,5 +269,8 @@ fn configure_writer(conn: &Connection, options: &SqliteOptions, file: bool) -> D
         Synchronous::Normal => "NORMAL",
     };
     conn.pragma_update(None, "synchronous", sync)?;
+    if let Some(pages) = options.max_page_count {
+        conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))?;
+    }
     Ok(())
 }

@@ -50,9 +50,7 @@ fn i64_of(value: u64) -> i64 {
 const SELECT_EVENT: &str = "SELECT sequence, kind, actor_type, actor_id, summary, outcome,
     child_session_key, created_at FROM session_state_events";
 
-fn event_row(
-    r: &Row<'_>,
-) -> rusqlite::Result<(
+type RawEvent = (
     i64,
     String,
     String,
@@ -61,7 +59,9 @@ fn event_row(
     Option<String>,
     Option<String>,
     i64,
-)> {
+);
+
+fn event_row(r: &Row<'_>) -> rusqlite::Result<RawEvent> {
     Ok((
         r.get(0)?,
         r.get(1)?,
@@ -75,16 +75,7 @@ fn event_row(
 }
 
 fn decode_event(
-    (sequence, kind, actor, actor_id, summary, outcome, child, created_at): (
-        i64,
-        String,
-        String,
-        Option<String>,
-        String,
-        Option<String>,
-        Option<String>,
-        i64,
-    ),
+    (sequence, kind, actor, actor_id, summary, outcome, child, created_at): RawEvent,
 ) -> DbResult<SessionStateEvent> {
     Ok(SessionStateEvent {
         sequence: u64_of(sequence),

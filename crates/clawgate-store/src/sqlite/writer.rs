@@ -96,30 +96,45 @@ impl Drop for Writer {
     fn drop(&mut self) {
         // Closing the queue lets the thread finish what is queued and exit.
         self.queue.take();
-        if let Some(thread) = self.thread.take() {
-            if thread.join().is_err() {
-                error!("store writer thread panicked");
-            }
+        if let Some(thread) = self.thread.take()
+            && thread.join().is_err()
+        {
+            error!("store writer thread panicked");
         }
     }
 }
 
 fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, max_batch: usize, ctx: ErrorContext) {
     let mut batch: Vec<Job> = Vec::with_capacity(max_batch);
+    let mut last_batch = 0usize;
     while let Some(first) = jobs.blocking_recv() {
         batch.push(first);
+        let mut yields = 0;
         while batch.len() < max_batch {
             match jobs.try_recv() {
                 Ok(job) => batch.push(job),
+                // Writers woken by the previous commit are still queueing their next write:
+                // give them a moment when the last batch says many are coming. An idle or
+                // single-writer store never waits here.
+                Err(_) if batch.len() < last_batch && yields < 64 => {
+                    yields += 1;
+                    std::thread::yield_now();
+                }
                 Err(_) => break,
             }
         }
+        last_batch = batch.len();
         commit_batch(&conn, &mut batch, &ctx);
     }
 }
 
+/// Runs a statement from the connection's cache: savepoints run once per write.
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
 fn commit_batch(conn: &Connection, batch: &mut Vec<Job>, ctx: &ErrorContext) {
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+    if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
         warn!(path = %ctx.path.display(), error = %e, "could not start a write transaction");
         for job in batch.drain(..) {
             let (_, finish) = job(None, Some(&e));
@@ -135,7 +150,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>, ctx: &ErrorContext) {
             finishes.push(finish);
             continue;
         }
-        if let Err(e) = conn.execute_batch("SAVEPOINT write") {
+        if let Err(e) = exec(conn, "SAVEPOINT write") {
             let (_, finish) = job(None, Some(&e));
             finishes.push(finish);
             aborted = Some(e);
@@ -153,9 +168,9 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>, ctx: &ErrorContext) {
             continue;
         }
         let step = if ok {
-            conn.execute_batch("RELEASE write")
+            exec(conn, "RELEASE write")
         } else {
-            conn.execute_batch("ROLLBACK TO write; RELEASE write")
+            exec(conn, "ROLLBACK TO write").and_then(|_| exec(conn, "RELEASE write"))
         };
         if let Err(e) = step {
             aborted = Some(e);
@@ -163,7 +178,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>, ctx: &ErrorContext) {
     }
     let commit_error = match aborted {
         Some(e) => Some(e),
-        None => conn.execute_batch("COMMIT").err(),
+        None => exec(conn, "COMMIT").err(),
     };
     if let Some(e) = &commit_error {
         if !conn.is_autocommit() {
