@@ -1,4 +1,8 @@
-//! Cross-crate end-to-end tests with real processes: kill -9 and several writers on one file.
+//! Cross-crate end-to-end tests with real processes, real SQLite files and the real QA platform
+//! over loopback HTTP.
 #![allow(clippy::unwrap_used)] // Tests fail loudly by design.
+#![allow(unreachable_pub)] // Shared helpers of one test binary.
 
+mod harness;
+mod send_lifecycle;
 mod store_crash;

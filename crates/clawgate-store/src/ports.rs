@@ -65,6 +65,7 @@ pub trait IntentStore: Send + Sync {
 
     /// Claims up to `limit` recoverable intents that are due at `claim.now` and not claimed by a
     /// live holder, oldest first. Two callers never receive the same intent while a claim holds.
+    /// An `unknown_after_send` intent without `next_attempt_at` is parked and never returned.
     async fn claim_due_intents(
         &self,
         claim: &Claim,

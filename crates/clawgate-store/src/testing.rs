@@ -467,6 +467,10 @@ pub async fn intent_claim_due_respects_schedule_and_order<S: Store>(
         .insert_intent(&sample_intent(3, 1_000), None)
         .await
         .unwrap();
+    let mut parked = sample_intent(5, 400);
+    store.insert_intent(&parked, None).await.unwrap();
+    step(&store, &mut parked, IntentStatus::Sending, 401).await;
+    step(&store, &mut parked, IntentStatus::UnknownAfterSend, 402).await;
     let mut done = sample_intent(4, 500);
     store.insert_intent(&done, None).await.unwrap();
     step(&store, &mut done, IntentStatus::Cancelled, 600).await;
@@ -484,7 +488,7 @@ pub async fn intent_claim_due_respects_schedule_and_order<S: Store>(
     assert_eq!(
         due,
         vec![intent_id(3), intent_id(2)],
-        "oldest first; not-yet-due and terminal skipped"
+        "oldest first; not-yet-due, parked unknown and terminal skipped"
     );
     let due: Vec<IntentId> = store
         .claim_due_intents(&claim("v", 9_000), 10)

@@ -331,7 +331,10 @@ impl IntentStore for SqliteStore {
                 let mut stmt = conn.prepare_cached(
                     "SELECT id FROM send_intents
                      WHERE status IN ('pending', 'sending', 'committing', 'unknown_after_send')
-                       AND (next_attempt_at IS NULL OR next_attempt_at <= ?1)
+                       AND (next_attempt_at <= ?1
+                            -- An unknown outcome without a scheduled reconciliation is parked
+                            -- for an operator: never picked up (and so never replayed) again.
+                            OR (next_attempt_at IS NULL AND status != 'unknown_after_send'))
                        AND (claimed_by IS NULL OR claim_until <= ?1)
                      ORDER BY created_at, id
                      LIMIT ?2",

@@ -1,0 +1,345 @@
+//! The QA channel adapter: the channel SDK spoken over the QA platform's HTTP API.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use clawgate_channel_sdk::{
+    ChannelMessageAdapter, MessageOriginAdapter, Reconciliation, SendContext, SendError,
+    classify_http_status,
+};
+use clawgate_types::{
+    DeliveryCapabilities, DeliveryFailureKind, LiveCapabilities, MessageCapabilities,
+    MessageOrigin, MessagePartKind, MessageReceiptPart, MessageRelation, RenderedMessageUnit,
+    TextCapabilities, ThreadCapabilities,
+};
+use reqwest::StatusCode;
+
+use crate::wire::{EditRequest, ErrorBody, MessageAnswer, PlatformMessage, SendRequest};
+
+/// The channel name QA messages address.
+pub const QA_CHANNEL: &str = "qa";
+
+/// Speaks to a [`QaPlatform`](crate::QaPlatform).
+#[derive(Debug, Clone)]
+pub struct QaAdapter {
+    channel: String,
+    base_url: String,
+    token: String,
+    http: reqwest::Client,
+    capabilities: MessageCapabilities,
+    /// Sends idempotency keys and can reconcile unknown outcomes.
+    idempotent: bool,
+}
+
+impl QaAdapter {
+    /// The full adapter: idempotency keys on every unit, reconciliation by key lookup.
+    pub fn new(base_url: &str, token: &str) -> QaAdapter {
+        QaAdapter::build(base_url, token, true, Duration::from_secs(10))
+    }
+
+    /// The variant without idempotency keys or reconciliation: unknown outcomes must stay
+    /// unknown (never replayed blindly).
+    pub fn without_idempotency(base_url: &str, token: &str) -> QaAdapter {
+        QaAdapter::build(base_url, token, false, Duration::from_secs(10))
+    }
+
+    /// Changes how long one platform call may take before its outcome counts as unknown.
+    pub fn with_timeout(self, timeout: Duration) -> QaAdapter {
+        QaAdapter::build(&self.base_url, &self.token, self.idempotent, timeout)
+    }
+
+    /// Serves another channel name (several QA "platforms" in one gateway).
+    pub fn with_channel(mut self, channel: &str) -> QaAdapter {
+        channel.clone_into(&mut self.channel);
+        self
+    }
+
+    fn build(base_url: &str, token: &str, idempotent: bool, timeout: Duration) -> QaAdapter {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap_or_default();
+        QaAdapter {
+            channel: QA_CHANNEL.into(),
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+            http,
+            capabilities: MessageCapabilities {
+                text: TextCapabilities {
+                    max_length: Some(4_000),
+                    chunking: true,
+                },
+                attachments: None,
+                threads: Some(ThreadCapabilities {
+                    reply: true,
+                    topic: false,
+                    native_thread: true,
+                }),
+                live: Some(LiveCapabilities {
+                    edit: true,
+                    delete: true,
+                    native_stream: false,
+                    progress: false,
+                    max_edits_per_second: Some(5),
+                }),
+                delivery: Some(DeliveryCapabilities {
+                    idempotency_key: idempotent,
+                    retry_after: true,
+                    receipt_required: true,
+                    reconcile_unknown_send: idempotent,
+                    duplicates_acceptable: false,
+                }),
+            },
+            idempotent,
+        }
+    }
+
+    fn conversation(ctx: &SendContext) -> &str {
+        &ctx.message.target.id
+    }
+
+    fn part(message: &PlatformMessage, index: u32, kind: MessagePartKind) -> MessageReceiptPart {
+        MessageReceiptPart {
+            platform_message_id: message.id.clone(),
+            kind,
+            index,
+            thread_id: message.thread_id.clone(),
+            reply_to_id: message.reply_to_id.clone(),
+            edit_token: None,
+            delete_token: None,
+            url: None,
+            raw: None,
+        }
+    }
+
+    /// Turns a transport failure into a classified error: nothing happened if we never connected;
+    /// anything later may have reached the platform.
+    fn transport_error(error: &reqwest::Error) -> SendError {
+        if error.is_connect() {
+            SendError::before_io(
+                DeliveryFailureKind::Transient,
+                format!("QA platform unreachable: {error}"),
+            )
+        } else {
+            SendError::after_io(
+                DeliveryFailureKind::Unknown,
+                format!("QA platform call failed mid-flight: {error}"),
+            )
+        }
+    }
+
+    /// A definite error answer: the platform refused the call as a whole.
+    async fn answer_error(response: reqwest::Response) -> SendError {
+        let status = response.status().as_u16();
+        let header_retry = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let body = response.json::<ErrorBody>().await.ok();
+        let retry_after_secs =
+            header_retry.or_else(|| body.as_ref().and_then(|b| b.error.retry_after_secs));
+        let (code, message) = body
+            .map(|b| (b.error.code, b.error.message))
+            .unwrap_or_else(|| ("unknown".into(), format!("HTTP {status}")));
+        SendError::before_io(
+            classify_http_status(status),
+            format!("QA platform answered {status} {code}: {message}"),
+        )
+        .with_retry_after_ms(retry_after_secs.map(|s| s.saturating_mul(1_000)))
+        .with_platform_code(code)
+    }
+
+    async fn message_answer(response: reqwest::Response) -> Result<PlatformMessage, SendError> {
+        if !response.status().is_success() {
+            return Err(Self::answer_error(response).await);
+        }
+        // The platform acted; if its answer cannot be read, we do not know the message id.
+        response
+            .json::<MessageAnswer>()
+            .await
+            .map(|a| a.message)
+            .map_err(|e| {
+                SendError::after_io(
+                    DeliveryFailureKind::Unknown,
+                    format!("QA platform answer unreadable: {e}"),
+                )
+            })
+    }
+}
+
+/// Origin markers travel as message metadata, verbatim.
+#[derive(Debug, Clone, Copy)]
+struct QaOrigin;
+
+impl MessageOriginAdapter for QaOrigin {
+    fn encode(&self, origin: &MessageOrigin) -> Option<serde_json::Value> {
+        Some(serde_json::json!({ "clawgateOrigin": origin }))
+    }
+
+    fn decode(&self, raw: &serde_json::Value) -> Option<MessageOrigin> {
+        serde_json::from_value(raw.get("metadata")?.get("clawgateOrigin")?.clone()).ok()
+    }
+}
+
+#[async_trait]
+impl ChannelMessageAdapter for QaAdapter {
+    fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    fn capabilities(&self) -> &MessageCapabilities {
+        &self.capabilities
+    }
+
+    async fn send_unit(
+        &self,
+        ctx: &SendContext,
+        unit: &RenderedMessageUnit,
+    ) -> Result<MessageReceiptPart, SendError> {
+        let text = unit
+            .payload
+            .get("text")
+            .and_then(|t| t.as_str())
+            .ok_or_else(|| {
+                SendError::before_io(
+                    DeliveryFailureKind::InvalidPayload,
+                    "the QA platform carries text units only",
+                )
+            })?;
+        let (reply_to_id, relation_thread) = match &ctx.message.relation {
+            Some(MessageRelation::Reply {
+                reply_to_id,
+                thread_id,
+                ..
+            }) => (reply_to_id.clone(), thread_id.clone()),
+            _ => (None, None),
+        };
+        let metadata = unit
+            .payload
+            .get("origin")
+            .and_then(|o| serde_json::from_value::<MessageOrigin>(o.clone()).ok())
+            .and_then(|o| QaOrigin.encode(&o));
+        let request = SendRequest {
+            text: text.to_owned(),
+            thread_id: relation_thread.or_else(|| ctx.message.target.thread_id.clone()),
+            reply_to_id,
+            metadata,
+            idempotency_key: self.idempotent.then(|| ctx.unit_key(unit)),
+        };
+        let url = format!(
+            "{}/api/conversations/{}/messages",
+            self.base_url,
+            Self::conversation(ctx)
+        );
+        let response = self
+            .http
+            .post(url)
+            .bearer_auth(&self.token)
+            .json(&request)
+            .send()
+            .await
+            .map_err(|e| Self::transport_error(&e))?;
+        let message = Self::message_answer(response).await?;
+        Ok(Self::part(&message, unit.index, unit.kind))
+    }
+
+    async fn edit(
+        &self,
+        ctx: &SendContext,
+        part: &MessageReceiptPart,
+        unit: &RenderedMessageUnit,
+    ) -> Result<MessageReceiptPart, SendError> {
+        let text = unit
+            .payload
+            .get("text")
+            .and_then(|t| t.as_str())
+            .unwrap_or_default()
+            .to_owned();
+        let url = format!(
+            "{}/api/conversations/{}/messages/{}",
+            self.base_url,
+            Self::conversation(ctx),
+            part.platform_message_id
+        );
+        let response = self
+            .http
+            .patch(url)
+            .bearer_auth(&self.token)
+            .json(&EditRequest { text })
+            .send()
+            .await
+            .map_err(|e| Self::transport_error(&e))?;
+        let message = Self::message_answer(response).await?;
+        Ok(Self::part(&message, part.index, part.kind))
+    }
+
+    async fn delete(&self, ctx: &SendContext, part: &MessageReceiptPart) -> Result<(), SendError> {
+        let url = format!(
+            "{}/api/conversations/{}/messages/{}",
+            self.base_url,
+            Self::conversation(ctx),
+            part.platform_message_id
+        );
+        let response = self
+            .http
+            .delete(url)
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| Self::transport_error(&e))?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(Self::answer_error(response).await)
+        }
+    }
+
+    async fn reconcile_unknown_send(
+        &self,
+        ctx: &SendContext,
+        unit: &RenderedMessageUnit,
+    ) -> Result<Reconciliation, SendError> {
+        if !self.idempotent {
+            return Ok(Reconciliation::Unresolved);
+        }
+        // Keys contain `#` and `:`: encode them as one path segment.
+        let mut url = reqwest::Url::parse(&self.base_url).map_err(|e| {
+            SendError::before_io(
+                DeliveryFailureKind::InvalidPayload,
+                format!("bad QA base URL: {e}"),
+            )
+        })?;
+        url.path_segments_mut()
+            .map_err(|()| {
+                SendError::before_io(
+                    DeliveryFailureKind::InvalidPayload,
+                    "QA base URL cannot hold a path",
+                )
+            })?
+            .extend(["api", "messages", "by-key", &ctx.unit_key(unit)]);
+        let response = self
+            .http
+            .get(url)
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| Self::transport_error(&e))?;
+        match response.status() {
+            StatusCode::OK => {
+                let message = Self::message_answer(response).await?;
+                Ok(Reconciliation::Sent(Self::part(
+                    &message, unit.index, unit.kind,
+                )))
+            }
+            // The key index is written in the same step as the message: absent means not sent.
+            StatusCode::NOT_FOUND => Ok(Reconciliation::NotSent),
+            _ => Ok(Reconciliation::Unresolved),
+        }
+    }
+
+    fn origin(&self) -> Option<&dyn MessageOriginAdapter> {
+        Some(&QaOrigin)
+    }
+}

@@ -1,0 +1,17 @@
+//! The QA platform and its adapter (layer 3): the contract target for every lifecycle behaviour.
+//!
+//! [`QaPlatform`] is a real HTTP chat service on loopback with fault injection and a durable log
+//! of what landed, so a test can count exactly how many times a message reached the platform.
+//! [`QaAdapter`] implements the channel SDK against it and declares its capabilities honestly;
+//! [`QaAdapter::without_idempotency`] is the variant that cannot reconcile unknown outcomes.
+
+mod adapter;
+mod platform;
+mod wire;
+
+pub use adapter::{QA_CHANNEL, QaAdapter};
+pub use platform::{QaPlatform, QaPlatformConfig};
+pub use wire::{
+    ApiError, EditRequest, ErrorBody, Fault, FaultMode, LogEntry, LogEvent, MessageAnswer,
+    MessagesAnswer, PlatformMessage, SendRequest,
+};

@@ -1,0 +1,611 @@
+//! The QA platform server: a real loopback chat service with fault injection and a durable log.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, patch, post};
+use axum::{Json, Router};
+use tokio::sync::oneshot;
+use tracing::warn;
+
+use crate::wire::{
+    ApiError, EditRequest, ErrorBody, Fault, FaultMode, LogEntry, LogEvent, MessageAnswer,
+    MessagesAnswer, PlatformMessage, SendRequest,
+};
+
+/// How to run a QA platform.
+#[derive(Debug, Clone)]
+pub struct QaPlatformConfig {
+    /// Where to listen; port 0 picks a free one.
+    pub bind: SocketAddr,
+    /// The bearer token `/api` requires.
+    pub token: String,
+    /// Longest text one message may carry.
+    pub max_text_chars: usize,
+    /// Append-only JSON-lines log of everything that landed (also kept in memory).
+    pub log_path: Option<PathBuf>,
+}
+
+impl Default for QaPlatformConfig {
+    fn default() -> Self {
+        QaPlatformConfig {
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            token: "qa-token".into(),
+            max_text_chars: 4_000,
+            log_path: None,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct PlatformState {
+    seq: u64,
+    messages: BTreeMap<String, PlatformMessage>,
+    by_key: HashMap<String, String>,
+    faults: VecDeque<Fault>,
+    log: Vec<LogEntry>,
+    log_file: Option<std::fs::File>,
+}
+
+impl PlatformState {
+    fn record(&mut self, event: LogEvent, message: &PlatformMessage) {
+        self.seq += 1;
+        let entry = LogEntry {
+            seq: self.seq,
+            event,
+            message_id: message.id.clone(),
+            conversation_id: message.conversation_id.clone(),
+            idempotency_key: message.idempotency_key.clone(),
+            text: message.text.clone(),
+        };
+        if let Some(file) = self.log_file.as_mut() {
+            let line = serde_json::to_string(&entry).unwrap_or_default();
+            if let Err(e) = writeln!(file, "{line}").and_then(|()| file.flush()) {
+                warn!(error = %e, "QA platform could not append to its log");
+            }
+        }
+        self.log.push(entry);
+    }
+
+    /// The fault that applies to this call, if any (each fault covers `count` calls).
+    fn take_fault(&mut self) -> Option<Fault> {
+        let front = self.faults.front_mut()?;
+        if front.pass_first > 0 {
+            front.pass_first -= 1;
+            return None;
+        }
+        let fault = front.clone();
+        front.count = front.count.saturating_sub(1);
+        if front.count == 0 {
+            self.faults.pop_front();
+        }
+        Some(fault)
+    }
+}
+
+struct Shared {
+    config: QaPlatformConfig,
+    state: Mutex<PlatformState>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, PlatformState> {
+        // A handler that panicked mid-update leaves plain data behind; keep serving.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A running QA platform. Dropping it stops the server.
+pub struct QaPlatform {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl std::fmt::Debug for QaPlatform {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QaPlatform")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    let body = ErrorBody {
+        ok: false,
+        error: ApiError {
+            code: code.into(),
+            message: message.into(),
+            retry_after_secs: None,
+        },
+    };
+    (status, Json(body)).into_response()
+}
+
+fn fault_response(fault: &Fault) -> Response {
+    let status = fault
+        .status
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    let body = ErrorBody {
+        ok: false,
+        error: ApiError {
+            code: fault
+                .code
+                .clone()
+                .unwrap_or_else(|| "injected_fault".into()),
+            message: "fault injected by the test".into(),
+            retry_after_secs: fault.retry_after_secs,
+        },
+    };
+    let mut response = (status, Json(body)).into_response();
+    if let Some(secs) = fault.retry_after_secs {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, secs.into());
+    }
+    response
+}
+
+/// A response whose body fails after the work was done: the client sees the connection drop.
+fn dropped_connection() -> Response {
+    let stream = futures_util::stream::once(async {
+        Err::<Bytes, std::io::Error>(std::io::Error::other(
+            "connection dropped by fault injection",
+        ))
+    });
+    Response::new(Body::from_stream(stream))
+}
+
+fn authorized(shared: &Shared, headers: &HeaderMap) -> bool {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|token| token == shared.config.token)
+}
+
+/// Applies the before-work part of a fault; returns a response when the call must end here.
+async fn before_work(fault: Option<&Fault>) -> Option<Response> {
+    let fault = fault?;
+    match fault.mode {
+        FaultMode::Status => Some(fault_response(fault)),
+        FaultMode::DelayBefore => {
+            tokio::time::sleep(Duration::from_millis(fault.delay_ms.unwrap_or(0))).await;
+            None
+        }
+        FaultMode::DropAfterAccept | FaultMode::DelayAfterAccept => None,
+    }
+}
+
+/// Applies the after-work part of a fault to a finished answer.
+async fn after_work(fault: Option<&Fault>, answer: Response) -> Response {
+    match fault.map(|f| (f.mode, f.delay_ms)) {
+        Some((FaultMode::DropAfterAccept, _)) => dropped_connection(),
+        Some((FaultMode::DelayAfterAccept, delay)) => {
+            tokio::time::sleep(Duration::from_millis(delay.unwrap_or(0))).await;
+            answer
+        }
+        _ => answer,
+    }
+}
+
+async fn send_message(
+    State(shared): State<Arc<Shared>>,
+    Path(conversation): Path<String>,
+    headers: HeaderMap,
+    body: Result<Json<SendRequest>, JsonRejection>,
+) -> Response {
+    if !authorized(&shared, &headers) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token",
+        );
+    }
+    let fault = shared.lock().take_fault();
+    if let Some(response) = before_work(fault.as_ref()).await {
+        return response;
+    }
+    let Json(request) = match body {
+        Ok(body) => body,
+        Err(rejection) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                rejection.body_text(),
+            );
+        }
+    };
+    let length = request.text.chars().count();
+    if length == 0 {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "text must not be empty",
+        );
+    }
+    if length > shared.config.max_text_chars {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "message_too_long",
+            format!(
+                "text is {length} characters; the limit is {}",
+                shared.config.max_text_chars
+            ),
+        );
+    }
+    let answer = {
+        let mut state = shared.lock();
+        if let Some(reply_to) = &request.reply_to_id
+            && !state.messages.contains_key(reply_to)
+        {
+            return error(
+                StatusCode::NOT_FOUND,
+                "reply_target_not_found",
+                format!("no message {reply_to}"),
+            );
+        }
+        let existing = request
+            .idempotency_key
+            .as_ref()
+            .and_then(|k| state.by_key.get(k))
+            .cloned();
+        if let Some(id) = existing.and_then(|id| state.messages.get(&id).cloned()) {
+            state.record(LogEvent::Replayed, &id);
+            let mut response = (
+                StatusCode::OK,
+                Json(MessageAnswer {
+                    ok: true,
+                    message: id,
+                }),
+            )
+                .into_response();
+            response.headers_mut().insert(
+                "idempotent-replay",
+                "true"
+                    .parse()
+                    .unwrap_or(header::HeaderValue::from_static("true")),
+            );
+            response
+        } else {
+            let seq = state.seq + 1;
+            let message = PlatformMessage {
+                id: format!("m-{seq}"),
+                conversation_id: conversation,
+                thread_id: request.thread_id,
+                reply_to_id: request.reply_to_id,
+                text: request.text,
+                metadata: request.metadata,
+                idempotency_key: request.idempotency_key,
+                edits: 0,
+                seq,
+            };
+            if let Some(key) = &message.idempotency_key {
+                state.by_key.insert(key.clone(), message.id.clone());
+            }
+            state.messages.insert(message.id.clone(), message.clone());
+            state.record(LogEvent::Sent, &message);
+            (
+                StatusCode::CREATED,
+                Json(MessageAnswer { ok: true, message }),
+            )
+                .into_response()
+        }
+    };
+    after_work(fault.as_ref(), answer).await
+}
+
+async fn edit_message(
+    State(shared): State<Arc<Shared>>,
+    Path((conversation, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Result<Json<EditRequest>, JsonRejection>,
+) -> Response {
+    if !authorized(&shared, &headers) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token",
+        );
+    }
+    let fault = shared.lock().take_fault();
+    if let Some(response) = before_work(fault.as_ref()).await {
+        return response;
+    }
+    let Json(request) = match body {
+        Ok(body) => body,
+        Err(rejection) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                rejection.body_text(),
+            );
+        }
+    };
+    if request.text.chars().count() > shared.config.max_text_chars {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "message_too_long",
+            "edited text is over the limit",
+        );
+    }
+    let answer = {
+        let mut state = shared.lock();
+        let Some(message) = state
+            .messages
+            .get_mut(&id)
+            .filter(|m| m.conversation_id == conversation)
+        else {
+            return error(
+                StatusCode::NOT_FOUND,
+                "message_not_found",
+                format!("no message {id} in {conversation}"),
+            );
+        };
+        message.text = request.text;
+        message.edits += 1;
+        let message = message.clone();
+        state.record(LogEvent::Edited, &message);
+        (StatusCode::OK, Json(MessageAnswer { ok: true, message })).into_response()
+    };
+    after_work(fault.as_ref(), answer).await
+}
+
+async fn delete_message(
+    State(shared): State<Arc<Shared>>,
+    Path((conversation, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&shared, &headers) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token",
+        );
+    }
+    let fault = shared.lock().take_fault();
+    if let Some(response) = before_work(fault.as_ref()).await {
+        return response;
+    }
+    let answer = {
+        let mut state = shared.lock();
+        let found = state
+            .messages
+            .get(&id)
+            .filter(|m| m.conversation_id == conversation)
+            .cloned();
+        let Some(message) = found else {
+            return error(
+                StatusCode::NOT_FOUND,
+                "message_not_found",
+                format!("no message {id} in {conversation}"),
+            );
+        };
+        state.messages.remove(&id);
+        state.record(LogEvent::Deleted, &message);
+        (StatusCode::OK, Json(serde_json::json!({ "ok": true }))).into_response()
+    };
+    after_work(fault.as_ref(), answer).await
+}
+
+async fn list_messages(
+    State(shared): State<Arc<Shared>>,
+    Path(conversation): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&shared, &headers) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token",
+        );
+    }
+    let mut messages: Vec<PlatformMessage> = shared
+        .lock()
+        .messages
+        .values()
+        .filter(|m| m.conversation_id == conversation)
+        .cloned()
+        .collect();
+    messages.sort_by_key(|m| m.seq);
+    (StatusCode::OK, Json(MessagesAnswer { ok: true, messages })).into_response()
+}
+
+async fn lookup_by_key(
+    State(shared): State<Arc<Shared>>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&shared, &headers) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token",
+        );
+    }
+    let state = shared.lock();
+    // A deleted message still proves the key landed: keep answering from the key index.
+    let found = state.by_key.get(&key).and_then(|id| {
+        state.messages.get(id).cloned().or_else(|| {
+            state
+                .log
+                .iter()
+                .find(|e| &e.message_id == id)
+                .map(|e| PlatformMessage {
+                    id: e.message_id.clone(),
+                    conversation_id: e.conversation_id.clone(),
+                    thread_id: None,
+                    reply_to_id: None,
+                    text: e.text.clone(),
+                    metadata: None,
+                    idempotency_key: e.idempotency_key.clone(),
+                    edits: 0,
+                    seq: e.seq,
+                })
+        })
+    });
+    match found {
+        Some(message) => {
+            (StatusCode::OK, Json(MessageAnswer { ok: true, message })).into_response()
+        }
+        None => error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no message with idempotency key {key}"),
+        ),
+    }
+}
+
+async fn add_faults(State(shared): State<Arc<Shared>>, Json(faults): Json<Vec<Fault>>) -> Response {
+    shared
+        .lock()
+        .faults
+        .extend(faults.into_iter().filter(|f| f.count > 0));
+    (StatusCode::OK, Json(serde_json::json!({ "ok": true }))).into_response()
+}
+
+async fn read_log(State(shared): State<Arc<Shared>>) -> Response {
+    let entries = shared.lock().log.clone();
+    (
+        StatusCode::OK,
+        Json(serde_json::json!({ "ok": true, "entries": entries })),
+    )
+        .into_response()
+}
+
+impl QaPlatform {
+    /// Binds and starts serving.
+    pub async fn start(config: QaPlatformConfig) -> std::io::Result<QaPlatform> {
+        let log_file = match &config.log_path {
+            Some(path) => Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?,
+            ),
+            None => None,
+        };
+        let listener = tokio::net::TcpListener::bind(config.bind).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            config,
+            state: Mutex::new(PlatformState {
+                log_file,
+                ..PlatformState::default()
+            }),
+        });
+        let app = Router::new()
+            .route(
+                "/api/conversations/{conv}/messages",
+                post(send_message).get(list_messages),
+            )
+            .route(
+                "/api/conversations/{conv}/messages/{id}",
+                patch(edit_message).delete(delete_message),
+            )
+            .route("/api/messages/by-key/{key}", get(lookup_by_key))
+            .route("/control/faults", post(add_faults))
+            .route("/control/log", get(read_log))
+            .with_state(shared.clone());
+        let (shutdown, stopped) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+                let _ = stopped.await;
+            });
+            if let Err(e) = serve.await {
+                warn!(error = %e, "QA platform server stopped with an error");
+            }
+        });
+        Ok(QaPlatform {
+            addr,
+            shared,
+            shutdown: Some(shutdown),
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn token(&self) -> &str {
+        &self.shared.config.token
+    }
+
+    /// Queues faults for the next API calls (same as `POST /control/faults`).
+    pub fn inject(&self, fault: Fault) {
+        if fault.count > 0 {
+            self.shared.lock().faults.push_back(fault);
+        }
+    }
+
+    /// Everything that happened, in order.
+    pub fn log(&self) -> Vec<LogEntry> {
+        self.shared.lock().log.clone()
+    }
+
+    /// Messages currently in a conversation, in order.
+    pub fn messages(&self, conversation: &str) -> Vec<PlatformMessage> {
+        let mut messages: Vec<PlatformMessage> = self
+            .shared
+            .lock()
+            .messages
+            .values()
+            .filter(|m| m.conversation_id == conversation)
+            .cloned()
+            .collect();
+        messages.sort_by_key(|m| m.seq);
+        messages
+    }
+
+    /// How many messages with this idempotency key landed (a replay is not a landing).
+    pub fn landed_count(&self, idempotency_key: &str) -> usize {
+        self.shared
+            .lock()
+            .log
+            .iter()
+            .filter(|e| {
+                e.event == LogEvent::Sent && e.idempotency_key.as_deref() == Some(idempotency_key)
+            })
+            .count()
+    }
+
+    /// How many messages with this text landed.
+    pub fn landed_with_text(&self, text: &str) -> usize {
+        self.shared
+            .lock()
+            .log
+            .iter()
+            .filter(|e| e.event == LogEvent::Sent && e.text == text)
+            .count()
+    }
+
+    /// Faults still queued.
+    pub fn pending_faults(&self) -> usize {
+        self.shared.lock().faults.len()
+    }
+}
+
+impl Drop for QaPlatform {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! Errors adapters return, classified so the engine can apply its failure policy.
+
+use clawgate_types::DeliveryFailureKind;
+
+/// Whether a failed platform call may have had an effect on the platform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SideEffect {
+    /// Proven: nothing reached the platform (connection refused, request never written,
+    /// rejected by the platform with a definite error). Retrying cannot duplicate.
+    None,
+    /// The platform may have acted (timeout after the request was written, connection dropped
+    /// before the answer, unparseable answer). Retrying blindly could duplicate.
+    Possible,
+}
+
+/// A classified send failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind:?} failure: {message}")]
+pub struct SendError {
+    pub kind: DeliveryFailureKind,
+    pub message: String,
+    pub side_effect: SideEffect,
+    /// The platform asked to wait this long before retrying.
+    pub retry_after_ms: Option<u64>,
+    /// Platform status or error code.
+    pub platform_code: Option<String>,
+}
+
+impl SendError {
+    /// A failure proven to have happened before anything reached the platform.
+    pub fn before_io(kind: DeliveryFailureKind, message: impl Into<String>) -> SendError {
+        SendError {
+            kind,
+            message: message.into(),
+            side_effect: SideEffect::None,
+            retry_after_ms: None,
+            platform_code: None,
+        }
+    }
+
+    /// A failure after which the platform may have acted.
+    pub fn after_io(kind: DeliveryFailureKind, message: impl Into<String>) -> SendError {
+        SendError {
+            side_effect: SideEffect::Possible,
+            ..SendError::before_io(kind, message)
+        }
+    }
+
+    /// The adapter does not implement an optional operation.
+    pub fn unsupported(channel: &str, operation: &str) -> SendError {
+        SendError::before_io(
+            DeliveryFailureKind::InvalidPayload,
+            format!("channel {channel} does not support {operation}"),
+        )
+    }
+
+    pub fn with_retry_after_ms(mut self, ms: Option<u64>) -> SendError {
+        self.retry_after_ms = ms;
+        self
+    }
+
+    pub fn with_platform_code(mut self, code: impl Into<String>) -> SendError {
+        self.platform_code = Some(code.into());
+        self
+    }
+}
+
+/// The usual meaning of an HTTP status for a platform API call. A definite answer from the
+/// platform means the request was processed (or refused) as a whole.
+pub fn classify_http_status(status: u16) -> DeliveryFailureKind {
+    match status {
+        400 | 413 | 415 | 422 => DeliveryFailureKind::InvalidPayload,
+        401 => DeliveryFailureKind::Auth,
+        403 => DeliveryFailureKind::Permission,
+        404 | 410 => DeliveryFailureKind::NotFound,
+        409 => DeliveryFailureKind::Conflict,
+        429 => DeliveryFailureKind::RateLimit,
+        408 | 500..=599 => DeliveryFailureKind::Transient,
+        _ => DeliveryFailureKind::Unknown,
+    }
+}
+
+/// A message could not be rendered for this channel.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RenderError {
+    #[error(
+        "message text is {length} characters, over the channel's limit of {limit}, and the \
+         channel cannot split messages"
+    )]
+    TooLong { length: usize, limit: u32 },
+    #[error("channel cannot carry this attachment: {0}")]
+    UnsupportedAttachment(String),
+    #[error("message has nothing to send (no text and no attachments)")]
+    Empty,
+}
+
+/// An inbound platform payload could not be normalized.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReceiveError {
+    #[error("malformed {channel} event: {reason}")]
+    Malformed { channel: String, reason: String },
+}

@@ -1,0 +1,628 @@
+//! Send contexts: intent before I/O, unit-by-unit delivery, receipt commit, failure policy.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use clawgate_channel_sdk::{
+    ChannelMessageAdapter, DefaultRenderer, MessageRenderAdapter, Reconciliation, SendContext,
+    SendError, SideEffect,
+};
+use clawgate_store::{Claim, ClaimToken, InsertIntentOutcome, IntentStore};
+use clawgate_types::{
+    BatchAtomicity, ChannelMessage, DeliveryFailure, DurableSendIntent, FailureReason, IntentId,
+    IntentStatus, MessageDurabilityPolicy, MessageReceipt, MessageReceiptPart,
+    RenderedMessageBatch, RenderedMessageUnit,
+};
+use tracing::{Instrument as _, info, info_span, warn};
+
+use crate::policy::{Disposition, RetryPolicy, disposition};
+use crate::{Clock, MessagesError, SendOutcome, SendReport};
+
+/// Per-send choices.
+#[derive(Debug, Clone)]
+pub struct SendOptions {
+    pub durability: MessageDurabilityPolicy,
+    /// Stable key for this logical message; a second send with the same key is a duplicate.
+    /// Defaults to `<channel>:<message id>`.
+    pub idempotency_key: Option<String>,
+    /// Overrides the policy's time-to-live for this message.
+    pub time_to_live_ms: Option<i64>,
+}
+
+impl Default for SendOptions {
+    /// The message lifecycle is durable by default: fail closed when the intent cannot be written.
+    fn default() -> Self {
+        SendOptions {
+            durability: MessageDurabilityPolicy::Required,
+            idempotency_key: None,
+            time_to_live_ms: None,
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) store: Arc<dyn IntentStore>,
+    pub(crate) adapters: HashMap<String, Arc<dyn ChannelMessageAdapter>>,
+    pub(crate) policy: RetryPolicy,
+    pub(crate) clock: Arc<dyn Clock>,
+    /// This engine's claim token: the per-intent idempotency lock is held under it.
+    pub(crate) worker: ClaimToken,
+}
+
+/// The send engine. Cheap to clone.
+#[derive(Clone)]
+pub struct Messenger {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Messenger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Messenger")
+            .field("channels", &self.inner.adapters.keys().collect::<Vec<_>>())
+            .field("worker", &self.inner.worker)
+            .finish()
+    }
+}
+
+impl Messenger {
+    /// An engine over `store` with the given adapters. `worker` names this process in claims
+    /// (e.g. the gateway instance id); a unique suffix is added.
+    pub fn new(
+        store: Arc<dyn IntentStore>,
+        adapters: Vec<Arc<dyn ChannelMessageAdapter>>,
+        policy: RetryPolicy,
+        clock: Arc<dyn Clock>,
+        worker: &str,
+    ) -> Messenger {
+        let adapters = adapters
+            .into_iter()
+            .map(|a| (a.channel().to_owned(), a))
+            .collect();
+        let worker = ClaimToken(format!("{worker}:{}", clawgate_store::ids::new_id()));
+        Messenger {
+            inner: Arc::new(Inner {
+                store,
+                adapters,
+                policy,
+                clock,
+                worker,
+            }),
+        }
+    }
+
+    /// Sends a message: begin the context, deliver, commit. The report says what happened.
+    pub async fn send(
+        &self,
+        message: ChannelMessage,
+        options: SendOptions,
+    ) -> Result<SendReport, MessagesError> {
+        self.begin(message, options).await?.send().await
+    }
+
+    /// Opens a send context and hands it to `body`, which decides how to finish it (send it,
+    /// inspect the rendered batch first, or cancel it).
+    pub async fn with_send_context<F, Fut>(
+        &self,
+        message: ChannelMessage,
+        options: SendOptions,
+        body: F,
+    ) -> Result<SendReport, MessagesError>
+    where
+        F: FnOnce(OutboundContext) -> Fut,
+        Fut: Future<Output = Result<SendReport, MessagesError>>,
+    {
+        let ctx = self.begin(message, options).await?;
+        body(ctx).await
+    }
+
+    /// Renders the message and records the durable intent (per the durability policy) before any
+    /// platform I/O.
+    pub async fn begin(
+        &self,
+        message: ChannelMessage,
+        options: SendOptions,
+    ) -> Result<OutboundContext, MessagesError> {
+        let inner = &self.inner;
+        let adapter = inner.adapter(&message.channel)?;
+        let now = inner.clock.now_ms();
+        let key = options
+            .idempotency_key
+            .clone()
+            .unwrap_or_else(|| format!("{}:{}", message.channel, message.id));
+        let batch = inner.render(&adapter, &message, &key)?;
+        let id = IntentId::parse(clawgate_store::ids::new_id()).map_err(|e| {
+            MessagesError::Store(clawgate_store::StoreError::InvalidInput(e.to_string()))
+        })?;
+        let mut intent = DurableSendIntent::new(id, key, message, now);
+        intent.batch = Some(batch);
+        intent.expires_at = Some(
+            now.saturating_add(
+                options
+                    .time_to_live_ms
+                    .unwrap_or(inner.policy.time_to_live_ms),
+            ),
+        );
+
+        let mut durable = false;
+        let mut existing = None;
+        if options.durability != MessageDurabilityPolicy::Disabled {
+            match inner
+                .store
+                .insert_intent(&intent, Some(&inner.claim(now)))
+                .await
+            {
+                Ok(InsertIntentOutcome::Inserted) => durable = true,
+                Ok(InsertIntentOutcome::Duplicate(found)) => existing = Some(*found),
+                Err(e) if options.durability == MessageDurabilityPolicy::Required => {
+                    warn!(intent = %intent.id, error = %e, "durable intent not written; send refused");
+                    return Err(MessagesError::DurabilityUnavailable(e));
+                }
+                Err(e) => {
+                    warn!(intent = %intent.id, error = %e, "durable intent not written; sending without durability (best_effort)");
+                }
+            }
+        }
+        Ok(OutboundContext {
+            messenger: self.clone(),
+            adapter,
+            intent,
+            durable,
+            existing,
+        })
+    }
+
+    /// The engine's claim token (for operators and tests).
+    pub fn worker(&self) -> &ClaimToken {
+        &self.inner.worker
+    }
+}
+
+/// One outbound message between `begin` and its outcome.
+pub struct OutboundContext {
+    messenger: Messenger,
+    adapter: Arc<dyn ChannelMessageAdapter>,
+    intent: DurableSendIntent,
+    durable: bool,
+    /// Set when the idempotency key belonged to an earlier intent.
+    existing: Option<DurableSendIntent>,
+}
+
+impl std::fmt::Debug for OutboundContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutboundContext")
+            .field("intent", &self.intent.id)
+            .field("durable", &self.durable)
+            .finish()
+    }
+}
+
+impl OutboundContext {
+    /// The intent as recorded (status `pending`).
+    pub fn intent(&self) -> &DurableSendIntent {
+        &self.intent
+    }
+
+    /// The whole projected batch this send will deliver.
+    pub fn rendered(&self) -> Option<&RenderedMessageBatch> {
+        self.intent.batch.as_ref()
+    }
+
+    /// Whether the intent was recorded durably.
+    pub fn is_durable(&self) -> bool {
+        self.durable
+    }
+
+    /// Delivers the batch and commits the receipt.
+    pub async fn send(mut self) -> Result<SendReport, MessagesError> {
+        let inner = self.messenger.inner.clone();
+        if let Some(existing) = self.existing.take() {
+            let outcome = match (&existing.status, &existing.receipt) {
+                (IntentStatus::Sent, Some(receipt)) => SendOutcome::AlreadySent {
+                    receipt: receipt.clone(),
+                },
+                (status, _) => SendOutcome::InProgress { status: *status },
+            };
+            return Ok(SendReport {
+                intent_id: Some(existing.id),
+                durable: true,
+                outcome,
+            });
+        }
+        let span = info_span!("send", intent = %self.intent.id, channel = %self.intent.channel);
+        let outcome = inner
+            .deliver(&self.adapter, &mut self.intent, self.durable)
+            .instrument(span)
+            .await?;
+        Ok(SendReport {
+            intent_id: self.durable.then(|| self.intent.id.clone()),
+            durable: self.durable,
+            outcome,
+        })
+    }
+
+    /// Abandons a recorded send before any I/O (status `cancelled`).
+    pub async fn cancel(mut self) -> Result<(), MessagesError> {
+        if self.durable {
+            self.messenger
+                .inner
+                .save(&mut self.intent, IntentStatus::Cancelled, true)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+fn failure(error: &SendError, reason: Option<FailureReason>, at: i64) -> DeliveryFailure {
+    DeliveryFailure {
+        kind: error.kind,
+        message: error.message.clone(),
+        reason,
+        retry_after_ms: error.retry_after_ms,
+        platform_code: error.platform_code.clone(),
+        at,
+    }
+}
+
+impl Inner {
+    pub(crate) fn adapter(
+        &self,
+        channel: &str,
+    ) -> Result<Arc<dyn ChannelMessageAdapter>, MessagesError> {
+        self.adapters
+            .get(channel)
+            .cloned()
+            .ok_or_else(|| MessagesError::NoAdapter(channel.to_owned()))
+    }
+
+    pub(crate) fn claim(&self, now: i64) -> Claim {
+        Claim {
+            token: self.worker.clone(),
+            now,
+            ttl_ms: self.policy.claim_ttl_ms,
+        }
+    }
+
+    fn render(
+        &self,
+        adapter: &Arc<dyn ChannelMessageAdapter>,
+        message: &ChannelMessage,
+        key: &str,
+    ) -> Result<RenderedMessageBatch, MessagesError> {
+        let renderer: &dyn MessageRenderAdapter = adapter.render().unwrap_or(&DefaultRenderer);
+        renderer
+            .render(message, adapter.capabilities(), key)
+            .map_err(|source| MessagesError::Render {
+                channel: message.channel.clone(),
+                source,
+            })
+    }
+
+    /// The adapter's view of an intent: everything comes from the stored intent alone.
+    pub(crate) fn context(&self, intent: &DurableSendIntent) -> SendContext {
+        SendContext {
+            intent_id: Some(intent.id.clone()),
+            channel: intent.channel.clone(),
+            account_id: intent.account_id.clone(),
+            message: intent.message.clone(),
+            idempotency_key: intent.idempotency_key.clone(),
+            attempt: intent.attempt,
+            previous_receipt: intent.partial_receipt.clone(),
+        }
+    }
+
+    /// Moves the intent to `to` (compare-and-set on its current status when durable).
+    pub(crate) async fn save(
+        &self,
+        intent: &mut DurableSendIntent,
+        to: IntentStatus,
+        durable: bool,
+    ) -> Result<(), MessagesError> {
+        let from = intent.status;
+        intent.status = to;
+        intent.updated_at = self.clock.now_ms();
+        if durable {
+            self.store
+                .save_intent(intent, from, Some(&self.worker))
+                .await?;
+        }
+        Ok(())
+    }
+
+    fn missing_units(intent: &DurableSendIntent) -> Vec<RenderedMessageUnit> {
+        let delivered: Vec<u32> = intent
+            .partial_receipt
+            .as_ref()
+            .map(|r| r.delivered_indices().collect())
+            .unwrap_or_default();
+        intent
+            .batch
+            .as_ref()
+            .map(|b| b.missing_units(&delivered).cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Records a landed unit: in memory always, durably when more units remain (the last one's
+    /// part travels with the commit).
+    async fn add_part(
+        &self,
+        intent: &mut DurableSendIntent,
+        part: MessageReceiptPart,
+        durable: bool,
+        more: bool,
+    ) -> Result<(), MessagesError> {
+        let now = self.clock.now_ms();
+        let single = MessageReceipt::from_parts(vec![part], now);
+        if durable && more {
+            self.store
+                .record_partial_receipt(&intent.id, &single, now)
+                .await?;
+        }
+        match &mut intent.partial_receipt {
+            Some(existing) => existing.merge(single),
+            None => intent.partial_receipt = Some(single),
+        }
+        Ok(())
+    }
+
+    /// Delivers the missing units of a pending (claimed) intent and commits, or applies the
+    /// failure policy.
+    pub(crate) async fn deliver(
+        &self,
+        adapter: &Arc<dyn ChannelMessageAdapter>,
+        intent: &mut DurableSendIntent,
+        durable: bool,
+    ) -> Result<SendOutcome, MessagesError> {
+        let now = self.clock.now_ms();
+        if intent.expires_at.is_some_and(|at| at <= now) {
+            return self.expire(intent, durable).await;
+        }
+        intent.attempt += 1;
+        intent.next_attempt_at = None;
+        self.save(intent, IntentStatus::Sending, durable).await?;
+        let mut fallback_used = false;
+        loop {
+            let ctx = self.context(intent);
+            let missing = Self::missing_units(intent);
+            let mut failed = None;
+            for (n, unit) in missing.iter().enumerate() {
+                match adapter.send_unit(&ctx, unit).await {
+                    Ok(part) => {
+                        self.add_part(intent, part, durable, n + 1 < missing.len())
+                            .await?
+                    }
+                    Err(error) => {
+                        failed = Some((unit.clone(), error));
+                        break;
+                    }
+                }
+            }
+            let Some((unit, error)) = failed else {
+                return self.commit(adapter, intent, durable).await;
+            };
+            warn!(unit = unit.index, kind = ?error.kind, side_effect = ?error.side_effect, error = %error.message, "unit send failed");
+            let rule = disposition(error.kind);
+            if rule == Disposition::Reconcile
+                && adapter
+                    .capabilities()
+                    .delivery
+                    .as_ref()
+                    .is_some_and(|d| d.reconcile_unknown_send)
+            {
+                // A conflict means the platform may already hold this unit: ask it.
+                if let Ok(Reconciliation::Sent(part)) =
+                    adapter.reconcile_unknown_send(&ctx, &unit).await
+                {
+                    let more = missing.len() > 1;
+                    self.add_part(intent, part, durable, more).await?;
+                    continue;
+                }
+            }
+            if error.side_effect == SideEffect::Possible || rule == Disposition::Reconcile {
+                return self.unknown(adapter, intent, &error, durable).await;
+            }
+            let delivered_some = intent.partial_receipt.is_some();
+            let best_effort = intent
+                .batch
+                .as_ref()
+                .is_some_and(|b| b.atomicity == BatchAtomicity::BestEffortParts);
+            if best_effort && delivered_some {
+                return self.commit_partial(adapter, intent, &error, durable).await;
+            }
+            match rule {
+                Disposition::Retry => return self.retry_or_fail(intent, &error, durable).await,
+                Disposition::RenderFallback if !fallback_used && !delivered_some => {
+                    let renderer: &dyn MessageRenderAdapter =
+                        adapter.render().unwrap_or(&DefaultRenderer);
+                    let Some(fallback) = renderer.render_fallback(
+                        &intent.message,
+                        adapter.capabilities(),
+                        &intent.idempotency_key,
+                    ) else {
+                        return self
+                            .fail(intent, &error, FailureReason::Permanent, durable)
+                            .await;
+                    };
+                    fallback_used = true;
+                    info!("payload rejected; retrying once with the fallback rendering");
+                    // Record the new batch before sending it: back to pending, then sending.
+                    intent.batch = Some(fallback);
+                    self.save(intent, IntentStatus::Pending, durable).await?;
+                    self.save(intent, IntentStatus::Sending, durable).await?;
+                }
+                Disposition::AwaitConfiguration => {
+                    return self
+                        .fail(
+                            intent,
+                            &error,
+                            FailureReason::AwaitingConfiguration,
+                            durable,
+                        )
+                        .await;
+                }
+                Disposition::Fail(reason) => {
+                    return self.fail(intent, &error, reason, durable).await;
+                }
+                Disposition::RenderFallback | Disposition::Reconcile => {
+                    return self
+                        .fail(intent, &error, FailureReason::Permanent, durable)
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// Marks committing with the receipt, commits it, then runs the post-send hooks.
+    pub(crate) async fn commit(
+        &self,
+        adapter: &Arc<dyn ChannelMessageAdapter>,
+        intent: &mut DurableSendIntent,
+        durable: bool,
+    ) -> Result<SendOutcome, MessagesError> {
+        let now = self.clock.now_ms();
+        let receipt = match intent
+            .partial_receipt
+            .take()
+            .or_else(|| intent.receipt.clone())
+        {
+            Some(receipt) => receipt,
+            None => MessageReceipt::from_parts(Vec::new(), now),
+        };
+        if intent.status == IntentStatus::Sending {
+            intent.receipt = Some(receipt.clone());
+            self.save(intent, IntentStatus::Committing, durable).await?;
+        }
+        if durable {
+            *intent = self.store.commit_receipt(&intent.id, &receipt, now).await?;
+        } else {
+            intent.status = IntentStatus::Sent;
+            intent.receipt = Some(receipt.clone());
+        }
+        info!(parts = receipt.parts.len(), "receipt committed");
+        self.after_commit(adapter, intent, &receipt).await;
+        Ok(SendOutcome::Sent { receipt })
+    }
+
+    async fn after_commit(
+        &self,
+        adapter: &Arc<dyn ChannelMessageAdapter>,
+        intent: &DurableSendIntent,
+        receipt: &MessageReceipt,
+    ) {
+        let ctx = self.context(intent);
+        adapter.after_send_success(&ctx, receipt).await;
+        adapter.after_commit(&ctx, receipt).await;
+    }
+
+    async fn commit_partial(
+        &self,
+        adapter: &Arc<dyn ChannelMessageAdapter>,
+        intent: &mut DurableSendIntent,
+        error: &SendError,
+        durable: bool,
+    ) -> Result<SendOutcome, MessagesError> {
+        let now = self.clock.now_ms();
+        intent.failure = Some(failure(error, Some(FailureReason::Permanent), now));
+        match self.commit(adapter, intent, durable).await? {
+            SendOutcome::Sent { receipt } => Ok(SendOutcome::Partial {
+                delivered: receipt,
+                failure: failure(error, Some(FailureReason::Permanent), now),
+            }),
+            other => Ok(other),
+        }
+    }
+
+    async fn retry_or_fail(
+        &self,
+        intent: &mut DurableSendIntent,
+        error: &SendError,
+        durable: bool,
+    ) -> Result<SendOutcome, MessagesError> {
+        let now = self.clock.now_ms();
+        let next = self
+            .policy
+            .next_attempt_at(now, intent.attempt, error.retry_after_ms);
+        let expired = intent.expires_at.is_some_and(|at| next >= at);
+        if intent.attempt >= self.policy.max_attempts || expired || !durable {
+            let reason = if expired {
+                FailureReason::Expired
+            } else if durable {
+                FailureReason::MaxAttemptsExceeded
+            } else {
+                // Nobody would come back to a non-durable send.
+                FailureReason::Permanent
+            };
+            return self.fail(intent, error, reason, durable).await;
+        }
+        intent.next_attempt_at = Some(next);
+        intent.failure = Some(failure(error, None, now));
+        self.save(intent, IntentStatus::Pending, durable).await?;
+        Ok(SendOutcome::RetryScheduled {
+            next_attempt_at: next,
+            failure: failure(error, None, now),
+            delivered: intent.partial_receipt.clone(),
+        })
+    }
+
+    /// The platform may have acted: record the unknown outcome and schedule a reconciliation
+    /// (or park it for an operator when the adapter cannot reconcile).
+    pub(crate) async fn unknown(
+        &self,
+        adapter: &Arc<dyn ChannelMessageAdapter>,
+        intent: &mut DurableSendIntent,
+        error: &SendError,
+        durable: bool,
+    ) -> Result<SendOutcome, MessagesError> {
+        let now = self.clock.now_ms();
+        let delivery = adapter.capabilities().delivery.clone().unwrap_or_default();
+        intent.failure = Some(failure(error, None, now));
+        intent.next_attempt_at = (delivery.reconcile_unknown_send
+            || delivery.duplicates_acceptable)
+            .then(|| now.saturating_add(self.policy.reconcile_delay_ms));
+        if intent.status == IntentStatus::Sending || intent.status == IntentStatus::UnknownAfterSend
+        {
+            self.save(intent, IntentStatus::UnknownAfterSend, durable)
+                .await?;
+        }
+        warn!(
+            parked = intent.next_attempt_at.is_none(),
+            "send outcome unknown; never replayed blindly"
+        );
+        Ok(SendOutcome::Unknown {
+            failure: failure(error, None, now),
+            delivered: intent.partial_receipt.clone(),
+        })
+    }
+
+    pub(crate) async fn fail(
+        &self,
+        intent: &mut DurableSendIntent,
+        error: &SendError,
+        reason: FailureReason,
+        durable: bool,
+    ) -> Result<SendOutcome, MessagesError> {
+        let now = self.clock.now_ms();
+        let failure = failure(error, Some(reason), now);
+        intent.failure = Some(failure.clone());
+        intent.next_attempt_at = None;
+        self.save(intent, IntentStatus::Failed, durable).await?;
+        warn!(?reason, "send failed");
+        Ok(SendOutcome::Failed {
+            failure,
+            delivered: intent.partial_receipt.clone(),
+        })
+    }
+
+    pub(crate) async fn expire(
+        &self,
+        intent: &mut DurableSendIntent,
+        durable: bool,
+    ) -> Result<SendOutcome, MessagesError> {
+        let error = SendError::before_io(
+            clawgate_types::DeliveryFailureKind::Cancelled,
+            "the message outlived its time-to-live and was not delivered",
+        );
+        self.fail(intent, &error, FailureReason::Expired, durable)
+            .await
+    }
+}

@@ -1,0 +1,24 @@
+//! The clawgate message lifecycle engine (layer 2): send contexts and recovery.
+//!
+//! Invariants:
+//! * with durability `required`, the intent (with the whole rendered batch) is committed before
+//!   any platform I/O, or nothing is sent;
+//! * a unit with a receipt part is never sent again;
+//! * a failure after possible platform I/O, before the receipt commit, is `unknown_after_send`
+//!   and is reconciled through the adapter before any replay — never replayed blindly unless the
+//!   adapter declares duplicates acceptable;
+//! * post-send hooks run once per committed send, after the commit, on the recovery path too;
+//! * an intent is worked on by one claim holder at a time (two processes never send it twice).
+
+mod clock;
+mod engine;
+mod error;
+mod outcome;
+mod policy;
+mod recovery;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use engine::{Messenger, OutboundContext, SendOptions};
+pub use error::MessagesError;
+pub use outcome::{RecoveryReport, SendOutcome, SendReport};
+pub use policy::{Disposition, RetryPolicy, disposition};

@@ -1,0 +1,177 @@
+//! Recovery: resume every intent a crash, a restart or a failure left behind, oldest first,
+//! under the per-intent claim, reconciling unknown outcomes before any replay.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use clawgate_channel_sdk::{ChannelMessageAdapter, Reconciliation};
+use clawgate_types::{DurableSendIntent, IntentStatus};
+use tracing::{Instrument as _, info, info_span, warn};
+
+use crate::engine::Inner;
+use crate::{MessagesError, Messenger, RecoveryReport, SendOutcome};
+
+/// Intents claimed per round trip to the store (recovery streams; it never loads everything).
+const RECOVERY_PAGE: u32 = 64;
+
+impl Messenger {
+    /// One recovery pass over every due intent. Safe to run concurrently with sends and with
+    /// other passes, in this process or another one on the same database: claims keep each
+    /// intent with one worker.
+    pub async fn recover(&self) -> Result<RecoveryReport, MessagesError> {
+        let inner = &self.inner;
+        let mut report = RecoveryReport::default();
+        let mut seen = HashSet::new();
+        loop {
+            let claim = inner.claim(inner.clock.now_ms());
+            let page = inner.store.claim_due_intents(&claim, RECOVERY_PAGE).await?;
+            if page.is_empty() {
+                break;
+            }
+            let mut fresh = false;
+            for intent in page {
+                // An intent handed back twice in one pass is left for the next pass.
+                if !seen.insert(intent.id.clone()) {
+                    continue;
+                }
+                fresh = true;
+                report.examined += 1;
+                let span = info_span!("recover", intent = %intent.id, status = %intent.status);
+                inner
+                    .recover_one(intent, &mut report)
+                    .instrument(span)
+                    .await?;
+            }
+            if !fresh {
+                break;
+            }
+        }
+        if report.examined > 0 {
+            info!(?report, "recovery pass finished");
+        }
+        Ok(report)
+    }
+}
+
+fn count(report: &mut RecoveryReport, outcome: &SendOutcome) {
+    match outcome {
+        SendOutcome::Sent { .. }
+        | SendOutcome::Partial { .. }
+        | SendOutcome::AlreadySent { .. } => {
+            report.committed += 1;
+        }
+        SendOutcome::RetryScheduled { .. } => report.rescheduled += 1,
+        SendOutcome::Unknown { .. } => report.unknown += 1,
+        SendOutcome::Failed { failure, .. } => {
+            report.failed += 1;
+            if failure.reason == Some(clawgate_types::FailureReason::Expired) {
+                report.expired += 1;
+            }
+        }
+        SendOutcome::InProgress { .. } => {}
+    }
+}
+
+impl Inner {
+    async fn recover_one(
+        &self,
+        mut intent: DurableSendIntent,
+        report: &mut RecoveryReport,
+    ) -> Result<(), MessagesError> {
+        let adapter = match self.adapter(&intent.channel) {
+            Ok(adapter) => adapter,
+            Err(_) => {
+                // Leave it claimed: the claim expires and a gateway with the channel takes it.
+                warn!(channel = %intent.channel, "no adapter for this channel; intent left for later");
+                return Ok(());
+            }
+        };
+        let now = self.clock.now_ms();
+        let expired = intent.expires_at.is_some_and(|at| at <= now);
+        let outcome = match intent.status {
+            // The platform returned and the receipt is stored: only the commit is missing.
+            IntentStatus::Committing => self.commit(&adapter, &mut intent, true).await?,
+            _ if expired => self.expire(&mut intent, true).await?,
+            IntentStatus::Pending => self.deliver(&adapter, &mut intent, true).await?,
+            // A crash mid-send: the units without receipts may or may not have landed.
+            IntentStatus::Sending => {
+                self.save(&mut intent, IntentStatus::UnknownAfterSend, true)
+                    .await?;
+                self.reconcile(&adapter, &mut intent, report).await?
+            }
+            IntentStatus::UnknownAfterSend => self.reconcile(&adapter, &mut intent, report).await?,
+            IntentStatus::Sent | IntentStatus::Failed | IntentStatus::Cancelled => return Ok(()),
+        };
+        count(report, &outcome);
+        Ok(())
+    }
+
+    /// Asks the platform about every unit without a receipt, then commits what landed and resends
+    /// only what the platform proved missing.
+    async fn reconcile(
+        &self,
+        adapter: &Arc<dyn ChannelMessageAdapter>,
+        intent: &mut DurableSendIntent,
+        report: &mut RecoveryReport,
+    ) -> Result<SendOutcome, MessagesError> {
+        let delivery = adapter.capabilities().delivery.clone().unwrap_or_default();
+        let reason = clawgate_channel_sdk::SendError::after_io(
+            clawgate_types::DeliveryFailureKind::Unknown,
+            "send outcome unknown after a crash or a lost answer",
+        );
+        if !delivery.reconcile_unknown_send {
+            if delivery.duplicates_acceptable {
+                // Declared at-least-once: replay the units without receipts.
+                self.save(intent, IntentStatus::Pending, true).await?;
+                return self.deliver(adapter, intent, true).await;
+            }
+            // Never replay blindly: park it where operators see it.
+            intent.next_attempt_at = None;
+            return self.unknown(adapter, intent, &reason, true).await;
+        }
+        let ctx = self.context(intent);
+        let mut not_sent = 0;
+        let mut unresolved = false;
+        let missing: Vec<_> = {
+            let delivered: Vec<u32> = intent
+                .partial_receipt
+                .as_ref()
+                .map(|r| r.delivered_indices().collect())
+                .unwrap_or_default();
+            intent
+                .batch
+                .as_ref()
+                .map(|b| b.missing_units(&delivered).cloned().collect())
+                .unwrap_or_default()
+        };
+        for unit in &missing {
+            match adapter.reconcile_unknown_send(&ctx, unit).await {
+                Ok(Reconciliation::Sent(part)) => {
+                    report.reconciled_sent += 1;
+                    let single =
+                        clawgate_types::MessageReceipt::from_parts(vec![part], self.clock.now_ms());
+                    match &mut intent.partial_receipt {
+                        Some(existing) => existing.merge(single),
+                        None => intent.partial_receipt = Some(single),
+                    }
+                }
+                Ok(Reconciliation::NotSent) => not_sent += 1,
+                Ok(Reconciliation::Unresolved) => unresolved = true,
+                Err(error) => {
+                    warn!(unit = unit.index, error = %error.message, "reconciliation failed; will ask again");
+                    unresolved = true;
+                }
+            }
+        }
+        if unresolved {
+            return self.unknown(adapter, intent, &reason, true).await;
+        }
+        if not_sent == 0 {
+            return self.commit(adapter, intent, true).await;
+        }
+        report.reconciled_not_sent += not_sent;
+        // Only the units the platform proved missing go out again.
+        self.save(intent, IntentStatus::Pending, true).await?;
+        self.deliver(adapter, intent, true).await
+    }
+}

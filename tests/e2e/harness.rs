@@ -1,0 +1,208 @@
+//! A QA platform, a state directory and a messenger with a clock the test drives.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use clawgate_channel_qa::{QaAdapter, QaPlatform, QaPlatformConfig};
+use clawgate_channel_sdk::{
+    ChannelMessageAdapter, MessageOriginAdapter, MessageRenderAdapter, Reconciliation, SendContext,
+    SendError,
+};
+use clawgate_messages::{ManualClock, Messenger, RetryPolicy};
+use clawgate_store::{SqliteOptions, SqliteStore};
+use clawgate_types::{
+    ChannelMessage, MessageBody, MessageCapabilities, MessageDirection, MessageReceipt,
+    MessageReceiptPart, MessageTarget, RenderedMessageUnit, TargetKind,
+};
+
+pub struct Harness {
+    pub platform: QaPlatform,
+    pub store: Arc<SqliteStore>,
+    pub clock: Arc<ManualClock>,
+    /// Keeps the state directory alive for the test.
+    pub _dir: tempfile::TempDir,
+}
+
+pub const START: i64 = 1_700_000_000_000;
+
+impl Harness {
+    pub async fn new() -> Harness {
+        Harness::with_options(SqliteOptions::default()).await
+    }
+
+    pub async fn with_options(options: SqliteOptions) -> Harness {
+        let platform = QaPlatform::start(QaPlatformConfig::default())
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open_state_dir(dir.path(), options).unwrap());
+        Harness {
+            platform,
+            store,
+            clock: Arc::new(ManualClock::new(START)),
+            _dir: dir,
+        }
+    }
+
+    pub fn adapter(&self) -> QaAdapter {
+        QaAdapter::new(&self.platform.base_url(), self.platform.token())
+    }
+
+    pub fn plain_adapter(&self) -> QaAdapter {
+        QaAdapter::without_idempotency(&self.platform.base_url(), self.platform.token())
+    }
+
+    pub fn messenger(&self, adapter: Arc<dyn ChannelMessageAdapter>) -> Messenger {
+        let policy = RetryPolicy {
+            base_delay_ms: 1_000,
+            reconcile_delay_ms: 500,
+            ..RetryPolicy::default()
+        };
+        Messenger::new(
+            self.store.clone(),
+            vec![adapter],
+            policy,
+            self.clock.clone(),
+            "test",
+        )
+    }
+}
+
+/// An outbound message to the QA room `room-1`.
+pub fn message(id: &str, text: &str) -> ChannelMessage {
+    ChannelMessage {
+        id: id.into(),
+        channel: "qa".into(),
+        account_id: Some("bot".into()),
+        direction: MessageDirection::Outbound,
+        target: MessageTarget {
+            kind: TargetKind::Group,
+            id: "room-1".into(),
+            label: None,
+            space_id: None,
+            parent_id: None,
+            thread_id: None,
+            native_channel_id: None,
+        },
+        sender: None,
+        body: Some(MessageBody {
+            text: text.into(),
+            format: None,
+        }),
+        attachments: vec![],
+        relation: None,
+        origin: None,
+        timestamp: None,
+        raw: None,
+    }
+}
+
+/// Wraps an adapter and counts its post-send hooks.
+pub struct Counting<A> {
+    pub inner: A,
+    pub renderer: Option<PartsRenderer>,
+    pub after_send_success: AtomicUsize,
+    pub after_commit: AtomicUsize,
+}
+
+impl<A> Counting<A> {
+    pub fn new(inner: A) -> Arc<Counting<A>> {
+        Arc::new(Counting {
+            inner,
+            renderer: None,
+            after_send_success: AtomicUsize::new(0),
+            after_commit: AtomicUsize::new(0),
+        })
+    }
+
+    /// Renders batches whose parts stand alone (`best_effort_parts`).
+    pub fn best_effort_parts(inner: A) -> Arc<Counting<A>> {
+        Arc::new(Counting {
+            inner,
+            renderer: Some(PartsRenderer),
+            after_send_success: AtomicUsize::new(0),
+            after_commit: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn hooks(&self) -> (usize, usize) {
+        (
+            self.after_send_success.load(Ordering::SeqCst),
+            self.after_commit.load(Ordering::SeqCst),
+        )
+    }
+}
+
+#[async_trait]
+impl<A: ChannelMessageAdapter> ChannelMessageAdapter for Counting<A> {
+    fn channel(&self) -> &str {
+        self.inner.channel()
+    }
+    fn capabilities(&self) -> &MessageCapabilities {
+        self.inner.capabilities()
+    }
+    async fn send_unit(
+        &self,
+        ctx: &SendContext,
+        unit: &RenderedMessageUnit,
+    ) -> Result<MessageReceiptPart, SendError> {
+        self.inner.send_unit(ctx, unit).await
+    }
+    async fn edit(
+        &self,
+        ctx: &SendContext,
+        part: &MessageReceiptPart,
+        unit: &RenderedMessageUnit,
+    ) -> Result<MessageReceiptPart, SendError> {
+        self.inner.edit(ctx, part, unit).await
+    }
+    async fn delete(&self, ctx: &SendContext, part: &MessageReceiptPart) -> Result<(), SendError> {
+        self.inner.delete(ctx, part).await
+    }
+    async fn reconcile_unknown_send(
+        &self,
+        ctx: &SendContext,
+        unit: &RenderedMessageUnit,
+    ) -> Result<Reconciliation, SendError> {
+        self.inner.reconcile_unknown_send(ctx, unit).await
+    }
+    async fn after_send_success(&self, ctx: &SendContext, receipt: &MessageReceipt) {
+        self.after_send_success.fetch_add(1, Ordering::SeqCst);
+        self.inner.after_send_success(ctx, receipt).await;
+    }
+    async fn after_commit(&self, ctx: &SendContext, receipt: &MessageReceipt) {
+        assert_eq!(
+            self.after_send_success.load(Ordering::SeqCst),
+            self.after_commit.load(Ordering::SeqCst) + 1,
+            "after_commit runs after after_send_success"
+        );
+        self.after_commit.fetch_add(1, Ordering::SeqCst);
+        self.inner.after_commit(ctx, receipt).await;
+    }
+    fn render(&self) -> Option<&dyn MessageRenderAdapter> {
+        match &self.renderer {
+            Some(renderer) => Some(renderer),
+            None => self.inner.render(),
+        }
+    }
+    fn origin(&self) -> Option<&dyn MessageOriginAdapter> {
+        self.inner.origin()
+    }
+}
+
+/// The default rendering with `best_effort_parts` atomicity.
+pub struct PartsRenderer;
+
+impl MessageRenderAdapter for PartsRenderer {
+    fn render(
+        &self,
+        message: &ChannelMessage,
+        capabilities: &MessageCapabilities,
+        key: &str,
+    ) -> Result<clawgate_types::RenderedMessageBatch, clawgate_channel_sdk::RenderError> {
+        let mut batch = clawgate_channel_sdk::DefaultRenderer.render(message, capabilities, key)?;
+        batch.atomicity = clawgate_types::BatchAtomicity::BestEffortParts;
+        Ok(batch)
+    }
+}

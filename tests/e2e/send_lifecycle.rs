@@ -1,0 +1,608 @@
+//! The send and recovery lines of the test plan, against the real QA platform over HTTP and a
+//! real SQLite state file.
+
+use std::sync::Arc;
+
+use clawgate_channel_qa::Fault;
+use clawgate_messages::{MessagesError, SendOptions, SendOutcome};
+use clawgate_store::{IntentFilter, IntentStore, SqliteOptions};
+use clawgate_types::{
+    FailureReason, GatewayFailureCode, IntentStatus, MessageDurabilityPolicy, MessageOrigin,
+};
+
+use crate::harness::{Counting, Harness, message};
+
+fn opts() -> SendOptions {
+    SendOptions::default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_send_returns_receipt_and_lands_once() {
+    let h = Harness::new().await;
+    let adapter = Counting::new(h.adapter());
+    let messenger = h.messenger(adapter.clone());
+    let report = messenger
+        .send(message("m1", "hello"), opts())
+        .await
+        .unwrap();
+    assert!(report.durable);
+    let SendOutcome::Sent { receipt } = &report.outcome else {
+        panic!("{report:?}")
+    };
+    let landed = h.platform.messages("room-1");
+    assert_eq!(landed.len(), 1);
+    assert_eq!(
+        receipt.primary_platform_message_id.as_deref(),
+        Some(landed[0].id.as_str())
+    );
+    assert_eq!(receipt.platform_message_ids, vec![landed[0].id.clone()]);
+    let stored = h
+        .store
+        .load_intent(report.intent_id.as_ref().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.status, IntentStatus::Sent);
+    assert_eq!(
+        stored.receipt.as_ref(),
+        Some(receipt),
+        "the committed receipt is the returned one"
+    );
+    assert_eq!(
+        adapter.hooks(),
+        (1, 1),
+        "post-send hooks ran once, after the commit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_part_receipt_keeps_every_platform_id_and_a_primary() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    let text = "word ".repeat(1_900); // 9,500 characters over a 4,000 limit: three parts.
+    let report = messenger
+        .send(message("long", &text), opts())
+        .await
+        .unwrap();
+    let receipt = report.outcome.receipt().unwrap().clone();
+    let landed = h.platform.messages("room-1");
+    assert_eq!(landed.len(), 3);
+    assert_eq!(
+        receipt.platform_message_ids,
+        landed.iter().map(|m| m.id.clone()).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        receipt.primary_platform_message_id.as_deref(),
+        Some(landed[0].id.as_str())
+    );
+    assert_eq!(
+        landed.iter().map(|m| m.text.as_str()).collect::<String>(),
+        text,
+        "chunks rejoin to the text"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_key_reuse_never_sends_twice() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    let keyed = SendOptions {
+        idempotency_key: Some("reply-to-update-7".into()),
+        ..opts()
+    };
+    let first = messenger
+        .send(message("a", "once"), keyed.clone())
+        .await
+        .unwrap();
+    let second = messenger.send(message("b", "once"), keyed).await.unwrap();
+    assert_eq!(second.intent_id, first.intent_id);
+    match second.outcome {
+        SendOutcome::AlreadySent { receipt } => assert_eq!(Some(&receipt), first.outcome.receipt()),
+        other => panic!("a reused key must not send again: {other:?}"),
+    }
+    assert_eq!(h.platform.landed_with_text("once"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transient_failure_retries_later_and_lands_once() {
+    let h = Harness::new().await;
+    let adapter = Counting::new(h.adapter());
+    let messenger = h.messenger(adapter.clone());
+    h.platform.inject(Fault::status(1, 503, "unavailable"));
+    let report = messenger
+        .send(message("t", "after a blip"), opts())
+        .await
+        .unwrap();
+    let SendOutcome::RetryScheduled {
+        next_attempt_at,
+        failure,
+        ..
+    } = report.outcome
+    else {
+        panic!("{report:?}")
+    };
+    assert_eq!(failure.kind, clawgate_types::DeliveryFailureKind::Transient);
+    assert_eq!(
+        next_attempt_at,
+        crate::harness::START + 1_000,
+        "first backoff step"
+    );
+    assert_eq!(
+        messenger.recover().await.unwrap().examined,
+        0,
+        "not due yet"
+    );
+    h.clock.advance(1_000);
+    let recovered = messenger.recover().await.unwrap();
+    assert_eq!((recovered.examined, recovered.committed), (1, 1));
+    assert_eq!(h.platform.landed_with_text("after a blip"), 1);
+    assert_eq!(
+        adapter.hooks(),
+        (1, 1),
+        "hooks run on the recovery path too, once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_honours_retry_after() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    h.platform.inject(Fault::rate_limited(1, 30));
+    let report = messenger
+        .send(message("r", "slow down"), opts())
+        .await
+        .unwrap();
+    let SendOutcome::RetryScheduled {
+        next_attempt_at,
+        failure,
+        ..
+    } = report.outcome
+    else {
+        panic!("{report:?}")
+    };
+    assert_eq!(failure.kind, clawgate_types::DeliveryFailureKind::RateLimit);
+    assert_eq!(failure.retry_after_ms, Some(30_000));
+    assert_eq!(
+        next_attempt_at,
+        crate::harness::START + 30_000,
+        "the platform's Retry-After wins"
+    );
+    h.clock.advance(29_999);
+    assert_eq!(messenger.recover().await.unwrap().examined, 0);
+    h.clock.advance(1);
+    assert_eq!(messenger.recover().await.unwrap().committed, 1);
+    assert_eq!(h.platform.landed_with_text("slow down"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_stop_at_the_attempt_budget() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    h.platform.inject(Fault::status(100, 500, "boom"));
+    let report = messenger
+        .send(message("x", "doomed"), opts())
+        .await
+        .unwrap();
+    let id = report.intent_id.unwrap();
+    for _ in 0..20 {
+        h.clock.advance(10 * 60_000);
+        messenger.recover().await.unwrap();
+    }
+    let intent = h.store.load_intent(&id).await.unwrap().unwrap();
+    assert_eq!(intent.status, IntentStatus::Failed);
+    assert_eq!(intent.attempt, 8, "the default budget");
+    assert_eq!(
+        intent.failure.unwrap().reason,
+        Some(FailureReason::MaxAttemptsExceeded)
+    );
+    assert_eq!(h.platform.landed_with_text("doomed"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_failure_waits_for_configuration() {
+    let h = Harness::new().await;
+    let bad = clawgate_channel_qa::QaAdapter::new(&h.platform.base_url(), "wrong-token");
+    let messenger = h.messenger(Arc::new(bad));
+    let report = messenger
+        .send(message("a", "secret"), opts())
+        .await
+        .unwrap();
+    let SendOutcome::Failed { failure, .. } = report.outcome else {
+        panic!("{report:?}")
+    };
+    assert_eq!(failure.kind, clawgate_types::DeliveryFailureKind::Auth);
+    assert_eq!(failure.reason, Some(FailureReason::AwaitingConfiguration));
+    h.clock.advance(3_600_000);
+    assert_eq!(
+        messenger.recover().await.unwrap().examined,
+        0,
+        "parked: no blind retries"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_payload_retries_once_with_the_fallback_rendering() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    h.platform.inject(Fault::status(1, 400, "bad_markup"));
+    let report = messenger
+        .send(message("f", "**bold**"), opts())
+        .await
+        .unwrap();
+    assert!(
+        matches!(report.outcome, SendOutcome::Sent { .. }),
+        "{report:?}"
+    );
+    h.platform.inject(Fault::status(2, 400, "bad_markup"));
+    let report = messenger
+        .send(message("g", "still bad"), opts())
+        .await
+        .unwrap();
+    let SendOutcome::Failed { failure, .. } = report.outcome else {
+        panic!("{report:?}")
+    };
+    assert_eq!(
+        failure.reason,
+        Some(FailureReason::Permanent),
+        "only one fallback"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_outcome_is_reconciled_before_any_replay() {
+    let h = Harness::new().await;
+    let adapter = Counting::new(h.adapter());
+    let messenger = h.messenger(adapter.clone());
+    h.platform.inject(Fault::drop_after_accept(1));
+    let report = messenger
+        .send(message("u", "did it land?"), opts())
+        .await
+        .unwrap();
+    assert!(
+        matches!(report.outcome, SendOutcome::Unknown { .. }),
+        "{report:?}"
+    );
+    let id = report.intent_id.unwrap();
+    assert_eq!(
+        h.store.load_intent(&id).await.unwrap().unwrap().status,
+        IntentStatus::UnknownAfterSend
+    );
+    assert_eq!(adapter.hooks(), (0, 0), "no hooks before a commit");
+    h.clock.advance(500);
+    let recovered = messenger.recover().await.unwrap();
+    assert_eq!(
+        (
+            recovered.reconciled_sent,
+            recovered.committed,
+            recovered.reconciled_not_sent
+        ),
+        (1, 1, 0)
+    );
+    assert_eq!(
+        h.platform.landed_with_text("did it land?"),
+        1,
+        "reconciled, not resent"
+    );
+    let intent = h.store.load_intent(&id).await.unwrap().unwrap();
+    assert_eq!(intent.status, IntentStatus::Sent);
+    assert_eq!(
+        intent.receipt.unwrap().platform_message_ids,
+        vec![h.platform.messages("room-1")[0].id.clone()]
+    );
+    assert_eq!(adapter.hooks(), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_outcome_without_reconciliation_is_never_replayed() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.plain_adapter()));
+    h.platform.inject(Fault::drop_after_accept(1));
+    let report = messenger
+        .send(message("u", "maybe twice?"), opts())
+        .await
+        .unwrap();
+    assert!(
+        matches!(report.outcome, SendOutcome::Unknown { .. }),
+        "{report:?}"
+    );
+    for _ in 0..5 {
+        h.clock.advance(60_000);
+        messenger.recover().await.unwrap();
+    }
+    assert_eq!(
+        h.platform.landed_with_text("maybe twice?"),
+        1,
+        "never replayed blindly"
+    );
+    let unknown = h
+        .store
+        .list_intents(&IntentFilter {
+            statuses: vec![IntentStatus::UnknownAfterSend],
+            limit: 10,
+            ..IntentFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        unknown.len(),
+        1,
+        "left visible to operators as unknown_after_send"
+    );
+}
+
+fn three_units() -> String {
+    format!(
+        "{}{}{}",
+        "a".repeat(4_000),
+        "b".repeat(4_000),
+        "c".repeat(10)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_retry_sends_only_units_without_receipts() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    // Unit 0 lands, unit 1 is refused (nothing happened), unit 2 is never tried.
+    h.platform
+        .inject(Fault::status(1, 503, "unavailable").after(1));
+    let report = messenger
+        .send(message("b", &three_units()), opts())
+        .await
+        .unwrap();
+    let SendOutcome::RetryScheduled { delivered, .. } = &report.outcome else {
+        panic!("{report:?}")
+    };
+    assert_eq!(
+        delivered
+            .as_ref()
+            .unwrap()
+            .delivered_indices()
+            .collect::<Vec<_>>(),
+        vec![0]
+    );
+    let stored = h
+        .store
+        .load_intent(report.intent_id.as_ref().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored.partial_receipt.unwrap().parts.len(),
+        1,
+        "the delivered unit is recorded durably"
+    );
+    h.clock.advance(1_000);
+    assert_eq!(messenger.recover().await.unwrap().committed, 1);
+    let intent = h
+        .store
+        .load_intent(report.intent_id.as_ref().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(intent.receipt.unwrap().parts.len(), 3);
+    for unit in 0..3 {
+        assert_eq!(
+            h.platform.landed_count(&format!("qa:b#{unit}")),
+            1,
+            "unit {unit} landed once"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_unit_in_a_batch_is_reconciled_and_only_missing_units_resent() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    // Unit 0 lands; unit 1 lands but its answer is lost; unit 2 is never tried.
+    h.platform.inject(Fault::drop_after_accept(1).after(1));
+    let report = messenger
+        .send(message("p", &three_units()), opts())
+        .await
+        .unwrap();
+    let SendOutcome::Unknown { delivered, .. } = &report.outcome else {
+        panic!("{report:?}")
+    };
+    assert_eq!(delivered.as_ref().unwrap().parts.len(), 1);
+    h.clock.advance(500);
+    let recovered = messenger.recover().await.unwrap();
+    assert_eq!(
+        (
+            recovered.reconciled_sent,
+            recovered.reconciled_not_sent,
+            recovered.committed
+        ),
+        (1, 1, 1),
+        "unit 1 found on the platform, unit 2 proved missing and sent"
+    );
+    for unit in 0..3 {
+        assert_eq!(
+            h.platform.landed_count(&format!("qa:p#{unit}")),
+            1,
+            "unit {unit} landed once"
+        );
+    }
+    let intent = h
+        .store
+        .load_intent(report.intent_id.as_ref().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let ids: Vec<String> = h
+        .platform
+        .messages("room-1")
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(
+        intent.receipt.unwrap().platform_message_ids,
+        ids,
+        "every platform id, in unit order"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn best_effort_parts_reports_the_delivered_prefix() {
+    let h = Harness::new().await;
+    let adapter = Counting::best_effort_parts(h.adapter());
+    let messenger = h.messenger(adapter);
+    h.platform
+        .inject(Fault::status(1, 503, "unavailable").after(1));
+    let report = messenger
+        .send(message("be", &three_units()), opts())
+        .await
+        .unwrap();
+    let SendOutcome::Partial { delivered, failure } = &report.outcome else {
+        panic!("{report:?}")
+    };
+    assert_eq!(delivered.parts.len(), 1, "the delivered prefix");
+    assert_eq!(failure.kind, clawgate_types::DeliveryFailureKind::Transient);
+    let intent = h
+        .store
+        .load_intent(report.intent_id.as_ref().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        intent.status,
+        IntentStatus::Sent,
+        "best-effort parts commit what landed"
+    );
+    h.clock.advance(60_000);
+    assert_eq!(
+        messenger.recover().await.unwrap().examined,
+        0,
+        "and do not retry the rest"
+    );
+    assert_eq!(h.platform.messages("room-1").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn required_durability_fails_closed_and_best_effort_proceeds() {
+    let h = Harness::with_options(SqliteOptions {
+        max_page_count: Some(40),
+        ..SqliteOptions::default()
+    })
+    .await;
+    // Fill the database to its cap with unrelated intents.
+    let mut n = 0;
+    while h
+        .store
+        .insert_intent(&clawgate_store::testing::sample_intent(n, 0), None)
+        .await
+        .is_ok()
+    {
+        n += 1;
+    }
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    let big = "y".repeat(3_000);
+    match messenger.send(message("req", &big), opts()).await {
+        Err(MessagesError::DurabilityUnavailable(e)) => {
+            assert!(e.to_string().contains("full"), "{e}")
+        }
+        other => panic!("required durability must fail closed: {other:?}"),
+    }
+    assert_eq!(
+        h.platform.landed_with_text(&big),
+        0,
+        "nothing sent without the intent"
+    );
+    let best = SendOptions {
+        durability: MessageDurabilityPolicy::BestEffort,
+        ..opts()
+    };
+    let report = messenger.send(message("be", &big), best).await.unwrap();
+    assert!(!report.durable, "best effort says it was not durable");
+    assert!(matches!(report.outcome, SendOutcome::Sent { .. }));
+    let direct = SendOptions {
+        durability: MessageDurabilityPolicy::Disabled,
+        ..opts()
+    };
+    let report = messenger
+        .send(message("d", "direct"), direct)
+        .await
+        .unwrap();
+    assert_eq!((report.durable, report.intent_id.is_none()), (false, true));
+    assert_eq!(h.platform.landed_with_text(&big), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_intents_expire_instead_of_sending_late() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    h.platform.inject(Fault::status(1, 503, "unavailable"));
+    let ttl = SendOptions {
+        time_to_live_ms: Some(60_000),
+        ..opts()
+    };
+    let report = messenger
+        .send(message("old", "too late"), ttl)
+        .await
+        .unwrap();
+    assert!(matches!(report.outcome, SendOutcome::RetryScheduled { .. }));
+    h.clock.advance(7 * 24 * 3_600_000);
+    let recovered = messenger.recover().await.unwrap();
+    assert_eq!((recovered.failed, recovered.expired), (1, 1));
+    let intent = h
+        .store
+        .load_intent(&report.intent_id.unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        intent.failure.unwrap().reason,
+        Some(FailureReason::Expired),
+        "visible to operators"
+    );
+    assert_eq!(h.platform.landed_with_text("too late"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origin_survives_chunking_and_recovery() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    let mut failure_notice = message("o", &"Agent failed before reply. ".repeat(200));
+    failure_notice.origin = Some(MessageOrigin::gateway_failure(
+        GatewayFailureCode::AgentFailedBeforeReply,
+    ));
+    h.platform.inject(Fault::status(1, 503, "unavailable"));
+    messenger.send(failure_notice, opts()).await.unwrap();
+    h.clock.advance(1_000);
+    assert_eq!(messenger.recover().await.unwrap().committed, 1);
+    let landed = h.platform.messages("room-1");
+    assert_eq!(landed.len(), 2, "chunked");
+    for m in landed {
+        let origin: MessageOrigin =
+            serde_json::from_value(m.metadata.unwrap()["clawgateOrigin"].clone()).unwrap();
+        assert_eq!(
+            origin,
+            MessageOrigin::gateway_failure(GatewayFailureCode::AgentFailedBeforeReply)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_recovery_workers_never_send_an_intent_twice() {
+    let h = Harness::new().await;
+    let a = h.messenger(Arc::new(h.adapter()));
+    let b = h.messenger(Arc::new(h.adapter()));
+    h.platform.inject(Fault::status(30, 503, "unavailable"));
+    for n in 0..30 {
+        let report = a
+            .send(message(&format!("n{n}"), &format!("queued {n}")), opts())
+            .await
+            .unwrap();
+        assert!(matches!(report.outcome, SendOutcome::RetryScheduled { .. }));
+    }
+    h.clock.advance(1_000);
+    let (ra, rb) = tokio::join!(a.recover(), b.recover());
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert_eq!(ra.committed + rb.committed, 30, "{ra:?} {rb:?}");
+    for n in 0..30 {
+        assert_eq!(
+            h.platform.landed_with_text(&format!("queued {n}")),
+            1,
+            "message {n}"
+        );
+    }
+}
