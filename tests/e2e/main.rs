@@ -4,5 +4,6 @@
 #![allow(unreachable_pub)] // Shared helpers of one test binary.
 
 mod harness;
+mod send_crash;
 mod send_lifecycle;
 mod store_crash;

@@ -41,7 +41,27 @@ impl Default for SendOptions {
     }
 }
 
+/// The lifecycle boundaries a [`LifecycleProbe`] observes: the places a crash is most
+/// interesting (crash tests stop the process exactly there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Boundary {
+    /// The intent is committed; no platform I/O yet.
+    IntentRecorded,
+    /// One unit landed and (when more remain) its receipt part is recorded.
+    UnitDelivered { index: u32 },
+    /// Every unit landed; nothing about it is committed yet.
+    PlatformAccepted,
+    /// `committing` with the raw receipt is recorded; the receipt commit is next.
+    CommittingRecorded,
+}
+
+/// Observes lifecycle boundaries (tests and diagnostics; production engines have none).
+pub trait LifecycleProbe: Send + Sync {
+    fn reached(&self, boundary: Boundary, intent: &IntentId);
+}
+
 pub(crate) struct Inner {
+    pub(crate) probe: Option<Arc<dyn LifecycleProbe>>,
     pub(crate) store: Arc<dyn IntentStore>,
     pub(crate) adapters: HashMap<String, Arc<dyn ChannelMessageAdapter>>,
     pub(crate) policy: RetryPolicy,
@@ -79,14 +99,35 @@ impl Messenger {
             .into_iter()
             .map(|a| (a.channel().to_owned(), a))
             .collect();
-        let worker = ClaimToken(format!("{worker}:{}", clawgate_store::ids::new_id()));
+        // `<worker>/<pid>/<start>/<unique>`: a restarted gateway can see this holder died.
+        let worker = ClaimToken(format!(
+            "{worker}/{}/{}",
+            crate::liveness::own_identity(),
+            clawgate_store::ids::new_id()
+        ));
         Messenger {
             inner: Arc::new(Inner {
+                probe: None,
                 store,
                 adapters,
                 policy,
                 clock,
                 worker,
+            }),
+        }
+    }
+
+    /// Installs a probe that observes every lifecycle boundary (call before sharing the engine).
+    pub fn with_probe(self, probe: Arc<dyn LifecycleProbe>) -> Messenger {
+        let shared = &self.inner;
+        Messenger {
+            inner: Arc::new(Inner {
+                probe: Some(probe),
+                store: shared.store.clone(),
+                adapters: shared.adapters.clone(),
+                policy: shared.policy.clone(),
+                clock: shared.clock.clone(),
+                worker: shared.worker.clone(),
             }),
         }
     }
@@ -152,7 +193,10 @@ impl Messenger {
                 .insert_intent(&intent, Some(&inner.claim(now)))
                 .await
             {
-                Ok(InsertIntentOutcome::Inserted) => durable = true,
+                Ok(InsertIntentOutcome::Inserted) => {
+                    durable = true;
+                    inner.reached(Boundary::IntentRecorded, &intent.id);
+                }
                 Ok(InsertIntentOutcome::Duplicate(found)) => existing = Some(*found),
                 Err(e) if options.durability == MessageDurabilityPolicy::Required => {
                     warn!(intent = %intent.id, error = %e, "durable intent not written; send refused");
@@ -265,6 +309,12 @@ fn failure(error: &SendError, reason: Option<FailureReason>, at: i64) -> Deliver
 }
 
 impl Inner {
+    fn reached(&self, boundary: Boundary, intent: &IntentId) {
+        if let Some(probe) = &self.probe {
+            probe.reached(boundary, intent);
+        }
+    }
+
     pub(crate) fn adapter(
         &self,
         channel: &str,
@@ -389,7 +439,8 @@ impl Inner {
                 match adapter.send_unit(&ctx, unit).await {
                     Ok(part) => {
                         self.add_part(intent, part, durable, n + 1 < missing.len())
-                            .await?
+                            .await?;
+                        self.reached(Boundary::UnitDelivered { index: unit.index }, &intent.id);
                     }
                     Err(error) => {
                         failed = Some((unit.clone(), error));
@@ -398,6 +449,7 @@ impl Inner {
                 }
             }
             let Some((unit, error)) = failed else {
+                self.reached(Boundary::PlatformAccepted, &intent.id);
                 return self.commit(adapter, intent, durable).await;
             };
             warn!(unit = unit.index, kind = ?error.kind, side_effect = ?error.side_effect, error = %error.message, "unit send failed");
@@ -491,6 +543,7 @@ impl Inner {
         if intent.status == IntentStatus::Sending {
             intent.receipt = Some(receipt.clone());
             self.save(intent, IntentStatus::Committing, durable).await?;
+            self.reached(Boundary::CommittingRecorded, &intent.id);
         }
         if durable {
             *intent = self.store.commit_receipt(&intent.id, &receipt, now).await?;

@@ -13,12 +13,13 @@
 mod clock;
 mod engine;
 mod error;
+mod liveness;
 mod outcome;
 mod policy;
 mod recovery;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use engine::{Messenger, OutboundContext, SendOptions};
+pub use engine::{Boundary, LifecycleProbe, Messenger, OutboundContext, SendOptions};
 pub use error::MessagesError;
 pub use outcome::{RecoveryReport, SendOutcome, SendReport};
 pub use policy::{Disposition, RetryPolicy, disposition};

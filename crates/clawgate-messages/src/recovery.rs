@@ -21,6 +21,14 @@ impl Messenger {
     pub async fn recover(&self) -> Result<RecoveryReport, MessagesError> {
         let inner = &self.inner;
         let mut report = RecoveryReport::default();
+        // Claims of processes that died (a crash, a kill -9) would block their intents until
+        // the claims expire: release them now. A live peer's claims are left alone.
+        for (holder, held) in inner.store.claim_holders().await? {
+            if holder != inner.worker && crate::liveness::holder_is_dead(holder.as_str()) {
+                let released = inner.store.release_claims_held_by(&holder).await?;
+                info!(holder = %holder.as_str(), held, released, "released the claims of a dead process");
+            }
+        }
         let mut seen = HashSet::new();
         loop {
             let claim = inner.claim(inner.clock.now_ms());

@@ -82,6 +82,13 @@ pub trait IntentStore: Send + Sync {
     /// Gives a claim back (no-op when `token` does not hold it).
     async fn release_intent_claim(&self, id: &IntentId, token: &ClaimToken) -> StoreResult<()>;
 
+    /// Every live or expired claim holder with how many intents it holds (to find claims of
+    /// processes that died, which would otherwise block recovery until their claims expire).
+    async fn claim_holders(&self) -> StoreResult<Vec<(ClaimToken, u64)>>;
+
+    /// Releases every claim `token` holds; returns how many.
+    async fn release_claims_held_by(&self, token: &ClaimToken) -> StoreResult<u64>;
+
     /// Pages through intents oldest first (keyset pagination; streams any number of rows).
     async fn list_intents(&self, filter: &IntentFilter) -> StoreResult<Vec<DurableSendIntent>>;
 

@@ -445,6 +445,34 @@ pub async fn intent_claims_are_exclusive<S: Store + 'static>(
         )
         .await
         .unwrap();
+    let holders = store.claim_holders().await.unwrap();
+    assert!(
+        holders.iter().any(|(t, n)| t.as_str() == "late" && *n == 1),
+        "{holders:?}"
+    );
+    assert_eq!(
+        store
+            .release_claims_held_by(&ClaimToken("late".into()))
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(
+        store
+            .claim_holders()
+            .await
+            .unwrap()
+            .iter()
+            .all(|(t, _)| t.as_str() != "late")
+    );
+    assert!(
+        store
+            .claim_intent(&id, &claim("next", 6_003))
+            .await
+            .unwrap()
+            .is_some(),
+        "released claims can be taken"
+    );
     match store.claim_intent(&intent_id(999), &claim("x", 1)).await {
         Err(StoreError::NotFound { .. }) => {}
         other => panic!("claiming an unknown intent is NotFound, got {other:?}"),

@@ -391,6 +391,36 @@ impl IntentStore for SqliteStore {
         .await
     }
 
+    async fn claim_holders(&self) -> StoreResult<Vec<(ClaimToken, u64)>> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT claimed_by, COUNT(*) FROM send_intents
+                 WHERE claimed_by IS NOT NULL GROUP BY claimed_by ORDER BY claimed_by",
+            )?;
+            let rows = stmt.query_map([], |r| Ok((ClaimToken(r.get(0)?), r.get::<_, i64>(1)?)))?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (token, count) = row?;
+                out.push((token, u64::try_from(count).unwrap_or(0)));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn release_claims_held_by(&self, token: &ClaimToken) -> StoreResult<u64> {
+        let token = token.clone();
+        self.write(move |conn| {
+            let n = conn
+                .prepare_cached(
+                    "UPDATE send_intents SET claimed_by = NULL, claim_until = NULL WHERE claimed_by = ?1",
+                )?
+                .execute([token.as_str()])?;
+            Ok(n as u64)
+        })
+        .await
+    }
+
     async fn list_intents(&self, filter: &IntentFilter) -> StoreResult<Vec<DurableSendIntent>> {
         let filter = filter.clone();
         self.read(move |conn| {

@@ -1,0 +1,157 @@
+//! Test peer: a gateway-side process that sends through the QA platform and can be stopped
+//! dead at a lifecycle boundary, then restarted to recover.
+//!
+//! usage:
+//!   send-worker send    STATE_DIR BASE_URL TOKEN idempotent|plain BOUNDARY TEXT
+//!   send-worker recover STATE_DIR BASE_URL TOKEN idempotent|plain
+//!
+//! In `send` mode, reaching BOUNDARY (intent_recorded, unit_delivered_N, platform_accepted,
+//! committing_recorded) prints `STOPPED <boundary>` and freezes the process until the test
+//! kills it with SIGKILL. `recover` runs recovery passes until nothing is due, then prints the
+//! status of every intent.
+
+use std::io::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clawgate_channel_qa::QaAdapter;
+use clawgate_messages::{
+    Boundary, LifecycleProbe, Messenger, RetryPolicy, SendOptions, SystemClock,
+};
+use clawgate_store::{IntentFilter, IntentStore, SqliteOptions, SqliteStore};
+use clawgate_types::{
+    ChannelMessage, IntentId, IntentStatus, MessageBody, MessageDirection, MessageTarget,
+    TargetKind,
+};
+
+struct StopAt(String);
+
+impl LifecycleProbe for StopAt {
+    fn reached(&self, boundary: Boundary, _intent: &IntentId) {
+        let name = match boundary {
+            Boundary::IntentRecorded => "intent_recorded".to_owned(),
+            Boundary::UnitDelivered { index } => format!("unit_delivered_{index}"),
+            Boundary::PlatformAccepted => "platform_accepted".to_owned(),
+            Boundary::CommittingRecorded => "committing_recorded".to_owned(),
+        };
+        if name == self.0 {
+            println!("STOPPED {name}");
+            let _ = std::io::stdout().flush();
+            // Frozen exactly here until SIGKILL.
+            loop {
+                std::thread::park();
+            }
+        }
+    }
+}
+
+fn message(text: &str) -> ChannelMessage {
+    ChannelMessage {
+        id: "crash".into(),
+        channel: "qa".into(),
+        account_id: None,
+        direction: MessageDirection::Outbound,
+        target: MessageTarget {
+            kind: TargetKind::Group,
+            id: "room-1".into(),
+            label: None,
+            space_id: None,
+            parent_id: None,
+            thread_id: None,
+            native_channel_id: None,
+        },
+        sender: None,
+        body: Some(MessageBody {
+            text: text.into(),
+            format: None,
+        }),
+        attachments: vec![],
+        relation: None,
+        origin: None,
+        timestamp: None,
+        raw: None,
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (mode, dir, base, token, variant) = match args.as_slice() {
+        [mode, dir, base, token, variant, ..] => (mode, dir, base, token, variant),
+        _ => anyhow::bail!(
+            "usage: send-worker send|recover STATE_DIR BASE_URL TOKEN VARIANT [BOUNDARY TEXT]"
+        ),
+    };
+    let adapter = match variant.as_str() {
+        "idempotent" => QaAdapter::new(base, token),
+        "plain" => QaAdapter::without_idempotency(base, token),
+        other => anyhow::bail!("unknown variant {other}"),
+    };
+    let store = Arc::new(SqliteStore::open_state_dir(
+        dir.as_ref(),
+        SqliteOptions::default(),
+    )?);
+    let policy = RetryPolicy {
+        base_delay_ms: 50,
+        reconcile_delay_ms: 50,
+        ..RetryPolicy::default()
+    };
+    let messenger = Messenger::new(
+        store.clone(),
+        vec![Arc::new(adapter)],
+        policy,
+        Arc::new(SystemClock),
+        "crash-test",
+    );
+    match mode.as_str() {
+        "send" => {
+            let [.., boundary, text] = args.as_slice() else {
+                anyhow::bail!("send needs BOUNDARY TEXT")
+            };
+            let messenger = messenger.with_probe(Arc::new(StopAt(boundary.clone())));
+            let report = messenger
+                .send(message(text), SendOptions::default())
+                .await?;
+            println!("DONE {:?}", report.outcome);
+        }
+        "recover" => {
+            for _ in 0..100 {
+                messenger.recover().await?;
+                let busy = store
+                    .list_intents(&IntentFilter {
+                        statuses: vec![
+                            IntentStatus::Pending,
+                            IntentStatus::Sending,
+                            IntentStatus::Committing,
+                        ],
+                        limit: 10,
+                        ..IntentFilter::default()
+                    })
+                    .await?;
+                let unknown = store
+                    .list_intents(&IntentFilter {
+                        statuses: vec![IntentStatus::UnknownAfterSend],
+                        limit: 10,
+                        ..IntentFilter::default()
+                    })
+                    .await?;
+                if busy.is_empty() && unknown.iter().all(|i| i.next_attempt_at.is_none()) {
+                    break;
+                }
+                // Reconciliations and retries are scheduled 50 ms out in real time.
+                tokio::time::sleep(Duration::from_millis(60)).await;
+            }
+            let all = store
+                .list_intents(&IntentFilter {
+                    limit: 100,
+                    ..IntentFilter::default()
+                })
+                .await?;
+            for intent in all {
+                println!("INTENT {} {}", intent.id, intent.status);
+            }
+        }
+        other => anyhow::bail!("unknown mode {other}"),
+    }
+    Ok(())
+}
