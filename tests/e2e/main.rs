@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used)] // Tests fail loudly by design.
 #![allow(unreachable_pub)] // Shared helpers of one test binary.
 
+mod awareness_cross_process;
+mod conformance_qa;
 mod harness;
 mod send_crash;
 mod send_lifecycle;

@@ -14,16 +14,26 @@ use rusqlite::params;
 
 use crate::cmd::project_root;
 
+mod acpx;
+mod awareness;
+mod send;
+
 /// Which benchmark to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Suite {
     Store,
+    Send,
+    Awareness,
+    Acpx,
 }
 
 impl Suite {
     pub(crate) fn parse(name: &str) -> Option<Suite> {
         match name {
             "store" => Some(Suite::Store),
+            "send" => Some(Suite::Send),
+            "awareness" => Some(Suite::Awareness),
+            "acpx" => Some(Suite::Acpx),
             _ => None,
         }
     }
@@ -33,6 +43,9 @@ impl Suite {
     fn name(self) -> &'static str {
         match self {
             Suite::Store => "store",
+            Suite::Send => "send",
+            Suite::Awareness => "awareness",
+            Suite::Acpx => "acpx",
         }
     }
 }
@@ -57,6 +70,9 @@ pub(crate) fn run(suite: Suite) -> anyhow::Result<()> {
     let scratch = tempfile::tempdir_in(&base)?;
     match suite {
         Suite::Store => store(scratch.path()),
+        Suite::Send => send::run(scratch.path()),
+        Suite::Awareness => awareness::run(scratch.path()),
+        Suite::Acpx => acpx::run(scratch.path()),
     }
 }
 

@@ -18,20 +18,28 @@ struct Suite {
     filter: &'static str,
 }
 
-/// Every suite. The QA adapter's contract suite joins when `clawgate-conformance` lands.
-const SUITES: &[Suite] = &[Suite {
-    name: "store",
-    cargo_args: &[
-        "test",
-        "-p",
-        "clawgate-store",
-        "--features",
-        "testing",
-        "--test",
-        "store",
-    ],
-    filter: "conformance",
-}];
+/// Every suite: the store suite on every backend, and the adapter contract suite on every
+/// adapter with its peer (the QA platform, in both adapter variants).
+const SUITES: &[Suite] = &[
+    Suite {
+        name: "store",
+        cargo_args: &[
+            "test",
+            "-p",
+            "clawgate-store",
+            "--features",
+            "testing",
+            "--test",
+            "store",
+        ],
+        filter: "conformance",
+    },
+    Suite {
+        name: "adapter (QA platform)",
+        cargo_args: &["test", "-p", "clawgate-e2e", "--test", "e2e"],
+        filter: "conformance_qa",
+    },
+];
 
 impl Suite {
     fn command(&self, extra: &[&str]) -> std::process::Command {

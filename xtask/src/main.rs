@@ -25,8 +25,11 @@ commands:
                       apply the state database migrations in DIR (created if empty);
                       --status only shows each migration's state
   bench store         store throughput beside a raw SQLite baseline from the same run
+  bench send          durable sends/s and recovery of 100,000 intents beside raw SQLite
+  bench awareness     signal log, changesSince, notice fan-out, pruning beside raw SQLite
+  bench acpx          lease verifications/s on live processes, time to reap 100 orphan trees
   tidy                check the crate layering and the publish metadata of every crate
-  conformance         run every conformance suite (today: the store suite)
+  conformance         run every conformance suite (store backends, adapters)
   ci                  run what CI runs: fmt, clippy, tests, codegen --check, tidy,
                       cargo-deny, conformance, cargo package
   help                print this text
@@ -70,7 +73,10 @@ impl std::fmt::Display for ArgError {
                 write!(f, "`{command}` needs `{option}`")
             }
             ArgError::UnknownSuite(name) => {
-                write!(f, "unknown benchmark suite `{name}` (known: store)")
+                write!(
+                    f,
+                    "unknown benchmark suite `{name}` (known: store, send, awareness, acpx)"
+                )
             }
         }
     }
@@ -250,6 +256,11 @@ mod tests {
                 }),
             ),
             ("bench store", Ok(Command::Bench(bench::Suite::Store))),
+            (
+                "bench awareness",
+                Ok(Command::Bench(bench::Suite::Awareness)),
+            ),
+            ("bench acpx", Ok(Command::Bench(bench::Suite::Acpx))),
             ("bench warp", Err(ArgError::UnknownSuite("warp".into()))),
             ("conformance", Ok(Command::Conformance)),
             ("ci", Ok(Command::Ci)),

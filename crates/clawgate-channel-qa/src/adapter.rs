@@ -329,9 +329,9 @@ impl ChannelMessageAdapter for QaAdapter {
         match response.status() {
             StatusCode::OK => {
                 let message = Self::message_answer(response).await?;
-                Ok(Reconciliation::Sent(Self::part(
+                Ok(Reconciliation::Sent(Box::new(Self::part(
                     &message, unit.index, unit.kind,
-                )))
+                ))))
             }
             // The key index is written in the same step as the message: absent means not sent.
             StatusCode::NOT_FOUND => Ok(Reconciliation::NotSent),

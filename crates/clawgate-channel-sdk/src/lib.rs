@@ -115,7 +115,7 @@ impl SendContext {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reconciliation {
     /// The platform has it: here is its receipt part. Commit, never resend.
-    Sent(MessageReceiptPart),
+    Sent(Box<MessageReceiptPart>),
     /// The platform proves it does not have it: resending is safe.
     NotSent,
     /// The platform cannot tell right now: ask again later, do not resend.

@@ -466,7 +466,7 @@ impl Inner {
                     adapter.reconcile_unknown_send(&ctx, &unit).await
                 {
                     let more = missing.len() > 1;
-                    self.add_part(intent, part, durable, more).await?;
+                    self.add_part(intent, *part, durable, more).await?;
                     continue;
                 }
             }

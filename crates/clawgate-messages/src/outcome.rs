@@ -79,3 +79,17 @@ pub struct RecoveryReport {
     /// Of `failed`: past their time-to-live.
     pub expired: u64,
 }
+
+impl RecoveryReport {
+    /// Adds another report's counts to this one.
+    pub fn add(&mut self, other: &RecoveryReport) {
+        self.examined += other.examined;
+        self.committed += other.committed;
+        self.reconciled_sent += other.reconciled_sent;
+        self.reconciled_not_sent += other.reconciled_not_sent;
+        self.rescheduled += other.rescheduled;
+        self.unknown += other.unknown;
+        self.failed += other.failed;
+        self.expired += other.expired;
+    }
+}

@@ -37,18 +37,33 @@ impl Messenger {
                 break;
             }
             let mut fresh = false;
+            // The page's intents are independent: work on them concurrently, so group commit
+            // batches their writes (recovery is then bounded by the store, not by latency).
+            let mut tasks = tokio::task::JoinSet::new();
             for intent in page {
                 // An intent handed back twice in one pass is left for the next pass.
                 if !seen.insert(intent.id.clone()) {
                     continue;
                 }
                 fresh = true;
-                report.examined += 1;
                 let span = info_span!("recover", intent = %intent.id, status = %intent.status);
-                inner
-                    .recover_one(intent, &mut report)
-                    .instrument(span)
-                    .await?;
+                let inner = self.inner.clone();
+                tasks.spawn(
+                    async move {
+                        let mut one = RecoveryReport {
+                            examined: 1,
+                            ..RecoveryReport::default()
+                        };
+                        inner.recover_one(intent, &mut one).await.map(|()| one)
+                    }
+                    .instrument(span),
+                );
+            }
+            while let Some(done) = tasks.join_next().await {
+                let one = done.map_err(|e| {
+                    MessagesError::Store(clawgate_store::StoreError::Backend(Box::new(e)))
+                })??;
+                report.add(&one);
             }
             if !fresh {
                 break;
@@ -156,8 +171,10 @@ impl Inner {
             match adapter.reconcile_unknown_send(&ctx, unit).await {
                 Ok(Reconciliation::Sent(part)) => {
                     report.reconciled_sent += 1;
-                    let single =
-                        clawgate_types::MessageReceipt::from_parts(vec![part], self.clock.now_ms());
+                    let single = clawgate_types::MessageReceipt::from_parts(
+                        vec![*part],
+                        self.clock.now_ms(),
+                    );
                     match &mut intent.partial_receipt {
                         Some(existing) => existing.merge(single),
                         None => intent.partial_receipt = Some(single),

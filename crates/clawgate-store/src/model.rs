@@ -258,3 +258,23 @@ pub struct SessionRow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deleted_at: Option<UnixMillis>,
 }
+
+/// Result of appending an event and opening the notices it causes, in one write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppendWithNotices {
+    pub appended: AppendedEvent,
+    /// Cursors that moved from "no notice" to "notice pending" because of this event.
+    pub opened: Vec<WatchCursor>,
+}
+
+/// Result of consuming a pending notice.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsumedNotice {
+    /// The cursor after the operation (`None`: no cursor for the pair).
+    pub cursor: Option<WatchCursor>,
+    /// The pending notice was acknowledged (the cursor advanced to its frozen watermark).
+    pub acked: bool,
+    /// Material work of another actor arrived after the frozen watermark: exactly one new
+    /// notice is now pending.
+    pub reopened: bool,
+}

@@ -12,9 +12,9 @@ use clawgate_types::{
 
 use crate::StoreResult;
 use crate::model::{
-    AppendedEvent, ChangesSince, Claim, ClaimToken, InboundKey, InboundRecord, InboundStatus,
-    InsertIntentOutcome, IntentFilter, NewSessionEvent, PruneReport, RecordInboundOutcome,
-    SessionHead, SessionRow, WatchCursor, WatermarkKey,
+    AppendWithNotices, AppendedEvent, ChangesSince, Claim, ClaimToken, ConsumedNotice, InboundKey,
+    InboundRecord, InboundStatus, InsertIntentOutcome, IntentFilter, NewSessionEvent, PruneReport,
+    RecordInboundOutcome, SessionHead, SessionRow, WatchCursor, WatermarkKey,
 };
 
 /// Durable send intents, their receipts and the per-intent idempotency lock.
@@ -270,4 +270,45 @@ impl<T> Store for T where
         + LeaseStore
         + InstanceStore
 {
+}
+
+/// Notice transitions on watch cursors, each one atomic on the backend, so several gateway
+/// processes sharing one database never lose or double a notice.
+#[async_trait]
+pub trait NoticeCursorStore: Send + Sync {
+    /// Appends `event` (as [`SignalLogStore::append_event`]) and, in the same write, when the
+    /// event's kind notifies and it is not a duplicate, opens a notice on every cursor on the
+    /// event's session that has none pending, lags the new sequence, and whose watcher is not the
+    /// event's actor: `notified_version` and `material_version` freeze at the new sequence.
+    /// Cursors that already have a notice pending are left alone (their notice stays
+    /// byte-identical; the remainder is found when it is consumed).
+    async fn append_event_opening_notices(
+        &self,
+        event: &NewSessionEvent,
+    ) -> StoreResult<AppendWithNotices>;
+
+    /// Consumes the pending notice of `watcher` on `target` if its `acked_version` is still
+    /// `seen` (what the consumed notice text said): `acked_version` moves to the frozen
+    /// watermark. If a notifying event by another actor lies after the watermark — or history
+    /// after it was pruned, so nobody can tell — exactly one new notice opens at the newest.
+    async fn consume_notice(
+        &self,
+        watcher: &SessionKey,
+        target: &SessionKey,
+        seen: StateVersion,
+        now: UnixMillis,
+    ) -> StoreResult<ConsumedNotice>;
+}
+
+/// Announces commits made to the same database through other connections — other gateway
+/// processes (and this process's own writer: consumers must be idempotent).
+pub trait ChangeFeed: Send + Sync {
+    /// A receiver whose value changes after such a commit, checked every `interval`. Many
+    /// commits between checks are announced once. The sender is dropped (the receiver's
+    /// `changed()` fails) when the backend has no other connections to observe (in memory);
+    /// the feed stops once every receiver is dropped.
+    fn external_changes(
+        &self,
+        interval: std::time::Duration,
+    ) -> StoreResult<tokio::sync::watch::Receiver<u64>>;
 }

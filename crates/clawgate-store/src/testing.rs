@@ -41,7 +41,8 @@ macro_rules! store_conformance_tests {
             signal_append_advances_head_and_dedupes, signal_events_since_is_bounded,
             signal_prune_keeps_heads_and_exact_gap, cursors_and_session_lifecycle,
             sessions_registry_round_trip, leases_round_trip_and_compare_and_set,
-            instance_id_is_stable, reopen_keeps_committed_state);
+            instance_id_is_stable, reopen_keeps_committed_state,
+            notices_open_once_and_consume_reopens_once, external_changes_are_announced);
     };
     (open = $open:expr, persistent = false) => {
         $crate::store_conformance_tests!(@cases $open;
@@ -54,7 +55,7 @@ macro_rules! store_conformance_tests {
             signal_append_advances_head_and_dedupes, signal_events_since_is_bounded,
             signal_prune_keeps_heads_and_exact_gap, cursors_and_session_lifecycle,
             sessions_registry_round_trip, leases_round_trip_and_compare_and_set,
-            instance_id_is_stable);
+            instance_id_is_stable, notices_open_once_and_consume_reopens_once);
     };
     (@cases $open:expr; $($case:ident),+ $(,)?) => {
         mod conformance {
@@ -1206,4 +1207,125 @@ pub async fn reopen_keeps_committed_state<S: Store>(
             .unwrap()
             .is_some()
     );
+}
+
+pub async fn notices_open_once_and_consume_reopens_once<S: Store + crate::NoticeCursorStore>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let target = key("agent:main:subagent:child");
+    let (parent, peer) = (key("agent:main:main"), key("agent:ops:main"));
+    for watcher in [&parent, &peer] {
+        store
+            .ensure_cursor(&WatchCursor {
+                watcher_key: watcher.clone(),
+                target_key: target.clone(),
+                acked_version: StateVersion(0),
+                notified_version: None,
+                material_version: StateVersion(0),
+                source: WatchSource::Spawn,
+                created_at: 1,
+                updated_at: 1,
+            })
+            .await
+            .unwrap();
+    }
+    let log_only = store
+        .append_event_opening_notices(&event(target.as_str(), SessionStateEventKind::Compacted, 2))
+        .await
+        .unwrap();
+    assert!(log_only.opened.is_empty(), "log-only kinds open no notice");
+    let mut by_peer = event(target.as_str(), SessionStateEventKind::GoalChanged, 3);
+    by_peer.actor_type = ActorType::Agent;
+    by_peer.actor_id = Some(peer.as_str().to_owned());
+    let first = store.append_event_opening_notices(&by_peer).await.unwrap();
+    assert_eq!(
+        first
+            .opened
+            .iter()
+            .map(|c| (c.watcher_key.clone(), c.notified_version))
+            .collect::<Vec<_>>(),
+        vec![(parent.clone(), Some(StateVersion(2)))],
+        "the actor's own cursor opens nothing; the other freezes at the event"
+    );
+    let second = store
+        .append_event_opening_notices(&event(
+            target.as_str(),
+            SessionStateEventKind::HumanDirectMessage,
+            4,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        second
+            .opened
+            .iter()
+            .map(|c| c.watcher_key.clone())
+            .collect::<Vec<_>>(),
+        vec![peer.clone()],
+        "a pending notice is not opened twice"
+    );
+    let stale = store
+        .consume_notice(&parent, &target, StateVersion(7), 5)
+        .await
+        .unwrap();
+    assert!(
+        !stale.acked,
+        "a notice the caller did not see is not consumed"
+    );
+    let consumed = store
+        .consume_notice(&parent, &target, StateVersion(0), 5)
+        .await
+        .unwrap();
+    assert!(
+        consumed.acked && consumed.reopened,
+        "interleaved work reopens"
+    );
+    let cursor = consumed.cursor.unwrap();
+    assert_eq!(
+        (cursor.acked_version, cursor.notified_version),
+        (StateVersion(2), Some(StateVersion(3)))
+    );
+    let last = store
+        .consume_notice(&parent, &target, StateVersion(2), 6)
+        .await
+        .unwrap();
+    assert!(last.acked && !last.reopened, "exactly one reopen");
+    assert_eq!(
+        store.cursors_with_pending_notice().await.unwrap().len(),
+        1,
+        "only the peer's notice is still pending"
+    );
+    let missing = store
+        .consume_notice(&key("agent:main:nobody"), &target, StateVersion(0), 7)
+        .await
+        .unwrap();
+    assert_eq!(missing.cursor, None);
+}
+
+pub async fn external_changes_are_announced<S: Store + crate::ChangeFeed>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let watching = open(dir);
+    let mut changes = watching
+        .external_changes(std::time::Duration::from_millis(5))
+        .unwrap();
+    let before = *changes.borrow_and_update();
+    // A second handle has its own connections: the commits of "another process".
+    let other = open(dir);
+    other
+        .append_event(&event(
+            "agent:main:main",
+            SessionStateEventKind::GoalChanged,
+            1,
+        ))
+        .await
+        .unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(30), changes.changed())
+        .await
+        .expect("the feed announces another connection's commit within the deadline")
+        .unwrap();
+    assert_ne!(*changes.borrow(), before);
 }

@@ -5,6 +5,7 @@ mod errors;
 mod inbound;
 mod intents;
 mod migrate;
+mod notices;
 mod registry;
 mod signals;
 mod writer;

@@ -39,11 +39,11 @@ pub(super) fn parse_key(text: &str) -> DbResult<SessionKey> {
     })
 }
 
-fn u64_of(value: i64) -> u64 {
+pub(super) fn u64_of(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
-fn i64_of(value: u64) -> i64 {
+pub(super) fn i64_of(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
@@ -89,7 +89,7 @@ fn decode_event(
     })
 }
 
-fn head(conn: &Connection, key: &str) -> DbResult<SessionHead> {
+pub(super) fn head(conn: &Connection, key: &str) -> DbResult<SessionHead> {
     let row: Option<(i64, i64)> = conn
         .prepare_cached("SELECT head, pruned_through FROM session_heads WHERE session_key = ?1")?
         .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -101,7 +101,7 @@ fn head(conn: &Connection, key: &str) -> DbResult<SessionHead> {
     })
 }
 
-fn append(conn: &Connection, event: &NewSessionEvent) -> DbResult<AppendedEvent> {
+pub(super) fn append(conn: &Connection, event: &NewSessionEvent) -> DbResult<AppendedEvent> {
     let key = event.session_key.as_str();
     if let Some(dedupe) = &event.dedupe_key {
         let existing = conn
@@ -259,9 +259,9 @@ impl SignalLogStore for SqliteStore {
 const SELECT_CURSOR: &str = "SELECT watcher_key, target_key, acked_version, notified_version,
     material_version, source, created_at, updated_at FROM session_watch_cursors";
 
-type RawCursor = (String, String, i64, Option<i64>, i64, String, i64, i64);
+pub(super) type RawCursor = (String, String, i64, Option<i64>, i64, String, i64, i64);
 
-fn cursor_row(r: &Row<'_>) -> rusqlite::Result<RawCursor> {
+pub(super) fn cursor_row(r: &Row<'_>) -> rusqlite::Result<RawCursor> {
     Ok((
         r.get(0)?,
         r.get(1)?,
@@ -274,7 +274,7 @@ fn cursor_row(r: &Row<'_>) -> rusqlite::Result<RawCursor> {
     ))
 }
 
-fn decode_cursor(
+pub(super) fn decode_cursor(
     (watcher, target, acked, notified, material, source, created_at, updated_at): RawCursor,
 ) -> DbResult<WatchCursor> {
     Ok(WatchCursor {
@@ -307,7 +307,11 @@ fn cursors(
     Ok(out)
 }
 
-fn load_cursor(conn: &Connection, watcher: &str, target: &str) -> DbResult<Option<WatchCursor>> {
+pub(super) fn load_cursor(
+    conn: &Connection,
+    watcher: &str,
+    target: &str,
+) -> DbResult<Option<WatchCursor>> {
     let raw = conn
         .prepare_cached(&format!(
             "{SELECT_CURSOR} WHERE watcher_key = ?1 AND target_key = ?2"

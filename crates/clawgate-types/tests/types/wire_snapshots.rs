@@ -14,12 +14,20 @@ use crate::fixtures;
 use crate::helpers::{wire_round_trip, wire_value};
 use crate::variants::*;
 
+/// Snapshots JSON with object keys sorted: `serde_json::Value` maps keep insertion order when
+/// another crate in the build enables serde_json's `preserve_order`, sorted order otherwise.
+macro_rules! json_snapshot {
+    ($($arg:tt)*) => {
+        insta::with_settings!({ sort_maps => true }, { insta::assert_json_snapshot!($($arg)*) })
+    };
+}
+
 /// Asserts that the value survives the wire, then snapshots it.
 macro_rules! wire_snapshot {
     ($name:literal, $value:expr) => {{
         let value = $value;
         assert_round_trips(&value);
-        insta::assert_json_snapshot!($name, value);
+        json_snapshot!($name, value);
     }};
 }
 
@@ -303,7 +311,7 @@ fn opaque_ids() {
     assert_round_trips(&fixtures::gateway_instance_id());
     assert_round_trips(&fixtures::lease_id());
     assert_round_trips(&fixtures::intent_id());
-    insta::assert_json_snapshot!(
+    json_snapshot!(
         "opaque_ids",
         json!({
             "gatewayInstanceId": fixtures::gateway_instance_id(),
@@ -318,7 +326,7 @@ fn opaque_ids() {
 fn other_enum_spellings() {
     let statuses: Vec<IntentStatus> = ALL_INTENT_STATUSES.to_vec();
     assert_round_trips(&statuses);
-    insta::assert_json_snapshot!(
+    json_snapshot!(
         "other_enum_spellings",
         json!({
             "IntentStatus": statuses,

@@ -1,0 +1,680 @@
+//! The ACPX lifecycle controller: owns process leases and the cleanup policy.
+//!
+//! * `ensure_session`: lease written (`open`, no pid) **before** the wrapper starts; the lease
+//!   id goes on the session row; the wrapper's report fills in root pid, start time, boot id
+//!   and process group; then ACP `initialize` + `session/new`.
+//! * `cancel_turn`: `session/cancel` only — wrapper and adapter stay.
+//! * `close_session`: load the row and its lease, verify the live tree, then children first,
+//!   TERM, grace, re-verify, KILL; `closed`, or `lost` when the process was already gone.
+//! * `reap_startup_orphans`: this instance's open/closing leases only; descendants come from
+//!   the process table; then bounded retention of closed/lost leases.
+//!
+//! Every refusal is logged (tracing, keyed by lease id) with its reason.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, OnceLock, mpsc as std_mpsc};
+use std::time::Duration;
+
+use clawgate_store::{InstanceStore, LeaseStore, SessionRow, SessionStore, StoreError};
+use clawgate_types::{
+    AcpBackend, AcpSessionOwner, AcpxProcessLease, GatewayInstanceId, LeaseId, LeaseState,
+    SessionKey, UnixMillis,
+};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+use tokio::sync::Mutex;
+use tracing::Instrument;
+
+use crate::acp::{AcpClient, AcpError, TurnOutcome};
+use crate::evidence::{INSTANCE_FLAG, LEASE_FLAG, command_hash};
+use crate::table::ProcessTable;
+use crate::terminate::{Termination, Timing, terminate_tree};
+use crate::verify::{Verdict, verify_owned_tree};
+
+/// The wrapper's report line prefix on stderr.
+pub const WRAPPER_REPORT_PREFIX: &str = "clawgate-acpx-wrapper ready ";
+const GRACE_FLAG: &str = "--clawgate-grace-ms";
+
+/// Controller errors; each says what failed and for which session or lease.
+#[derive(Debug, thiserror::Error)]
+pub enum AcpxError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("generated lease id rejected: {0}")]
+    LeaseId(#[from] clawgate_types::ParseIdError),
+    #[error("session {0} has no row in the session registry: ensure it first")]
+    UnknownSession(SessionKey),
+    #[error("session {0} has no live ACP runtime in this gateway process: ensure it first")]
+    NotRunning(SessionKey),
+    #[error("wrapper {path} could not be started for lease {lease_id}: {source}")]
+    Spawn {
+        path: PathBuf,
+        lease_id: LeaseId,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "wrapper for lease {lease_id} did not report its process group within {waited_ms} ms \
+         ({detail}); check that {path} is a clawgate-acpx-wrapper binary"
+    )]
+    NoReport {
+        lease_id: LeaseId,
+        path: PathBuf,
+        waited_ms: u64,
+        detail: String,
+    },
+    #[error("cannot record the identity of wrapper pid {pid} for lease {lease_id}: {detail}")]
+    Identity {
+        lease_id: LeaseId,
+        pid: u32,
+        detail: String,
+    },
+    #[error("ACP with the agent of session {session}: {source}")]
+    Acp {
+        session: SessionKey,
+        #[source]
+        source: AcpError,
+    },
+}
+
+/// Where the wrapper lives and how long things may take.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// Absolute path of the `clawgate-acpx-wrapper` binary.
+    pub wrapper_path: PathBuf,
+    /// The directory the wrapper path must be under (live `/proc/PID/exe` is checked against it).
+    pub wrapper_root: PathBuf,
+    /// Grace the wrapper itself gives its group between TERM and KILL on parent death.
+    pub wrapper_grace: Duration,
+    /// TERM → KILL timing of the controller's own terminations.
+    pub timing: Timing,
+    /// How long closed and lost leases are kept.
+    pub retention: Duration,
+    /// How long to wait for the wrapper's report line.
+    pub report_timeout: Duration,
+}
+
+impl ControllerConfig {
+    /// Defaults for a wrapper binary at `wrapper_path` (its directory is the wrapper root).
+    pub fn new(wrapper_path: PathBuf) -> ControllerConfig {
+        let wrapper_root = wrapper_path
+            .parent()
+            .map_or_else(|| PathBuf::from("/"), PathBuf::from);
+        ControllerConfig {
+            wrapper_path,
+            wrapper_root,
+            wrapper_grace: Duration::from_secs(2),
+            timing: Timing::default(),
+            retention: Duration::from_secs(7 * 24 * 3600),
+            report_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What `ensure_session` needs to start (or find) a session's runtime.
+#[derive(Debug, Clone)]
+pub struct EnsureInput {
+    pub session_key: SessionKey,
+    pub agent_id: String,
+    pub owner_session_key: SessionKey,
+    pub spawned_by: Option<SessionKey>,
+    /// The adapter command line (argv), e.g. `["gemini", "--acp"]`.
+    pub adapter: Vec<String>,
+    pub cwd: PathBuf,
+    pub now: UnixMillis,
+}
+
+/// A live ACP session served by a leased process tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcpRuntimeHandle {
+    pub session_key: SessionKey,
+    pub lease_id: LeaseId,
+    pub acp_session_id: String,
+    pub root_pid: u32,
+    pub process_group_id: u32,
+}
+
+/// What a close or a reap did with one lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CloseOutcome {
+    /// Verified and ended; the lease is `closed`.
+    Closed(Termination),
+    /// The process was already gone; the lease is `lost`. No signal was sent.
+    Lost(String),
+    /// Nothing was signalled and the lease was left as it was (reason logged).
+    Refused(String),
+    /// The lease had already finished.
+    AlreadyFinished(LeaseState),
+}
+
+/// Result of a startup reap.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReapReport {
+    pub outcomes: Vec<(LeaseId, CloseOutcome)>,
+    /// Closed/lost leases removed by retention.
+    pub pruned: u64,
+}
+
+#[derive(Debug)]
+struct LiveSession {
+    handle: AcpRuntimeHandle,
+    client: Arc<AcpClient>,
+    child: Option<std::process::Child>,
+}
+
+/// The lifecycle controller of one gateway instance.
+#[derive(Debug)]
+pub struct LifecycleController<S> {
+    store: Arc<S>,
+    table: Arc<dyn ProcessTable>,
+    instance: GatewayInstanceId,
+    config: ControllerConfig,
+    live: Mutex<HashMap<SessionKey, LiveSession>>,
+}
+
+impl<S> LifecycleController<S>
+where
+    S: LeaseStore + SessionStore + InstanceStore + 'static,
+{
+    /// Loads (or creates, once per state directory) the gateway instance id.
+    pub async fn new(
+        store: Arc<S>,
+        table: Arc<dyn ProcessTable>,
+        config: ControllerConfig,
+    ) -> Result<LifecycleController<S>, AcpxError> {
+        let instance = store.gateway_instance_id().await?;
+        Ok(LifecycleController {
+            store,
+            table,
+            instance,
+            config,
+            live: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn instance_id(&self) -> &GatewayInstanceId {
+        &self.instance
+    }
+
+    /// The wrapper argv for a lease (what `/proc/PID/cmdline` will show, and what is hashed).
+    pub fn wrapper_argv(&self, lease_id: &LeaseId, adapter: &[String]) -> Vec<String> {
+        let mut argv = vec![
+            self.config.wrapper_path.display().to_string(),
+            LEASE_FLAG.to_owned(),
+            lease_id.to_string(),
+            INSTANCE_FLAG.to_owned(),
+            self.instance.to_string(),
+            GRACE_FLAG.to_owned(),
+            self.config.wrapper_grace.as_millis().to_string(),
+            "--".to_owned(),
+        ];
+        argv.extend(adapter.iter().cloned());
+        argv
+    }
+
+    /// Returns the live runtime of a session, starting wrapper + adapter + ACP session if none.
+    pub async fn ensure_session(&self, input: EnsureInput) -> Result<AcpRuntimeHandle, AcpxError> {
+        let mut live = self.live.lock().await;
+        if let Some(session) = live.get(&input.session_key) {
+            return Ok(session.handle.clone());
+        }
+        let lease_id = LeaseId::parse(clawgate_store::ids::new_id())?;
+        let span = tracing::info_span!("acpx_lease", lease_id = %lease_id,
+            session = %input.session_key);
+        let (session, handle) = self.start(&input, lease_id).instrument(span).await?;
+        live.insert(input.session_key.clone(), session);
+        Ok(handle)
+    }
+
+    async fn start(
+        &self,
+        input: &EnsureInput,
+        lease_id: LeaseId,
+    ) -> Result<(LiveSession, AcpRuntimeHandle), AcpxError> {
+        let argv = self.wrapper_argv(&lease_id, &input.adapter);
+        let mut lease = AcpxProcessLease {
+            lease_id: lease_id.clone(),
+            gateway_instance_id: self.instance.clone(),
+            session_key: input.session_key.clone(),
+            wrapper_root: self.config.wrapper_root.display().to_string(),
+            wrapper_path: self.config.wrapper_path.display().to_string(),
+            root_pid: None,
+            root_start_time: None,
+            boot_id: None,
+            process_group_id: None,
+            command_hash: command_hash(&argv),
+            started_at: input.now,
+            state: LeaseState::Open,
+            ended_at: None,
+        };
+        // Lease first: a crash after this line leaves an open lease the reaper resolves.
+        self.store.insert_lease(&lease).await?;
+        let mut row = self
+            .store
+            .load_session(&input.session_key)
+            .await?
+            .unwrap_or_else(|| SessionRow {
+                session_key: input.session_key.clone(),
+                agent_id: input.agent_id.clone(),
+                owner_session_key: Some(input.owner_session_key.clone()),
+                spawned_by: input.spawned_by.clone(),
+                parent_session_key: input.spawned_by.clone(),
+                label: None,
+                acp_owner: None,
+                lease_id: None,
+                created_at: input.now,
+                updated_at: input.now,
+                reset_at: None,
+                deleted_at: None,
+            });
+        row.acp_owner = Some(AcpSessionOwner {
+            session_key: input.session_key.clone(),
+            spawned_by: input.spawned_by.clone(),
+            parent_session_key: input.spawned_by.clone(),
+            owner_session_key: input.owner_session_key.clone(),
+            agent_id: input.agent_id.clone(),
+            backend: AcpBackend::Acpx,
+            gateway_instance_id: self.instance.clone(),
+            created_at: input.now,
+        });
+        row.lease_id = Some(lease_id.clone());
+        row.updated_at = input.now;
+        self.store.upsert_session(&row).await?;
+
+        let mut child = spawn_wrapper(&argv)
+            .await
+            .map_err(|source| AcpxError::Spawn {
+                path: self.config.wrapper_path.clone(),
+                lease_id: lease_id.clone(),
+                source,
+            })?;
+        let pid = child.id();
+        let io = take_stdio(&mut child);
+        let started = async {
+            let (stdin, stdout, stderr) = io.map_err(|e| AcpxError::Spawn {
+                path: self.config.wrapper_path.clone(),
+                lease_id: lease_id.clone(),
+                source: e,
+            })?;
+            let pgid = self.read_report(stderr, &lease_id, pid).await?;
+            // Our own unreaped child: its pid cannot be recycled while we read its identity.
+            let start_time = self
+                .table
+                .open(pid)
+                .ok()
+                .flatten()
+                .and_then(|h| h.stat().ok().flatten())
+                .map(|s| s.start_time)
+                .ok_or_else(|| AcpxError::Identity {
+                    lease_id: lease_id.clone(),
+                    pid,
+                    detail: "its /proc stat is unreadable".into(),
+                })?;
+            let boot_id = self.table.boot_id().map_err(|e| AcpxError::Identity {
+                lease_id: lease_id.clone(),
+                pid,
+                detail: e.to_string(),
+            })?;
+            lease.root_pid = Some(pid);
+            lease.root_start_time = Some(start_time);
+            lease.boot_id = Some(boot_id);
+            lease.process_group_id = Some(pgid);
+            self.store.save_lease(&lease, LeaseState::Open).await?;
+            tracing::info!(root_pid = pid, pgid, "wrapper started and lease recorded");
+            let client =
+                AcpClient::connect(stdin, stdout)
+                    .await
+                    .map_err(|source| AcpxError::Acp {
+                        session: input.session_key.clone(),
+                        source,
+                    })?;
+            let acp_session_id =
+                client
+                    .new_session(&input.cwd)
+                    .await
+                    .map_err(|source| AcpxError::Acp {
+                        session: input.session_key.clone(),
+                        source,
+                    })?;
+            Ok::<_, AcpxError>((pgid, client, acp_session_id))
+        }
+        .await;
+        match started {
+            Ok((pgid, client, acp_session_id)) => {
+                let handle = AcpRuntimeHandle {
+                    session_key: input.session_key.clone(),
+                    lease_id,
+                    acp_session_id,
+                    root_pid: pid,
+                    process_group_id: pgid,
+                };
+                Ok((
+                    LiveSession {
+                        handle: handle.clone(),
+                        client: Arc::new(client),
+                        child: Some(child),
+                    },
+                    handle,
+                ))
+            }
+            Err(error) => {
+                tracing::warn!(%error, "start failed: ending the wrapper we started");
+                // Our own unreaped child: killing it by pid is safe. The wrapper then ends
+                // its group (parent-death path is not needed: TERM drains it).
+                let _ = child.kill();
+                let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+                if let Ok(Some(mut stored)) = self.store.load_lease(&lease.lease_id).await
+                    && stored.state == LeaseState::Open
+                {
+                    stored.state = LeaseState::Lost;
+                    stored.ended_at = Some(input.now);
+                    let _ = self.store.save_lease(&stored, LeaseState::Open).await;
+                }
+                Err(error)
+            }
+        }
+    }
+
+    async fn read_report(
+        &self,
+        stderr: ChildStderr,
+        lease_id: &LeaseId,
+        pid: u32,
+    ) -> Result<u32, AcpxError> {
+        let mut lines = BufReader::new(stderr).lines();
+        let waited_ms = self.config.report_timeout.as_millis() as u64;
+        let no_report = |detail: String| AcpxError::NoReport {
+            lease_id: lease_id.clone(),
+            path: self.config.wrapper_path.clone(),
+            waited_ms,
+            detail,
+        };
+        let found = tokio::time::timeout(self.config.report_timeout, async {
+            loop {
+                match lines.next_line().await {
+                    Ok(Some(line)) => {
+                        if let Some(json) = line.strip_prefix(WRAPPER_REPORT_PREFIX) {
+                            return parse_report(json, pid);
+                        }
+                        tracing::info!(target: "acpx_stderr", "{line}");
+                    }
+                    Ok(None) => return Err("stderr closed: the wrapper exited".to_owned()),
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+        })
+        .await
+        .map_err(|_| no_report("timed out".into()))?
+        .map_err(no_report)?;
+        // Keep draining the adapter's stderr into the log, under this lease's span.
+        let span = tracing::Span::current();
+        tokio::spawn(
+            async move {
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::info!(target: "acpx_stderr", "{line}");
+                }
+            }
+            .instrument(span),
+        );
+        Ok(found)
+    }
+
+    async fn client(&self, key: &SessionKey) -> Result<(Arc<AcpClient>, String), AcpxError> {
+        let live = self.live.lock().await;
+        let session = live
+            .get(key)
+            .ok_or_else(|| AcpxError::NotRunning(key.clone()))?;
+        Ok((
+            session.client.clone(),
+            session.handle.acp_session_id.clone(),
+        ))
+    }
+
+    /// Runs one prompt turn, streaming text chunks to `on_chunk`.
+    pub async fn prompt(
+        &self,
+        handle: &AcpRuntimeHandle,
+        text: &str,
+        on_chunk: impl FnMut(&str) + Send,
+    ) -> Result<TurnOutcome, AcpxError> {
+        let (client, session_id) = self.client(&handle.session_key).await?;
+        client
+            .prompt(&session_id, text, on_chunk)
+            .await
+            .map_err(|source| AcpxError::Acp {
+                session: handle.session_key.clone(),
+                source,
+            })
+    }
+
+    /// Aborts the active turn only: the session, wrapper and adapter stay.
+    pub async fn cancel_turn(&self, handle: &AcpRuntimeHandle) -> Result<(), AcpxError> {
+        let (client, session_id) = self.client(&handle.session_key).await?;
+        tracing::info!(lease_id = %handle.lease_id, "cancel turn (processes stay)");
+        client.cancel(&session_id).map_err(|source| AcpxError::Acp {
+            session: handle.session_key.clone(),
+            source,
+        })
+    }
+
+    /// Closes a session: loads its row and lease, verifies the live tree, ends it.
+    pub async fn close_session(
+        &self,
+        key: &SessionKey,
+        reason: &str,
+        now: UnixMillis,
+    ) -> Result<CloseOutcome, AcpxError> {
+        let row = self
+            .store
+            .load_session(key)
+            .await?
+            .ok_or_else(|| AcpxError::UnknownSession(key.clone()))?;
+        let live = self.live.lock().await.remove(key);
+        let Some(lease_id) = row.lease_id.clone() else {
+            let why = "legacy session record without a lease id: no live evidence can be \
+                       matched, so nothing is signalled (fail closed)";
+            tracing::warn!(session = %key, reason, "close refused: {why}");
+            return Ok(CloseOutcome::Refused(why.into()));
+        };
+        let span = tracing::info_span!("acpx_lease", lease_id = %lease_id, session = %key);
+        async move {
+            if let Some(session) = &live {
+                // Polite first: the agent frees the session when it supports session/close.
+                let close = session.client.close_session(&session.handle.acp_session_id);
+                match tokio::time::timeout(Duration::from_secs(1), close).await {
+                    Ok(Err(error)) => tracing::debug!(%error, "session/close failed"),
+                    Err(_) => tracing::debug!("session/close timed out"),
+                    Ok(Ok(_)) => {}
+                }
+            }
+            let Some(lease) = self.store.load_lease(&lease_id).await? else {
+                let why = format!("lease {lease_id} of the session row is not in the store");
+                tracing::warn!(reason, "close refused: {why}");
+                return Ok(CloseOutcome::Refused(why));
+            };
+            let outcome = self.end_lease(lease, now).await?;
+            if let Some(session) = live {
+                session.client.shutdown();
+                if let Some(child) = session.child {
+                    reap_child_later(child);
+                }
+            }
+            tracing::info!(reason, ?outcome, "session closed");
+            Ok(outcome)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Verify, then end or mark one lease. Shared by close and the startup reaper.
+    async fn end_lease(
+        &self,
+        mut lease: AcpxProcessLease,
+        now: UnixMillis,
+    ) -> Result<CloseOutcome, AcpxError> {
+        if lease.state.is_finished() {
+            return Ok(CloseOutcome::AlreadyFinished(lease.state));
+        }
+        match verify_owned_tree(self.table.as_ref(), &lease, &self.instance) {
+            Verdict::Owned(tree) => {
+                let expected = lease.state;
+                if expected == LeaseState::Open {
+                    lease.state = LeaseState::Closing;
+                    self.store.save_lease(&lease, LeaseState::Open).await?;
+                }
+                let report = terminate_tree(
+                    self.table.as_ref(),
+                    &lease,
+                    &self.instance,
+                    tree,
+                    self.config.timing,
+                )
+                .await;
+                lease.state = LeaseState::Closed;
+                lease.ended_at = Some(now);
+                self.store.save_lease(&lease, LeaseState::Closing).await?;
+                Ok(CloseOutcome::Closed(report))
+            }
+            Verdict::NotOurs(reason) if reason.process_gone() => {
+                let expected = lease.state;
+                lease.state = LeaseState::Lost;
+                lease.ended_at = Some(now);
+                self.store.save_lease(&lease, expected).await?;
+                tracing::info!(%reason, "no signal: process already gone; lease marked lost");
+                Ok(CloseOutcome::Lost(reason.to_string()))
+            }
+            Verdict::NotOurs(reason) => {
+                tracing::warn!(%reason, "refused to signal: live process is not this lease's");
+                Ok(CloseOutcome::Refused(reason.to_string()))
+            }
+            Verdict::CannotTell(reason) => {
+                tracing::warn!(%reason, "refused to signal: cannot verify ownership");
+                Ok(CloseOutcome::Refused(reason.to_string()))
+            }
+        }
+    }
+
+    /// Startup reaping: this instance's open and closing leases (never a scan for look-alike
+    /// command lines), each verified and ended or marked; then retention of finished leases.
+    pub async fn reap_startup_orphans(&self, now: UnixMillis) -> Result<ReapReport, AcpxError> {
+        let leases = self
+            .store
+            .list_leases(
+                Some(&self.instance),
+                &[LeaseState::Open, LeaseState::Closing],
+            )
+            .await?;
+        let running: Vec<LeaseId> = self
+            .live
+            .lock()
+            .await
+            .values()
+            .map(|s| s.handle.lease_id.clone())
+            .collect();
+        let mut report = ReapReport::default();
+        for lease in leases {
+            if running.contains(&lease.lease_id) {
+                continue;
+            }
+            let lease_id = lease.lease_id.clone();
+            let span = tracing::info_span!("acpx_reap", lease_id = %lease_id);
+            let outcome = self.end_lease(lease, now).instrument(span).await?;
+            report.outcomes.push((lease_id, outcome));
+        }
+        report.pruned = self.prune_finished(now).await?;
+        Ok(report)
+    }
+
+    /// Bounded retention: forgets closed/lost leases that ended more than `retention` ago.
+    pub async fn prune_finished(&self, now: UnixMillis) -> Result<u64, AcpxError> {
+        let cutoff = now.saturating_sub(self.config.retention.as_millis() as i64);
+        Ok(self.store.prune_finished_leases(cutoff).await?)
+    }
+}
+
+fn parse_report(json: &str, wrapper_pid: u32) -> Result<u32, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| format!("bad report {json:?}: {e}"))?;
+    let root = value.get("rootPid").and_then(serde_json::Value::as_u64);
+    let group = value
+        .get("processGroupId")
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|g| u32::try_from(g).ok());
+    match (root, group) {
+        (Some(root), Some(group)) if root == u64::from(wrapper_pid) => Ok(group),
+        _ => Err(format!(
+            "report {json:?} does not name wrapper pid {wrapper_pid}"
+        )),
+    }
+}
+
+type Stdio3 = (ChildStdin, ChildStdout, ChildStderr);
+
+fn take_stdio(child: &mut std::process::Child) -> std::io::Result<Stdio3> {
+    let missing = || std::io::Error::other("child stdio was not piped");
+    let stdin = ChildStdin::from_std(child.stdin.take().ok_or_else(missing)?)?;
+    let stdout = ChildStdout::from_std(child.stdout.take().ok_or_else(missing)?)?;
+    let stderr = ChildStderr::from_std(child.stderr.take().ok_or_else(missing)?)?;
+    Ok((stdin, stdout, stderr))
+}
+
+/// Reaps the wrapper we started once it exits, so no zombie lingers, without blocking.
+fn reap_child_later(mut child: std::process::Child) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    let pid = child.id();
+    tokio::task::spawn_blocking(move || {
+        let _ = child.wait();
+        tracing::debug!(pid, "wrapper reaped");
+    });
+}
+
+type SpawnJob = (
+    Vec<String>,
+    tokio::sync::oneshot::Sender<std::io::Result<std::process::Child>>,
+);
+
+/// Wrappers are started from one dedicated thread that lives as long as the process:
+/// `PR_SET_PDEATHSIG` fires when the *thread* that forked the wrapper ends, so forking from a
+/// short-lived runtime thread would kill healthy sessions.
+async fn spawn_wrapper(argv: &[String]) -> std::io::Result<std::process::Child> {
+    static SPAWNER: OnceLock<std::sync::Mutex<std_mpsc::Sender<SpawnJob>>> = OnceLock::new();
+    let sender = SPAWNER.get_or_init(|| {
+        let (tx, rx) = std_mpsc::channel::<SpawnJob>();
+        std::thread::Builder::new()
+            .name("clawgate-acpx-spawner".into())
+            .spawn(move || {
+                for (argv, reply) in rx {
+                    let _ = reply.send(spawn_now(&argv));
+                }
+            })
+            .map(|_| ())
+            .unwrap_or_else(|error| tracing::error!(%error, "cannot start the spawner thread"));
+        std::sync::Mutex::new(tx)
+    });
+    let (reply_tx, reply_rx) = tokio::sync::oneshot::channel();
+    sender
+        .lock()
+        .unwrap_or_else(|poison| poison.into_inner())
+        .send((argv.to_vec(), reply_tx))
+        .map_err(|_| std::io::Error::other("the wrapper spawner thread is gone"))?;
+    reply_rx
+        .await
+        .map_err(|_| std::io::Error::other("the wrapper spawner thread dropped the request"))?
+}
+
+fn spawn_now(argv: &[String]) -> std::io::Result<std::process::Child> {
+    let (program, args) = argv
+        .split_first()
+        .ok_or_else(|| std::io::Error::other("empty wrapper command"))?;
+    std::process::Command::new(program)
+        .args(args)
+        .env("CLAWGATE_ACPX_PARENT_PID", std::process::id().to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+}

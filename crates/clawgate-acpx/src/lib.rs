@@ -1,0 +1,32 @@
+//! ACPX process leases (layer 2): the gateway's claim on the agent processes it starts.
+//!
+//! * [`table`]: the process-table seam (`/proc` on Linux, "cannot tell" elsewhere) with handles
+//!   bound to one process; [`sim`]: a simulated table for tests.
+//! * [`verify`]: [`verify_owned_tree`] compares a lease with live evidence only, answering
+//!   owned tree / not ours / cannot tell.
+//! * [`terminate`]: children first, TERM, grace, re-verification, KILL — through bound handles.
+//! * [`controller`]: the lifecycle controller (`ensure_session`, `cancel_turn`, `close_session`,
+//!   `reap_startup_orphans`, retention), writing leases before wrappers start.
+//! * [`acp`]: the ACP client runtime over the wrapper's stdio.
+//!
+//! Invariants:
+//! * no signal without live evidence matching a lease of *this* gateway instance;
+//! * evidence missing or unreadable → nothing is signalled, and the refusal is logged with its
+//!   reason;
+//! * startup reaping starts from this instance's open leases, never from a scan for look-alike
+//!   command lines;
+//! * depends on the store traits only (never on SQLite).
+
+pub mod acp;
+pub mod controller;
+pub mod evidence;
+pub mod sim;
+pub mod table;
+pub mod terminate;
+pub mod verify;
+
+pub use acp::{AcpClient, AcpError, TurnOutcome};
+pub use controller::*;
+pub use table::{ProcessHandle, ProcessTable, Sig, TableError, system_table};
+pub use terminate::{Termination, Timing, terminate_tree};
+pub use verify::{CannotTell, NotOurs, OwnedTree, Verdict, verify_owned_tree};

@@ -1,0 +1,13 @@
+//! Integration tests of clawgate-acpx: the table-driven process lifecycle simulator, and on
+//! Linux real wrapper/adapter/grandchild trees and a real ACP agent process.
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test with its message
+
+mod simulator;
+mod support;
+
+#[cfg(target_os = "linux")]
+mod acp_runtime;
+#[cfg(target_os = "linux")]
+mod pid_reuse;
+#[cfg(target_os = "linux")]
+mod real_processes;

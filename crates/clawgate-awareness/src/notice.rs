@@ -1,0 +1,153 @@
+//! Stale-state notices: the text, and the in-memory queue that mirrors durable cursors.
+//!
+//! The durable cursor (`notified_version` set) is the truth; this queue is a cache of it for
+//! the watchers this process serves, rebuilt from cursors after a restart or another process's
+//! commit. Invariants: at most one notice per (watcher, target); a notice's text depends only on
+//! the target and the acknowledged version, so it is byte-identical while pending; a main-session
+//! watcher is woken once per batch of notices until it consumes them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use clawgate_store::WatchCursor;
+use clawgate_types::{SessionKey, StateVersion};
+use serde::Serialize;
+
+/// One pending stale-state notice.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Notice {
+    pub watcher: SessionKey,
+    pub target: SessionKey,
+    /// The version the watcher last acknowledged: where its reconcile call starts.
+    pub changes_since: StateVersion,
+}
+
+impl Notice {
+    /// The notice of a cursor with a pending notice.
+    pub fn from_cursor(cursor: &WatchCursor) -> Option<Notice> {
+        cursor.notified_version.map(|_| Notice {
+            watcher: cursor.watcher_key.clone(),
+            target: cursor.target_key.clone(),
+            changes_since: cursor.acked_version,
+        })
+    }
+
+    /// The line placed in the watcher's prompt: names the target and the exact reconcile call.
+    pub fn text(&self) -> String {
+        let target = &self.target;
+        format!(
+            "Session \"{target}\" changed (another actor). Reconcile before acting: \
+             session_status sessionKey \"{target}\" changesSince {}.",
+            self.changes_since
+        )
+    }
+}
+
+/// Called to wake a main session at once when a notice is queued for it.
+pub trait HeartbeatHook: Send + Sync {
+    /// Must not block: post to the gateway's scheduler and return.
+    fn wake(&self, session: &SessionKey);
+}
+
+/// No heartbeat wiring: main sessions see their notices on their next turn, like nested ones.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoHeartbeat;
+
+impl HeartbeatHook for NoHeartbeat {
+    fn wake(&self, _: &SessionKey) {}
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct NoticeQueue {
+    by_watcher: BTreeMap<SessionKey, BTreeMap<SessionKey, Notice>>,
+    /// Watchers woken since they last consumed: further notices do not wake them again.
+    woken: BTreeSet<SessionKey>,
+    /// Bumped by every local change, so a rebuild computed from an older read of the store
+    /// does not remove notices queued meanwhile.
+    generation: u64,
+}
+
+impl NoticeQueue {
+    /// Queues a notice; true when it is new or replaces a different one for the pair.
+    pub(crate) fn insert(&mut self, notice: Notice) -> bool {
+        self.generation += 1;
+        let slot = self.by_watcher.entry(notice.watcher.clone()).or_default();
+        match slot.get(&notice.target) {
+            Some(existing) if *existing == notice => false,
+            _ => {
+                slot.insert(notice.target.clone(), notice);
+                true
+            }
+        }
+    }
+
+    /// Marks a watcher woken; true when it was not already (so the hook runs once).
+    pub(crate) fn mark_woken(&mut self, watcher: &SessionKey) -> bool {
+        self.woken.insert(watcher.clone())
+    }
+
+    pub(crate) fn pending(&self, watcher: &SessionKey) -> Vec<Notice> {
+        self.by_watcher
+            .get(watcher)
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn take(&mut self, watcher: &SessionKey) -> Vec<Notice> {
+        self.generation += 1;
+        self.woken.remove(watcher);
+        self.by_watcher
+            .remove(watcher)
+            .map(|m| m.into_values().collect())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn forget_session(&mut self, session: &SessionKey, as_target: bool) {
+        self.generation += 1;
+        self.by_watcher.remove(session);
+        self.woken.remove(session);
+        if as_target {
+            for notices in self.by_watcher.values_mut() {
+                notices.remove(session);
+            }
+            self.by_watcher.retain(|_, n| !n.is_empty());
+        }
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub(crate) fn all(&self) -> Vec<Notice> {
+        self.by_watcher
+            .values()
+            .flat_map(|m| m.values().cloned())
+            .collect()
+    }
+
+    /// Makes the queue equal `durable` (the pending notices read from the store). When the
+    /// queue changed since that read (`generation` moved), only additions are applied; the next
+    /// rebuild removes what is gone. Returns the notices that were added or changed.
+    pub(crate) fn rebuild(&mut self, durable: Vec<Notice>, read_at: u64) -> Vec<Notice> {
+        let stale_read = self.generation != read_at;
+        let mut fresh = Vec::new();
+        if !stale_read {
+            let keep: BTreeSet<(SessionKey, SessionKey)> = durable
+                .iter()
+                .map(|n| (n.watcher.clone(), n.target.clone()))
+                .collect();
+            for (watcher, notices) in &mut self.by_watcher {
+                notices.retain(|target, _| keep.contains(&(watcher.clone(), target.clone())));
+            }
+            self.by_watcher.retain(|_, n| !n.is_empty());
+            let by_watcher = &self.by_watcher;
+            self.woken.retain(|w| by_watcher.contains_key(w));
+        }
+        for notice in durable {
+            if self.insert(notice.clone()) {
+                fresh.push(notice);
+            }
+        }
+        fresh
+    }
+}

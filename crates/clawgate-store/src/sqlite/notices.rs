@@ -1,0 +1,239 @@
+//! Atomic notice transitions on watch cursors, and the change feed that tells one process about
+//! another process's commits (`PRAGMA data_version` polled on a dedicated connection).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use clawgate_types::{SessionKey, SessionStateEventKind, StateVersion, UnixMillis};
+use rusqlite::{Connection, OpenFlags, params};
+use tokio::sync::watch;
+
+use super::SqliteStore;
+use super::errors::DbResult;
+use super::signals::{
+    RawCursor, append, cursor_row, decode_cursor, enum_text, head, i64_of, load_cursor,
+};
+use crate::model::{AppendWithNotices, ConsumedNotice, NewSessionEvent, WatchCursor};
+use crate::ports::{ChangeFeed, NoticeCursorStore};
+use crate::{StoreError, StoreResult};
+
+/// Wire spellings of the kinds that notify. Listed from every kind so a kind added to the
+/// vocabulary is classified by `notifies()`, not by a second list kept here.
+fn notifying_kinds() -> Vec<String> {
+    use SessionStateEventKind::*;
+    [
+        Created,
+        HumanDirectMessage,
+        GoalChanged,
+        ChildSpawned,
+        RunCompleted,
+        RunFailed,
+        Compacted,
+    ]
+    .into_iter()
+    .filter(|k| k.notifies())
+    .map(|k| enum_text(&k))
+    .collect()
+}
+
+fn open_notices(
+    conn: &Connection,
+    target: &str,
+    sequence: i64,
+    actor: Option<&str>,
+    now: UnixMillis,
+) -> DbResult<Vec<WatchCursor>> {
+    // Only cursors without a pending notice change: a pending notice keeps its frozen watermark
+    // and text, and the remainder is found from the log when it is consumed. This keeps an
+    // event on a target with many pending watchers to an index scan, not a rewrite of each row.
+    let mut stmt = conn.prepare_cached(
+        "UPDATE session_watch_cursors
+         SET notified_version = ?2, material_version = MAX(material_version, ?2), updated_at = ?4
+         WHERE target_key = ?1 AND notified_version IS NULL AND acked_version < ?2
+           AND watcher_key IS NOT ?3
+         RETURNING watcher_key, target_key, acked_version, notified_version, material_version,
+             source, created_at, updated_at",
+    )?;
+    let rows = stmt.query_map(params![target, sequence, actor, now], cursor_row)?;
+    let raw: Vec<RawCursor> = rows.collect::<rusqlite::Result<_>>()?;
+    let mut opened = raw
+        .into_iter()
+        .map(decode_cursor)
+        .collect::<DbResult<Vec<_>>>()?;
+    opened.sort_by(|a, b| a.watcher_key.cmp(&b.watcher_key));
+    Ok(opened)
+}
+
+fn consume(
+    conn: &Connection,
+    watcher: &str,
+    target: &str,
+    seen: StateVersion,
+    now: UnixMillis,
+) -> DbResult<ConsumedNotice> {
+    let Some(mut cursor) = load_cursor(conn, watcher, target)? else {
+        return Ok(ConsumedNotice {
+            cursor: None,
+            acked: false,
+            reopened: false,
+        });
+    };
+    let frozen = match cursor.notified_version {
+        Some(frozen) if cursor.acked_version == seen => frozen,
+        // Nothing pending, or the notice the caller saw was already consumed elsewhere.
+        _ => {
+            return Ok(ConsumedNotice {
+                cursor: Some(cursor),
+                acked: false,
+                reopened: false,
+            });
+        }
+    };
+    let kinds = notifying_kinds();
+    let placeholders = (0..kinds.len())
+        .map(|i| format!("?{}", i + 4))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut args: Vec<rusqlite::types::Value> = vec![
+        target.to_owned().into(),
+        i64_of(frozen.0).into(),
+        watcher.to_owned().into(),
+    ];
+    args.extend(kinds.into_iter().map(rusqlite::types::Value::from));
+    let newest_material: Option<i64> = conn
+        .prepare_cached(&format!(
+            "SELECT MAX(sequence) FROM session_state_events
+             WHERE session_key = ?1 AND sequence > ?2 AND kind IN ({placeholders})
+               AND (actor_id IS NULL OR actor_id != ?3)"
+        ))?
+        .query_row(rusqlite::params_from_iter(args), |r| r.get(0))?;
+    let head = head(conn, target)?;
+    let reopen_at = match newest_material {
+        Some(seq) => Some(StateVersion(u64::try_from(seq).unwrap_or(0))),
+        // Pruned history after the watermark may have held material work: say so once.
+        None if head.pruned_through > frozen.0 => Some(head.state_version),
+        None => None,
+    };
+    cursor.acked_version = frozen;
+    cursor.notified_version = reopen_at;
+    cursor.material_version = cursor
+        .material_version
+        .max(frozen)
+        .max(reopen_at.unwrap_or(frozen));
+    cursor.updated_at = now;
+    conn.prepare_cached(
+        "UPDATE session_watch_cursors SET acked_version = ?3, notified_version = ?4,
+             material_version = ?5, updated_at = ?6
+         WHERE watcher_key = ?1 AND target_key = ?2",
+    )?
+    .execute(params![
+        watcher,
+        target,
+        i64_of(cursor.acked_version.0),
+        cursor.notified_version.map(|v| i64_of(v.0)),
+        i64_of(cursor.material_version.0),
+        now,
+    ])?;
+    Ok(ConsumedNotice {
+        cursor: Some(cursor),
+        acked: true,
+        reopened: reopen_at.is_some(),
+    })
+}
+
+#[async_trait]
+impl NoticeCursorStore for SqliteStore {
+    async fn append_event_opening_notices(
+        &self,
+        event: &NewSessionEvent,
+    ) -> StoreResult<AppendWithNotices> {
+        if event.summary.contains('\n') {
+            return Err(StoreError::InvalidInput(
+                "a signal-log summary is one line (no message content)".into(),
+            ));
+        }
+        let event = event.clone();
+        self.write(move |conn| {
+            let appended = append(conn, &event)?;
+            let opened = if appended.duplicate || !event.kind.notifies() {
+                Vec::new()
+            } else {
+                open_notices(
+                    conn,
+                    event.session_key.as_str(),
+                    i64_of(appended.event.sequence),
+                    event.actor_id.as_deref(),
+                    event.created_at,
+                )?
+            };
+            Ok(AppendWithNotices { appended, opened })
+        })
+        .await
+    }
+
+    async fn consume_notice(
+        &self,
+        watcher: &SessionKey,
+        target: &SessionKey,
+        seen: StateVersion,
+        now: UnixMillis,
+    ) -> StoreResult<ConsumedNotice> {
+        let (w, t) = (watcher.as_str().to_owned(), target.as_str().to_owned());
+        // In the writer: the check of the log and the cursor update are one transaction, so an
+        // event appended by another process lands either before (and reopens) or after (and
+        // opens a fresh notice) — never in between.
+        self.write(move |conn| consume(conn, &w, &t, seen, now))
+            .await
+    }
+}
+
+/// Polls `PRAGMA data_version` on its own read-only connection: the value changes when any
+/// *other* connection commits (the update hook would only see this connection's writes).
+fn poll_data_version(conn: Connection, path: PathBuf, interval: Duration, tx: watch::Sender<u64>) {
+    let read =
+        |conn: &Connection| conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0));
+    let mut last = read(&conn).ok();
+    loop {
+        std::thread::sleep(interval);
+        if tx.is_closed() {
+            return;
+        }
+        match read(&conn) {
+            Ok(version) if Some(version) != last => {
+                last = Some(version);
+                tx.send_modify(|generation| *generation = generation.wrapping_add(1));
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "change feed could not read data_version");
+            }
+        }
+    }
+}
+
+impl ChangeFeed for SqliteStore {
+    fn external_changes(&self, interval: Duration) -> StoreResult<watch::Receiver<u64>> {
+        let (tx, rx) = watch::channel(0u64);
+        let ctx = &self.inner.ctx;
+        if matches!(self.inner.readers, super::Readers::Writer) {
+            // In memory: no other connection can exist; the dropped sender ends the feed.
+            return Ok(rx);
+        }
+        let conn = Connection::open_with_flags(
+            &ctx.path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| ctx.map_sqlite(e, super::errors::Phase::Open))?;
+        conn.busy_timeout(Duration::from_millis(ctx.busy_timeout_ms))
+            .map_err(|e| ctx.map_sqlite(e, super::errors::Phase::Open))?;
+        let path = ctx.path.clone();
+        std::thread::Builder::new()
+            .name("clawgate-change-feed".into())
+            .spawn(move || {
+                poll_data_version(conn, path, interval.max(Duration::from_millis(1)), tx)
+            })
+            .map_err(|e| StoreError::Backend(Box::new(e)))?;
+        Ok(rx)
+    }
+}

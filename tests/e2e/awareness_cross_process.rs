@@ -1,0 +1,108 @@
+//! A notice caused by one gateway process reaches a watcher served by another process on the
+//! same database (the seed page's v1 limit, lifted through the store's change feed).
+
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clawgate_awareness::{
+    Actor, Awareness, AwarenessConfig, HeartbeatHook, NewSession, SpawnChild,
+};
+use clawgate_store::{SqliteOptions, SqliteStore};
+use clawgate_types::SessionKey;
+use tokio::sync::mpsc;
+
+const PEER: &str = env!("CARGO_BIN_EXE_awareness-peer");
+
+struct ChannelHeartbeat {
+    tx: Mutex<mpsc::UnboundedSender<SessionKey>>,
+}
+
+impl HeartbeatHook for ChannelHeartbeat {
+    fn wake(&self, session: &SessionKey) {
+        let _ = self.tx.lock().unwrap().send(session.clone());
+    }
+}
+
+fn run_peer(dir: &std::path::Path, target: &SessionKey, count: u32) {
+    let out = Command::new(PEER)
+        .args([dir.to_str().unwrap(), target.as_str(), &count.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "peer failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().count(),
+        count as usize
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notice_caused_by_another_process_reaches_this_processs_watcher() {
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        Arc::new(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
+    let (tx, mut woken) = mpsc::unbounded_channel();
+    let config = AwarenessConfig {
+        external_poll_interval: Duration::from_millis(10),
+        ..AwarenessConfig::default()
+    };
+    let awareness = Arc::new(
+        Awareness::builder(store)
+            .heartbeat(Arc::new(ChannelHeartbeat { tx: Mutex::new(tx) }))
+            .config(config)
+            .build(),
+    );
+    let main = SessionKey::parse("agent:main:main").unwrap();
+    awareness
+        .create_session(NewSession::new(main.clone()), Actor::system("test"))
+        .await
+        .unwrap();
+    let spawned = awareness
+        .spawn_child(SpawnChild {
+            parent: main.clone(),
+            child: NewSession::new(SessionKey::parse("agent:main:subagent:child").unwrap()),
+        })
+        .await
+        .unwrap();
+    let child = spawned.row.session_key;
+    let follower = awareness.follow_external_changes().unwrap();
+
+    // Process B appends; process A (this one) serves the watcher.
+    run_peer(dir.path(), &child, 1);
+    let deadline = Duration::from_secs(30);
+    let first = tokio::time::timeout(deadline, woken.recv())
+        .await
+        .expect("the main session is woken by another process's change within the deadline")
+        .unwrap();
+    assert_eq!(first, main);
+    let pending = awareness.pending_notices(&main);
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].changes_since, spawned.creation_version);
+
+    // Twenty more changes from process B: still one byte-identical line, no second wake.
+    let text = pending[0].text();
+    run_peer(dir.path(), &child, 20);
+    awareness.rebuild_notices().await.unwrap();
+    assert_eq!(
+        awareness
+            .pending_notices(&main)
+            .iter()
+            .map(|n| n.text())
+            .collect::<Vec<_>>(),
+        vec![text]
+    );
+    assert!(woken.try_recv().is_err(), "coalesced: no second wake");
+
+    // The interleaved work from process B reopens exactly one notice when A consumes.
+    assert_eq!(awareness.consume_notices(&main).await.len(), 1);
+    let reopened = awareness.pending_notices(&main);
+    assert_eq!(reopened.len(), 1);
+    assert_eq!(reopened[0].changes_since.0, spawned.creation_version.0 + 1);
+    awareness.consume_notices(&main).await;
+    assert!(awareness.pending_notices(&main).is_empty());
+    follower.abort();
+}

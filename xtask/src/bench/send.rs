@@ -1,0 +1,246 @@
+//! `cargo xtask bench send`: durable sends through an in-process adapter and recovery of a large
+//! backlog, beside the raw SQLite baseline of the same run.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use clawgate_channel_sdk::{ChannelMessageAdapter, SendContext, SendError};
+use clawgate_messages::{Messenger, RetryPolicy, SendOptions, SystemClock};
+use clawgate_store::testing::sample_intent;
+use clawgate_store::{IntentStore, SqliteStore, Synchronous};
+use clawgate_types::{
+    MessageCapabilities, MessagePartKind, MessageReceiptPart, RenderedMessageUnit,
+};
+
+use super::{open, raw_inserts};
+
+/// A platform that answers at once: the figures are the engine's and the store's.
+#[derive(Debug, Default)]
+struct InstantPlatform {
+    capabilities: MessageCapabilities,
+    sent: AtomicU64,
+}
+
+#[async_trait]
+impl ChannelMessageAdapter for InstantPlatform {
+    fn channel(&self) -> &str {
+        "qa"
+    }
+
+    fn capabilities(&self) -> &MessageCapabilities {
+        &self.capabilities
+    }
+
+    async fn send_unit(
+        &self,
+        _ctx: &SendContext,
+        unit: &RenderedMessageUnit,
+    ) -> Result<MessageReceiptPart, SendError> {
+        let n = self.sent.fetch_add(1, Ordering::Relaxed);
+        Ok(MessageReceiptPart {
+            platform_message_id: format!("p-{n}"),
+            kind: MessagePartKind::Text,
+            index: unit.index,
+            thread_id: None,
+            reply_to_id: None,
+            edit_token: None,
+            delete_token: None,
+            url: None,
+            raw: None,
+        })
+    }
+}
+
+fn messenger(store: Arc<SqliteStore>) -> (Messenger, Arc<InstantPlatform>) {
+    let platform = Arc::new(InstantPlatform::default());
+    let messenger = Messenger::new(
+        store,
+        vec![platform.clone()],
+        RetryPolicy::default(),
+        Arc::new(SystemClock),
+        "bench",
+    );
+    (messenger, platform)
+}
+
+/// Durable sends (intent, sending, committing, receipt) at a concurrency, per second.
+async fn sends(store: Arc<SqliteStore>, concurrency: usize, total: usize) -> anyhow::Result<f64> {
+    let (messenger, _) = messenger(store);
+    let per_task = total / concurrency;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|task| {
+            let messenger = messenger.clone();
+            tokio::spawn(async move {
+                for i in 0..per_task {
+                    let mut message = sample_intent((i * concurrency + task) as u64, 0).message;
+                    message.id = format!("bench-{task}-{i}");
+                    let report = messenger.send(message, SendOptions::default()).await?;
+                    anyhow::ensure!(
+                        report.outcome.receipt().is_some(),
+                        "send failed: {report:?}"
+                    );
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    Ok((per_task * concurrency) as f64 / started.elapsed().as_secs_f64())
+}
+
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// Queues `backlog` pending single-unit intents, then times one recovery pass over them and
+/// the peak memory it added.
+async fn recovery(store: Arc<SqliteStore>, backlog: usize) -> anyhow::Result<(f64, u64, u64)> {
+    let writers: Vec<_> = (0..64)
+        .map(|task| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for n in (task..backlog).step_by(64) {
+                    let mut intent = sample_intent(n as u64, n as i64);
+                    if let Some(batch) = intent.batch.as_mut() {
+                        batch.units.truncate(1);
+                    }
+                    store.insert_intent(&intent, None).await?;
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await??;
+    }
+    let (messenger, platform) = messenger(store);
+    let rss_before = status_kib("VmRSS:");
+    // Resets the peak-RSS mark, so VmHWM below is the peak during recovery.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let started = Instant::now();
+    let report = messenger.recover().await?;
+    if std::env::var_os("BENCH_DEBUG").is_some() {
+        eprintln!(
+            "rss before {rss_before} KiB, after {} KiB, hwm {} KiB anon {} file {} shmem {}",
+            status_kib("VmRSS:"),
+            status_kib("VmHWM:"),
+            status_kib("RssAnon:"),
+            status_kib("RssFile:"),
+            status_kib("RssShmem:")
+        );
+    }
+    let rate = report.committed as f64 / started.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        report.committed == backlog as u64,
+        "recovered {} of {backlog}",
+        report.committed
+    );
+    anyhow::ensure!(
+        platform.sent.load(Ordering::Relaxed) == backlog as u64,
+        "each intent sent once"
+    );
+    let peak = status_kib("VmHWM:");
+    Ok((rate, rss_before, peak.saturating_sub(rss_before)))
+}
+
+pub(super) fn run(root: &Path) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    println!("bench send: {} (WAL, synchronous=FULL)", root.display());
+    let single = raw_inserts(root, "raw-single", Synchronous::Full, 1_000, 1)?;
+    let batched = raw_inserts(root, "raw-batched", Synchronous::Full, 20_000, 100)?;
+    let quick = std::env::var_os("BENCH_ONLY_RECOVERY").is_some();
+    let (c1, c64, (recovered, rss, growth)) = runtime.block_on(async {
+        let c1 = if quick {
+            0.0
+        } else {
+            sends(open(root, "send-c1", Synchronous::Full)?, 1, 1_000).await?
+        };
+        let c64 = if quick {
+            0.0
+        } else {
+            sends(open(root, "send-c64", Synchronous::Full)?, 64, 20_000).await?
+        };
+        let backlog = std::env::var("BENCH_BACKLOG")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100_000);
+        let rec = recovery(open(root, "recovery", Synchronous::Full)?, backlog).await?;
+        anyhow::Ok((c1, c64, rec))
+    })?;
+    println!("\n  {:<62} {:>12}", "figure", "value");
+    let rows: [(&str, String); 7] = [
+        (
+            "(a) raw SQLite, one row per commit (rows/s)",
+            format!("{single:.0}"),
+        ),
+        (
+            "(a) raw SQLite, 100 rows per commit (rows/s)",
+            format!("{batched:.0}"),
+        ),
+        (
+            "durable sends/s, concurrency 1 (4 writes each)",
+            format!("{c1:.0}"),
+        ),
+        ("durable sends/s, concurrency 64", format!("{c64:.0}")),
+        (
+            "recovery of 100,000 pending intents (intents/s)",
+            format!("{recovered:.0}"),
+        ),
+        (
+            "RSS before recovery (MiB)",
+            format!("{:.1}", rss as f64 / 1024.0),
+        ),
+        (
+            "peak RSS growth during recovery (MiB)",
+            format!("{:.1}", growth as f64 / 1024.0),
+        ),
+    ];
+    for (label, value) in rows {
+        println!("  {label:<62} {value:>12}");
+    }
+    println!("\n  (c) ratios");
+    println!(
+        "  {:<62} {:>11.2}x",
+        "sends c64 / raw single commits",
+        c64 / single
+    );
+    println!(
+        "  {:<62} {:>11.2}x",
+        "sends c64 x 4 writes / raw batched rows",
+        c64 * 4.0 / batched
+    );
+    println!(
+        "  {:<62} {:>11.2}x",
+        "recovery / raw batched rows",
+        recovered / batched
+    );
+    let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+    println!(
+        "\n  target: >= 20,000 sends/s at concurrency 64: {}",
+        verdict(c64 >= 20_000.0)
+    );
+    println!(
+        "  target: recovery >= 20,000 intents/s: {}",
+        verdict(recovered >= 20_000.0)
+    );
+    println!(
+        "  target: recovery RSS growth < 100 MB: {}",
+        verdict(growth < 100 * 1024)
+    );
+    Ok(())
+}
