@@ -7,5 +7,6 @@ mod awareness_cross_process;
 mod conformance_qa;
 mod harness;
 mod send_crash;
+mod send_interleavings;
 mod send_lifecycle;
 mod store_crash;

@@ -2,7 +2,7 @@
 //!
 //! Every backend runs every case through [`store_conformance_tests!`](crate::store_conformance_tests):
 //!
-//! ```ignore
+//! ```text
 //! clawgate_store::store_conformance_tests!(open = |dir: &std::path::Path| my_backend(dir), persistent = true);
 //! ```
 //!

@@ -78,7 +78,16 @@ fn keeps_claim(status: IntentStatus) -> bool {
 
 /// Writes every column of an existing intent (claim columns handled by the caller's SQL).
 fn update_row(conn: &Connection, intent: &DurableSendIntent, release_claim: bool) -> DbResult<()> {
-    let payload = encode(intent)?;
+    update_encoded(conn, intent, &encode(intent)?, release_claim)
+}
+
+/// As [`update_row`], with the payload already encoded (on the caller's task, off the writer).
+fn update_encoded(
+    conn: &Connection,
+    intent: &DurableSendIntent,
+    payload: &str,
+    release_claim: bool,
+) -> DbResult<()> {
     let sql = if release_claim {
         "UPDATE send_intents SET status = ?2, attempt = ?3, next_attempt_at = ?4, expires_at = ?5,
              updated_at = ?6, format_version = ?7, payload = ?8, claimed_by = NULL, claim_until = NULL
@@ -120,6 +129,7 @@ fn parse_status(id: &str, text: &str) -> DbResult<IntentStatus> {
 fn save(
     conn: &Connection,
     intent: &DurableSendIntent,
+    payload: &str,
     expected: IntentStatus,
     claim: Option<&ClaimToken>,
 ) -> DbResult<()> {
@@ -158,7 +168,7 @@ fn save(
             .into());
         }
     }
-    update_row(conn, intent, !keeps_claim(intent.status))
+    update_encoded(conn, intent, payload, !keeps_claim(intent.status))
 }
 
 fn claim_one(conn: &Connection, id: &str, claim: &Claim) -> DbResult<bool> {
@@ -256,9 +266,10 @@ impl IntentStore for SqliteStore {
         expected: IntentStatus,
         claim: Option<&ClaimToken>,
     ) -> StoreResult<()> {
+        let payload = encode(intent).map_err(|e| self.map_error(e))?;
         let intent = intent.clone();
         let claim = claim.cloned();
-        self.write(move |conn| save(conn, &intent, expected, claim.as_ref()))
+        self.write(move |conn| save(conn, &intent, &payload, expected, claim.as_ref()))
             .await
     }
 
@@ -297,27 +308,59 @@ impl IntentStore for SqliteStore {
         receipt: &MessageReceipt,
         now: UnixMillis,
     ) -> StoreResult<DurableSendIntent> {
-        let id = id.as_str().to_owned();
-        let receipt = receipt.clone();
-        self.write(move |conn| {
-            let mut intent = load_required(conn, &id)?;
-            intent
-                .status
-                .transition_to(IntentStatus::Sent)
-                .map_err(|source| StoreError::IllegalTransition {
-                    id: id.clone(),
-                    source,
-                })?;
-            intent.status = IntentStatus::Sent;
-            intent.receipt = Some(receipt);
-            intent.partial_receipt = None;
-            intent.failure = None;
-            intent.next_attempt_at = None;
-            intent.updated_at = now;
-            update_row(conn, &intent, true)?;
-            Ok(intent)
-        })
-        .await
+        // The receipt is encoded here and the payload edited by SQLite's JSON functions: the
+        // writer thread never decodes or re-encodes the intent (it is the shared bottleneck).
+        let receipt = to_json(receipt).map_err(|source| StoreError::Decode {
+            what: "receipt",
+            id: id.to_string(),
+            source,
+        })?;
+        let key = id.as_str().to_owned();
+        let raw = self
+            .write(move |conn| {
+                let committed = conn
+                    .prepare_cached(
+                        "UPDATE send_intents
+                         SET status = 'sent', next_attempt_at = NULL, updated_at = ?2,
+                             claimed_by = NULL, claim_until = NULL,
+                             payload = json_set(
+                                 json_remove(payload, '$.partialReceipt', '$.failure', '$.nextAttemptAt'),
+                                 '$.status', 'sent', '$.receipt', json(?3), '$.updatedAt', ?2)
+                         WHERE id = ?1 AND format_version <= ?4
+                           AND status IN ('committing', 'unknown_after_send')
+                         RETURNING id, format_version, payload",
+                    )?
+                    .query_row(params![key, now, receipt, INTENT_FORMAT], decode_row)
+                    .optional()?;
+                if let Some(raw) = committed {
+                    return Ok(raw);
+                }
+                // Not committed: say why (unknown id, newer payload, or an illegal move).
+                let found: Option<(String, i64)> = conn
+                    .prepare_cached("SELECT status, format_version FROM send_intents WHERE id = ?1")?
+                    .query_row([&key], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()?;
+                let Some((status, format)) = found else {
+                    return Err(StoreError::NotFound { what: "send intent", id: key }.into());
+                };
+                if format > INTENT_FORMAT {
+                    return Err(StoreError::NewerPayloadFormat {
+                        what: "send intent",
+                        id: key,
+                        found: format,
+                        supported: INTENT_FORMAT,
+                    }
+                    .into());
+                }
+                let from = parse_status(&key, &status)?;
+                let source = from
+                    .transition_to(IntentStatus::Sent)
+                    .err()
+                    .unwrap_or(clawgate_types::IllegalTransition { from, to: IntentStatus::Sent });
+                Err(StoreError::IllegalTransition { id: key, source }.into())
+            })
+            .await?;
+        decode(raw).map_err(|e| self.map_error(e))
     }
 
     async fn claim_due_intents(
@@ -469,5 +512,22 @@ impl IntentStore for SqliteStore {
             Ok(out)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clawgate_types::{ALL_INTENT_STATUSES, IntentStatus};
+
+    /// `commit_receipt`'s SQL names the statuses a commit may leave; they must be exactly the
+    /// ones the transition table allows into `sent`.
+    #[test]
+    fn commit_sql_matches_the_transition_table() {
+        let allowed: Vec<&str> = ALL_INTENT_STATUSES
+            .into_iter()
+            .filter(|s| s.can_transition_to(IntentStatus::Sent))
+            .map(IntentStatus::as_str)
+            .collect();
+        assert_eq!(allowed, vec!["committing", "unknown_after_send"]);
     }
 }
