@@ -15,6 +15,10 @@ mod tidy;
 
 use std::process::ExitCode;
 
+/// The benches measure memory as a gateway would see it: with the allocator our binaries use.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const USAGE: &str = "\
 usage: cargo xtask <command> [options]
 

@@ -11,8 +11,9 @@ use tracing::{Instrument as _, info, info_span, warn};
 use crate::engine::Inner;
 use crate::{MessagesError, Messenger, RecoveryReport, SendOutcome};
 
-/// Intents claimed per round trip to the store (recovery streams; it never loads everything).
-const RECOVERY_PAGE: u32 = 64;
+/// Intents claimed per round trip to the store and worked on concurrently (recovery streams
+/// the backlog page by page; it never loads everything).
+const RECOVERY_PAGE: u32 = 256;
 
 impl Messenger {
     /// One recovery pass over every due intent. Safe to run concurrently with sends and with

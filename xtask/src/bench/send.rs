@@ -132,16 +132,6 @@ async fn recovery(store: Arc<SqliteStore>, backlog: usize) -> anyhow::Result<(f6
     let _ = std::fs::write("/proc/self/clear_refs", "5");
     let started = Instant::now();
     let report = messenger.recover().await?;
-    if std::env::var_os("BENCH_DEBUG").is_some() {
-        eprintln!(
-            "rss before {rss_before} KiB, after {} KiB, hwm {} KiB anon {} file {} shmem {}",
-            status_kib("VmRSS:"),
-            status_kib("VmHWM:"),
-            status_kib("RssAnon:"),
-            status_kib("RssFile:"),
-            status_kib("RssShmem:")
-        );
-    }
     let rate = report.committed as f64 / started.elapsed().as_secs_f64();
     anyhow::ensure!(
         report.committed == backlog as u64,
@@ -163,23 +153,10 @@ pub(super) fn run(root: &Path) -> anyhow::Result<()> {
     println!("bench send: {} (WAL, synchronous=FULL)", root.display());
     let single = raw_inserts(root, "raw-single", Synchronous::Full, 1_000, 1)?;
     let batched = raw_inserts(root, "raw-batched", Synchronous::Full, 20_000, 100)?;
-    let quick = std::env::var_os("BENCH_ONLY_RECOVERY").is_some();
     let (c1, c64, (recovered, rss, growth)) = runtime.block_on(async {
-        let c1 = if quick {
-            0.0
-        } else {
-            sends(open(root, "send-c1", Synchronous::Full)?, 1, 1_000).await?
-        };
-        let c64 = if quick {
-            0.0
-        } else {
-            sends(open(root, "send-c64", Synchronous::Full)?, 64, 20_000).await?
-        };
-        let backlog = std::env::var("BENCH_BACKLOG")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(100_000);
-        let rec = recovery(open(root, "recovery", Synchronous::Full)?, backlog).await?;
+        let c1 = sends(open(root, "send-c1", Synchronous::Full)?, 1, 1_000).await?;
+        let c64 = sends(open(root, "send-c64", Synchronous::Full)?, 64, 20_000).await?;
+        let rec = recovery(open(root, "recovery", Synchronous::Full)?, 100_000).await?;
         anyhow::Ok((c1, c64, rec))
     })?;
     println!("\n  {:<62} {:>12}", "figure", "value");

@@ -388,12 +388,19 @@ impl IntentStore for SqliteStore {
             let mut claimed = Vec::with_capacity(ids.len());
             for id in ids {
                 if claim_one(conn, &id, &claim)? {
-                    claimed.push(load_required(conn, &id)?);
+                    // Raw rows: decoding happens on the caller's task, off the writer thread.
+                    let raw = conn
+                        .prepare_cached(&format!("{SELECT_INTENT} WHERE id = ?1"))?
+                        .query_row([&id], decode_row)?;
+                    claimed.push(raw);
                 }
             }
             Ok(claimed)
         })
-        .await
+        .await?
+        .into_iter()
+        .map(|raw| decode(raw).map_err(|e| self.map_error(e)))
+        .collect()
     }
 
     async fn claim_intent(
