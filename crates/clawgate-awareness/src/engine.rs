@@ -90,6 +90,9 @@ impl<S> fmt::Debug for AwarenessBuilder<S> {
     }
 }
 
+/// Reads a rebuild retries when consumes keep committing underneath it.
+const MAX_REBUILD_READS: usize = 8;
+
 impl<S: AwarenessStore + 'static> AwarenessBuilder<S> {
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
@@ -281,6 +284,8 @@ impl<S: AwarenessStore + 'static> Awareness<S> {
                     self.queue().insert(notice.clone());
                 }
             }
+            // Any rebuild that read the cursors before this ack is now stale.
+            self.queue().consumed(notice);
         }
         taken
     }
@@ -289,28 +294,36 @@ impl<S: AwarenessStore + 'static> Awareness<S> {
     /// commit, after retention. Newly found notices wake main sessions. Returns how many
     /// notices are pending for served watchers.
     pub async fn rebuild_notices(&self) -> AwarenessResult<usize> {
-        let read_at = self.queue().generation();
-        let durable: Vec<Notice> = self
-            .store
-            .cursors_with_pending_notice()
-            .await?
-            .iter()
-            .filter(|c| (self.serves)(&c.watcher_key))
-            .filter_map(Notice::from_cursor)
-            .collect();
-        let count = durable.len();
-        let to_wake = {
-            let mut queue = self.queue();
-            let fresh = queue.rebuild(durable, read_at);
-            fresh
-                .into_iter()
-                .filter(|n| self.is_main_session(&n.watcher))
-                .filter(|n| queue.mark_woken(&n.watcher))
-                .map(|n| n.watcher)
-                .collect::<Vec<_>>()
-        };
-        self.wake(to_wake);
-        Ok(count)
+        // A consume committing while the cursors are read makes the read stale: read again.
+        for _ in 0..MAX_REBUILD_READS {
+            let read_at = self.queue().generation();
+            let durable: Vec<Notice> = self
+                .store
+                .cursors_with_pending_notice()
+                .await?
+                .iter()
+                .filter(|c| (self.serves)(&c.watcher_key))
+                .filter_map(Notice::from_cursor)
+                .collect();
+            let count = durable.len();
+            let to_wake = {
+                let mut queue = self.queue();
+                let Some(fresh) = queue.rebuild(durable, read_at) else {
+                    continue;
+                };
+                fresh
+                    .into_iter()
+                    .filter(|n| self.is_main_session(&n.watcher))
+                    .filter(|n| queue.mark_woken(&n.watcher))
+                    .map(|n| n.watcher)
+                    .collect::<Vec<_>>()
+            };
+            self.wake(to_wake);
+            return Ok(count);
+        }
+        // Consumes kept racing the read; the queue is left as it is and the next change (each
+        // consume is one) triggers another rebuild.
+        Ok(self.queue().all().len())
     }
 
     /// Follows other processes' commits (through the store's change feed) and rebuilds the

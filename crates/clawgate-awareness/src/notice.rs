@@ -63,8 +63,11 @@ pub(crate) struct NoticeQueue {
     /// Watchers woken since they last consumed: further notices do not wake them again.
     woken: BTreeSet<SessionKey>,
     /// Bumped by every local change, so a rebuild computed from an older read of the store
-    /// does not remove notices queued meanwhile.
+    /// is not applied.
     generation: u64,
+    /// (watcher, target) pairs taken for consumption whose durable ack has not finished: a
+    /// rebuild must not queue them again from a read that still shows them pending.
+    consuming: BTreeSet<(SessionKey, SessionKey)>,
 }
 
 impl NoticeQueue {
@@ -96,10 +99,14 @@ impl NoticeQueue {
     pub(crate) fn take(&mut self, watcher: &SessionKey) -> Vec<Notice> {
         self.generation += 1;
         self.woken.remove(watcher);
-        self.by_watcher
+        let taken: Vec<Notice> = self
+            .by_watcher
             .remove(watcher)
             .map(|m| m.into_values().collect())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        self.consuming
+            .extend(taken.iter().map(|n| (n.watcher.clone(), n.target.clone())));
+        taken
     }
 
     pub(crate) fn forget_session(&mut self, session: &SessionKey, as_target: bool) {
@@ -125,29 +132,42 @@ impl NoticeQueue {
             .collect()
     }
 
-    /// Makes the queue equal `durable` (the pending notices read from the store). When the
-    /// queue changed since that read (`generation` moved), only additions are applied; the next
-    /// rebuild removes what is gone. Returns the notices that were added or changed.
-    pub(crate) fn rebuild(&mut self, durable: Vec<Notice>, read_at: u64) -> Vec<Notice> {
-        let stale_read = self.generation != read_at;
-        let mut fresh = Vec::new();
-        if !stale_read {
-            let keep: BTreeSet<(SessionKey, SessionKey)> = durable
-                .iter()
-                .map(|n| (n.watcher.clone(), n.target.clone()))
-                .collect();
-            for (watcher, notices) in &mut self.by_watcher {
-                notices.retain(|target, _| keep.contains(&(watcher.clone(), target.clone())));
-            }
-            self.by_watcher.retain(|_, n| !n.is_empty());
-            let by_watcher = &self.by_watcher;
-            self.woken.retain(|w| by_watcher.contains_key(w));
+    /// The durable ack of a taken notice finished (committed or failed): a read taken before
+    /// it is stale, and rebuilds may queue the pair again.
+    pub(crate) fn consumed(&mut self, notice: &Notice) {
+        self.generation += 1;
+        self.consuming
+            .remove(&(notice.watcher.clone(), notice.target.clone()));
+    }
+
+    /// Makes the queue equal `durable` (the pending notices read from the store) and returns
+    /// the notices that were added or changed — unless the queue changed since that read
+    /// (`generation` moved): a stale read could re-add a notice consumed meanwhile, so it is not
+    /// applied at all and `None` says to read again.
+    pub(crate) fn rebuild(&mut self, durable: Vec<Notice>, read_at: u64) -> Option<Vec<Notice>> {
+        if self.generation != read_at {
+            return None;
         }
+        let keep: BTreeSet<(SessionKey, SessionKey)> = durable
+            .iter()
+            .map(|n| (n.watcher.clone(), n.target.clone()))
+            .collect();
+        for (watcher, notices) in &mut self.by_watcher {
+            notices.retain(|target, _| keep.contains(&(watcher.clone(), target.clone())));
+        }
+        self.by_watcher.retain(|_, n| !n.is_empty());
+        let by_watcher = &self.by_watcher;
+        self.woken.retain(|w| by_watcher.contains_key(w));
+        let mut fresh = Vec::new();
         for notice in durable {
+            let pair = (notice.watcher.clone(), notice.target.clone());
+            if self.consuming.contains(&pair) {
+                continue;
+            }
             if self.insert(notice.clone()) {
                 fresh.push(notice);
             }
         }
-        fresh
+        Some(fresh)
     }
 }
