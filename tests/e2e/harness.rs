@@ -12,8 +12,7 @@ use clawgate_channel_sdk::{
 use clawgate_messages::{ManualClock, Messenger, RetryPolicy};
 use clawgate_store::{SqliteOptions, SqliteStore};
 use clawgate_types::{
-    ChannelMessage, MessageBody, MessageCapabilities, MessageDirection, MessageReceipt,
-    MessageReceiptPart, MessageTarget, RenderedMessageUnit, TargetKind,
+    ChannelMessage, MessageCapabilities, MessageReceipt, MessageReceiptPart, RenderedMessageUnit,
 };
 
 pub struct Harness {
@@ -71,31 +70,7 @@ impl Harness {
 
 /// An outbound message to the QA room `room-1`.
 pub fn message(id: &str, text: &str) -> ChannelMessage {
-    ChannelMessage {
-        id: id.into(),
-        channel: "qa".into(),
-        account_id: Some("bot".into()),
-        direction: MessageDirection::Outbound,
-        target: MessageTarget {
-            kind: TargetKind::Group,
-            id: "room-1".into(),
-            label: None,
-            space_id: None,
-            parent_id: None,
-            thread_id: None,
-            native_channel_id: None,
-        },
-        sender: None,
-        body: Some(MessageBody {
-            text: text.into(),
-            format: None,
-        }),
-        attachments: vec![],
-        relation: None,
-        origin: None,
-        timestamp: None,
-        raw: None,
-    }
+    clawgate_e2e::qa_message(id, text)
 }
 
 /// Wraps an adapter and counts its post-send hooks.

@@ -201,32 +201,44 @@ async fn after_work(fault: Option<&Fault>, answer: Response) -> Response {
     }
 }
 
+/// The common start of every message call: the bearer token, then the fault that applies to
+/// this call (a status fault answers here; the others come back to be applied around the work).
+async fn admit(shared: &Shared, headers: &HeaderMap) -> Result<Option<Fault>, Response> {
+    if !authorized(shared, headers) {
+        return Err(error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token",
+        ));
+    }
+    let fault = shared.lock().take_fault();
+    match before_work(fault.as_ref()).await {
+        Some(response) => Err(response),
+        None => Ok(fault),
+    }
+}
+
+fn invalid_request(rejection: &JsonRejection) -> Response {
+    error(
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+        rejection.body_text(),
+    )
+}
+
 async fn send_message(
     State(shared): State<Arc<Shared>>,
     Path(conversation): Path<String>,
     headers: HeaderMap,
     body: Result<Json<SendRequest>, JsonRejection>,
 ) -> Response {
-    if !authorized(&shared, &headers) {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong bearer token",
-        );
-    }
-    let fault = shared.lock().take_fault();
-    if let Some(response) = before_work(fault.as_ref()).await {
-        return response;
-    }
+    let fault = match admit(&shared, &headers).await {
+        Ok(fault) => fault,
+        Err(refused) => return refused,
+    };
     let Json(request) = match body {
         Ok(body) => body,
-        Err(rejection) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                rejection.body_text(),
-            );
-        }
+        Err(rejection) => return invalid_request(&rejection),
     };
     let length = request.text.chars().count();
     if length == 0 {
@@ -313,26 +325,13 @@ async fn edit_message(
     headers: HeaderMap,
     body: Result<Json<EditRequest>, JsonRejection>,
 ) -> Response {
-    if !authorized(&shared, &headers) {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong bearer token",
-        );
-    }
-    let fault = shared.lock().take_fault();
-    if let Some(response) = before_work(fault.as_ref()).await {
-        return response;
-    }
+    let fault = match admit(&shared, &headers).await {
+        Ok(fault) => fault,
+        Err(refused) => return refused,
+    };
     let Json(request) = match body {
         Ok(body) => body,
-        Err(rejection) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "invalid_request",
-                rejection.body_text(),
-            );
-        }
+        Err(rejection) => return invalid_request(&rejection),
     };
     if request.text.chars().count() > shared.config.max_text_chars {
         return error(
@@ -368,17 +367,10 @@ async fn delete_message(
     Path((conversation, id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if !authorized(&shared, &headers) {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong bearer token",
-        );
-    }
-    let fault = shared.lock().take_fault();
-    if let Some(response) = before_work(fault.as_ref()).await {
-        return response;
-    }
+    let fault = match admit(&shared, &headers).await {
+        Ok(fault) => fault,
+        Err(refused) => return refused,
+    };
     let answer = {
         let mut state = shared.lock();
         let found = state

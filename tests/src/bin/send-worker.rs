@@ -19,10 +19,7 @@ use clawgate_messages::{
     Boundary, LifecycleProbe, Messenger, RetryPolicy, SendOptions, SystemClock,
 };
 use clawgate_store::{IntentFilter, IntentStore, SqliteOptions, SqliteStore};
-use clawgate_types::{
-    ChannelMessage, IntentId, IntentStatus, MessageBody, MessageDirection, MessageTarget,
-    TargetKind,
-};
+use clawgate_types::{IntentId, IntentStatus};
 
 struct StopAt(String);
 
@@ -42,34 +39,6 @@ impl LifecycleProbe for StopAt {
                 std::thread::park();
             }
         }
-    }
-}
-
-fn message(text: &str) -> ChannelMessage {
-    ChannelMessage {
-        id: "crash".into(),
-        channel: "qa".into(),
-        account_id: None,
-        direction: MessageDirection::Outbound,
-        target: MessageTarget {
-            kind: TargetKind::Group,
-            id: "room-1".into(),
-            label: None,
-            space_id: None,
-            parent_id: None,
-            thread_id: None,
-            native_channel_id: None,
-        },
-        sender: None,
-        body: Some(MessageBody {
-            text: text.into(),
-            format: None,
-        }),
-        attachments: vec![],
-        relation: None,
-        origin: None,
-        timestamp: None,
-        raw: None,
     }
 }
 
@@ -110,7 +79,10 @@ async fn main() -> anyhow::Result<()> {
             };
             let messenger = messenger.with_probe(Arc::new(StopAt(boundary.clone())));
             let report = messenger
-                .send(message(text), SendOptions::default())
+                .send(
+                    clawgate_e2e::qa_message("crash", text),
+                    SendOptions::default(),
+                )
                 .await?;
             println!("DONE {:?}", report.outcome);
         }
