@@ -1,7 +1,8 @@
 //! The ACP client runtime: one JSON-RPC connection over the wrapper's stdin/stdout, driven by
 //! the `agent-client-protocol` crate (protocol v1).
 //!
-//! * `initialize` once per connection; `session/new` per ACP session;
+//! * `initialize` once per connection; `session/new` per ACP session, `session/load` to resume
+//!   one (when the agent advertises `loadSession`);
 //! * `session/prompt` with streamed `session/update` chunks;
 //! * [`AcpClient::cancel`] sends the `session/cancel` notification: the running prompt answers
 //!   with stopReason `cancelled` and the session stays usable;
@@ -15,7 +16,8 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, CloseSessionRequest, ContentBlock, InitializeRequest,
-    NewSessionRequest, PromptRequest, SessionNotification, SessionUpdate, StopReason, TextContent,
+    LoadSessionRequest, NewSessionRequest, PromptRequest, SessionNotification, SessionUpdate,
+    StopReason, TextContent,
 };
 use agent_client_protocol::{Agent, ByteStreams, Client};
 use tokio::process::{ChildStdin, ChildStdout};
@@ -116,6 +118,40 @@ impl AcpClient {
             .await
             .map_err(protocol("session/new"))?;
         Ok(response.session_id.to_string())
+    }
+
+    /// `session/load`: resumes an existing ACP session (after a gateway restart, say). Returns
+    /// the text the agent replayed as history, or `None` when the agent does not advertise
+    /// `loadSession` (then only `session/new` is possible).
+    pub async fn load_session(
+        &self,
+        session_id: &str,
+        cwd: &Path,
+    ) -> Result<Option<Vec<String>>, AcpError> {
+        if !self.capabilities.load_session {
+            return Ok(None);
+        }
+        let mut updates = self.updates.lock().await;
+        self.connection
+            .send_request(LoadSessionRequest::new(
+                session_id.to_owned(),
+                cwd.to_path_buf(),
+            ))
+            .block_task()
+            .await
+            .map_err(protocol("session/load"))?;
+        // The agent streams the history before it answers: it is queued by now. Taking it here
+        // keeps it out of the next prompt's output.
+        let mut history = Vec::new();
+        while let Ok(notification) = updates.try_recv() {
+            if notification.session_id.to_string() == session_id
+                && let SessionUpdate::AgentMessageChunk(chunk) = notification.update
+                && let ContentBlock::Text(text) = chunk.content
+            {
+                history.push(text.text);
+            }
+        }
+        Ok(Some(history))
     }
 
     /// `session/prompt` with one text block; `on_chunk` sees each streamed text chunk as it

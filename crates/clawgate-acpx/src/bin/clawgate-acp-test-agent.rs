@@ -6,13 +6,15 @@
 //! * `session/prompt` → the reply `echo: <prompt text>` streamed word by word as
 //!   `agent_message_chunk` updates, `--chunk-ms` (default 40) apart; a `session/cancel`
 //!   between chunks ends the turn with stopReason `cancelled`, otherwise `end_turn`;
+//! * `session/load` (advertised as `loadSession`) → replays the session's earlier replies as
+//!   `agent_message_chunk` updates, then answers `{}`; an unknown session is error -32002;
 //! * `session/close` → `{}`; stdin EOF → exit 0.
 //!
 //! `--words N` pads the reply to at least N words; `--grandchild` starts `sleep 600` (and
 //! `--stubborn-grandchild` one that ignores TERM) in the agent's process group, with its pid
 //! written to `--grandchild-pid-file PATH`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Write};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -91,6 +93,8 @@ fn main() {
     let mut out = std::io::stdout().lock();
     let mut sessions = 0u32;
     let mut cancelled: HashSet<String> = HashSet::new();
+    // Replies per session, replayed by `session/load`.
+    let mut transcripts: HashMap<String, Vec<String>> = HashMap::new();
     while let Ok(message) = rx.recv() {
         handle(
             &message,
@@ -99,6 +103,7 @@ fn main() {
             &mut out,
             &mut sessions,
             &mut cancelled,
+            &mut transcripts,
         );
     }
 }
@@ -110,6 +115,7 @@ fn handle(
     out: &mut impl Write,
     sessions: &mut u32,
     cancelled: &mut HashSet<String>,
+    transcripts: &mut HashMap<String, Vec<String>>,
 ) {
     let id = message.get("id").cloned();
     let method = message.get("method").and_then(Value::as_str).unwrap_or("");
@@ -124,7 +130,7 @@ fn handle(
             out,
             &json!({"jsonrpc": "2.0", "id": id, "result": {
                 "protocolVersion": 1,
-                "agentCapabilities": {"loadSession": false, "sessionCapabilities": {"close": {}}},
+                "agentCapabilities": {"loadSession": true, "sessionCapabilities": {"close": {}}},
                 "authMethods": [],
                 "agentInfo": {"name": "clawgate-acp-test-agent", "version": "0.1.0"}
             }}),
@@ -135,6 +141,28 @@ fn handle(
                 out,
                 &json!({"jsonrpc": "2.0", "id": id, "result": {"sessionId": format!("sess-{sessions}")}}),
             );
+            transcripts.insert(format!("sess-{sessions}"), Vec::new());
+        }
+        ("session/load", Some(id)) => {
+            let session = session_of(&params).unwrap_or_default();
+            let Some(replies) = transcripts.get(&session) else {
+                send(
+                    out,
+                    &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32002, "message": format!("session not found: {session}")}}),
+                );
+                return;
+            };
+            for reply in replies {
+                send(
+                    out,
+                    &json!({"jsonrpc": "2.0", "method": "session/update", "params": {
+                        "sessionId": session,
+                        "update": {"sessionUpdate": "agent_message_chunk",
+                                   "content": {"type": "text", "text": reply}}
+                    }}),
+                );
+            }
+            send(out, &json!({"jsonrpc": "2.0", "id": id, "result": {}}));
         }
         ("session/cancel", None) => {
             if let Some(session) = session_of(&params) {
@@ -172,7 +200,9 @@ fn handle(
                 let deadline = std::time::Instant::now() + options.chunk;
                 while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
                     match rx.recv_timeout(left) {
-                        Ok(other) => handle(&other, options, rx, out, sessions, cancelled),
+                        Ok(other) => {
+                            handle(&other, options, rx, out, sessions, cancelled, transcripts)
+                        }
                         Err(_) => break,
                     }
                 }
@@ -195,6 +225,12 @@ fn handle(
                 );
             }
             cancelled.remove(&session);
+            if stop == "end_turn" {
+                transcripts
+                    .entry(session.clone())
+                    .or_default()
+                    .push(words.join(" "));
+            }
             send(
                 out,
                 &json!({"jsonrpc": "2.0", "id": id, "result": {"stopReason": stop}}),

@@ -80,3 +80,53 @@ async fn cancel_keeps_the_session_and_processes_close_ends_them() {
     }
     assert!(gateway.prompt(&handle, "gone?", |_| {}).await.is_err());
 }
+
+/// `session/load` resumes a session with its history, keeps that history out of the next turn,
+/// and refuses a session the agent does not know.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_session_replays_history_without_leaking_it_into_the_next_turn() {
+    let mut agent = tokio::process::Command::new(test_agent())
+        .args(["--chunk-ms", "1"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let client = clawgate_acpx::AcpClient::connect(
+        agent.stdin.take().unwrap(),
+        agent.stdout.take().unwrap(),
+    )
+    .await
+    .unwrap();
+    let cwd = std::env::temp_dir();
+    let session = client.new_session(&cwd).await.unwrap();
+    let first = client
+        .prompt(&session, "remember me", |_| {})
+        .await
+        .unwrap();
+    assert_eq!(first.stop_reason, StopReason::EndTurn);
+
+    let history = client
+        .load_session(&session, &cwd)
+        .await
+        .unwrap()
+        .expect("the agent advertises loadSession");
+    assert_eq!(
+        history,
+        vec![first.chunks.concat()],
+        "the earlier reply is replayed once"
+    );
+    let next = client.prompt(&session, "and now", |_| {}).await.unwrap();
+    assert_eq!(
+        next.chunks.concat(),
+        "echo: and now",
+        "history does not leak into the next turn"
+    );
+
+    let unknown = client.load_session("sess-999", &cwd).await;
+    assert!(
+        unknown.is_err(),
+        "an unknown session is refused: {unknown:?}"
+    );
+    client.shutdown();
+}
