@@ -106,3 +106,52 @@ async fn a_notice_caused_by_another_process_reaches_this_processs_watcher() {
     assert!(awareness.pending_notices(&main).is_empty());
     follower.abort();
 }
+
+/// The restart test with a real kill: a gateway process queues notices and is killed with
+/// SIGKILL; a new process on the same file gets exactly those notices back, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_notices_come_back_exactly_once_after_kill_9() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mut peer = Command::new(PEER)
+        .args(["queue", dir.path().to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let line = std::io::BufReader::new(peer.stdout.take().unwrap())
+        .lines()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert_eq!(line, "QUEUED");
+    peer.kill().unwrap();
+    peer.wait().unwrap();
+
+    let store =
+        Arc::new(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
+    let awareness = Awareness::builder(store).build();
+    let main = SessionKey::parse("agent:main:main").unwrap();
+    assert!(
+        awareness.pending_notices(&main).is_empty(),
+        "nothing before the rebuild"
+    );
+    awareness.rebuild_notices().await.unwrap();
+    let back: Vec<String> = awareness
+        .pending_notices(&main)
+        .iter()
+        .map(|n| n.target.to_string())
+        .collect();
+    assert_eq!(back.len(), 2, "exactly the two pending notices: {back:?}");
+    awareness.rebuild_notices().await.unwrap();
+    assert_eq!(
+        awareness.pending_notices(&main).len(),
+        2,
+        "a second rebuild adds nothing"
+    );
+    assert_eq!(awareness.consume_notices(&main).await.len(), 2);
+    awareness.rebuild_notices().await.unwrap();
+    assert!(
+        awareness.pending_notices(&main).is_empty(),
+        "consumed notices never come back"
+    );
+}
