@@ -273,9 +273,11 @@ async fn async_part(root: &Path, raw_single: f64, raw_batched: f64) -> anyhow::R
         micros(tool_p99) / micros(raw_p99).max(1.0)
     );
     let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+    // The target is judged with fsync on every commit (FULL); NORMAL is shown beside it.
     println!(
-        "\n  target: record >= 50,000/s (best of the runs above): {}",
-        verdict(engine_c64.max(engine_c512).max(engine_c512_normal) >= 50_000.0)
+        "\n  target: record >= 50,000/s with synchronous=FULL: {} (NORMAL: {})",
+        verdict(engine_c64.max(engine_c512) >= 50_000.0),
+        verdict(engine_c512_normal >= 50_000.0)
     );
     println!(
         "  target: changesSince p99 <= 1 ms: {}",
