@@ -606,3 +606,67 @@ async fn two_recovery_workers_never_send_an_intent_twice() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_land_in_the_thread_of_an_inbound_message() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    // A person writes into the room, through the platform's HTTP injection endpoint.
+    let injected: clawgate_channel_qa::MessageAnswer = reqwest::Client::new()
+        .post(format!(
+            "{}/control/conversations/room-1/inbound",
+            h.platform.base_url()
+        ))
+        .json(&serde_json::json!({ "text": "question?", "authorId": "alice", "threadId": "t-1" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            injected.message.author_id.as_deref(),
+            injected.message.author_is_bot
+        ),
+        (Some("alice"), false)
+    );
+    let mut reply = message("r", "answer.");
+    reply.relation = Some(clawgate_types::MessageRelation::Reply {
+        inbound_message_id: Some(injected.message.id.clone()),
+        reply_to_id: Some(injected.message.id.clone()),
+        thread_id: Some("t-1".into()),
+        quote: None,
+    });
+    let report = messenger.send(reply, opts()).await.unwrap();
+    let receipt = report.outcome.receipt().unwrap().clone();
+    let landed = h.platform.messages("room-1");
+    assert_eq!(landed.len(), 2);
+    assert_eq!(
+        landed[1].reply_to_id.as_deref(),
+        Some(injected.message.id.as_str())
+    );
+    assert_eq!(landed[1].thread_id.as_deref(), Some("t-1"));
+    assert!(landed[1].author_is_bot, "the gateway writes as its bot");
+    assert_eq!(
+        receipt.reply_to_id.as_deref(),
+        Some(injected.message.id.as_str()),
+        "the receipt keeps the reply target"
+    );
+    assert_eq!(receipt.thread_id.as_deref(), Some("t-1"));
+
+    let mut orphan = message("o", "to nowhere");
+    orphan.relation = Some(clawgate_types::MessageRelation::Reply {
+        inbound_message_id: None,
+        reply_to_id: Some("m-404".into()),
+        thread_id: None,
+        quote: None,
+    });
+    let report = messenger.send(orphan, opts()).await.unwrap();
+    let SendOutcome::Failed { failure, .. } = report.outcome else {
+        panic!("{report:?}")
+    };
+    assert_eq!(failure.kind, clawgate_types::DeliveryFailureKind::NotFound);
+    assert_eq!(failure.reason, Some(FailureReason::Permanent));
+    assert_eq!(h.platform.messages("room-1").len(), 2, "nothing landed");
+}

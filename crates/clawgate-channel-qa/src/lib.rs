@@ -12,6 +12,6 @@ mod wire;
 pub use adapter::{QA_CHANNEL, QaAdapter};
 pub use platform::{QaPlatform, QaPlatformConfig};
 pub use wire::{
-    ApiError, EditRequest, ErrorBody, Fault, FaultMode, LogEntry, LogEvent, MessageAnswer,
-    MessagesAnswer, PlatformMessage, SendRequest,
+    ApiError, EditRequest, ErrorBody, Fault, FaultMode, InboundRequest, LogEntry, LogEvent,
+    MessageAnswer, MessagesAnswer, PlatformMessage, SendRequest,
 };

@@ -18,8 +18,8 @@ use tokio::sync::oneshot;
 use tracing::warn;
 
 use crate::wire::{
-    ApiError, EditRequest, ErrorBody, Fault, FaultMode, LogEntry, LogEvent, MessageAnswer,
-    MessagesAnswer, PlatformMessage, SendRequest,
+    ApiError, EditRequest, ErrorBody, Fault, FaultMode, InboundRequest, LogEntry, LogEvent,
+    MessageAnswer, MessagesAnswer, PlatformMessage, SendRequest,
 };
 
 /// How to run a QA platform.
@@ -97,7 +97,65 @@ struct Shared {
     state: Mutex<PlatformState>,
 }
 
+/// Why an injected inbound message was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum InboundRefused {
+    Invalid,
+    ReplyTargetNotFound(String),
+}
+
+impl InboundRefused {
+    fn response(&self) -> Response {
+        match self {
+            InboundRefused::Invalid => error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "text must be 1 to max_text_chars characters",
+            ),
+            InboundRefused::ReplyTargetNotFound(id) => error(
+                StatusCode::NOT_FOUND,
+                "reply_target_not_found",
+                format!("no message {id}"),
+            ),
+        }
+    }
+}
+
 impl Shared {
+    /// Stores a message written by someone on the platform.
+    fn inbound(
+        &self,
+        conversation: String,
+        request: InboundRequest,
+    ) -> Result<PlatformMessage, InboundRefused> {
+        if request.text.is_empty() || request.text.chars().count() > self.config.max_text_chars {
+            return Err(InboundRefused::Invalid);
+        }
+        let mut state = self.lock();
+        if let Some(reply_to) = &request.reply_to_id
+            && !state.messages.contains_key(reply_to)
+        {
+            return Err(InboundRefused::ReplyTargetNotFound(reply_to.clone()));
+        }
+        let seq = state.seq + 1;
+        let message = PlatformMessage {
+            id: format!("m-{seq}"),
+            conversation_id: conversation,
+            thread_id: request.thread_id,
+            reply_to_id: request.reply_to_id,
+            text: request.text,
+            metadata: request.metadata,
+            idempotency_key: None,
+            edits: 0,
+            seq,
+            author_id: Some(request.author_id),
+            author_is_bot: request.author_is_bot,
+        };
+        state.messages.insert(message.id.clone(), message.clone());
+        state.record(LogEvent::Inbound, &message);
+        Ok(message)
+    }
+
     fn lock(&self) -> MutexGuard<'_, PlatformState> {
         // A handler that panicked mid-update leaves plain data behind; keep serving.
         self.state
@@ -303,6 +361,8 @@ async fn send_message(
                 idempotency_key: request.idempotency_key,
                 edits: 0,
                 seq,
+                author_id: Some("clawgate-bot".into()),
+                author_is_bot: true,
             };
             if let Some(key) = &message.idempotency_key {
                 state.by_key.insert(key.clone(), message.id.clone());
@@ -445,6 +505,8 @@ async fn lookup_by_key(
                     idempotency_key: e.idempotency_key.clone(),
                     edits: 0,
                     seq: e.seq,
+                    author_id: None,
+                    author_is_bot: true,
                 })
         })
     });
@@ -466,6 +528,25 @@ async fn add_faults(State(shared): State<Arc<Shared>>, Json(faults): Json<Vec<Fa
         .faults
         .extend(faults.into_iter().filter(|f| f.count > 0));
     (StatusCode::OK, Json(serde_json::json!({ "ok": true }))).into_response()
+}
+
+async fn inject_inbound(
+    State(shared): State<Arc<Shared>>,
+    Path(conversation): Path<String>,
+    body: Result<Json<InboundRequest>, JsonRejection>,
+) -> Response {
+    let Json(request) = match body {
+        Ok(body) => body,
+        Err(rejection) => return invalid_request(&rejection),
+    };
+    match shared.inbound(conversation, request) {
+        Ok(message) => (
+            StatusCode::CREATED,
+            Json(MessageAnswer { ok: true, message }),
+        )
+            .into_response(),
+        Err(refused) => refused.response(),
+    }
 }
 
 async fn read_log(State(shared): State<Arc<Shared>>) -> Response {
@@ -509,6 +590,10 @@ impl QaPlatform {
             )
             .route("/api/messages/by-key/{key}", get(lookup_by_key))
             .route("/control/faults", post(add_faults))
+            .route(
+                "/control/conversations/{conv}/inbound",
+                post(inject_inbound),
+            )
             .route("/control/log", get(read_log))
             .with_state(shared.clone());
         let (shutdown, stopped) = oneshot::channel::<()>();
@@ -545,6 +630,18 @@ impl QaPlatform {
         if fault.count > 0 {
             self.shared.lock().faults.push_back(fault);
         }
+    }
+
+    /// A person (or another bot) writes into a conversation (same as
+    /// `POST /control/conversations/{conv}/inbound`).
+    pub fn inject_inbound(
+        &self,
+        conversation: &str,
+        request: InboundRequest,
+    ) -> Result<PlatformMessage, String> {
+        self.shared
+            .inbound(conversation.to_owned(), request)
+            .map_err(|refused| format!("inbound refused: {refused:?}"))
     }
 
     /// Everything that happened, in order.

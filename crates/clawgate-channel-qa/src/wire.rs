@@ -21,6 +21,28 @@ pub struct PlatformMessage {
     pub edits: u32,
     /// Platform sequence number of the creation.
     pub seq: u64,
+    /// Who wrote it: the gateway's bot for API sends, the injected author for inbound messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author_id: Option<String>,
+    #[serde(default)]
+    pub author_is_bot: bool,
+}
+
+/// `POST /control/conversations/{conv}/inbound`: a message written by someone on the platform
+/// (a person, or another bot), as the gateway would receive it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InboundRequest {
+    pub text: String,
+    pub author_id: String,
+    #[serde(default)]
+    pub author_is_bot: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply_to_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Value>,
 }
 
 /// `POST /api/conversations/{conv}/messages`.
@@ -169,6 +191,8 @@ pub enum LogEvent {
     Deleted,
     /// A repeated idempotency key answered with the first message (nothing new landed).
     Replayed,
+    /// Someone on the platform wrote a message (inbound for the gateway).
+    Inbound,
 }
 
 /// One line of the platform's durable log.
