@@ -134,6 +134,40 @@ fn save(
     claim: Option<&ClaimToken>,
 ) -> DbResult<()> {
     let id = intent.id.as_str();
+    expected
+        .transition_to(intent.status)
+        .map_err(|source| StoreError::IllegalTransition {
+            id: id.to_owned(),
+            source,
+        })?;
+    // One guarded UPDATE does the compare-and-set (status, claim) and the write; only when it
+    // changes nothing is the row read again, to say why.
+    let sql = if keeps_claim(intent.status) {
+        "UPDATE send_intents SET status = ?2, attempt = ?3, next_attempt_at = ?4, expires_at = ?5,
+             updated_at = ?6, format_version = ?7, payload = ?8
+         WHERE id = ?1 AND status = ?9
+           AND (claimed_by IS NULL OR claimed_by = ?10 OR claim_until <= ?6)"
+    } else {
+        "UPDATE send_intents SET status = ?2, attempt = ?3, next_attempt_at = ?4, expires_at = ?5,
+             updated_at = ?6, format_version = ?7, payload = ?8, claimed_by = NULL, claim_until = NULL
+         WHERE id = ?1 AND status = ?9
+           AND (claimed_by IS NULL OR claimed_by = ?10 OR claim_until <= ?6)"
+    };
+    let changed = conn.prepare_cached(sql)?.execute(params![
+        id,
+        intent.status.as_str(),
+        intent.attempt,
+        intent.next_attempt_at,
+        intent.expires_at,
+        intent.updated_at,
+        INTENT_FORMAT,
+        payload,
+        expected.as_str(),
+        claim.map(ClaimToken::as_str),
+    ])?;
+    if changed == 1 {
+        return Ok(());
+    }
     let (status, claimed_by, claim_until): (String, Option<String>, Option<i64>) = conn
         .prepare_cached("SELECT status, claimed_by, claim_until FROM send_intents WHERE id = ?1")?
         .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
