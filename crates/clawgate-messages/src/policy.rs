@@ -14,10 +14,9 @@ pub struct RetryPolicy {
     /// An intent older than this is failed with reason `expired` instead of delivered: a reply
     /// is not worth sending a week late.
     pub time_to_live_ms: i64,
-    /// Delay between reconciliations of an unresolved unknown outcome.
+    /// Delay between reconciliations of an unresolved unknown outcome (asked again until it
+    /// resolves or the intent outlives its time-to-live).
     pub reconcile_delay_ms: i64,
-    /// Reconciliations before an unresolved unknown outcome is parked for an operator.
-    pub max_reconciliations: u32,
     /// How long a worker's claim on an intent holds if the worker dies.
     pub claim_ttl_ms: i64,
 }
@@ -30,7 +29,6 @@ impl Default for RetryPolicy {
             max_delay_ms: 5 * 60_000,
             time_to_live_ms: 24 * 60 * 60_000,
             reconcile_delay_ms: 5_000,
-            max_reconciliations: 20,
             claim_ttl_ms: 2 * 60_000,
         }
     }
