@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use clawgate_channel_sdk::{
-    ChannelMessageAdapter, MessageOriginAdapter, Reconciliation, SendContext, SendError,
-    classify_http_status,
+    ChannelMessageAdapter, MessageOriginAdapter, MessageReceiveAdapter, NormalizedInbound,
+    ReceiveError, Reconciliation, SendContext, SendError, classify_http_status,
 };
 use clawgate_types::{
     DeliveryCapabilities, DeliveryFailureKind, LiveCapabilities, MessageCapabilities,
@@ -341,5 +341,67 @@ impl ChannelMessageAdapter for QaAdapter {
 
     fn origin(&self) -> Option<&dyn MessageOriginAdapter> {
         Some(&QaOrigin)
+    }
+}
+
+/// Inbound QA events are platform messages (as `GET …/messages`, webhooks and polls deliver
+/// them). Conversations named `dm-…` are direct chats; every other one is a shared room.
+impl MessageReceiveAdapter for QaAdapter {
+    fn normalize(&self, raw: &serde_json::Value) -> Result<NormalizedInbound, ReceiveError> {
+        let message: PlatformMessage =
+            serde_json::from_value(raw.clone()).map_err(|e| ReceiveError::Malformed {
+                channel: self.channel.clone(),
+                reason: e.to_string(),
+            })?;
+        let kind = if message.conversation_id.starts_with("dm-") {
+            clawgate_types::TargetKind::Direct
+        } else {
+            clawgate_types::TargetKind::Group
+        };
+        let relation = message
+            .reply_to_id
+            .clone()
+            .map(|reply_to| MessageRelation::Reply {
+                inbound_message_id: None,
+                reply_to_id: Some(reply_to),
+                thread_id: message.thread_id.clone(),
+                quote: None,
+            });
+        Ok(NormalizedInbound {
+            event_id: message.id.clone(),
+            is_bot_author: message.author_is_bot,
+            message: clawgate_types::ChannelMessage {
+                id: message.id.clone(),
+                channel: self.channel.clone(),
+                account_id: None,
+                direction: clawgate_types::MessageDirection::Inbound,
+                target: clawgate_types::MessageTarget {
+                    kind,
+                    id: message.conversation_id.clone(),
+                    label: None,
+                    space_id: None,
+                    parent_id: None,
+                    thread_id: message.thread_id.clone(),
+                    native_channel_id: None,
+                },
+                sender: message
+                    .author_id
+                    .clone()
+                    .map(|id| clawgate_types::MessageActor {
+                        id,
+                        display_name: None,
+                        is_bot: message.author_is_bot,
+                    }),
+                body: Some(clawgate_types::MessageBody {
+                    text: message.text.clone(),
+                    format: None,
+                }),
+                attachments: vec![],
+                relation,
+                origin: QaOrigin.decode(raw),
+                timestamp: None,
+                raw: Some(raw.clone()),
+            },
+        })
     }
 }

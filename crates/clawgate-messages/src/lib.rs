@@ -1,4 +1,5 @@
-//! The clawgate message lifecycle engine (layer 2): send contexts and recovery.
+//! The clawgate message lifecycle engine (layer 2): send contexts, recovery and receive
+//! contexts.
 //!
 //! Invariants:
 //! * with durability `required`, the intent (with the whole rendered batch) is committed before
@@ -16,6 +17,7 @@ mod error;
 mod liveness;
 mod outcome;
 mod policy;
+mod receive;
 mod recovery;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -23,3 +25,6 @@ pub use engine::{Boundary, LifecycleProbe, Messenger, OutboundContext, SendOptio
 pub use error::MessagesError;
 pub use outcome::{RecoveryReport, SendOutcome, SendReport};
 pub use policy::{Disposition, RetryPolicy, disposition};
+pub use receive::{
+    AckController, AckState, ReceiveOptions, ReceiveOutcome, Receiver, TransportAck,
+};

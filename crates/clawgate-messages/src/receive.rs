@@ -1,0 +1,274 @@
+//! Receive contexts: one platform event through normalize → echo gate → bot authorization →
+//! durable record and dedupe → dispatch → finish, with the transport ack given exactly when the
+//! ack policy allows.
+//!
+//! Four signals stay apart: the transport ack ([`TransportAck`], governed by
+//! [`ReceiveAckPolicy`]), the polling-offset ack (the source's durable watermark), the
+//! inbound-record ack (the record in the store) and user-visible read/typing receipts (never a
+//! durability boundary; not handled here).
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use clawgate_channel_sdk::{
+    ChannelMessageAdapter, MessageReceiveAdapter, NormalizedInbound, ReceiveError,
+};
+use clawgate_store::{
+    InboundKey, InboundRecord, InboundStatus, InboundStore, RecordInboundOutcome,
+};
+use clawgate_types::{EchoFacts, ReceiveAckPolicy, should_drop_gateway_echo};
+use tracing::{info, warn};
+
+use crate::{Clock, MessagesError};
+
+/// The platform side of an acknowledgement (an HTTP answer, a socket ack, a poll offset).
+pub trait TransportAck: Send + Sync {
+    fn ack(&self);
+    fn nack(&self, reason: &str);
+}
+
+/// What the first acknowledgement decision was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AckState {
+    Pending,
+    Acked,
+    Nacked(String),
+}
+
+/// Makes acks idempotent: the first of ack/nack wins, repeats do nothing, a nack after an ack
+/// does nothing, and the first error is the one kept.
+pub struct AckController {
+    transport: Arc<dyn TransportAck>,
+    state: Mutex<AckState>,
+}
+
+impl std::fmt::Debug for AckController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AckController")
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+impl AckController {
+    pub fn new(transport: Arc<dyn TransportAck>) -> AckController {
+        AckController {
+            transport,
+            state: Mutex::new(AckState::Pending),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, AckState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn ack(&self) {
+        let mut state = self.lock();
+        if *state == AckState::Pending {
+            *state = AckState::Acked;
+            self.transport.ack();
+        }
+    }
+
+    pub fn nack(&self, reason: &str) {
+        let mut state = self.lock();
+        if *state == AckState::Pending {
+            *state = AckState::Nacked(reason.to_owned());
+            self.transport.nack(reason);
+        }
+    }
+
+    pub fn state(&self) -> AckState {
+        self.lock().clone()
+    }
+}
+
+/// Receive-side choices.
+#[derive(Debug, Clone)]
+pub struct ReceiveOptions {
+    /// Whether messages written by other bots are accepted (after the echo gate).
+    pub allow_bots: bool,
+    /// Attempts after which an event whose processing keeps failing is dead-lettered.
+    pub max_attempts: u32,
+}
+
+impl Default for ReceiveOptions {
+    fn default() -> Self {
+        ReceiveOptions {
+            allow_bots: false,
+            max_attempts: 5,
+        }
+    }
+}
+
+/// What happened to one platform event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReceiveOutcome {
+    /// The payload could not be normalized (acked: redelivering it would not help).
+    Invalid(ReceiveError),
+    /// A marked gateway-failure echo from a bot in a shared room: dropped before authorization.
+    DroppedEcho,
+    /// A bot-authored message while bots are not allowed.
+    Unauthorized,
+    /// Seen and finished before (a webhook redelivery, a replayed poll).
+    Duplicate { status: InboundStatus },
+    /// Recorded, dispatched and finished.
+    Handled { record: InboundRecord },
+    /// Dispatch failed; the event stays recorded for another attempt, or is dead-lettered.
+    Failed {
+        error: String,
+        attempts: u32,
+        dead_lettered: bool,
+    },
+}
+
+/// Runs receive contexts for one channel.
+pub struct Receiver {
+    store: Arc<dyn InboundStore>,
+    channel: Arc<dyn ChannelMessageAdapter>,
+    normalizer: Arc<dyn MessageReceiveAdapter>,
+    clock: Arc<dyn Clock>,
+    options: ReceiveOptions,
+}
+
+impl std::fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver")
+            .field("channel", &self.channel.channel())
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl Receiver {
+    pub fn new(
+        store: Arc<dyn InboundStore>,
+        channel: Arc<dyn ChannelMessageAdapter>,
+        normalizer: Arc<dyn MessageReceiveAdapter>,
+        clock: Arc<dyn Clock>,
+        options: ReceiveOptions,
+    ) -> Receiver {
+        Receiver {
+            store,
+            channel,
+            normalizer,
+            clock,
+            options,
+        }
+    }
+
+    /// One receive context. `dispatch` runs the turn (visible output goes through send
+    /// contexts); the transport ack is given through `ack` when the event's policy allows.
+    pub async fn receive<F, Fut>(
+        &self,
+        raw: &serde_json::Value,
+        ack: &AckController,
+        dispatch: F,
+    ) -> Result<ReceiveOutcome, MessagesError>
+    where
+        F: FnOnce(NormalizedInbound) -> Fut,
+        Fut: Future<Output = Result<(), String>>,
+    {
+        let inbound = match self.normalizer.normalize(raw) {
+            Ok(inbound) => inbound,
+            Err(error) => {
+                warn!(%error, "malformed platform event dropped");
+                ack.ack();
+                return Ok(ReceiveOutcome::Invalid(error));
+            }
+        };
+        let policy = self.normalizer.ack_policy(&inbound);
+        if matches!(policy, ReceiveAckPolicy::Immediate { .. }) {
+            ack.ack();
+        }
+        // The core, not each channel, decides echoes — by marker, before bot authorization.
+        let origin = self
+            .channel
+            .origin()
+            .and_then(|o| o.decode(raw))
+            .or_else(|| inbound.message.origin.clone());
+        let facts = EchoFacts {
+            is_bot_author: inbound.is_bot_author,
+            is_roomish: inbound.message.target.kind.is_roomish(),
+        };
+        if should_drop_gateway_echo(origin.as_ref(), facts) {
+            info!(event = %inbound.event_id, "gateway-failure echo dropped");
+            ack.ack();
+            return Ok(ReceiveOutcome::DroppedEcho);
+        }
+        if inbound.is_bot_author && !self.options.allow_bots {
+            ack.ack();
+            return Ok(ReceiveOutcome::Unauthorized);
+        }
+        let key = InboundKey {
+            channel: inbound.message.channel.clone(),
+            account_id: inbound.message.account_id.clone().unwrap_or_default(),
+            event_id: inbound.event_id.clone(),
+        };
+        let now = self.clock.now_ms();
+        let payload = serde_json::to_value(&inbound.message).unwrap_or_default();
+        match self.store.record_inbound(&key, &payload, now).await {
+            Ok(RecordInboundOutcome::New(_)) => {}
+            Ok(RecordInboundOutcome::Duplicate(record))
+                if record.status != InboundStatus::Received =>
+            {
+                ack.ack();
+                return Ok(ReceiveOutcome::Duplicate {
+                    status: record.status,
+                });
+            }
+            // Recorded before but never finished (a crash mid-processing): process it now.
+            Ok(RecordInboundOutcome::Duplicate(_)) => {}
+            Err(error) => {
+                ack.nack(&error.to_string());
+                return Err(MessagesError::Store(error));
+            }
+        }
+        if policy == ReceiveAckPolicy::AfterRecord {
+            ack.ack();
+        }
+        let attempts = self.store.begin_inbound_attempt(&key, now).await?;
+        match dispatch(inbound).await {
+            Ok(()) => {
+                self.store
+                    .finish_inbound(&key, InboundStatus::Completed, None, self.clock.now_ms())
+                    .await?;
+                if policy == ReceiveAckPolicy::AfterDurableSend {
+                    ack.ack();
+                }
+                let record = self.store.load_inbound(&key).await?.ok_or_else(|| {
+                    MessagesError::Store(clawgate_store::StoreError::NotFound {
+                        what: "inbound record",
+                        id: key.event_id.clone(),
+                    })
+                })?;
+                Ok(ReceiveOutcome::Handled { record })
+            }
+            Err(error) => {
+                let dead = attempts >= self.options.max_attempts;
+                let status = if dead {
+                    InboundStatus::DeadLettered
+                } else {
+                    InboundStatus::Received
+                };
+                self.store
+                    .finish_inbound(&key, status, Some(&error), self.clock.now_ms())
+                    .await?;
+                if dead {
+                    // Not retried forever and not blocking its lane: the platform may stop.
+                    warn!(event = %key.event_id, attempts, %error, "inbound event dead-lettered");
+                    ack.ack();
+                } else {
+                    ack.nack(&error);
+                }
+                Ok(ReceiveOutcome::Failed {
+                    error,
+                    attempts,
+                    dead_lettered: dead,
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! Receive contexts against the QA platform's inbound messages: ack policy ordering, dedupe
+//! across a restart, dead letters, and the marker-based echo gate before bot authorization.
+
+use std::sync::{Arc, Mutex};
+
+use clawgate_channel_qa::{InboundRequest, QaAdapter};
+use clawgate_channel_sdk::{MessageReceiveAdapter, NormalizedInbound};
+use clawgate_messages::{
+    AckController, AckState, ReceiveOptions, ReceiveOutcome, Receiver, TransportAck,
+};
+use clawgate_store::{InboundStatus, SqliteOptions, SqliteStore};
+use clawgate_types::{GatewayFailureCode, ImmediateAckReason, MessageOrigin, ReceiveAckPolicy};
+
+use crate::harness::Harness;
+
+/// Records the order of acks, nacks and dispatches.
+#[derive(Default)]
+struct Journal(Mutex<Vec<String>>);
+
+impl Journal {
+    fn push(&self, entry: &str) {
+        self.0.lock().unwrap().push(entry.to_owned());
+    }
+    fn entries(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl TransportAck for Journal {
+    fn ack(&self) {
+        self.push("ack");
+    }
+    fn nack(&self, reason: &str) {
+        self.push(&format!("nack {reason}"));
+    }
+}
+
+/// The QA normalizer with a chosen ack policy.
+struct WithPolicy(QaAdapter, ReceiveAckPolicy);
+
+impl MessageReceiveAdapter for WithPolicy {
+    fn normalize(
+        &self,
+        raw: &serde_json::Value,
+    ) -> Result<NormalizedInbound, clawgate_channel_sdk::ReceiveError> {
+        self.0.normalize(raw)
+    }
+    fn ack_policy(&self, _: &NormalizedInbound) -> ReceiveAckPolicy {
+        self.1
+    }
+}
+
+fn receiver(
+    h: &Harness,
+    store: Arc<SqliteStore>,
+    policy: ReceiveAckPolicy,
+    options: ReceiveOptions,
+) -> Receiver {
+    Receiver::new(
+        store,
+        Arc::new(h.adapter()),
+        Arc::new(WithPolicy(h.adapter(), policy)),
+        h.clock.clone(),
+        options,
+    )
+}
+
+fn inbound(
+    h: &Harness,
+    conversation: &str,
+    text: &str,
+    bot: bool,
+    origin: Option<MessageOrigin>,
+) -> serde_json::Value {
+    let message = h
+        .platform
+        .inject_inbound(
+            conversation,
+            InboundRequest {
+                text: text.into(),
+                author_id: if bot {
+                    "other-bot".into()
+                } else {
+                    "alice".into()
+                },
+                author_is_bot: bot,
+                thread_id: None,
+                reply_to_id: None,
+                metadata: origin.map(|o| serde_json::json!({ "clawgateOrigin": o })),
+            },
+        )
+        .unwrap();
+    serde_json::to_value(message).unwrap()
+}
+
+async fn run(
+    receiver: &Receiver,
+    raw: &serde_json::Value,
+    journal: &Arc<Journal>,
+    result: Result<(), String>,
+) -> (ReceiveOutcome, AckState) {
+    let ack = AckController::new(journal.clone());
+    let j = journal.clone();
+    let outcome = receiver
+        .receive(raw, &ack, |_| async move {
+            j.push("dispatch");
+            result
+        })
+        .await
+        .unwrap();
+    (outcome, ack.state())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_ack_policy_acks_at_its_point() {
+    let h = Harness::new().await;
+    let cases = [
+        (
+            ReceiveAckPolicy::Immediate {
+                reason: ImmediateAckReason::WebhookTimeout,
+            },
+            vec!["ack", "dispatch"],
+        ),
+        (ReceiveAckPolicy::AfterRecord, vec!["ack", "dispatch"]),
+        (ReceiveAckPolicy::AfterDurableSend, vec!["dispatch", "ack"]),
+        (ReceiveAckPolicy::Manual, vec!["dispatch"]),
+    ];
+    for (n, (policy, expected)) in cases.into_iter().enumerate() {
+        let receiver = receiver(&h, h.store.clone(), policy, ReceiveOptions::default());
+        let raw = inbound(&h, "room-1", &format!("hello {n}"), false, None);
+        let journal = Arc::new(Journal::default());
+        let (outcome, _) = run(&receiver, &raw, &journal, Ok(())).await;
+        assert!(
+            matches!(outcome, ReceiveOutcome::Handled { .. }),
+            "{policy:?}: {outcome:?}"
+        );
+        assert_eq!(journal.entries(), expected, "{policy:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_are_idempotent_and_a_nack_after_an_ack_does_nothing() {
+    let journal = Arc::new(Journal::default());
+    let ack = AckController::new(journal.clone());
+    ack.ack();
+    ack.ack();
+    ack.nack("late failure");
+    assert_eq!(journal.entries(), vec!["ack"]);
+    assert_eq!(ack.state(), AckState::Acked);
+    let journal = Arc::new(Journal::default());
+    let nack = AckController::new(journal.clone());
+    nack.nack("first");
+    nack.nack("second");
+    nack.ack();
+    assert_eq!(
+        journal.entries(),
+        vec!["nack first"],
+        "the first error is kept"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redelivery_is_recognised_across_a_restart_and_unfinished_work_is_replayed_once() {
+    let h = Harness::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let open =
+        || Arc::new(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
+    let done = inbound(&h, "room-1", "finished before the crash", false, None);
+    let unfinished = inbound(&h, "room-1", "accepted, then the crash", false, None);
+    {
+        let store = open();
+        let r = receiver(
+            &h,
+            store,
+            ReceiveAckPolicy::AfterRecord,
+            ReceiveOptions::default(),
+        );
+        let journal = Arc::new(Journal::default());
+        assert!(matches!(
+            run(&r, &done, &journal, Ok(())).await.0,
+            ReceiveOutcome::Handled { .. }
+        ));
+        // The turn fails (as a crash would end it): recorded, not finished.
+        assert!(matches!(
+            run(&r, &unfinished, &journal, Err("crashed".into()))
+                .await
+                .0,
+            ReceiveOutcome::Failed { .. }
+        ));
+    }
+    let r = receiver(
+        &h,
+        open(),
+        ReceiveAckPolicy::AfterRecord,
+        ReceiveOptions::default(),
+    );
+    let journal = Arc::new(Journal::default());
+    let (outcome, state) = run(&r, &done, &journal, Ok(())).await;
+    assert_eq!(
+        outcome,
+        ReceiveOutcome::Duplicate {
+            status: InboundStatus::Completed
+        }
+    );
+    assert_eq!(
+        (state, journal.entries()),
+        (AckState::Acked, vec!["ack".to_owned()]),
+        "acked, not dispatched"
+    );
+    let (outcome, _) = run(&r, &unfinished, &journal, Ok(())).await;
+    assert!(
+        matches!(outcome, ReceiveOutcome::Handled { .. }),
+        "the unfinished event is processed after the restart"
+    );
+    let (outcome, _) = run(&r, &unfinished, &journal, Ok(())).await;
+    assert_eq!(
+        outcome,
+        ReceiveOutcome::Duplicate {
+            status: InboundStatus::Completed
+        },
+        "and only once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_event_is_dead_lettered_after_its_attempts() {
+    let h = Harness::new().await;
+    let options = ReceiveOptions {
+        max_attempts: 3,
+        ..ReceiveOptions::default()
+    };
+    let r = receiver(
+        &h,
+        h.store.clone(),
+        ReceiveAckPolicy::AfterDurableSend,
+        options,
+    );
+    let raw = inbound(&h, "room-1", "poison", false, None);
+    for attempt in 1..=3 {
+        let journal = Arc::new(Journal::default());
+        let (outcome, state) = run(&r, &raw, &journal, Err(format!("boom {attempt}"))).await;
+        let ReceiveOutcome::Failed {
+            attempts,
+            dead_lettered,
+            ..
+        } = outcome
+        else {
+            panic!("{outcome:?}")
+        };
+        assert_eq!((attempts, dead_lettered), (attempt, attempt == 3));
+        // Nacked (redeliver) while attempts remain; acked once dead-lettered, so it stops.
+        let expected = if attempt == 3 {
+            AckState::Acked
+        } else {
+            AckState::Nacked(format!("boom {attempt}"))
+        };
+        assert_eq!(state, expected);
+    }
+    let journal = Arc::new(Journal::default());
+    let (outcome, _) = run(&r, &raw, &journal, Ok(())).await;
+    assert_eq!(
+        outcome,
+        ReceiveOutcome::Duplicate {
+            status: InboundStatus::DeadLettered
+        },
+        "not retried forever"
+    );
+    let other = inbound(&h, "room-1", "next in the lane", false, None);
+    assert!(
+        matches!(
+            run(&r, &other, &journal, Ok(())).await.0,
+            ReceiveOutcome::Handled { .. }
+        ),
+        "the lane is not blocked"
+    );
+}
+
+/// (case, conversation, bot author, origin marker, options, expected)
+type EchoCase = (
+    &'static str,
+    &'static str,
+    bool,
+    Option<MessageOrigin>,
+    ReceiveOptions,
+    &'static str,
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn marked_gateway_failure_echoes_are_dropped_before_bot_authorization() {
+    let h = Harness::new().await;
+    let failure = Some(MessageOrigin::gateway_failure(
+        GatewayFailureCode::AgentFailedBeforeReply,
+    ));
+    let text = "Agent failed before reply.";
+    let allow = ReceiveOptions {
+        allow_bots: true,
+        ..ReceiveOptions::default()
+    };
+    let deny = ReceiveOptions {
+        allow_bots: false,
+        ..ReceiveOptions::default()
+    };
+    let cases: Vec<EchoCase> = vec![
+        (
+            "marked bot echo in a room, bots allowed",
+            "room-1",
+            true,
+            failure.clone(),
+            allow.clone(),
+            "dropped",
+        ),
+        (
+            "marked bot echo in a room, bots denied",
+            "room-1",
+            true,
+            failure.clone(),
+            deny.clone(),
+            "dropped",
+        ),
+        (
+            "same text, unmarked bot, bots allowed",
+            "room-1",
+            true,
+            None,
+            allow.clone(),
+            "handled",
+        ),
+        (
+            "same text, unmarked bot, bots denied",
+            "room-1",
+            true,
+            None,
+            deny.clone(),
+            "unauthorized",
+        ),
+        (
+            "marked, but a direct chat",
+            "dm-alice",
+            true,
+            failure.clone(),
+            allow.clone(),
+            "handled",
+        ),
+        (
+            "marked, but written by a human",
+            "room-1",
+            false,
+            failure.clone(),
+            deny.clone(),
+            "handled",
+        ),
+    ];
+    for (case, conversation, bot, origin, options, expected) in cases {
+        let r = receiver(&h, h.store.clone(), ReceiveAckPolicy::AfterRecord, options);
+        let raw = inbound(&h, conversation, text, bot, origin);
+        let journal = Arc::new(Journal::default());
+        let (outcome, state) = run(&r, &raw, &journal, Ok(())).await;
+        let got = match outcome {
+            ReceiveOutcome::DroppedEcho => "dropped",
+            ReceiveOutcome::Handled { .. } => "handled",
+            ReceiveOutcome::Unauthorized => "unauthorized",
+            other => panic!("{case}: {other:?}"),
+        };
+        assert_eq!(got, expected, "{case}");
+        assert_eq!(
+            state,
+            AckState::Acked,
+            "{case}: the transport is acked either way"
+        );
+        assert_eq!(
+            journal.entries().contains(&"dispatch".to_owned()),
+            expected == "handled",
+            "{case}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_payloads_are_a_typed_error_not_a_panic() {
+    let h = Harness::new().await;
+    let r = receiver(
+        &h,
+        h.store.clone(),
+        ReceiveAckPolicy::AfterRecord,
+        ReceiveOptions::default(),
+    );
+    let journal = Arc::new(Journal::default());
+    let (outcome, _) = run(
+        &r,
+        &serde_json::json!({ "id": 7, "text": [] }),
+        &journal,
+        Ok(()),
+    )
+    .await;
+    assert!(matches!(outcome, ReceiveOutcome::Invalid(_)), "{outcome:?}");
+    assert!(!journal.entries().contains(&"dispatch".to_owned()));
+}
