@@ -17,6 +17,7 @@ mod error;
 mod liveness;
 mod outcome;
 mod policy;
+mod polling;
 mod receive;
 mod recovery;
 
@@ -25,6 +26,7 @@ pub use engine::{Boundary, LifecycleProbe, Messenger, OutboundContext, SendOptio
 pub use error::MessagesError;
 pub use outcome::{RecoveryReport, SendOutcome, SendReport};
 pub use policy::{Disposition, RetryPolicy, disposition};
+pub use polling::PollingWatermark;
 pub use receive::{
     AckController, AckState, ReceiveOptions, ReceiveOutcome, Receiver, TransportAck,
 };

@@ -1,0 +1,97 @@
+//! The durable "safe completed" watermark of a polling source (Telegram's getUpdates offset is
+//! the model): it only ever moves past updates that are finished, so an update accepted but not
+//! finished before a crash is fetched again after the restart.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use clawgate_store::{WatermarkKey, WatermarkStore};
+
+use crate::{Clock, MessagesError};
+
+/// Tracks the updates of one polling source between fetch and finish.
+pub struct PollingWatermark {
+    store: Arc<dyn WatermarkStore>,
+    clock: Arc<dyn Clock>,
+    key: WatermarkKey,
+    /// Every update at or below this id is finished (durable).
+    safe: i64,
+    /// Accepted and not finished yet (including failed ones waiting for a retry).
+    unfinished: BTreeSet<i64>,
+    /// Finished above the watermark, waiting for the updates below them.
+    finished: BTreeSet<i64>,
+}
+
+impl std::fmt::Debug for PollingWatermark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PollingWatermark")
+            .field("key", &self.key)
+            .field("safe", &self.safe)
+            .field("unfinished", &self.unfinished.len())
+            .finish()
+    }
+}
+
+impl PollingWatermark {
+    /// Loads the source's durable watermark (0 when it never advanced).
+    pub async fn open(
+        store: Arc<dyn WatermarkStore>,
+        clock: Arc<dyn Clock>,
+        key: WatermarkKey,
+    ) -> Result<PollingWatermark, MessagesError> {
+        let safe = store.load_watermark(&key).await?.unwrap_or(0);
+        Ok(PollingWatermark {
+            store,
+            clock,
+            key,
+            safe,
+            unfinished: BTreeSet::new(),
+            finished: BTreeSet::new(),
+        })
+    }
+
+    /// The offset to fetch from: the first update that is not known finished.
+    pub fn next_offset(&self) -> i64 {
+        self.safe + 1
+    }
+
+    /// The durable watermark: every update at or below it is finished.
+    pub fn safe(&self) -> i64 {
+        self.safe
+    }
+
+    /// Takes a fetched update in; `false` when it is already finished or already in flight
+    /// (a replayed poll), so it must not be processed again.
+    pub fn accept(&mut self, update_id: i64) -> bool {
+        if update_id <= self.safe || self.finished.contains(&update_id) {
+            return false;
+        }
+        self.unfinished.insert(update_id)
+    }
+
+    /// Marks an update finished (handled, or dead-lettered) and moves the durable watermark as
+    /// far as every update below it allows. Returns the new watermark.
+    pub async fn finish(&mut self, update_id: i64) -> Result<i64, MessagesError> {
+        if !self.unfinished.remove(&update_id) {
+            return Ok(self.safe);
+        }
+        self.finished.insert(update_id);
+        // Everything finished below the lowest unfinished update (or all of it) is safe.
+        let limit = self.unfinished.first().copied().unwrap_or(i64::MAX);
+        let mut safe = self.safe;
+        while let Some(&next) = self.finished.first() {
+            if next >= limit {
+                break;
+            }
+            safe = next;
+            self.finished.remove(&next);
+        }
+        if safe > self.safe {
+            self.safe = self
+                .store
+                .advance_watermark(&self.key, safe, self.clock.now_ms())
+                .await?;
+        }
+        Ok(self.safe)
+    }
+}
