@@ -395,3 +395,37 @@ async fn malformed_payloads_are_a_typed_error_not_a_panic() {
     assert!(matches!(outcome, ReceiveOutcome::Invalid(_)), "{outcome:?}");
     assert!(!journal.entries().contains(&"dispatch".to_owned()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bot_pair_over_its_limit_is_cut_off_when_bots_are_allowed() {
+    let h = Harness::new().await;
+    let limits = clawgate_messages::BotLoopLimits {
+        max_messages: 2,
+        window_ms: 60_000,
+        cooldown_ms: 60_000,
+    };
+    let options = ReceiveOptions {
+        allow_bots: true,
+        bot_loop: limits,
+        ..ReceiveOptions::default()
+    };
+    let r = receiver(&h, h.store.clone(), ReceiveAckPolicy::AfterRecord, options);
+    let journal = Arc::new(Journal::default());
+    let mut outcomes = Vec::new();
+    for n in 0..3 {
+        let raw = inbound(&h, "room-1", &format!("bot says {n}"), true, None);
+        outcomes.push(run(&r, &raw, &journal, Ok(())).await.0);
+    }
+    assert!(matches!(outcomes[0], ReceiveOutcome::Handled { .. }));
+    assert!(matches!(outcomes[1], ReceiveOutcome::Handled { .. }));
+    assert_eq!(
+        outcomes[2],
+        ReceiveOutcome::LoopGuarded,
+        "the third in the window is cut off"
+    );
+    let human = inbound(&h, "room-1", "a person still gets through", false, None);
+    assert!(matches!(
+        run(&r, &human, &journal, Ok(())).await.0,
+        ReceiveOutcome::Handled { .. }
+    ));
+}

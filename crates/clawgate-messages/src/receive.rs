@@ -19,7 +19,7 @@ use clawgate_store::{
 use clawgate_types::{EchoFacts, ReceiveAckPolicy, should_drop_gateway_echo};
 use tracing::{info, warn};
 
-use crate::{Clock, MessagesError};
+use crate::{BotLoopGuard, BotLoopLimits, Clock, MessagesError};
 
 /// The platform side of an acknowledgement (an HTTP answer, a socket ack, a poll offset).
 pub trait TransportAck: Send + Sync {
@@ -92,6 +92,8 @@ pub struct ReceiveOptions {
     pub allow_bots: bool,
     /// Attempts after which an event whose processing keeps failing is dead-lettered.
     pub max_attempts: u32,
+    /// Bot-to-bot traffic limits per room (applies when bots are allowed).
+    pub bot_loop: BotLoopLimits,
 }
 
 impl Default for ReceiveOptions {
@@ -99,6 +101,7 @@ impl Default for ReceiveOptions {
         ReceiveOptions {
             allow_bots: false,
             max_attempts: 5,
+            bot_loop: BotLoopLimits::default(),
         }
     }
 }
@@ -112,6 +115,8 @@ pub enum ReceiveOutcome {
     DroppedEcho,
     /// A bot-authored message while bots are not allowed.
     Unauthorized,
+    /// A bot-authored message from a pair over its bot-loop limit (cooling down).
+    LoopGuarded,
     /// Seen and finished before (a webhook redelivery, a replayed poll).
     Duplicate { status: InboundStatus },
     /// Recorded, dispatched and finished.
@@ -131,6 +136,7 @@ pub struct Receiver {
     normalizer: Arc<dyn MessageReceiveAdapter>,
     clock: Arc<dyn Clock>,
     options: ReceiveOptions,
+    loop_guard: BotLoopGuard,
 }
 
 impl std::fmt::Debug for Receiver {
@@ -150,12 +156,14 @@ impl Receiver {
         clock: Arc<dyn Clock>,
         options: ReceiveOptions,
     ) -> Receiver {
+        let loop_guard = BotLoopGuard::new(options.bot_loop);
         Receiver {
             store,
             channel,
             normalizer,
             clock,
             options,
+            loop_guard,
         }
     }
 
@@ -201,6 +209,21 @@ impl Receiver {
         if inbound.is_bot_author && !self.options.allow_bots {
             ack.ack();
             return Ok(ReceiveOutcome::Unauthorized);
+        }
+        if inbound.is_bot_author {
+            let author = inbound
+                .message
+                .sender
+                .as_ref()
+                .map_or("", |s| s.id.as_str());
+            if !self
+                .loop_guard
+                .admit(&inbound.message.target.id, author, self.clock.now_ms())
+            {
+                warn!(room = %inbound.message.target.id, author, "bot loop suspected; message dropped");
+                ack.ack();
+                return Ok(ReceiveOutcome::LoopGuarded);
+            }
         }
         let key = InboundKey {
             channel: inbound.message.channel.clone(),
