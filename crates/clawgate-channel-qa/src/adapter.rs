@@ -344,6 +344,41 @@ impl ChannelMessageAdapter for QaAdapter {
     }
 }
 
+impl QaAdapter {
+    /// Long-polls the platform's update feed from `offset` (confirming every update below it),
+    /// waiting up to `timeout_ms` when there is nothing new.
+    pub async fn get_updates(
+        &self,
+        offset: i64,
+        timeout_ms: u64,
+    ) -> Result<Vec<crate::Update>, SendError> {
+        let url = format!(
+            "{}/api/updates?offset={offset}&timeoutMs={timeout_ms}",
+            self.base_url
+        );
+        let response = self
+            .http
+            .get(url)
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| Self::transport_error(&e))?;
+        if !response.status().is_success() {
+            return Err(Self::answer_error(response).await);
+        }
+        response
+            .json::<crate::UpdatesAnswer>()
+            .await
+            .map(|a| a.result)
+            .map_err(|e| {
+                SendError::after_io(
+                    DeliveryFailureKind::Unknown,
+                    format!("QA updates unreadable: {e}"),
+                )
+            })
+    }
+}
+
 /// Inbound QA events are platform messages (as `GET …/messages`, webhooks and polls deliver
 /// them). Conversations named `dm-…` are direct chats; every other one is a shared room.
 impl MessageReceiveAdapter for QaAdapter {

@@ -13,5 +13,5 @@ pub use adapter::{QA_CHANNEL, QaAdapter};
 pub use platform::{QaPlatform, QaPlatformConfig};
 pub use wire::{
     ApiError, EditRequest, ErrorBody, Fault, FaultMode, InboundRequest, LogEntry, LogEvent,
-    MessageAnswer, MessagesAnswer, PlatformMessage, SendRequest,
+    MessageAnswer, MessagesAnswer, PlatformMessage, SendRequest, Update, UpdatesAnswer,
 };

@@ -21,6 +21,7 @@ use crate::wire::{
     ApiError, EditRequest, ErrorBody, Fault, FaultMode, InboundRequest, LogEntry, LogEvent,
     MessageAnswer, MessagesAnswer, PlatformMessage, SendRequest,
 };
+use crate::wire::{Update, UpdatesAnswer};
 
 /// How to run a QA platform.
 #[derive(Debug, Clone)]
@@ -54,6 +55,9 @@ struct PlatformState {
     faults: VecDeque<Fault>,
     log: Vec<LogEntry>,
     log_file: Option<std::fs::File>,
+    /// Inbound updates not yet confirmed by an offset.
+    updates: VecDeque<Update>,
+    next_update_id: i64,
 }
 
 impl PlatformState {
@@ -95,6 +99,8 @@ impl PlatformState {
 struct Shared {
     config: QaPlatformConfig,
     state: Mutex<PlatformState>,
+    /// Wakes long polls when an update arrives.
+    new_update: tokio::sync::Notify,
 }
 
 /// Why an injected inbound message was refused.
@@ -153,6 +159,14 @@ impl Shared {
         };
         state.messages.insert(message.id.clone(), message.clone());
         state.record(LogEvent::Inbound, &message);
+        state.next_update_id += 1;
+        let update = Update {
+            update_id: state.next_update_id,
+            message: message.clone(),
+        };
+        state.updates.push_back(update);
+        drop(state);
+        self.new_update.notify_waiters();
         Ok(message)
     }
 
@@ -549,6 +563,54 @@ async fn inject_inbound(
     }
 }
 
+/// Query of `GET /api/updates`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct UpdatesQuery {
+    #[serde(default)]
+    offset: Option<i64>,
+    #[serde(default)]
+    limit: Option<usize>,
+    /// Long-poll: wait up to this many milliseconds for an update when there is none.
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+}
+
+async fn get_updates(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    axum::extract::Query(query): axum::extract::Query<UpdatesQuery>,
+) -> Response {
+    if !authorized(&shared, &headers) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token",
+        );
+    }
+    let limit = query.limit.unwrap_or(100).clamp(1, 100);
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_millis(query.timeout_ms.unwrap_or(0).min(30_000));
+    loop {
+        // Register for a wake-up before looking, so an update arriving in between is not missed.
+        let notified = shared.new_update.notified();
+        let result: Vec<Update> = {
+            let mut state = shared.lock();
+            if let Some(offset) = query.offset {
+                // Asking from `offset` confirms everything below it: those are forgotten.
+                while state.updates.front().is_some_and(|u| u.update_id < offset) {
+                    state.updates.pop_front();
+                }
+            }
+            state.updates.iter().take(limit).cloned().collect()
+        };
+        if !result.is_empty() || tokio::time::Instant::now() >= deadline {
+            return (StatusCode::OK, Json(UpdatesAnswer { ok: true, result })).into_response();
+        }
+        let _ = tokio::time::timeout_at(deadline, notified).await;
+    }
+}
+
 async fn read_log(State(shared): State<Arc<Shared>>) -> Response {
     let entries = shared.lock().log.clone();
     (
@@ -574,6 +636,7 @@ impl QaPlatform {
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             config,
+            new_update: tokio::sync::Notify::new(),
             state: Mutex::new(PlatformState {
                 log_file,
                 ..PlatformState::default()
@@ -589,6 +652,7 @@ impl QaPlatform {
                 patch(edit_message).delete(delete_message),
             )
             .route("/api/messages/by-key/{key}", get(lookup_by_key))
+            .route("/api/updates", get(get_updates))
             .route("/control/faults", post(add_faults))
             .route(
                 "/control/conversations/{conv}/inbound",

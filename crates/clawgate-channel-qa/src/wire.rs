@@ -207,3 +207,19 @@ pub struct LogEntry {
     pub idempotency_key: Option<String>,
     pub text: String,
 }
+
+/// One entry of the inbound update feed (`GET /api/updates`), in the style of Telegram's
+/// getUpdates: ids increase; asking with `offset` confirms every update below it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Update {
+    pub update_id: i64,
+    pub message: PlatformMessage,
+}
+
+/// `GET /api/updates` answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpdatesAnswer {
+    pub ok: bool,
+    pub result: Vec<Update>,
+}
