@@ -6,6 +6,7 @@
 mod awareness_cross_process;
 mod conformance_qa;
 mod harness;
+mod live;
 mod polling;
 mod receive;
 mod send_crash;

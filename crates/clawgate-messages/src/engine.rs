@@ -285,6 +285,11 @@ impl OutboundContext {
         })
     }
 
+    /// The adapter, the intent and whether it is durable (for the live preview path).
+    pub(crate) fn into_parts(self) -> (Arc<dyn ChannelMessageAdapter>, DurableSendIntent, bool) {
+        (self.adapter, self.intent, self.durable)
+    }
+
     /// Abandons a recorded send before any I/O (status `cancelled`).
     pub async fn cancel(mut self) -> Result<(), MessagesError> {
         if self.durable {
@@ -333,7 +338,7 @@ impl Inner {
         }
     }
 
-    fn render(
+    pub(crate) fn render(
         &self,
         adapter: &Arc<dyn ChannelMessageAdapter>,
         message: &ChannelMessage,

@@ -14,6 +14,7 @@
 mod clock;
 mod engine;
 mod error;
+mod live;
 mod liveness;
 mod loop_guard;
 mod outcome;
@@ -25,6 +26,7 @@ mod recovery;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{Boundary, LifecycleProbe, Messenger, OutboundContext, SendOptions};
 pub use error::MessagesError;
+pub use live::{LiveOptions, LivePreview};
 pub use loop_guard::{BotLoopGuard, BotLoopLimits};
 pub use outcome::{RecoveryReport, SendOutcome, SendReport};
 pub use policy::{Disposition, RetryPolicy, disposition};

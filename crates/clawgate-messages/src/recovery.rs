@@ -110,6 +110,40 @@ impl Inner {
                 return Ok(());
             }
         };
+        // A live preview left by a crash is never orphaned: without a final the stream died with
+        // its turn (the unfinished inbound record replays the turn), so the preview goes and the
+        // intent is cancelled; with a final, the preview goes and the final is delivered normally.
+        if intent.status != IntentStatus::Committing
+            && let Some(part) = intent
+                .live_state
+                .as_ref()
+                .and_then(|s| s.receipt.as_ref())
+                .and_then(|r| r.parts.first())
+                .cloned()
+        {
+            let ctx = self.context(&intent);
+            crate::live::remove_preview(
+                &adapter,
+                &ctx,
+                &part,
+                clawgate_types::LiveCancelReason::Aborted,
+            )
+            .await;
+            intent.live_state = None;
+            if intent.batch.is_none() {
+                if intent.status == IntentStatus::Pending {
+                    self.save(&mut intent, IntentStatus::Cancelled, true)
+                        .await?;
+                } else {
+                    self.save(&mut intent, IntentStatus::Failed, true).await?;
+                }
+                return Ok(());
+            }
+            let same = intent.status;
+            if same == IntentStatus::Pending || same == IntentStatus::UnknownAfterSend {
+                self.save(&mut intent, same, true).await?;
+            }
+        }
         let now = self.clock.now_ms();
         let expired = intent.expires_at.is_some_and(|at| at <= now);
         let outcome = match intent.status {
