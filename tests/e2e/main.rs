@@ -4,6 +4,7 @@
 #![allow(unreachable_pub)] // Shared helpers of one test binary.
 
 mod awareness_cross_process;
+mod channel_turn;
 mod conformance_qa;
 mod harness;
 mod live;

@@ -11,6 +11,7 @@
 //! * post-send hooks run once per committed send, after the commit, on the recovery path too;
 //! * an intent is worked on by one claim holder at a time (two processes never send it twice).
 
+pub mod channel_turn;
 mod clock;
 mod engine;
 mod error;
