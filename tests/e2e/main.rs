@@ -10,6 +10,7 @@ mod harness;
 mod live;
 mod polling;
 mod receive;
+mod receive_crash;
 mod send_crash;
 mod send_interleavings;
 mod send_lifecycle;

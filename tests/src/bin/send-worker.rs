@@ -4,6 +4,7 @@
 //! usage:
 //!   send-worker send    STATE_DIR BASE_URL TOKEN idempotent|plain BOUNDARY TEXT
 //!   send-worker recover STATE_DIR BASE_URL TOKEN idempotent|plain
+//!   send-worker turns   STATE_DIR BASE_URL TOKEN idempotent|plain BOUNDARY
 //!
 //! In `send` mode, reaching BOUNDARY (intent_recorded, unit_delivered_N, platform_accepted,
 //! committing_recorded) prints `STOPPED <boundary>` and freezes the process until the test
@@ -86,6 +87,18 @@ async fn main() -> anyhow::Result<()> {
                 .await?;
             println!("DONE {:?}", report.outcome);
         }
+        "turns" => {
+            let [.., boundary] = args.as_slice() else {
+                anyhow::bail!("turns needs BOUNDARY (or `none`)")
+            };
+            turns(
+                store.clone(),
+                messenger,
+                adapter_for_turns(variant, base, token)?,
+                boundary,
+            )
+            .await?;
+        }
         "recover" => {
             for _ in 0..100 {
                 messenger.recover().await?;
@@ -125,5 +138,101 @@ async fn main() -> anyhow::Result<()> {
         }
         other => anyhow::bail!("unknown mode {other}"),
     }
+    Ok(())
+}
+
+fn adapter_for_turns(variant: &str, base: &str, token: &str) -> anyhow::Result<QaAdapter> {
+    Ok(match variant {
+        "idempotent" => QaAdapter::new(base, token),
+        "plain" => QaAdapter::without_idempotency(base, token),
+        other => anyhow::bail!("unknown variant {other}"),
+    })
+}
+
+/// A gateway's inbound loop: recover pending replies, then poll updates from the durable
+/// watermark and answer each with one durable reply. `inbound_recorded` freezes the process
+/// right after an update was recorded (before its reply); `reply_accepted` after a reply landed
+/// on the platform (before its receipt is committed).
+async fn turns(
+    store: Arc<SqliteStore>,
+    messenger: Messenger,
+    adapter: QaAdapter,
+    boundary: &str,
+) -> anyhow::Result<()> {
+    use clawgate_messages::{
+        AckController, PollingWatermark, ReceiveOptions, ReceiveOutcome, Receiver, TransportAck,
+    };
+    struct NoAck;
+    impl TransportAck for NoAck {
+        fn ack(&self) {}
+        fn nack(&self, _: &str) {}
+    }
+    let clock = Arc::new(SystemClock);
+    let messenger = if boundary == "reply_accepted" {
+        messenger.with_probe(Arc::new(StopAt("platform_accepted".into())))
+    } else {
+        messenger
+    };
+    messenger.recover().await?;
+    let receiver = Receiver::new(
+        store.clone(),
+        Arc::new(adapter.clone()),
+        Arc::new(adapter.clone()),
+        clock.clone(),
+        ReceiveOptions::default(),
+    );
+    let key = clawgate_store::WatermarkKey {
+        channel: "qa".into(),
+        account_id: "bot".into(),
+        source: "updates".into(),
+    };
+    let mut watermark = PollingWatermark::open(store.clone(), clock, key).await?;
+    loop {
+        let updates = adapter
+            .get_updates(watermark.next_offset(), 0)
+            .await
+            .map_err(|e| anyhow::anyhow!(e.message))?;
+        if updates.is_empty() {
+            break;
+        }
+        for update in updates {
+            if !watermark.accept(update.update_id) {
+                continue;
+            }
+            let raw = serde_json::to_value(&update.message)?;
+            let ack = AckController::new(Arc::new(NoAck));
+            let messenger = messenger.clone();
+            let outcome = receiver
+                .receive(&raw, &ack, |inbound| async move {
+                    if boundary == "inbound_recorded" {
+                        println!("STOPPED inbound_recorded");
+                        let _ = std::io::stdout().flush();
+                        loop {
+                            std::thread::park();
+                        }
+                    }
+                    let text = inbound.message.body.map(|b| b.text).unwrap_or_default();
+                    // One reply per inbound event: its id (and so its idempotency key) is
+                    // derived from the event, so a replayed turn never makes a second reply.
+                    let reply = clawgate_e2e::qa_message(
+                        &format!("reply-{}", inbound.event_id),
+                        &format!("re: {text}"),
+                    );
+                    messenger
+                        .send(reply, SendOptions::default())
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                })
+                .await?;
+            if matches!(
+                outcome,
+                ReceiveOutcome::Handled { .. } | ReceiveOutcome::Duplicate { .. }
+            ) {
+                watermark.finish(update.update_id).await?;
+            }
+        }
+    }
+    println!("DRAINED {}", watermark.safe());
     Ok(())
 }
