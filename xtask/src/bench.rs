@@ -16,6 +16,7 @@ use crate::cmd::project_root;
 
 mod acpx;
 mod awareness;
+mod receive;
 mod send;
 
 /// Which benchmark to run.
@@ -23,6 +24,7 @@ mod send;
 pub(crate) enum Suite {
     Store,
     Send,
+    Receive,
     Awareness,
     Acpx,
 }
@@ -32,6 +34,7 @@ impl Suite {
         match name {
             "store" => Some(Suite::Store),
             "send" => Some(Suite::Send),
+            "receive" => Some(Suite::Receive),
             "awareness" => Some(Suite::Awareness),
             "acpx" => Some(Suite::Acpx),
             _ => None,
@@ -44,6 +47,7 @@ impl Suite {
         match self {
             Suite::Store => "store",
             Suite::Send => "send",
+            Suite::Receive => "receive",
             Suite::Awareness => "awareness",
             Suite::Acpx => "acpx",
         }
@@ -71,6 +75,7 @@ pub(crate) fn run(suite: Suite) -> anyhow::Result<()> {
     match suite {
         Suite::Store => store(scratch.path()),
         Suite::Send => send::run(scratch.path()),
+        Suite::Receive => receive::run(scratch.path()),
         Suite::Awareness => awareness::run(scratch.path()),
         Suite::Acpx => acpx::run(scratch.path()),
     }

@@ -30,6 +30,7 @@ commands:
                       --status only shows each migration's state
   bench store         store throughput beside a raw SQLite baseline from the same run
   bench send          durable sends/s and recovery of 100,000 intents beside raw SQLite
+  bench receive       inbound events/s (normalize, dedupe, record, ack) beside raw SQLite
   bench awareness     signal log, changesSince, notice fan-out, pruning beside raw SQLite
   bench acpx          lease verifications/s on live processes, time to reap 100 orphan trees
   tidy                check the crate layering and the publish metadata of every crate
@@ -79,7 +80,7 @@ impl std::fmt::Display for ArgError {
             ArgError::UnknownSuite(name) => {
                 write!(
                     f,
-                    "unknown benchmark suite `{name}` (known: store, send, awareness, acpx)"
+                    "unknown benchmark suite `{name}` (known: store, send, receive, awareness, acpx)"
                 )
             }
         }

@@ -232,8 +232,10 @@ impl Receiver {
         };
         let now = self.clock.now_ms();
         let payload = serde_json::to_value(&inbound.message).unwrap_or_default();
-        match self.store.record_inbound(&key, &payload, now).await {
-            Ok(RecordInboundOutcome::New(_)) => {}
+        // Attempts are counted when they end (one write per attempt, not two).
+        let recorded = self.store.record_inbound(&key, &payload, now).await;
+        let mut record = match recorded {
+            Ok(RecordInboundOutcome::New(record)) => record,
             Ok(RecordInboundOutcome::Duplicate(record))
                 if record.status != InboundStatus::Received =>
             {
@@ -242,41 +244,40 @@ impl Receiver {
                     status: record.status,
                 });
             }
-            // Recorded before but never finished (a crash mid-processing): process it now.
-            Ok(RecordInboundOutcome::Duplicate(_)) => {}
+            // Recorded before but never finished (a crash or a failed attempt): process it now.
+            Ok(RecordInboundOutcome::Duplicate(record)) => record,
             Err(error) => {
                 ack.nack(&error.to_string());
                 return Err(MessagesError::Store(error));
             }
-        }
+        };
+        let attempt = record.attempts + 1;
         if policy == ReceiveAckPolicy::AfterRecord {
             ack.ack();
         }
-        let attempts = self.store.begin_inbound_attempt(&key, now).await?;
         match dispatch(inbound).await {
             Ok(()) => {
-                self.store
-                    .finish_inbound(&key, InboundStatus::Completed, None, self.clock.now_ms())
+                let finished_at = self.clock.now_ms();
+                record.attempts = self
+                    .store
+                    .finish_inbound(&key, InboundStatus::Completed, None, finished_at)
                     .await?;
+                record.status = InboundStatus::Completed;
+                record.updated_at = finished_at;
                 if policy == ReceiveAckPolicy::AfterDurableSend {
                     ack.ack();
                 }
-                let record = self.store.load_inbound(&key).await?.ok_or_else(|| {
-                    MessagesError::Store(clawgate_store::StoreError::NotFound {
-                        what: "inbound record",
-                        id: key.event_id.clone(),
-                    })
-                })?;
                 Ok(ReceiveOutcome::Handled { record })
             }
             Err(error) => {
-                let dead = attempts >= self.options.max_attempts;
+                let dead = attempt >= self.options.max_attempts;
                 let status = if dead {
                     InboundStatus::DeadLettered
                 } else {
                     InboundStatus::Received
                 };
-                self.store
+                let attempts = self
+                    .store
                     .finish_inbound(&key, status, Some(&error), self.clock.now_ms())
                     .await?;
                 if dead {

@@ -109,17 +109,16 @@ pub trait InboundStore: Send + Sync {
 
     async fn load_inbound(&self, key: &InboundKey) -> StoreResult<Option<InboundRecord>>;
 
-    /// Counts one processing attempt and returns the new attempt count.
-    async fn begin_inbound_attempt(&self, key: &InboundKey, now: UnixMillis) -> StoreResult<u32>;
-
-    /// Moves a record to `status`, keeping the first error message for operators.
+    /// Ends one processing attempt: counts it, moves the record to `status` (`received` when
+    /// another attempt will follow) and keeps the first error message for operators. Returns
+    /// the attempts counted so far.
     async fn finish_inbound(
         &self,
         key: &InboundKey,
         status: InboundStatus,
         error: Option<&str>,
         now: UnixMillis,
-    ) -> StoreResult<()>;
+    ) -> StoreResult<u32>;
 
     /// Records still `received` (to be processed again after a restart), oldest first.
     async fn list_unfinished_inbound(&self, limit: u32) -> StoreResult<Vec<InboundRecord>>;

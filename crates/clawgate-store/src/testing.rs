@@ -671,13 +671,11 @@ pub async fn inbound_dedupe_attempts_and_pruning<S: Store>(
         other => panic!("a redelivery is a duplicate, got {other:?}"),
     }
     store.record_inbound(&k("e2"), &payload, 150).await.unwrap();
-    assert_eq!(store.begin_inbound_attempt(&k("e1"), 300).await.unwrap(), 1);
-    assert_eq!(store.begin_inbound_attempt(&k("e1"), 301).await.unwrap(), 2);
-    store
+    let first = store
         .finish_inbound(&k("e1"), InboundStatus::Received, Some("first error"), 302)
         .await
         .unwrap();
-    store
+    let second = store
         .finish_inbound(
             &k("e1"),
             InboundStatus::DeadLettered,
@@ -686,6 +684,7 @@ pub async fn inbound_dedupe_attempts_and_pruning<S: Store>(
         )
         .await
         .unwrap();
+    assert_eq!((first, second), (1, 2), "each finished attempt is counted");
     let e1 = store.load_inbound(&k("e1")).await.unwrap().unwrap();
     assert_eq!(
         (e1.status, e1.attempts, e1.last_error.as_deref()),
@@ -723,7 +722,9 @@ pub async fn inbound_dedupe_attempts_and_pruning<S: Store>(
         "dead letters are kept for operators"
     );
     assert!(matches!(
-        store.begin_inbound_attempt(&k("nope"), 1).await,
+        store
+            .finish_inbound(&k("nope"), InboundStatus::Completed, None, 1)
+            .await,
         Err(StoreError::NotFound { .. })
     ));
 }

@@ -114,9 +114,12 @@ impl InboundStore for SqliteStore {
         now: UnixMillis,
     ) -> StoreResult<RecordInboundOutcome> {
         let key = key.clone();
+        let value = payload.clone();
         let payload = payload.to_string();
-        self.write(move |conn| {
-            let inserted = conn
+        let written = key.clone();
+        let outcome = self
+            .write(move |conn| {
+                let inserted = conn
                 .prepare_cached(
                     "INSERT INTO inbound_records (channel, account_id, event_id, status, attempts,
                          payload, last_error, received_at, updated_at)
@@ -130,39 +133,33 @@ impl InboundStore for SqliteStore {
                     payload,
                     now
                 ])?;
-            let record = load(conn, &key)?.ok_or_else(|| not_found(&key))?;
-            Ok(if inserted == 1 {
-                RecordInboundOutcome::New(record)
-            } else {
-                RecordInboundOutcome::Duplicate(record)
+                if inserted == 1 {
+                    return Ok(None);
+                }
+                // Seen before: the stored record, as it is.
+                Ok(Some(load(conn, &key)?.ok_or_else(|| not_found(&key))?))
             })
+            .await?;
+        Ok(match outcome {
+            Some(existing) => RecordInboundOutcome::Duplicate(existing),
+            // New: the record is exactly what was written (no read back on the writer).
+            None => RecordInboundOutcome::New(InboundRecord {
+                channel: written.channel,
+                account_id: written.account_id,
+                event_id: written.event_id,
+                status: InboundStatus::Received,
+                attempts: 0,
+                payload: value,
+                last_error: None,
+                received_at: now,
+                updated_at: now,
+            }),
         })
-        .await
     }
 
     async fn load_inbound(&self, key: &InboundKey) -> StoreResult<Option<InboundRecord>> {
         let key = key.clone();
         self.read(move |conn| load(conn, &key)).await
-    }
-
-    async fn begin_inbound_attempt(&self, key: &InboundKey, now: UnixMillis) -> StoreResult<u32> {
-        let key = key.clone();
-        self.write(move |conn| {
-            let attempts: Option<i64> = conn
-                .prepare_cached(
-                    "UPDATE inbound_records SET attempts = attempts + 1, updated_at = ?4
-                     WHERE channel = ?1 AND account_id = ?2 AND event_id = ?3
-                     RETURNING attempts",
-                )?
-                .query_row(
-                    params![key.channel, key.account_id, key.event_id, now],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            let attempts = attempts.ok_or_else(|| not_found(&key))?;
-            Ok(u32::try_from(attempts).unwrap_or(u32::MAX))
-        })
-        .await
     }
 
     async fn finish_inbound(
@@ -171,28 +168,32 @@ impl InboundStore for SqliteStore {
         status: InboundStatus,
         error: Option<&str>,
         now: UnixMillis,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<u32> {
         let key = key.clone();
         let error = error.map(str::to_owned);
         self.write(move |conn| {
-            let changed = conn
+            let attempts: Option<i64> = conn
                 .prepare_cached(
                     "UPDATE inbound_records
-                     SET status = ?4, last_error = COALESCE(last_error, ?5), updated_at = ?6
-                     WHERE channel = ?1 AND account_id = ?2 AND event_id = ?3",
+                     SET status = ?4, attempts = attempts + 1,
+                         last_error = COALESCE(last_error, ?5), updated_at = ?6
+                     WHERE channel = ?1 AND account_id = ?2 AND event_id = ?3
+                     RETURNING attempts",
                 )?
-                .execute(params![
-                    key.channel,
-                    key.account_id,
-                    key.event_id,
-                    status.as_str(),
-                    error,
-                    now
-                ])?;
-            if changed == 0 {
-                return Err(not_found(&key).into());
-            }
-            Ok(())
+                .query_row(
+                    params![
+                        key.channel,
+                        key.account_id,
+                        key.event_id,
+                        status.as_str(),
+                        error,
+                        now
+                    ],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            let attempts = attempts.ok_or_else(|| not_found(&key))?;
+            Ok(u32::try_from(attempts).unwrap_or(u32::MAX))
         })
         .await
     }
