@@ -513,3 +513,74 @@ async fn polled_updates_accepted_but_unfinished_are_recovered_after_a_restart() 
         "each update handled exactly once"
     );
 }
+
+/// Webhook delivery: a non-2xx answer makes the platform deliver again, and the redelivery is
+/// processed — once — by the same receive context.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_answered_with_an_error_is_redelivered_and_handled_once() {
+    use axum::http::StatusCode;
+    let h = Harness::new().await;
+    let r = Arc::new(receiver(
+        &h,
+        h.store.clone(),
+        ReceiveAckPolicy::AfterDurableSend,
+        ReceiveOptions::default(),
+    ));
+    let turns = Arc::new(Mutex::new(0u32));
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let done_tx = Arc::new(Mutex::new(Some(done_tx)));
+    let (r2, t2, d2) = (r.clone(), turns.clone(), done_tx.clone());
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(
+            move |axum::Json(update): axum::Json<clawgate_channel_qa::Update>| {
+                let (r, turns, done) = (r2.clone(), t2.clone(), d2.clone());
+                async move {
+                    let raw = serde_json::to_value(&update.message).unwrap();
+                    let journal = Arc::new(Journal::default());
+                    let ack = AckController::new(journal);
+                    let outcome = r
+                        .receive(&raw, &ack, |_| async {
+                            let mut n = turns.lock().unwrap();
+                            *n += 1;
+                            if *n == 1 {
+                                Err("the first turn fails".to_owned())
+                            } else {
+                                Ok(())
+                            }
+                        })
+                        .await
+                        .unwrap();
+                    match (outcome, ack.state()) {
+                        (ReceiveOutcome::Handled { .. }, AckState::Acked) => {
+                            if let Some(tx) = done.lock().unwrap().take() {
+                                let _ = tx.send(());
+                            }
+                            StatusCode::OK
+                        }
+                        _ => StatusCode::INTERNAL_SERVER_ERROR,
+                    }
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    h.platform.set_webhook(Some(hook));
+    inbound(&h, "room-1", "deliver me", false, None);
+    tokio::time::timeout(std::time::Duration::from_secs(10), done_rx)
+        .await
+        .expect("handled within the deadline")
+        .unwrap();
+    assert_eq!(
+        h.platform.webhook_attempts(1),
+        2,
+        "one redelivery after the 500"
+    );
+    assert_eq!(
+        *turns.lock().unwrap(),
+        2,
+        "the failed turn ran again on redelivery, and then not again"
+    );
+}

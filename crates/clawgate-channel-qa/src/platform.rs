@@ -101,7 +101,16 @@ struct Shared {
     state: Mutex<PlatformState>,
     /// Wakes long polls when an update arrives.
     new_update: tokio::sync::Notify,
+    /// Where updates are also pushed (`POST /control/webhook`), and how each delivery went.
+    webhook: Mutex<Option<String>>,
+    webhook_attempts: Mutex<HashMap<i64, u32>>,
+    http: reqwest::Client,
+    /// This object, for the delivery tasks it spawns.
+    me: std::sync::OnceLock<std::sync::Weak<Shared>>,
 }
+
+/// Deliveries of one update to the webhook before the platform gives up.
+const WEBHOOK_MAX_ATTEMPTS: u32 = 8;
 
 /// Why an injected inbound message was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +137,28 @@ impl InboundRefused {
 }
 
 impl Shared {
+    /// Pushes an update to the webhook like real platforms do: anything but a 2xx answer (or no
+    /// answer) is delivered again, with a growing delay, up to a limit.
+    async fn deliver_webhook(&self, url: String, update: Update) {
+        for attempt in 1..=WEBHOOK_MAX_ATTEMPTS {
+            *self
+                .webhook_attempts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .entry(update.update_id)
+                .or_default() += 1;
+            let answer = self.http.post(&url).json(&update).send().await;
+            if answer.is_ok_and(|r| r.status().is_success()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+        }
+        warn!(
+            update = update.update_id,
+            "webhook gave up after {WEBHOOK_MAX_ATTEMPTS} deliveries"
+        );
+    }
+
     /// Stores a message written by someone on the platform.
     fn inbound(
         &self,
@@ -164,9 +195,19 @@ impl Shared {
             update_id: state.next_update_id,
             message: message.clone(),
         };
-        state.updates.push_back(update);
+        state.updates.push_back(update.clone());
         drop(state);
         self.new_update.notify_waiters();
+        let webhook = self
+            .webhook
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let (Some(url), Some(shared)) =
+            (webhook, self.me.get().and_then(std::sync::Weak::upgrade))
+        {
+            tokio::spawn(async move { shared.deliver_webhook(url, update).await });
+        }
         Ok(message)
     }
 
@@ -611,6 +652,19 @@ async fn get_updates(
     }
 }
 
+/// `POST /control/webhook {"url": …}` (or `null` to stop pushing).
+async fn set_webhook(
+    State(shared): State<Arc<Shared>>,
+    Json(body): Json<serde_json::Value>,
+) -> Response {
+    let url = body.get("url").and_then(|u| u.as_str()).map(str::to_owned);
+    *shared
+        .webhook
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = url;
+    (StatusCode::OK, Json(serde_json::json!({ "ok": true }))).into_response()
+}
+
 async fn read_log(State(shared): State<Arc<Shared>>) -> Response {
     let entries = shared.lock().log.clone();
     (
@@ -637,11 +691,19 @@ impl QaPlatform {
         let shared = Arc::new(Shared {
             config,
             new_update: tokio::sync::Notify::new(),
+            webhook: Mutex::new(None),
+            webhook_attempts: Mutex::new(HashMap::new()),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(5))
+                .build()
+                .unwrap_or_default(),
+            me: std::sync::OnceLock::new(),
             state: Mutex::new(PlatformState {
                 log_file,
                 ..PlatformState::default()
             }),
         });
+        let _ = shared.me.set(Arc::downgrade(&shared));
         let app = Router::new()
             .route(
                 "/api/conversations/{conv}/messages",
@@ -653,6 +715,7 @@ impl QaPlatform {
             )
             .route("/api/messages/by-key/{key}", get(lookup_by_key))
             .route("/api/updates", get(get_updates))
+            .route("/control/webhook", post(set_webhook))
             .route("/control/faults", post(add_faults))
             .route(
                 "/control/conversations/{conv}/inbound",
@@ -706,6 +769,26 @@ impl QaPlatform {
         self.shared
             .inbound(conversation.to_owned(), request)
             .map_err(|refused| format!("inbound refused: {refused:?}"))
+    }
+
+    /// Pushes every new inbound update to `url` (same as `POST /control/webhook`).
+    pub fn set_webhook(&self, url: Option<String>) {
+        *self
+            .shared
+            .webhook
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = url;
+    }
+
+    /// How many times an update was delivered to the webhook.
+    pub fn webhook_attempts(&self, update_id: i64) -> u32 {
+        self.shared
+            .webhook_attempts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&update_id)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Everything that happened, in order.
