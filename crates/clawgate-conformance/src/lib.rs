@@ -10,7 +10,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use clawgate_channel_sdk::{ChannelMessageAdapter, Reconciliation, SendContext, SideEffect};
+use clawgate_channel_sdk::{
+    ChannelMessageAdapter, MessageReceiveAdapter, Reconciliation, SendContext, SideEffect,
+};
 use clawgate_messages::{ManualClock, Messenger, RetryPolicy, SendOptions, SendOutcome};
 use clawgate_store::{IntentFilter, IntentStore, SqliteOptions, SqliteStore};
 use clawgate_types::{
@@ -37,6 +39,28 @@ pub trait ConformancePeer: Send + Sync {
 
     /// Texts visible in the conversation, oldest first.
     async fn visible_texts(&self, target: &MessageTarget) -> Vec<String>;
+
+    /// The channel's inbound normalizer, when the adapter receives.
+    fn normalizer(&self) -> Option<Arc<dyn MessageReceiveAdapter>> {
+        None
+    }
+
+    /// Makes someone on the platform write `text` into `target` and returns the raw platform
+    /// event the gateway would receive. `None` when the peer cannot.
+    async fn inject_inbound(
+        &self,
+        _target: &MessageTarget,
+        _text: &str,
+        _bot: bool,
+    ) -> Option<serde_json::Value> {
+        None
+    }
+
+    /// The raw platform events of the messages visible in `target` (to check that metadata the
+    /// adapter wrote, such as origin markers, comes back). Empty when the peer cannot.
+    async fn visible_raw(&self, _target: &MessageTarget) -> Vec<serde_json::Value> {
+        Vec::new()
+    }
 }
 
 /// The cases, in the order the macro generates them.
@@ -50,6 +74,9 @@ pub const CASES: &[&str] = &[
     "unknown_outcome_is_reconcilable_when_declared",
     "batch_partial_retry_sends_only_missing_units",
     "recovery_after_restart",
+    "inbound_events_normalize",
+    "origin_markers_round_trip",
+    "live_preview_finalizes_in_place_when_declared",
 ];
 
 /// One generated `#[tokio::test]` per case; `$peer` is an async expression building a fresh peer.
@@ -60,7 +87,9 @@ macro_rules! adapter_conformance_tests {
             send_round_trip, edit_round_trip, delete_round_trip,
             declared_text_limit_and_chunking_work, idempotency_key_dedupes_when_declared,
             failure_classes, unknown_outcome_is_reconcilable_when_declared,
-            batch_partial_retry_sends_only_missing_units, recovery_after_restart);
+            batch_partial_retry_sends_only_missing_units, recovery_after_restart,
+            inbound_events_normalize, origin_markers_round_trip,
+            live_preview_finalizes_in_place_when_declared);
     };
     (@cases $peer:expr; $($case:ident),+) => {
         mod conformance {
@@ -478,5 +507,117 @@ pub async fn recovery_after_restart(peer: &impl ConformancePeer) {
     assert_eq!(
         all.iter().map(|i| i.status).collect::<Vec<_>>(),
         vec![expected]
+    );
+}
+
+pub async fn inbound_events_normalize(peer: &impl ConformancePeer) {
+    let Some(normalizer) = peer.normalizer() else {
+        return;
+    };
+    let target = peer.target("inbound");
+    let Some(human) = peer.inject_inbound(&target, "hello gateway", false).await else {
+        return;
+    };
+    let inbound = normalizer.normalize(&human).unwrap();
+    assert_eq!(
+        inbound.message.body.as_ref().map(|b| b.text.as_str()),
+        Some("hello gateway")
+    );
+    assert_eq!(
+        inbound.message.target.id, target.id,
+        "the target is the conversation"
+    );
+    assert_eq!(
+        inbound.message.direction,
+        clawgate_types::MessageDirection::Inbound
+    );
+    assert!(!inbound.is_bot_author);
+    assert!(
+        !inbound.event_id.is_empty(),
+        "an event id to dedupe redeliveries"
+    );
+    let bot = peer.inject_inbound(&target, "beep", true).await.unwrap();
+    assert!(
+        normalizer.normalize(&bot).unwrap().is_bot_author,
+        "bot authors are reported"
+    );
+    let again = normalizer.normalize(&human).unwrap();
+    assert_eq!(
+        again.event_id, inbound.event_id,
+        "a redelivery has the same event id"
+    );
+    assert!(
+        normalizer
+            .normalize(&serde_json::json!({ "unexpected": [1, 2] }))
+            .is_err(),
+        "malformed events are typed errors"
+    );
+}
+
+pub async fn origin_markers_round_trip(peer: &impl ConformancePeer) {
+    let adapter = peer.adapter();
+    let Some(origin_adapter) = adapter.origin() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        Arc::new(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
+    let messenger = engine(peer, store, Arc::new(ManualClock::new(1_000)));
+    let target = peer.target("origin");
+    let mut failure = addressed(peer, &target, "origin", "Agent failed before reply.");
+    let marker = clawgate_types::MessageOrigin::gateway_failure(
+        clawgate_types::GatewayFailureCode::AgentFailedBeforeReply,
+    );
+    failure.origin = Some(marker.clone());
+    messenger
+        .send(failure, SendOptions::default())
+        .await
+        .unwrap();
+    let raw = peer.visible_raw(&target).await;
+    if raw.is_empty() {
+        return;
+    }
+    assert_eq!(
+        origin_adapter.decode(&raw[0]),
+        Some(marker),
+        "the marker written on send decodes from the platform"
+    );
+}
+
+pub async fn live_preview_finalizes_in_place_when_declared(peer: &impl ConformancePeer) {
+    let adapter = peer.adapter();
+    if !adapter.capabilities().live.as_ref().is_some_and(|l| l.edit) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        Arc::new(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
+    let clock = Arc::new(ManualClock::new(1_000));
+    let messenger = engine(peer, store, clock.clone());
+    let target = peer.target("live");
+    let mut live = messenger
+        .begin_live(
+            addressed(peer, &target, "live", ""),
+            SendOptions::default(),
+            clawgate_messages::LiveOptions::default(),
+        )
+        .await
+        .unwrap();
+    live.update("draft").await.unwrap();
+    clock.advance(1_000);
+    live.update("draft, longer").await.unwrap();
+    clock.advance(1_000);
+    let report = live
+        .finalize(addressed(peer, &target, "live", "final text"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(report.outcome, SendOutcome::Sent { .. }),
+        "{report:?}"
+    );
+    assert_eq!(
+        peer.visible_texts(&target).await,
+        vec!["final text"],
+        "one message: the preview became the final"
     );
 }
