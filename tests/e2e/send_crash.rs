@@ -138,3 +138,42 @@ async fn adapter_without_reconciliation_never_replays_blindly_after_a_crash() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_preview_visible_at_a_kill_is_cleaned_after_restart() {
+    let platform = platform().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (p, d) = (&platform, dir.path().to_path_buf());
+    tokio::task::block_in_place(|| {
+        let mut child = Command::new(WORKER)
+            .args([
+                "live",
+                d.to_str().unwrap(),
+                &p.base_url(),
+                p.token(),
+                "idempotent",
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let line = BufReader::new(child.stdout.take().unwrap())
+            .lines()
+            .next()
+            .unwrap()
+            .unwrap();
+        assert_eq!(line, "STOPPED live_preview");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    });
+    assert_eq!(
+        platform.messages("room-1").len(),
+        1,
+        "the preview was visible at the kill"
+    );
+    let statuses = tokio::task::block_in_place(|| recover(&d, p, "idempotent"));
+    assert_eq!(statuses, vec!["cancelled"], "the stream died with its turn");
+    assert!(
+        platform.messages("room-1").is_empty(),
+        "the preview is not left dangling"
+    );
+}

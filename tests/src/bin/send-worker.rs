@@ -5,6 +5,7 @@
 //!   send-worker send    STATE_DIR BASE_URL TOKEN idempotent|plain BOUNDARY TEXT
 //!   send-worker recover STATE_DIR BASE_URL TOKEN idempotent|plain
 //!   send-worker turns   STATE_DIR BASE_URL TOKEN idempotent|plain BOUNDARY
+//!   send-worker live    STATE_DIR BASE_URL TOKEN idempotent|plain
 //!
 //! In `send` mode, reaching BOUNDARY (intent_recorded, unit_delivered_N, platform_accepted,
 //! committing_recorded) prints `STOPPED <boundary>` and freezes the process until the test
@@ -98,6 +99,22 @@ async fn main() -> anyhow::Result<()> {
                 boundary,
             )
             .await?;
+        }
+        "live" => {
+            // A reply streaming as a live preview when the process dies.
+            let mut live = messenger
+                .begin_live(
+                    clawgate_e2e::qa_message("streamed", ""),
+                    SendOptions::default(),
+                    clawgate_messages::LiveOptions::default(),
+                )
+                .await?;
+            live.update("half of an ans").await?;
+            println!("STOPPED live_preview");
+            let _ = std::io::stdout().flush();
+            loop {
+                std::thread::park();
+            }
         }
         "recover" => {
             for _ in 0..100 {
