@@ -214,3 +214,65 @@ async fn a_preview_left_by_a_crash_is_cleaned_by_recovery() {
         "the streamed intent without a final is cancelled (the turn replays)"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn block_streaming_and_preview_streaming_never_deliver_the_same_text() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    let mut live = messenger
+        .begin_live(message("b", ""), opts(), LiveOptions::default())
+        .await
+        .unwrap();
+    live.update("First para").await.unwrap();
+    let preview = h.platform.messages("room-1")[0].id.clone();
+    live.deliver_block("First paragraph. ").await.unwrap();
+    assert!(
+        h.platform
+            .log()
+            .iter()
+            .any(|e| e.event == LogEvent::Deleted && e.message_id == preview),
+        "the preview goes when its text is delivered as a block"
+    );
+    live.deliver_block("Second paragraph. ").await.unwrap();
+    let report = live
+        .finalize(message("b", "First paragraph. Second paragraph. The end."))
+        .await
+        .unwrap();
+    assert!(
+        matches!(report.outcome, SendOutcome::Sent { .. }),
+        "{report:?}"
+    );
+    let texts: Vec<String> = h
+        .platform
+        .messages("room-1")
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    assert_eq!(
+        texts,
+        vec!["First paragraph. ", "Second paragraph. ", "The end."],
+        "each text once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_fully_delivered_as_blocks_sends_nothing_more() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    let mut live = messenger
+        .begin_live(message("f", ""), opts(), LiveOptions::default())
+        .await
+        .unwrap();
+    live.deliver_block("All of it.").await.unwrap();
+    let report = live.finalize(message("f", "All of it.")).await.unwrap();
+    let SendOutcome::Sent { receipt } = report.outcome else {
+        panic!("{report:?}")
+    };
+    let landed = h.platform.messages("room-1");
+    assert_eq!(landed.len(), 1, "not repeated by the final");
+    assert_eq!(
+        receipt.platform_message_ids,
+        vec![landed[0].id.clone()],
+        "the receipt names the block"
+    );
+}

@@ -44,6 +44,8 @@ pub struct LivePreview {
     last_edit_at: UnixMillis,
     /// Text waiting for the edit rate to allow it.
     waiting: Option<String>,
+    /// Text already delivered as completed blocks (never delivered again by the final).
+    delivered_blocks: String,
 }
 
 impl std::fmt::Debug for LivePreview {
@@ -106,6 +108,7 @@ impl Messenger {
             shown: None,
             last_edit_at: i64::MIN / 2,
             waiting: None,
+            delivered_blocks: String::new(),
         };
         live_preview.persist().await?;
         Ok(live_preview)
@@ -199,6 +202,67 @@ impl LivePreview {
         }
     }
 
+    /// Delivers a completed block as its own message (block streaming). A preview still showing
+    /// is removed first, so the same text is never shown by both; the final later skips what the
+    /// blocks delivered.
+    pub async fn deliver_block(&mut self, text: &str) -> Result<(), MessagesError> {
+        let inner = self.messenger.inner.clone();
+        let ctx = inner.context(&self.intent);
+        let mut state = self.intent.live_state.clone().unwrap_or(LiveMessageState {
+            mode: LiveMode::Block,
+            receipt: None,
+            visible_since: None,
+            can_finalize_in_place: false,
+            last_rendered_hash: None,
+            stale_after_ms: None,
+        });
+        if state.mode != LiveMode::Block {
+            if let Some(part) = state.receipt.as_ref().and_then(|r| r.parts.first()) {
+                remove_preview(&self.adapter, &ctx, part, LiveCancelReason::Aborted).await;
+            }
+            state = LiveMessageState {
+                mode: LiveMode::Block,
+                receipt: None,
+                can_finalize_in_place: false,
+                ..state
+            };
+            self.shown = None;
+            self.waiting = None;
+        }
+        let index = state.receipt.as_ref().map_or(0, |r| r.parts.len());
+        let unit = RenderedMessageUnit {
+            index: u32::try_from(index).unwrap_or(u32::MAX),
+            kind: MessagePartKind::Text,
+            payload: serde_json::json!({ "text": text }),
+            required: true,
+        };
+        // Blocks get keys of their own: the final's units must not collide with them.
+        let mut block_ctx = ctx.clone();
+        block_ctx.idempotency_key = format!("{}~block", ctx.idempotency_key);
+        let part = self
+            .adapter
+            .send_unit(&block_ctx, &unit)
+            .await
+            .map_err(|e| {
+                MessagesError::Store(clawgate_store::StoreError::InvalidInput(format!(
+                    "block not delivered: {}",
+                    e.message
+                )))
+            })?;
+        let now = inner.clock.now_ms();
+        let single = MessageReceipt::from_parts(vec![part], now);
+        match &mut state.receipt {
+            Some(receipt) => receipt.merge(single),
+            None => state.receipt = Some(single),
+        }
+        self.intent.live_state = Some(state);
+        // Delivered blocks are recorded before anything else, so neither a retry nor the final
+        // repeats them.
+        self.persist().await?;
+        self.delivered_blocks.push_str(text);
+        Ok(())
+    }
+
     /// Text held back by edit coalescing, if any (it is sent by the next update or the final).
     pub fn coalesced(&self) -> Option<&str> {
         self.waiting.as_deref()
@@ -210,6 +274,14 @@ impl LivePreview {
         mut self,
         final_message: ChannelMessage,
     ) -> Result<SendReport, MessagesError> {
+        if self
+            .intent
+            .live_state
+            .as_ref()
+            .is_some_and(|s| s.mode == LiveMode::Block)
+        {
+            return self.finalize_blocks(final_message).await;
+        }
         let inner = self.messenger.inner.clone();
         let now = inner.clock.now_ms();
         let key = self.intent.idempotency_key.clone();
@@ -270,6 +342,56 @@ impl LivePreview {
         }
         self.intent.live_state = None;
         let outcome: SendOutcome = inner.deliver(&self.adapter, &mut self.intent, true).await?;
+        Ok(SendReport {
+            intent_id: Some(self.intent.id.clone()),
+            durable: true,
+            outcome,
+        })
+    }
+}
+
+impl LivePreview {
+    /// The final of a block stream: only what the blocks did not deliver goes out.
+    async fn finalize_blocks(
+        mut self,
+        mut final_message: ChannelMessage,
+    ) -> Result<SendReport, MessagesError> {
+        let inner = self.messenger.inner.clone();
+        let blocks = self.intent.live_state.take().and_then(|s| s.receipt);
+        let text = final_message
+            .body
+            .as_ref()
+            .map(|b| b.text.clone())
+            .unwrap_or_default();
+        let rest = text
+            .strip_prefix(self.delivered_blocks.as_str())
+            .unwrap_or(&text)
+            .trim_start()
+            .to_owned();
+        if rest.is_empty() {
+            // Everything was delivered as blocks: commit their receipt, send nothing more.
+            let receipt = blocks
+                .unwrap_or_else(|| MessageReceipt::from_parts(Vec::new(), inner.clock.now_ms()));
+            self.intent.attempt += 1;
+            inner
+                .save(&mut self.intent, IntentStatus::Sending, true)
+                .await?;
+            self.intent.partial_receipt = Some(receipt);
+            let outcome = inner.commit(&self.adapter, &mut self.intent, true).await?;
+            return Ok(SendReport {
+                intent_id: Some(self.intent.id.clone()),
+                durable: true,
+                outcome,
+            });
+        }
+        if let Some(body) = final_message.body.as_mut() {
+            body.text = rest;
+        }
+        let key = self.intent.idempotency_key.clone();
+        self.intent.batch = Some(inner.render(&self.adapter, &final_message, &key)?);
+        self.intent.message = final_message;
+        self.persist().await?;
+        let outcome = inner.deliver(&self.adapter, &mut self.intent, true).await?;
         Ok(SendReport {
             intent_id: Some(self.intent.id.clone()),
             durable: true,

@@ -113,7 +113,12 @@ impl Inner {
         // A live preview left by a crash is never orphaned: without a final the stream died with
         // its turn (the unfinished inbound record replays the turn), so the preview goes and the
         // intent is cancelled; with a final, the preview goes and the final is delivered normally.
+        // Delivered blocks are content, not a preview: only a preview is removed.
         if intent.status != IntentStatus::Committing
+            && intent
+                .live_state
+                .as_ref()
+                .is_some_and(|s| s.mode != clawgate_types::LiveMode::Block)
             && let Some(part) = intent
                 .live_state
                 .as_ref()
