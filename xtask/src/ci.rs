@@ -184,12 +184,60 @@ impl Step {
         match &self.action {
             Action::Cargo(args) => run_command(&mut cargo(args)),
             Action::Package { unpublishable } => {
+                forget_packaged_sources()?;
                 run_command(&mut cargo(package_args(unpublishable, git_tree_is_dirty())))
             }
             Action::Xtask { run, .. } => run(),
             Action::Skip(_) => Ok(()),
         }
     }
+}
+
+/// `cargo package` verifies each crate against the ones packaged before it through a local
+/// registry, and cargo extracts registry crates into `$CARGO_HOME/registry/src` once per version:
+/// an earlier run's copy of `clawgate-store 0.1.0` would be used instead of today's sources.
+/// Our crates are not on crates.io, so every extracted `clawgate-*` copy is such a leftover.
+fn forget_packaged_sources() -> anyhow::Result<()> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")));
+    // The packaged crates' own verify builds, from an earlier run, go too.
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| crate::cmd::project_root().join("target"));
+    let packaged = target.join("package");
+    if packaged.is_dir() {
+        std::fs::remove_dir_all(&packaged)
+            .map_err(|e| anyhow::anyhow!("cannot remove {}: {e}", packaged.display()))?;
+    }
+    let Some(home) = home else { return Ok(()) };
+    for area in ["src", "cache"] {
+        let Ok(registries) = std::fs::read_dir(home.join("registry").join(area)) else {
+            continue;
+        };
+        for registry in registries.flatten() {
+            let Ok(entries) = std::fs::read_dir(registry.path()) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                if entry.file_name().to_string_lossy().starts_with("clawgate-") {
+                    let path = entry.path();
+                    let removed = if path.is_dir() {
+                        std::fs::remove_dir_all(&path)
+                    } else {
+                        std::fs::remove_file(&path)
+                    };
+                    removed.map_err(|e| {
+                        anyhow::anyhow!(
+                            "cannot remove the stale packaged copy {}: {e}",
+                            path.display()
+                        )
+                    })?;
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn seconds(duration: Duration) -> String {
