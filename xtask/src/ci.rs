@@ -185,7 +185,11 @@ impl Step {
             Action::Cargo(args) => run_command(&mut cargo(args)),
             Action::Package { unpublishable } => {
                 forget_packaged_sources()?;
-                run_command(&mut cargo(package_args(unpublishable, git_tree_is_dirty())))
+                let mut package = cargo(package_args(unpublishable, git_tree_is_dirty()));
+                // A target directory of its own, emptied first: cargo treats our packaged crates
+                // as immutable registry crates and would reuse an earlier run's builds of them.
+                package.env("CARGO_TARGET_DIR", package_target_dir());
+                run_command(&mut package)
             }
             Action::Xtask { run, .. } => run(),
             Action::Skip(_) => Ok(()),
@@ -197,18 +201,21 @@ impl Step {
 /// registry, and cargo extracts registry crates into `$CARGO_HOME/registry/src` once per version:
 /// an earlier run's copy of `clawgate-store 0.1.0` would be used instead of today's sources.
 /// Our crates are not on crates.io, so every extracted `clawgate-*` copy is such a leftover.
+fn package_target_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| crate::cmd::project_root().join("target"))
+        .join("package-verify")
+}
+
 fn forget_packaged_sources() -> anyhow::Result<()> {
     let home = std::env::var_os("CARGO_HOME")
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")));
-    // The packaged crates' own verify builds, from an earlier run, go too.
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| crate::cmd::project_root().join("target"));
-    let packaged = target.join("package");
-    if packaged.is_dir() {
-        std::fs::remove_dir_all(&packaged)
-            .map_err(|e| anyhow::anyhow!("cannot remove {}: {e}", packaged.display()))?;
+    let verify = package_target_dir();
+    if verify.is_dir() {
+        std::fs::remove_dir_all(&verify)
+            .map_err(|e| anyhow::anyhow!("cannot remove {}: {e}", verify.display()))?;
     }
     let Some(home) = home else { return Ok(()) };
     for area in ["src", "cache"] {
