@@ -162,6 +162,16 @@ fn engine(
     Messenger::new(store, vec![peer.adapter()], policy, clock, "conformance")
 }
 
+/// An engine on a fresh state directory (kept alive by the returned guard) and a driven clock.
+fn fresh_engine(peer: &dyn ConformancePeer) -> (tempfile::TempDir, Messenger, Arc<ManualClock>) {
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        Arc::new(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
+    let clock = Arc::new(ManualClock::new(1_000));
+    let messenger = engine(peer, store, clock.clone());
+    (dir, messenger, clock)
+}
+
 fn addressed(
     peer: &dyn ConformancePeer,
     target: &MessageTarget,
@@ -238,10 +248,7 @@ pub async fn declared_text_limit_and_chunking_work(peer: &impl ConformancePeer) 
     let Some(limit) = adapter.capabilities().text.max_length else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let store =
-        Arc::new(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
-    let messenger = engine(peer, store, Arc::new(ManualClock::new(1_000)));
+    let (_dir, messenger, _clock) = fresh_engine(peer);
     let target = peer.target("limit");
     let exact = "e".repeat(limit as usize);
     let report = messenger
@@ -418,11 +425,7 @@ pub async fn batch_partial_retry_sends_only_missing_units(peer: &impl Conformanc
     if !peer.inject_failure(DeliveryFailureKind::Transient, 1, 1) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let store =
-        Arc::new(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
-    let clock = Arc::new(ManualClock::new(1_000));
-    let messenger = engine(peer, store, clock.clone());
+    let (_dir, messenger, clock) = fresh_engine(peer);
     let target = peer.target("batch");
     let text = format!(
         "{}{}{}",
@@ -559,10 +562,7 @@ pub async fn origin_markers_round_trip(peer: &impl ConformancePeer) {
     let Some(origin_adapter) = adapter.origin() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let store =
-        Arc::new(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
-    let messenger = engine(peer, store, Arc::new(ManualClock::new(1_000)));
+    let (_dir, messenger, _clock) = fresh_engine(peer);
     let target = peer.target("origin");
     let mut failure = addressed(peer, &target, "origin", "Agent failed before reply.");
     let marker = clawgate_types::MessageOrigin::gateway_failure(
@@ -589,11 +589,7 @@ pub async fn live_preview_finalizes_in_place_when_declared(peer: &impl Conforman
     if !adapter.capabilities().live.as_ref().is_some_and(|l| l.edit) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let store =
-        Arc::new(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
-    let clock = Arc::new(ManualClock::new(1_000));
-    let messenger = engine(peer, store, clock.clone());
+    let (_dir, messenger, clock) = fresh_engine(peer);
     let target = peer.target("live");
     let mut live = messenger
         .begin_live(
