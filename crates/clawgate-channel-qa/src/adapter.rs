@@ -99,6 +99,26 @@ impl QaAdapter {
         &ctx.message.target.id
     }
 
+    /// `base/seg/seg/…`, each segment percent-encoded (ids and keys may hold `#`, `:` or `/`).
+    fn url(&self, segments: &[&str]) -> Result<reqwest::Url, SendError> {
+        let mut url = reqwest::Url::parse(&self.base_url).map_err(|e| {
+            SendError::before_io(
+                DeliveryFailureKind::InvalidPayload,
+                format!("bad QA base URL: {e}"),
+            )
+        })?;
+        url.path_segments_mut()
+            .map_err(|()| {
+                SendError::before_io(
+                    DeliveryFailureKind::InvalidPayload,
+                    "QA base URL cannot hold a path",
+                )
+            })?
+            .pop_if_empty()
+            .extend(segments);
+        Ok(url)
+    }
+
     fn part(message: &PlatformMessage, index: u32, kind: MessagePartKind) -> MessageReceiptPart {
         MessageReceiptPart {
             platform_message_id: message.id.clone(),
@@ -228,11 +248,7 @@ impl ChannelMessageAdapter for QaAdapter {
             metadata,
             idempotency_key: self.idempotent.then(|| ctx.unit_key(unit)),
         };
-        let url = format!(
-            "{}/api/conversations/{}/messages",
-            self.base_url,
-            Self::conversation(ctx)
-        );
+        let url = self.url(&["api", "conversations", Self::conversation(ctx), "messages"])?;
         let response = self
             .http
             .post(url)
@@ -257,12 +273,13 @@ impl ChannelMessageAdapter for QaAdapter {
             .and_then(|t| t.as_str())
             .unwrap_or_default()
             .to_owned();
-        let url = format!(
-            "{}/api/conversations/{}/messages/{}",
-            self.base_url,
+        let url = self.url(&[
+            "api",
+            "conversations",
             Self::conversation(ctx),
-            part.platform_message_id
-        );
+            "messages",
+            &part.platform_message_id,
+        ])?;
         let response = self
             .http
             .patch(url)
@@ -276,12 +293,13 @@ impl ChannelMessageAdapter for QaAdapter {
     }
 
     async fn delete(&self, ctx: &SendContext, part: &MessageReceiptPart) -> Result<(), SendError> {
-        let url = format!(
-            "{}/api/conversations/{}/messages/{}",
-            self.base_url,
+        let url = self.url(&[
+            "api",
+            "conversations",
             Self::conversation(ctx),
-            part.platform_message_id
-        );
+            "messages",
+            &part.platform_message_id,
+        ])?;
         let response = self
             .http
             .delete(url)
@@ -304,21 +322,7 @@ impl ChannelMessageAdapter for QaAdapter {
         if !self.idempotent {
             return Ok(Reconciliation::Unresolved);
         }
-        // Keys contain `#` and `:`: encode them as one path segment.
-        let mut url = reqwest::Url::parse(&self.base_url).map_err(|e| {
-            SendError::before_io(
-                DeliveryFailureKind::InvalidPayload,
-                format!("bad QA base URL: {e}"),
-            )
-        })?;
-        url.path_segments_mut()
-            .map_err(|()| {
-                SendError::before_io(
-                    DeliveryFailureKind::InvalidPayload,
-                    "QA base URL cannot hold a path",
-                )
-            })?
-            .extend(["api", "messages", "by-key", &ctx.unit_key(unit)]);
+        let url = self.url(&["api", "messages", "by-key", &ctx.unit_key(unit)])?;
         let response = self
             .http
             .get(url)
@@ -352,10 +356,10 @@ impl QaAdapter {
         offset: i64,
         timeout_ms: u64,
     ) -> Result<Vec<crate::Update>, SendError> {
-        let url = format!(
-            "{}/api/updates?offset={offset}&timeoutMs={timeout_ms}",
-            self.base_url
-        );
+        let mut url = self.url(&["api", "updates"])?;
+        url.query_pairs_mut()
+            .append_pair("offset", &offset.to_string())
+            .append_pair("timeoutMs", &timeout_ms.to_string());
         let response = self
             .http
             .get(url)

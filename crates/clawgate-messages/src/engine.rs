@@ -448,12 +448,12 @@ impl Inner {
                         self.reached(Boundary::UnitDelivered { index: unit.index }, &intent.id);
                     }
                     Err(error) => {
-                        failed = Some((unit.clone(), error));
+                        failed = Some((n, unit.clone(), error));
                         break;
                     }
                 }
             }
-            let Some((unit, error)) = failed else {
+            let Some((position, unit, error)) = failed else {
                 self.reached(Boundary::PlatformAccepted, &intent.id);
                 return self.commit(adapter, intent, durable).await;
             };
@@ -470,7 +470,7 @@ impl Inner {
                 if let Ok(Reconciliation::Sent(part)) =
                     adapter.reconcile_unknown_send(&ctx, &unit).await
                 {
-                    let more = missing.len() > 1;
+                    let more = position + 1 < missing.len();
                     self.add_part(intent, *part, durable, more).await?;
                     continue;
                 }
