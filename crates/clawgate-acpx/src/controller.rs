@@ -82,8 +82,11 @@ pub enum AcpxError {
 /// Where the wrapper lives and how long things may take.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
-    /// Absolute path of the `clawgate-acpx-wrapper` binary.
+    /// Absolute path of the `clawgate-acpx-wrapper` binary (or of a multi-call binary that
+    /// runs the wrapper when given `wrapper_args`).
     pub wrapper_path: PathBuf,
+    /// Arguments placed before the wrapper's own flags (e.g. a multi-call subcommand).
+    pub wrapper_args: Vec<String>,
     /// The directory the wrapper path must be under (live `/proc/PID/exe` is checked against it).
     pub wrapper_root: PathBuf,
     /// Grace the wrapper itself gives its group between TERM and KILL on parent death.
@@ -104,6 +107,7 @@ impl ControllerConfig {
             .map_or_else(|| PathBuf::from("/"), PathBuf::from);
         ControllerConfig {
             wrapper_path,
+            wrapper_args: Vec::new(),
             wrapper_root,
             wrapper_grace: Duration::from_secs(2),
             timing: Timing::default(),
@@ -200,8 +204,9 @@ where
 
     /// The wrapper argv for a lease (what `/proc/PID/cmdline` will show, and what is hashed).
     pub fn wrapper_argv(&self, lease_id: &LeaseId, adapter: &[String]) -> Vec<String> {
-        let mut argv = vec![
-            self.config.wrapper_path.display().to_string(),
+        let mut argv = vec![self.config.wrapper_path.display().to_string()];
+        argv.extend(self.config.wrapper_args.iter().cloned());
+        argv.extend([
             LEASE_FLAG.to_owned(),
             lease_id.to_string(),
             INSTANCE_FLAG.to_owned(),
@@ -209,7 +214,7 @@ where
             GRACE_FLAG.to_owned(),
             self.config.wrapper_grace.as_millis().to_string(),
             "--".to_owned(),
-        ];
+        ]);
         argv.extend(adapter.iter().cloned());
         argv
     }
@@ -430,6 +435,11 @@ where
             session.client.clone(),
             session.handle.acp_session_id.clone(),
         ))
+    }
+
+    /// The sessions with a live runtime in this process (what a clean shutdown closes).
+    pub async fn live_sessions(&self) -> Vec<SessionKey> {
+        self.live.lock().await.keys().cloned().collect()
     }
 
     /// Runs one prompt turn, streaming text chunks to `on_chunk`.

@@ -8,6 +8,7 @@
 //! * [`controller`]: the lifecycle controller (`ensure_session`, `cancel_turn`, `close_session`,
 //!   `reap_startup_orphans`, retention), writing leases before wrappers start.
 //! * [`acp`]: the ACP client runtime over the wrapper's stdio.
+//! * [`demo_agent`]: the bundled deterministic ACP agent (echoes prompts word by word).
 //!
 //! Invariants:
 //! * no signal without live evidence matching a lease of *this* gateway instance;
@@ -19,6 +20,7 @@
 
 pub mod acp;
 pub mod controller;
+pub mod demo_agent;
 pub mod evidence;
 pub mod sim;
 pub mod table;

@@ -1,9 +1,16 @@
 //! The QA platform server: a real loopback chat service with fault injection and a durable log.
+//!
+//! With [`QaPlatformConfig::state_path`] set, every change a client could observe is written to
+//! that file before the answer goes out, so a restarted platform (even after SIGKILL) still
+//! knows every message, idempotency key and unconfirmed update, and keeps counting update ids
+//! from where it stopped. Faults and the webhook are test controls and start empty.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -34,6 +41,9 @@ pub struct QaPlatformConfig {
     pub max_text_chars: usize,
     /// Append-only JSON-lines log of everything that landed (also kept in memory).
     pub log_path: Option<PathBuf>,
+    /// Where the platform keeps its state across restarts (JSON, replaced atomically after each
+    /// change). `None` keeps everything in memory only.
+    pub state_path: Option<PathBuf>,
 }
 
 impl Default for QaPlatformConfig {
@@ -43,6 +53,7 @@ impl Default for QaPlatformConfig {
             token: "qa-token".into(),
             max_text_chars: 4_000,
             log_path: None,
+            state_path: None,
         }
     }
 }
@@ -51,16 +62,102 @@ impl Default for QaPlatformConfig {
 struct PlatformState {
     seq: u64,
     messages: BTreeMap<String, PlatformMessage>,
-    by_key: HashMap<String, String>,
+    by_key: BTreeMap<String, String>,
     faults: VecDeque<Fault>,
     log: Vec<LogEntry>,
     log_file: Option<std::fs::File>,
     /// Inbound updates not yet confirmed by an offset.
     updates: VecDeque<Update>,
     next_update_id: i64,
+    state_path: Option<PathBuf>,
+}
+
+/// The version of the state file's shape; a file of another version is refused, not guessed at.
+const STATE_FORMAT: u64 = 1;
+
+/// The state file: what a restarted platform needs to answer as if it had never stopped.
+/// Borrowed when written (no copy of the state per change), owned when read.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Snapshot<'a> {
+    format: u64,
+    seq: u64,
+    next_update_id: i64,
+    messages: Cow<'a, BTreeMap<String, PlatformMessage>>,
+    by_key: Cow<'a, BTreeMap<String, String>>,
+    updates: Cow<'a, VecDeque<Update>>,
+    log: Cow<'a, [LogEntry]>,
+}
+
+/// Reads the state file; `None` when there is none yet. Never writes: a file it cannot read is
+/// left as it is for the user to inspect.
+fn load_state(path: &FsPath) -> std::io::Result<Option<Snapshot<'static>>> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            let message = format!("cannot read QA platform state {}: {e}", path.display());
+            return Err(std::io::Error::new(e.kind(), message));
+        }
+    };
+    let refuse = |why: String| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "QA platform state {} {why}; it was left untouched: move it away to start with \
+                 an empty platform",
+                path.display()
+            ),
+        )
+    };
+    // The version first, so a newer file is named as such rather than reported as corrupt.
+    #[derive(serde::Deserialize)]
+    struct Header {
+        format: u64,
+    }
+    let header: Header =
+        serde_json::from_slice(&bytes).map_err(|e| refuse(format!("is not a state file ({e})")))?;
+    if header.format != STATE_FORMAT {
+        return Err(refuse(format!(
+            "has format {}, this build reads format {STATE_FORMAT}",
+            header.format
+        )));
+    }
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| refuse(format!("is corrupt ({e})")))
 }
 
 impl PlatformState {
+    /// Writes the durable state to `state_path`. Called with the state lock held, so two
+    /// requests can never write their snapshots out of order.
+    fn save(&self) -> std::io::Result<()> {
+        let Some(path) = &self.state_path else {
+            return Ok(());
+        };
+        let snapshot = Snapshot {
+            format: STATE_FORMAT,
+            seq: self.seq,
+            next_update_id: self.next_update_id,
+            messages: Cow::Borrowed(&self.messages),
+            by_key: Cow::Borrowed(&self.by_key),
+            updates: Cow::Borrowed(&self.updates),
+            log: Cow::Borrowed(&self.log),
+        };
+        // A temp file in the same directory, renamed over the old one: a reader (or a restart
+        // after a kill mid-write) sees the old snapshot or the new one, never half of one. No
+        // fsync: the promise is surviving the process being killed, which keeps the page cache;
+        // surviving power loss is not worth an fsync per request on a QA platform.
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".tmp");
+        std::fs::write(&tmp, serde_json::to_vec(&snapshot)?)
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|e| {
+                let message = format!("cannot write QA platform state {}: {e}", path.display());
+                std::io::Error::new(e.kind(), message)
+            })
+    }
+
     fn record(&mut self, event: LogEvent, message: &PlatformMessage) {
         self.seq += 1;
         let entry = LogEntry {
@@ -107,6 +204,8 @@ struct Shared {
     http: reqwest::Client,
     /// This object, for the delivery tasks it spawns.
     me: std::sync::OnceLock<std::sync::Weak<Shared>>,
+    /// Set when the platform stops; long polls end early.
+    stopping: AtomicBool,
 }
 
 /// Deliveries of one update to the webhook before the platform gives up.
@@ -117,6 +216,8 @@ const WEBHOOK_MAX_ATTEMPTS: u32 = 8;
 enum InboundRefused {
     Invalid,
     ReplyTargetNotFound(String),
+    /// The update exists in memory but could not be saved, so it is not acknowledged.
+    NotSaved(String),
 }
 
 impl InboundRefused {
@@ -131,6 +232,11 @@ impl InboundRefused {
                 StatusCode::NOT_FOUND,
                 "reply_target_not_found",
                 format!("no message {id}"),
+            ),
+            InboundRefused::NotSaved(why) => error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "state_not_saved",
+                format!("the platform could not save its state: {why}"),
             ),
         }
     }
@@ -196,6 +302,9 @@ impl Shared {
             message: message.clone(),
         };
         state.updates.push_back(update.clone());
+        state
+            .save()
+            .map_err(|e| InboundRefused::NotSaved(e.to_string()))?;
         drop(state);
         self.new_update.notify_waiters();
         let webhook = self
@@ -224,6 +333,7 @@ pub struct QaPlatform {
     addr: SocketAddr,
     shared: Arc<Shared>,
     shutdown: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for QaPlatform {
@@ -244,6 +354,24 @@ fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response
         },
     };
     (status, Json(body)).into_response()
+}
+
+/// Saves the state before `answer` acknowledges a change. When the save fails the client hears
+/// a 500 instead: the platform never confirms what a restart could forget.
+fn saved(state: &PlatformState, answer: Response) -> Response {
+    match state.save() {
+        Ok(()) => answer,
+        Err(e) => not_saved(&e),
+    }
+}
+
+fn not_saved(e: &std::io::Error) -> Response {
+    warn!(error = %e, "QA platform could not save its state");
+    error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "state_not_saved",
+        format!("the platform could not save its state: {e}"),
+    )
 }
 
 fn fault_response(fault: &Fault) -> Response {
@@ -403,7 +531,7 @@ async fn send_message(
                     .parse()
                     .unwrap_or(header::HeaderValue::from_static("true")),
             );
-            response
+            saved(&state, response)
         } else {
             let seq = state.seq + 1;
             let message = PlatformMessage {
@@ -424,11 +552,12 @@ async fn send_message(
             }
             state.messages.insert(message.id.clone(), message.clone());
             state.record(LogEvent::Sent, &message);
-            (
+            let response = (
                 StatusCode::CREATED,
                 Json(MessageAnswer { ok: true, message }),
             )
-                .into_response()
+                .into_response();
+            saved(&state, response)
         }
     };
     after_work(fault.as_ref(), answer).await
@@ -472,7 +601,8 @@ async fn edit_message(
         message.edits += 1;
         let message = message.clone();
         state.record(LogEvent::Edited, &message);
-        (StatusCode::OK, Json(MessageAnswer { ok: true, message })).into_response()
+        let response = (StatusCode::OK, Json(MessageAnswer { ok: true, message })).into_response();
+        saved(&state, response)
     };
     after_work(fault.as_ref(), answer).await
 }
@@ -502,7 +632,8 @@ async fn delete_message(
         };
         state.messages.remove(&id);
         state.record(LogEvent::Deleted, &message);
-        (StatusCode::OK, Json(serde_json::json!({ "ok": true }))).into_response()
+        let response = (StatusCode::OK, Json(serde_json::json!({ "ok": true }))).into_response();
+        saved(&state, response)
     };
     after_work(fault.as_ref(), answer).await
 }
@@ -639,13 +770,23 @@ async fn get_updates(
             let mut state = shared.lock();
             if let Some(offset) = query.offset {
                 // Asking from `offset` confirms everything below it: those are forgotten.
+                let before = state.updates.len();
                 while state.updates.front().is_some_and(|u| u.update_id < offset) {
                     state.updates.pop_front();
+                }
+                if state.updates.len() != before
+                    && let Err(e) = state.save()
+                {
+                    return not_saved(&e);
                 }
             }
             state.updates.iter().take(limit).cloned().collect()
         };
-        if !result.is_empty() || tokio::time::Instant::now() >= deadline {
+        // A stopping platform answers its long polls now, so shutdown need not wait for them.
+        if !result.is_empty()
+            || shared.stopping.load(Ordering::Acquire)
+            || tokio::time::Instant::now() >= deadline
+        {
             return (StatusCode::OK, Json(UpdatesAnswer { ok: true, result })).into_response();
         }
         let _ = tokio::time::timeout_at(deadline, notified).await;
@@ -675,8 +816,15 @@ async fn read_log(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 impl QaPlatform {
-    /// Binds and starts serving.
+    /// Binds and starts serving, from the state in `config.state_path` when that file exists.
+    ///
+    /// A state file that cannot be read or is of an unknown format fails with `InvalidData`
+    /// naming the file; it is never overwritten.
     pub async fn start(config: QaPlatformConfig) -> std::io::Result<QaPlatform> {
+        let loaded = match &config.state_path {
+            Some(path) => load_state(path)?,
+            None => None,
+        };
         let log_file = match &config.log_path {
             Some(path) => Some(
                 std::fs::OpenOptions::new()
@@ -686,6 +834,29 @@ impl QaPlatform {
             ),
             None => None,
         };
+        let fresh = loaded.is_none();
+        let state = match loaded {
+            Some(s) => PlatformState {
+                seq: s.seq,
+                messages: s.messages.into_owned(),
+                by_key: s.by_key.into_owned(),
+                log: s.log.into_owned(),
+                updates: s.updates.into_owned(),
+                next_update_id: s.next_update_id,
+                ..PlatformState::default()
+            },
+            None => PlatformState::default(),
+        };
+        let state = PlatformState {
+            log_file,
+            state_path: config.state_path.clone(),
+            ..state
+        };
+        if fresh {
+            // Writing the empty state now turns a state path in a missing or read-only
+            // directory into a start error instead of a 500 on every later change.
+            state.save()?;
+        }
         let listener = tokio::net::TcpListener::bind(config.bind).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
@@ -698,10 +869,8 @@ impl QaPlatform {
                 .build()
                 .unwrap_or_default(),
             me: std::sync::OnceLock::new(),
-            state: Mutex::new(PlatformState {
-                log_file,
-                ..PlatformState::default()
-            }),
+            stopping: AtomicBool::new(false),
+            state: Mutex::new(state),
         });
         let _ = shared.me.set(Arc::downgrade(&shared));
         let app = Router::new()
@@ -724,7 +893,7 @@ impl QaPlatform {
             .route("/control/log", get(read_log))
             .with_state(shared.clone());
         let (shutdown, stopped) = oneshot::channel::<()>();
-        tokio::spawn(async move {
+        let server = tokio::spawn(async move {
             let serve = axum::serve(listener, app).with_graceful_shutdown(async {
                 let _ = stopped.await;
             });
@@ -736,7 +905,25 @@ impl QaPlatform {
             addr,
             shared,
             shutdown: Some(shutdown),
+            server: Some(server),
         })
+    }
+
+    /// Stops serving and waits until the port is released and every request in flight has
+    /// answered, so a new platform can take over the same address and state file.
+    pub async fn stop(mut self) {
+        self.signal_stop();
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+    }
+
+    fn signal_stop(&mut self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        self.shared.new_update.notify_waiters();
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -839,9 +1026,9 @@ impl QaPlatform {
 }
 
 impl Drop for QaPlatform {
+    /// Stops accepting at once; the port is released shortly after, in the server task (use
+    /// [`QaPlatform::stop`] to wait for that).
     fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
+        self.signal_stop();
     }
 }

@@ -268,6 +268,29 @@ impl LivePreview {
         self.waiting.as_deref()
     }
 
+    /// Gives the stream up without a final (the turn failed, or will be replayed): the preview
+    /// is removed and the intent cancelled, so a replayed turn starts a fresh one and nothing
+    /// is left dangling. Delivered blocks are content and stay.
+    pub async fn abandon(mut self) -> Result<(), MessagesError> {
+        let inner = self.messenger.inner.clone();
+        let state = self.intent.live_state.take();
+        if let Some(state) = &state
+            && state.mode != LiveMode::Block
+            && let Some(part) = state.receipt.as_ref().and_then(|r| r.parts.first())
+        {
+            remove_preview(
+                &self.adapter,
+                &inner.context(&self.intent),
+                part,
+                LiveCancelReason::Aborted,
+            )
+            .await;
+        }
+        inner
+            .save(&mut self.intent, IntentStatus::Cancelled, true)
+            .await
+    }
+
     /// Delivers the final message: in place when the preview can become it, otherwise the
     /// preview is removed (`reason`) and the final sent normally.
     pub async fn finalize(

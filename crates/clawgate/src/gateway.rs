@@ -1,0 +1,754 @@
+//! The running gateway: one state directory, its channels, agents and loops.
+//!
+//! Start order matters for exactly-once replies after a crash:
+//! 1. the state directory is locked (one gateway per directory) and the store opened;
+//! 2. agent processes left by an earlier run are reaped from *this instance's* leases;
+//! 3. the send recovery pass runs (a preview without a final is removed, a recorded final is
+//!    delivered or reconciled) before any inbound is polled;
+//! 4. the receive loops poll from the durable watermark, so an update accepted but unfinished
+//!    before the crash is processed again — and its reply key finds the delivered reply.
+//!
+//! One turn: inbound event → receive context (dedupe, echo gate, durable inbound record) →
+//! session registry + signal log → agent prompt through the leased ACP runtime → live preview
+//! edits → durable final (finalized in place) → receipt → the update is finished (watermark).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use clawgate_acpx::{ControllerConfig, EnsureInput, LifecycleController, system_table};
+use clawgate_awareness::{
+    Actor, Awareness, AwarenessConfig, NewSession, RetentionPolicy, StateChange,
+};
+use clawgate_channel_qa::{QaAdapter, QaPlatform, QaPlatformConfig, Update};
+use clawgate_channel_sdk::NormalizedInbound;
+use clawgate_messages::{
+    AckController, Clock, LiveOptions, Messenger, PollingWatermark, ReceiveOptions, ReceiveOutcome,
+    Receiver, SendOptions, SystemClock, TransportAck,
+};
+use clawgate_store::{IntentStore, SqliteOptions, SqliteStore, Synchronous, WatermarkKey};
+use clawgate_types::{
+    ChannelMessage, IntentStatus, MessageBody, MessageDirection, SessionKey, UnixMillis,
+};
+use tokio::sync::{Mutex, mpsc, watch};
+use tracing::{Instrument, error, info, warn};
+
+use crate::config::{Config, ConfigError};
+use crate::state::{StateDir, StateLock};
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
+    #[error("state database: {0}")]
+    Store(#[from] clawgate_store::StoreError),
+    #[error("agent runtime: {0}")]
+    Acpx(#[from] clawgate_acpx::AcpxError),
+    #[error("cannot find this program's own path (needed to start agents under the wrapper): {0}")]
+    OwnPath(std::io::Error),
+    #[error("cannot start the embedded QA platform: {0}")]
+    Platform(std::io::Error),
+    #[error(
+        "cannot listen on {addr}: {source}; set [gateway] listen in the configuration or pass \
+         --listen 127.0.0.1:0 for a free port"
+    )]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The program that serves as wrapper and bundled agent (this binary, multi-call).
+pub const WRAPPER_SUBCOMMAND: &str = "acpx-wrapper";
+pub const DEMO_AGENT_SUBCOMMAND: &str = "demo-agent";
+
+/// One configured chat account.
+#[derive(Debug)]
+pub struct Channel {
+    /// The channel name messages carry (`qa`, or `qa-<account>` for further accounts).
+    pub name: String,
+    pub account: String,
+    pub agent_id: String,
+    pub adapter: QaAdapter,
+    pub base_url: String,
+    pub token: String,
+    /// The in-process platform, when this channel runs one.
+    pub platform: Option<QaPlatform>,
+    poll_timeout_ms: u64,
+}
+
+/// Counters shown by `status` and the control API.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub turns_in_flight: AtomicUsize,
+    pub turns_completed: AtomicU64,
+    pub turns_failed: AtomicU64,
+}
+
+/// A started gateway.
+pub struct Gateway {
+    pub config: Config,
+    pub state: StateDir,
+    pub store: Arc<SqliteStore>,
+    pub messenger: Messenger,
+    pub awareness: Arc<Awareness<SqliteStore>>,
+    pub acpx: Arc<LifecycleController<SqliteStore>>,
+    pub channels: Vec<Arc<Channel>>,
+    pub counters: Counters,
+    pub started_at: UnixMillis,
+    /// Agent argv per agent id (resolved once: the bundled agent is this binary).
+    agents: HashMap<String, (Vec<String>, PathBuf)>,
+    clock: Arc<SystemClock>,
+    stop: watch::Sender<bool>,
+    _lock: StateLock,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("state", &self.state.path())
+            .finish_non_exhaustive()
+    }
+}
+
+struct NoTransportAck;
+
+/// Polling sources have no per-event transport ack: the offset (the durable watermark) is the
+/// platform-side ack, moved only past finished updates.
+impl TransportAck for NoTransportAck {
+    fn ack(&self) {}
+    fn nack(&self, _reason: &str) {}
+}
+
+fn now_ms() -> UnixMillis {
+    SystemClock.now_ms()
+}
+
+/// 32 random bytes from the OS, hex.
+pub fn random_token() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+impl Gateway {
+    /// Locks the state directory, opens the store, reaps earlier agent processes, starts the
+    /// channels. Nothing is polled yet: [`Gateway::run`] does that after recovery.
+    pub async fn start(config: Config) -> Result<Arc<Gateway>, GatewayError> {
+        let state = StateDir::create(&config.state_dir)?;
+        let lock = state.lock_exclusive()?;
+        let options = SqliteOptions {
+            synchronous: match config.durability.sync {
+                crate::config::SyncMode::Full => Synchronous::Full,
+                crate::config::SyncMode::Normal => Synchronous::Normal,
+            },
+            ..SqliteOptions::default()
+        };
+        let store = Arc::new(SqliteStore::open_state_dir(state.path(), options)?);
+
+        let exe = std::env::current_exe().map_err(GatewayError::OwnPath)?;
+        let mut controller = ControllerConfig::new(exe.clone());
+        controller.wrapper_args = vec![WRAPPER_SUBCOMMAND.to_owned()];
+        controller.retention = Duration::from_secs(config.retention.lease_days * 24 * 3600);
+        let acpx =
+            Arc::new(LifecycleController::new(store.clone(), system_table(), controller).await?);
+        let report = acpx.reap_startup_orphans(now_ms()).await?;
+        for (lease, outcome) in &report.outcomes {
+            info!(%lease, ?outcome, "agent processes of an earlier run resolved");
+        }
+        if !report.outcomes.is_empty() {
+            println!(
+                "reaped {} agent lease(s) left by an earlier run",
+                report.outcomes.len()
+            );
+        }
+
+        let awareness = Arc::new(
+            Awareness::builder(store.clone())
+                .config(AwarenessConfig {
+                    retention: RetentionPolicy {
+                        max_age: Duration::from_secs(config.retention.signal_log_days * 86_400),
+                        max_rows: config.retention.signal_log_max_rows,
+                    },
+                    ..AwarenessConfig::default()
+                })
+                .build(),
+        );
+        if let Err(e) = awareness.rebuild_notices().await {
+            warn!(error = %e, "pending notices could not be rebuilt");
+        }
+
+        let mut agents = HashMap::new();
+        for agent in &config.agents {
+            let argv = if agent.command.is_empty() {
+                vec![exe.display().to_string(), DEMO_AGENT_SUBCOMMAND.to_owned()]
+            } else {
+                agent.command.clone()
+            };
+            let cwd = match &agent.cwd {
+                Some(dir) => dir.clone(),
+                None => std::env::current_dir().map_err(GatewayError::OwnPath)?,
+            };
+            agents.insert(agent.id.clone(), (argv, cwd));
+        }
+
+        let mut channels = Vec::new();
+        for (n, section) in config.channels.iter().enumerate() {
+            let name = if section.account == "default" {
+                section.kind.clone()
+            } else {
+                format!("{}-{}", section.kind, section.account)
+            };
+            let configured_token = config.channel_token(n)?;
+            let (platform, base_url, token) = match &section.base_url {
+                Some(url) => (None, url.clone(), configured_token.unwrap_or_default()),
+                None => {
+                    let token = match configured_token {
+                        Some(token) => token,
+                        None => random_token().map_err(GatewayError::Platform)?,
+                    };
+                    let platform = QaPlatform::start(QaPlatformConfig {
+                        token: token.clone(),
+                        state_path: Some(platform_state_file(state.path(), &name)),
+                        ..QaPlatformConfig::default()
+                    })
+                    .await
+                    .map_err(GatewayError::Platform)?;
+                    let url = platform.base_url();
+                    (Some(platform), url, token)
+                }
+            };
+            let adapter = QaAdapter::new(&base_url, &token).with_channel(&name);
+            channels.push(Arc::new(Channel {
+                name,
+                account: section.account.clone(),
+                agent_id: section.agent.clone(),
+                adapter,
+                base_url,
+                token,
+                platform,
+                poll_timeout_ms: section.poll_timeout_ms,
+            }));
+        }
+
+        let clock = Arc::new(SystemClock);
+        let messenger = Messenger::new(
+            store.clone(),
+            channels
+                .iter()
+                .map(|c| {
+                    Arc::new(c.adapter.clone())
+                        as Arc<dyn clawgate_channel_sdk::ChannelMessageAdapter>
+                })
+                .collect(),
+            config.retry_policy(),
+            clock.clone(),
+            &acpx.instance_id().to_string(),
+        );
+        let (stop, _) = watch::channel(false);
+        Ok(Arc::new(Gateway {
+            config,
+            state,
+            store,
+            messenger,
+            awareness,
+            acpx,
+            channels,
+            counters: Counters::default(),
+            started_at: now_ms(),
+            agents,
+            clock,
+            stop,
+            _lock: lock,
+        }))
+    }
+
+    /// Recovers pending sends, then runs the receive, recovery and retention loops until
+    /// [`Gateway::shutdown`].
+    pub async fn run(self: &Arc<Self>) {
+        match self.messenger.recover().await {
+            Ok(report) => info!(?report, "startup send recovery done"),
+            Err(e) => error!(error = %e, "startup send recovery failed; retried in the loop"),
+        }
+        for channel in &self.channels {
+            let gateway = self.clone();
+            let channel = channel.clone();
+            tokio::spawn(async move {
+                let name = channel.name.clone();
+                if let Err(e) = gateway.receive_loop(channel).await {
+                    error!(channel = %name, error = %e, "receive loop stopped");
+                }
+            });
+        }
+        let gateway = self.clone();
+        tokio::spawn(async move { gateway.maintenance_loop().await });
+    }
+
+    /// Tells every loop to stop.
+    pub fn request_stop(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    /// Clean shutdown: stop polling, let running turns finish (bounded), cancel the rest,
+    /// close every agent session (leases closed), stop the embedded platforms.
+    pub async fn shutdown(&self) {
+        self.request_stop();
+        let grace = Duration::from_millis(self.config.gateway.shutdown_grace_ms);
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.counters.turns_in_flight.load(Ordering::SeqCst) > 0
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for key in self.acpx.live_sessions().await {
+            match self
+                .acpx
+                .close_session(&key, "gateway shutdown", now_ms())
+                .await
+            {
+                Ok(outcome) => info!(session = %key, ?outcome, "agent session closed"),
+                Err(e) => warn!(session = %key, error = %e, "agent session not closed"),
+            }
+        }
+    }
+
+    /// The agent argv and cwd for an agent id.
+    pub fn agent_command(&self, agent_id: &str) -> Option<&(Vec<String>, PathBuf)> {
+        self.agents.get(agent_id)
+    }
+
+    async fn maintenance_loop(self: Arc<Self>) {
+        let mut stop = self.stop.subscribe();
+        let mut recovery = tokio::time::interval(Duration::from_secs(1));
+        let mut retention = tokio::time::interval(Duration::from_secs(3600));
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = recovery.tick() => {
+                    if let Err(e) = self.messenger.recover().await {
+                        warn!(error = %e, "send recovery pass failed");
+                    }
+                }
+                _ = retention.tick() => self.apply_retention().await,
+            }
+        }
+    }
+
+    async fn apply_retention(&self) {
+        if let Err(e) = self.awareness.apply_retention().await {
+            warn!(error = %e, "signal log retention failed");
+        }
+        if let Err(e) = self.acpx.prune_finished(now_ms()).await {
+            warn!(error = %e, "lease retention failed");
+        }
+        let cutoff = now_ms()
+            - i64::try_from(self.config.retention.inbound_days * 86_400_000).unwrap_or(i64::MAX);
+        if let Err(e) =
+            clawgate_store::InboundStore::prune_completed_inbound(&*self.store, cutoff).await
+        {
+            warn!(error = %e, "inbound retention failed");
+        }
+    }
+
+    /// Polls one channel from its durable watermark; each conversation is a lane processed in
+    /// order, conversations run concurrently.
+    async fn receive_loop(self: Arc<Self>, channel: Arc<Channel>) -> Result<(), GatewayError> {
+        let mut stop = self.stop.subscribe();
+        let receiver = Arc::new(Receiver::new(
+            self.store.clone(),
+            Arc::new(channel.adapter.clone()),
+            Arc::new(channel.adapter.clone()),
+            self.clock.clone(),
+            ReceiveOptions::default(),
+        ));
+        let key = WatermarkKey {
+            channel: channel.name.clone(),
+            account_id: channel.account.clone(),
+            source: "updates".into(),
+        };
+        let watermark = Arc::new(Mutex::new(
+            PollingWatermark::open(self.store.clone(), self.clock.clone(), key)
+                .await
+                .map_err(|e| {
+                    GatewayError::Store(clawgate_store::StoreError::InvalidInput(e.to_string()))
+                })?,
+        ));
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let mut lanes: HashMap<String, mpsc::UnboundedSender<Update>> = HashMap::new();
+        let mut failures = 0u32;
+        loop {
+            if *stop.borrow() {
+                return Ok(());
+            }
+            let offset = watermark.lock().await.next_offset();
+            // Unfinished updates stay on the platform until the watermark passes them, so a
+            // long poll would return at once while a turn runs: poll briefly instead.
+            let busy = in_flight.load(Ordering::SeqCst) > 0;
+            let timeout = if busy { 0 } else { channel.poll_timeout_ms };
+            let updates = tokio::select! {
+                _ = stop.changed() => return Ok(()),
+                updates = channel.adapter.get_updates(offset, timeout) => updates,
+            };
+            let updates = match updates {
+                Ok(updates) => {
+                    failures = 0;
+                    updates
+                }
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    let wait = Duration::from_millis(200 * u64::from(failures.min(25)));
+                    warn!(channel = %channel.name, error = %e.message, ?wait, "polling failed; retrying");
+                    tokio::select! {
+                        _ = stop.changed() => return Ok(()),
+                        _ = tokio::time::sleep(wait) => continue,
+                    }
+                }
+            };
+            let mut accepted = 0;
+            for update in updates {
+                if !watermark.lock().await.accept(update.update_id) {
+                    continue;
+                }
+                accepted += 1;
+                in_flight.fetch_add(1, Ordering::SeqCst);
+                let conversation = update.message.conversation_id.clone();
+                let lane = lanes.entry(conversation).or_insert_with(|| {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    tokio::spawn(self.clone().lane(
+                        channel.clone(),
+                        receiver.clone(),
+                        watermark.clone(),
+                        in_flight.clone(),
+                        rx,
+                    ));
+                    tx
+                });
+                // The lane lives as long as this loop holds its sender.
+                let _ = lane.send(update);
+            }
+            if accepted == 0 && in_flight.load(Ordering::SeqCst) > 0 {
+                tokio::select! {
+                    _ = stop.changed() => return Ok(()),
+                    _ = tokio::time::sleep(Duration::from_millis(25)) => {}
+                }
+            }
+        }
+    }
+
+    /// One conversation's updates, in order. A failed turn is retried with backoff until it is
+    /// handled or dead-lettered (the receive context counts attempts durably).
+    async fn lane(
+        self: Arc<Self>,
+        channel: Arc<Channel>,
+        receiver: Arc<Receiver>,
+        watermark: Arc<Mutex<PollingWatermark>>,
+        in_flight: Arc<AtomicUsize>,
+        mut updates: mpsc::UnboundedReceiver<Update>,
+    ) {
+        let stop = self.stop.subscribe();
+        while let Some(update) = updates.recv().await {
+            let raw = match serde_json::to_value(&update.message) {
+                Ok(raw) => raw,
+                Err(e) => {
+                    error!(error = %e, "update not serializable");
+                    continue;
+                }
+            };
+            let mut attempt = 0u32;
+            loop {
+                if *stop.borrow() {
+                    // Left unfinished: the next start replays it.
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    return;
+                }
+                attempt += 1;
+                let ack = AckController::new(Arc::new(NoTransportAck));
+                let span = tracing::info_span!("turn", channel = %channel.name,
+                    update = update.update_id, conversation = %update.message.conversation_id);
+                let gateway = self.clone();
+                let turn_channel = channel.clone();
+                let outcome = receiver
+                    .receive(&raw, &ack, |inbound| async move {
+                        gateway.turn(&turn_channel, inbound).await
+                    })
+                    .instrument(span)
+                    .await;
+                let finished = match &outcome {
+                    Ok(ReceiveOutcome::Failed {
+                        dead_lettered: false,
+                        error,
+                        ..
+                    }) => {
+                        warn!(update = update.update_id, %error, attempt, "turn failed; retrying");
+                        false
+                    }
+                    Ok(_) => true,
+                    Err(e) => {
+                        warn!(update = update.update_id, error = %e, attempt, "receive failed; retrying");
+                        false
+                    }
+                };
+                if finished {
+                    if let Err(e) = watermark.lock().await.finish(update.update_id).await {
+                        // Not finished durably: the update replays after a restart, and its
+                        // reply key finds the delivered reply.
+                        warn!(error = %e, "watermark not advanced");
+                    }
+                    break;
+                }
+                let wait = Duration::from_millis(250 * u64::from(attempt.min(20)));
+                tokio::time::sleep(wait).await;
+            }
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// One agent turn for an inbound message. Returns an error (retried) when the reply could
+    /// not be produced; never sends a second reply for the same event.
+    async fn turn(&self, channel: &Channel, inbound: NormalizedInbound) -> Result<(), String> {
+        self.counters.turns_in_flight.fetch_add(1, Ordering::SeqCst);
+        let result = self.turn_inner(channel, inbound).await;
+        self.counters.turns_in_flight.fetch_sub(1, Ordering::SeqCst);
+        match &result {
+            Ok(()) => self
+                .counters
+                .turns_completed
+                .fetch_add(1, Ordering::Relaxed),
+            Err(_) => self.counters.turns_failed.fetch_add(1, Ordering::Relaxed),
+        };
+        result
+    }
+
+    async fn turn_inner(
+        &self,
+        channel: &Channel,
+        inbound: NormalizedInbound,
+    ) -> Result<(), String> {
+        let conversation = inbound.message.target.id.clone();
+        let session = session_key_for(&channel.agent_id, &channel.name, &conversation)?;
+        self.register(&session, &channel.agent_id, &conversation)
+            .await?;
+        let author = inbound
+            .message
+            .sender
+            .as_ref()
+            .map_or_else(|| "unknown".to_owned(), |s| s.id.clone());
+        // Best effort and deduplicated: a replayed turn logs the message once.
+        self.awareness
+            .record(
+                &session,
+                StateChange::human_direct_message(Actor::human(author), &channel.name)
+                    .with_dedupe_key(format!("inbound:{}:{}", channel.name, inbound.event_id)),
+            )
+            .await;
+
+        let Some(reply_key) = self.reply_key(channel, &inbound.event_id).await? else {
+            info!(event = %inbound.event_id, "the reply to this event exists already; nothing to do");
+            return Ok(());
+        };
+        let (argv, cwd) = self
+            .agents
+            .get(&channel.agent_id)
+            .cloned()
+            .ok_or_else(|| format!("no agent {:?} configured", channel.agent_id))?;
+        let handle = self
+            .acpx
+            .ensure_session(EnsureInput {
+                session_key: session.clone(),
+                agent_id: channel.agent_id.clone(),
+                owner_session_key: session.clone(),
+                spawned_by: None,
+                adapter: argv,
+                cwd,
+                now: now_ms(),
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+
+        let reply = reply_message(channel, &inbound, &reply_key, "");
+        let options = SendOptions {
+            durability: self.config.durability.policy.to_policy(),
+            idempotency_key: Some(reply_key.clone()),
+            time_to_live_ms: None,
+        };
+        let prompt = inbound
+            .message
+            .body
+            .as_ref()
+            .map(|b| b.text.clone())
+            .unwrap_or_default();
+        let durable = options.durability != clawgate_types::MessageDurabilityPolicy::Disabled;
+        let mut live = if durable {
+            Some(
+                self.messenger
+                    .begin_live(reply.clone(), options.clone(), LiveOptions::default())
+                    .await
+                    .map_err(|e| e.to_string())?,
+            )
+        } else {
+            None
+        };
+
+        // The agent streams chunks; the preview shows the text so far (edits coalesced by the
+        // live context to the platform's rate).
+        let (text_tx, mut text_rx) = mpsc::unbounded_channel::<String>();
+        let mut so_far = String::new();
+        let prompt_turn = self.acpx.prompt(&handle, &prompt, move |chunk| {
+            so_far.push_str(chunk);
+            let _ = text_tx.send(so_far.clone());
+        });
+        let preview = async {
+            let mut error = None;
+            while let Some(mut text) = text_rx.recv().await {
+                while let Ok(newer) = text_rx.try_recv() {
+                    text = newer;
+                }
+                if let Some(live) = live.as_mut()
+                    && error.is_none()
+                    && let Err(e) = live.update(&text).await
+                {
+                    error = Some(e.to_string());
+                }
+            }
+            error
+        };
+        let (outcome, preview_error) = tokio::join!(prompt_turn, preview);
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                if let Some(live) = live {
+                    let _ = live.abandon().await;
+                }
+                return Err(format!("agent turn failed: {e}"));
+            }
+        };
+        if let Some(e) = preview_error {
+            warn!(error = %e, "preview update failed; the final is still delivered");
+        }
+        let mut text = outcome.chunks.concat();
+        if text.trim().is_empty() {
+            text = format!(
+                "(the agent ended its turn without text: {:?})",
+                outcome.stop_reason
+            );
+        }
+        let final_message = reply_message(channel, &inbound, &reply_key, &text);
+        let report = match live {
+            Some(live) => live.finalize(final_message).await,
+            None => self.messenger.send(final_message, options).await,
+        }
+        .map_err(|e| e.to_string())?;
+        info!(outcome = ?report.outcome, "reply delivered");
+        self.awareness
+            .record(
+                &session,
+                StateChange::run_completed(Actor::agent(&session), "reply delivered")
+                    .with_dedupe_key(format!("reply:{reply_key}")),
+            )
+            .await;
+        Ok(())
+    }
+
+    /// Creates the session row on first contact.
+    async fn register(
+        &self,
+        session: &SessionKey,
+        agent_id: &str,
+        conversation: &str,
+    ) -> Result<(), String> {
+        let known = self
+            .awareness
+            .session(session)
+            .await
+            .map_err(|e| e.to_string())?;
+        if known.is_none() {
+            let mut new = NewSession::new(session.clone());
+            new.agent_id = Some(agent_id.to_owned());
+            new.label = Some(conversation.to_owned());
+            self.awareness
+                .create_session(new, Actor::system("gateway"))
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// The idempotency key for this event's reply, or `None` when a reply exists already
+    /// (delivered, or recorded and being delivered by recovery). A reply abandoned by a failed
+    /// or crashed stream (cancelled, never delivered) gets the next generation.
+    async fn reply_key(&self, channel: &Channel, event_id: &str) -> Result<Option<String>, String> {
+        for generation in 0..1_000u32 {
+            let key = format!("{}:reply:{}:{}", channel.name, event_id, generation);
+            match self
+                .store
+                .find_intent_by_key(&key)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                None => return Ok(Some(key)),
+                Some(intent) if intent.status == IntentStatus::Cancelled => continue,
+                Some(_) => return Ok(None),
+            }
+        }
+        Err(format!(
+            "event {event_id} had 1000 abandoned replies; giving up"
+        ))
+    }
+}
+
+/// `agent:<agent>:<channel>:<conversation>` (characters a key refuses become `_`).
+pub fn session_key_for(
+    agent_id: &str,
+    channel: &str,
+    conversation: &str,
+) -> Result<SessionKey, String> {
+    let clean: String = conversation
+        .chars()
+        .map(|c| {
+            if c.is_whitespace() || c.is_control() || c == ':' {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect();
+    SessionKey::for_agent(agent_id, &format!("{channel}:{clean}")).map_err(|e| e.to_string())
+}
+
+fn reply_message(
+    channel: &Channel,
+    inbound: &NormalizedInbound,
+    reply_key: &str,
+    text: &str,
+) -> ChannelMessage {
+    ChannelMessage {
+        // Stable per reply key: the intent and the platform's idempotency key follow it.
+        id: reply_key.to_owned(),
+        channel: channel.name.clone(),
+        account_id: Some(channel.account.clone()),
+        direction: MessageDirection::Outbound,
+        target: inbound.message.target.clone(),
+        sender: None,
+        body: Some(MessageBody {
+            text: text.to_owned(),
+            format: None,
+        }),
+        attachments: vec![],
+        relation: None,
+        origin: None,
+        timestamp: None,
+        raw: None,
+    }
+}
+
+/// Where a state directory's files live.
+pub fn platform_state_file(state: &Path, channel: &str) -> PathBuf {
+    state.join(format!("{channel}-platform.json"))
+}

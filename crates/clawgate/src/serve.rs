@@ -1,0 +1,93 @@
+//! `clawgate up`: start the gateway, serve the chat page and control API on loopback, run
+//! until Ctrl-C (or SIGTERM), then shut down cleanly: polling stops, running turns finish
+//! (bounded), agent sessions and their leases are closed, `gateway.json` is removed.
+
+use tracing::{error, info};
+
+use crate::config::Config;
+use crate::gateway::{Gateway, GatewayError, random_token};
+use crate::state::RuntimeInfo;
+
+/// Runs a gateway until a stop signal. Prints where it listens and where the state lives.
+pub async fn up(config: Config) -> Result<(), GatewayError> {
+    let listen = config.gateway.listen;
+    let gateway = Gateway::start(config).await?;
+    let listener =
+        tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| GatewayError::Listen {
+                addr: listen,
+                source: e,
+            })?;
+    let addr = listener.local_addr().map_err(|e| GatewayError::Listen {
+        addr: listen,
+        source: e,
+    })?;
+    let url = format!("http://{addr}");
+    let token = random_token().map_err(GatewayError::OwnPath)?;
+    let app = crate::chat::routes()
+        .merge(crate::control::routes(token.clone()))
+        .with_state(gateway.clone());
+    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+            let _ = http_stopped.await;
+        });
+        if let Err(e) = serve.await {
+            error!(error = %e, "HTTP server stopped with an error");
+        }
+    });
+    gateway.state.write_runtime(&RuntimeInfo {
+        pid: std::process::id(),
+        url: url.clone(),
+        control_token: token,
+        started_at: gateway.started_at,
+    })?;
+    gateway.run().await;
+    println!("clawgate is up");
+    println!("  chat:        {url}/");
+    println!(
+        "  control API: {url}/v1 (token in {}/gateway.json)",
+        gateway.state.path().display()
+    );
+    println!("  state:       {}", gateway.state.path().display());
+    for channel in &gateway.channels {
+        let kind = if channel.platform.is_some() {
+            "embedded"
+        } else {
+            "external"
+        };
+        println!(
+            "  channel {}: {kind} QA platform at {}",
+            channel.name, channel.base_url
+        );
+    }
+    println!("Press Ctrl-C to stop.");
+
+    wait_for_stop_signal().await;
+    println!("stopping: closing agent sessions…");
+    gateway.shutdown().await;
+    let _ = stop_http.send(());
+    let _ = server.await;
+    gateway.state.remove_runtime();
+    info!("stopped");
+    println!("stopped cleanly");
+    drop(gateway);
+    Ok(())
+}
+
+async fn wait_for_stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            error!(error = %e, "cannot watch SIGTERM; Ctrl-C still works");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

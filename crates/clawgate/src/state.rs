@@ -1,0 +1,206 @@
+//! The state directory: the SQLite database, the embedded platform's state, the lock that
+//! keeps one gateway per directory, and `gateway.json` — how the CLI finds a running gateway.
+
+use std::fs::File;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+const LOCK_FILE: &str = "gateway.lock";
+const RUNTIME_FILE: &str = "gateway.json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("cannot create the state directory {path}: {source}")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "another gateway is running on the state directory {path} (pid {pid}); stop it first, \
+         or give this one another directory (--state-dir)"
+    )]
+    Busy { path: PathBuf, pid: String },
+    #[error("cannot lock {path}: {source}")]
+    Lock {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// An existing state directory (absolute path).
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    path: PathBuf,
+}
+
+/// Held while a gateway runs on the directory; released when dropped (or when the process
+/// dies: the OS drops the lock with it, so a SIGKILLed gateway never blocks a restart).
+#[derive(Debug)]
+pub struct StateLock {
+    _file: File,
+}
+
+/// What a running gateway publishes for the CLI (mode 0600: it carries the control token).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeInfo {
+    pub pid: u32,
+    /// `http://127.0.0.1:PORT`: the chat page at `/`, the control API under `/v1`.
+    pub url: String,
+    pub control_token: String,
+    pub started_at: i64,
+}
+
+impl StateDir {
+    /// Creates the directory if needed.
+    pub fn create(path: &Path) -> Result<StateDir, StateError> {
+        std::fs::create_dir_all(path).map_err(|source| StateError::Create {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let path = std::fs::canonicalize(path).map_err(|source| StateError::Create {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(StateDir { path })
+    }
+
+    /// An existing directory, as given (for the CLI, which must not create one).
+    pub fn existing(path: &Path) -> Option<StateDir> {
+        std::fs::canonicalize(path)
+            .ok()
+            .filter(|p| p.is_dir())
+            .map(|path| StateDir { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Takes the directory's gateway lock, or says which process holds it.
+    pub fn lock_exclusive(&self) -> Result<StateLock, StateError> {
+        let path = self.path.join(LOCK_FILE);
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|source| StateError::Lock {
+                path: path.clone(),
+                source,
+            })?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let pid = std::fs::read_to_string(&path).unwrap_or_default();
+                return Err(StateError::Busy {
+                    path: self.path.clone(),
+                    pid: pid.trim().to_owned(),
+                });
+            }
+            Err(std::fs::TryLockError::Error(source)) => {
+                return Err(StateError::Lock { path, source });
+            }
+        }
+        let written = file
+            .set_len(0)
+            .and_then(|()| write!(file, "{}", std::process::id()));
+        written.map_err(|source| StateError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(StateLock { _file: file })
+    }
+
+    /// Whether a gateway holds the lock right now (the CLI's "running or stopped").
+    pub fn is_locked(&self) -> bool {
+        let Ok(file) = File::open(self.path.join(LOCK_FILE)) else {
+            return false;
+        };
+        matches!(
+            file.try_lock_shared(),
+            Err(std::fs::TryLockError::WouldBlock)
+        )
+    }
+
+    pub fn write_runtime(&self, info: &RuntimeInfo) -> Result<(), StateError> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let path = self.path.join(RUNTIME_FILE);
+        let tmp = self.path.join(format!("{RUNTIME_FILE}.tmp"));
+        let write = || -> std::io::Result<()> {
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(true)
+                .write(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            file.write_all(&serde_json::to_vec_pretty(info).map_err(std::io::Error::other)?)?;
+            std::fs::rename(&tmp, &path)
+        };
+        write().map_err(|source| StateError::Write { path, source })
+    }
+
+    pub fn read_runtime(&self) -> Option<RuntimeInfo> {
+        let bytes = std::fs::read(self.path.join(RUNTIME_FILE)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    pub fn remove_runtime(&self) {
+        let _ = std::fs::remove_file(self.path.join(RUNTIME_FILE));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_gateway_per_state_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = StateDir::create(dir.path()).expect("create");
+        assert!(!state.is_locked());
+        let lock = state.lock_exclusive().expect("first");
+        assert!(state.is_locked());
+        let second = state.lock_exclusive().expect_err("second is refused");
+        assert!(
+            second.to_string().contains(&std::process::id().to_string()),
+            "names the holder: {second}"
+        );
+        drop(lock);
+        assert!(!state.is_locked());
+        state.lock_exclusive().expect("free again");
+    }
+
+    #[test]
+    fn runtime_info_is_private_to_the_owner() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = StateDir::create(dir.path()).expect("create");
+        let info = RuntimeInfo {
+            pid: 1,
+            url: "http://127.0.0.1:1".into(),
+            control_token: "secret".into(),
+            started_at: 0,
+        };
+        state.write_runtime(&info).expect("write");
+        let mode = std::fs::metadata(dir.path().join(RUNTIME_FILE))
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "no access for group or others");
+        assert_eq!(state.read_runtime(), Some(info));
+        state.remove_runtime();
+        assert_eq!(state.read_runtime(), None);
+    }
+}
