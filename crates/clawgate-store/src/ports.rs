@@ -37,7 +37,9 @@ pub trait IntentStore: Send + Sync {
 
     /// Stores `intent` (its new status, attempt, batch, failure, schedule…) if the stored status
     /// is still `expected` and the move `expected -> intent.status` is legal. With a claim, the
-    /// caller must hold it. A terminal or `failed` status releases the claim.
+    /// caller must hold it. The claim is kept while the holder still works on the intent
+    /// (`sending`, `committing`, or `pending` with no `next_attempt_at`); any other status —
+    /// terminal, `failed`, parked, or rescheduled for later — releases it.
     async fn save_intent(
         &self,
         intent: &DurableSendIntent,

@@ -35,6 +35,7 @@ macro_rules! store_conformance_tests {
             intent_insert_and_load, intent_duplicate_key_returns_existing,
             intent_save_checks_status_and_transitions, intent_commit_receipt_is_atomic,
             intent_partial_receipts_merge, intent_claims_are_exclusive,
+            intent_claim_is_kept_while_the_holder_works,
             intent_claim_due_respects_schedule_and_order, intent_listing_pages_every_row_once,
             concurrent_writes_all_commit, failing_write_does_not_fail_neighbours,
             inbound_dedupe_attempts_and_pruning, watermark_never_moves_back,
@@ -49,6 +50,7 @@ macro_rules! store_conformance_tests {
             intent_insert_and_load, intent_duplicate_key_returns_existing,
             intent_save_checks_status_and_transitions, intent_commit_receipt_is_atomic,
             intent_partial_receipts_merge, intent_claims_are_exclusive,
+            intent_claim_is_kept_while_the_holder_works,
             intent_claim_due_respects_schedule_and_order, intent_listing_pages_every_row_once,
             concurrent_writes_all_commit, failing_write_does_not_fail_neighbours,
             inbound_dedupe_attempts_and_pruning, watermark_never_moves_back,
@@ -353,6 +355,42 @@ pub async fn intent_partial_receipts_merge<S: Store>(
         0,
         "both units have receipts"
     );
+}
+
+/// A holder saving `pending` with nothing scheduled (a live stream between previews) keeps its
+/// claim, so a recovery pass never takes an intent that is still being worked on; a retry
+/// scheduled for later lets it go.
+pub async fn intent_claim_is_kept_while_the_holder_works<S: Store + 'static>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let mut intent = sample_intent(0, 1_000);
+    let holder = claim("holder", 1_000);
+    store.insert_intent(&intent, Some(&holder)).await.unwrap();
+    intent.updated_at = 1_100;
+    store
+        .save_intent(&intent, IntentStatus::Pending, Some(&holder.token))
+        .await
+        .unwrap();
+    assert!(
+        store
+            .claim_due_intents(&claim("recovery", 1_200), 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the holder still works on it"
+    );
+    intent.next_attempt_at = Some(1_300);
+    store
+        .save_intent(&intent, IntentStatus::Pending, Some(&holder.token))
+        .await
+        .unwrap();
+    let due = store
+        .claim_due_intents(&claim("recovery", 1_400), 10)
+        .await
+        .unwrap();
+    assert_eq!(due.len(), 1, "rescheduled: any worker may take it when due");
 }
 
 pub async fn intent_claims_are_exclusive<S: Store + 'static>(

@@ -72,8 +72,15 @@ fn load_required(conn: &Connection, id: &str) -> DbResult<DurableSendIntent> {
 }
 
 /// Statuses whose holder keeps the lock: platform I/O or a commit is in flight.
-fn keeps_claim(status: IntentStatus) -> bool {
-    matches!(status, IntentStatus::Sending | IntentStatus::Committing)
+/// The holder keeps its claim while it is still working on the intent: sending, committing,
+/// or pending with nothing scheduled (a live stream between previews, a batch re-rendered
+/// before its resend). A pending intent rescheduled for later is let go for any worker.
+fn keeps_claim(intent: &DurableSendIntent) -> bool {
+    match intent.status {
+        IntentStatus::Sending | IntentStatus::Committing => true,
+        IntentStatus::Pending => intent.next_attempt_at.is_none(),
+        _ => false,
+    }
 }
 
 /// Writes every column of an existing intent (claim columns handled by the caller's SQL).
@@ -142,7 +149,7 @@ fn save(
         })?;
     // One guarded UPDATE does the compare-and-set (status, claim) and the write; only when it
     // changes nothing is the row read again, to say why.
-    let sql = if keeps_claim(intent.status) {
+    let sql = if keeps_claim(intent) {
         "UPDATE send_intents SET status = ?2, attempt = ?3, next_attempt_at = ?4, expires_at = ?5,
              updated_at = ?6, format_version = ?7, payload = ?8
          WHERE id = ?1 AND status = ?9
@@ -202,7 +209,7 @@ fn save(
             .into());
         }
     }
-    update_encoded(conn, intent, payload, !keeps_claim(intent.status))
+    update_encoded(conn, intent, payload, !keeps_claim(intent))
 }
 
 fn claim_one(conn: &Connection, id: &str, claim: &Claim) -> DbResult<bool> {
