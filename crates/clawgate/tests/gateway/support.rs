@@ -122,6 +122,15 @@ impl GatewayProcess {
         wait_with_timeout(&mut self.child, Duration::from_secs(20))
     }
 
+    /// Whether the gateway printed a line containing `needle` on stdout.
+    pub(crate) fn printed(&self, needle: &str) -> bool {
+        self.stdout
+            .lock()
+            .expect("lines")
+            .iter()
+            .any(|line| line.contains(needle))
+    }
+
     pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.state.with_extension("log")).unwrap_or_default()
     }
