@@ -100,6 +100,10 @@ async fn sigkill_mid_reply_then_restart_delivers_the_final_exactly_once() {
             .contains("agent processes of an earlier run resolved"),
         "the restart reaped from the lease"
     );
+    assert!(
+        restarted.printed("reaped 1 agent lease(s) left by an earlier run"),
+        "and told the operator"
+    );
 
     assert!(restarted.interrupt().success());
     assert!(
