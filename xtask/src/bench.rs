@@ -16,6 +16,7 @@ use crate::cmd::project_root;
 
 mod acpx;
 mod awareness;
+mod gateway;
 mod receive;
 mod send;
 
@@ -27,6 +28,7 @@ pub(crate) enum Suite {
     Receive,
     Awareness,
     Acpx,
+    Gateway,
 }
 
 impl Suite {
@@ -37,6 +39,7 @@ impl Suite {
             "receive" => Some(Suite::Receive),
             "awareness" => Some(Suite::Awareness),
             "acpx" => Some(Suite::Acpx),
+            "gateway" => Some(Suite::Gateway),
             _ => None,
         }
     }
@@ -50,6 +53,7 @@ impl Suite {
             Suite::Receive => "receive",
             Suite::Awareness => "awareness",
             Suite::Acpx => "acpx",
+            Suite::Gateway => "gateway",
         }
     }
 }
@@ -78,6 +82,7 @@ pub(crate) fn run(suite: Suite) -> anyhow::Result<()> {
         Suite::Receive => receive::run(scratch.path()),
         Suite::Awareness => awareness::run(scratch.path()),
         Suite::Acpx => acpx::run(scratch.path()),
+        Suite::Gateway => gateway::run(scratch.path()),
     }
 }
 

@@ -33,6 +33,7 @@ commands:
   bench receive       inbound events/s (normalize, dedupe, record, ack) beside raw SQLite
   bench awareness     signal log, changesSince, notice fan-out, pruning beside raw SQLite
   bench acpx          lease verifications/s on live processes, time to reap 100 orphan trees
+  bench gateway       the clawgate binary: idle RSS, inbound → committed final p50/p99 vs the agent alone
   tidy                check the crate layering and the publish metadata of every crate
   conformance         run every conformance suite (store backends, adapters)
   ci                  run what CI runs: fmt, clippy, tests, codegen --check, tidy,
@@ -80,7 +81,7 @@ impl std::fmt::Display for ArgError {
             ArgError::UnknownSuite(name) => {
                 write!(
                     f,
-                    "unknown benchmark suite `{name}` (known: store, send, receive, awareness, acpx)"
+                    "unknown benchmark suite `{name}` (known: store, send, receive, awareness, acpx, gateway)"
                 )
             }
         }
@@ -266,6 +267,7 @@ mod tests {
                 Ok(Command::Bench(bench::Suite::Awareness)),
             ),
             ("bench acpx", Ok(Command::Bench(bench::Suite::Acpx))),
+            ("bench gateway", Ok(Command::Bench(bench::Suite::Gateway))),
             ("bench warp", Err(ArgError::UnknownSuite("warp".into()))),
             ("conformance", Ok(Command::Conformance)),
             ("ci", Ok(Command::Ci)),

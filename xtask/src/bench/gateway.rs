@@ -1,0 +1,268 @@
+//! `cargo xtask bench gateway`: the real `clawgate` release binary on its embedded defaults
+//! (FULL durability), with the bundled agent.
+//!
+//! * idle RSS of the gateway (and of one agent tree) after start-up;
+//! * end-to-end latency of 1,000 messages, one at a time: inbound event injected on the QA
+//!   platform → reply intent `sent` in the state database (the receipt committed);
+//! * baseline, same run: the same 1,000 prompt turns sent straight to the bundled agent over
+//!   ACP — the agent's own share, so the ratio is the gateway's cost around it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clawgate_channel_qa::{InboundRequest, QaPlatform, QaPlatformConfig};
+
+use crate::cmd::{cargo, project_root, run as run_command};
+
+const MESSAGES: usize = 1_000;
+/// The bundled agent streams each word after this delay (the gateway default is 40 ms; 0
+/// measures the gateway, not a pretend model's typing speed).
+const CHUNK_MS: &str = "0";
+
+pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
+    run_command(&mut cargo([
+        "build",
+        "--release",
+        "--quiet",
+        "--package",
+        "clawgate",
+    ]))?;
+    let binary = project_root()
+        .join("target")
+        .join("release")
+        .join("clawgate");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(bench(root, &binary))
+}
+
+struct Gateway(Child);
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        // SIGINT: a clean shutdown closes the agent session and its lease.
+        let _ = Command::new("kill")
+            .args(["-INT", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+async fn bench(root: &Path, binary: &Path) -> anyhow::Result<()> {
+    println!(
+        "bench gateway: release binary, embedded SQLite (FULL), bundled agent (--chunk-ms {CHUNK_MS})"
+    );
+    let baseline = agent_baseline(binary).await?;
+
+    let platform = QaPlatform::start(QaPlatformConfig {
+        token: "bench-token".into(),
+        ..QaPlatformConfig::default()
+    })
+    .await?;
+    let state = root.join("gateway-state");
+    let config = root.join("clawgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[gateway]\nlisten = \"127.0.0.1:0\"\n\n[[agents]]\nid = \"main\"\n\
+             command = [{binary:?}, \"demo-agent\", \"--chunk-ms\", \"{CHUNK_MS}\"]\n\n\
+             [[channels]]\nkind = \"qa\"\nbase_url = \"{}\"\ntoken_env = \"BENCH_QA_TOKEN\"\n",
+            platform.base_url()
+        ),
+    )?;
+    let child = Command::new(binary)
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("--config")
+        .arg(&config)
+        .arg("up")
+        .env("BENCH_QA_TOKEN", "bench-token")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("start clawgate")?;
+    let gateway = Gateway(child);
+    let pid = gateway.0.id();
+    wait_for(Duration::from_secs(30), "gateway.json", || {
+        state.join("gateway.json").exists()
+    })?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = rss_kib(pid)?;
+
+    let db = rusqlite::Connection::open_with_flags(
+        state.join("state.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )?;
+    let mut latencies = Vec::with_capacity(MESSAGES);
+    let started = Instant::now();
+    for n in 0..MESSAGES {
+        let t0 = Instant::now();
+        let message = platform
+            .inject_inbound(
+                "dm-bench",
+                InboundRequest {
+                    text: format!("message number {n}"),
+                    author_id: "bench-user".into(),
+                    author_is_bot: false,
+                    thread_id: None,
+                    reply_to_id: None,
+                    metadata: None,
+                },
+            )
+            .map_err(anyhow::Error::msg)?;
+        let key = format!("qa:reply:{}:0", message.id);
+        loop {
+            let status: Option<String> = db
+                .query_row(
+                    "SELECT status FROM send_intents WHERE idempotency_key = ?1",
+                    [&key],
+                    |row| row.get(0),
+                )
+                .ok();
+            if status.as_deref() == Some("sent") {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(30) {
+                bail!("message {n}: no committed reply after 30 s (status {status:?})");
+            }
+            tokio::time::sleep(Duration::from_micros(500)).await;
+        }
+        latencies.push(t0.elapsed());
+    }
+    let total = started.elapsed();
+    let after = rss_kib(pid)?;
+    let agent = agent_rss_kib(pid);
+    let replies = platform
+        .messages("dm-bench")
+        .into_iter()
+        .filter(|m| m.author_is_bot)
+        .count();
+    if replies != MESSAGES {
+        bail!("{replies} replies on the platform for {MESSAGES} messages");
+    }
+    drop(gateway);
+
+    let (p50, p99) = percentiles(&mut latencies);
+    let (base50, base99) = {
+        let mut b = baseline;
+        percentiles(&mut b)
+    };
+    println!("| figure | result |");
+    println!("| --- | --- |");
+    println!(
+        "| gateway RSS, idle after start-up | {:.1} MiB |",
+        idle as f64 / 1024.0
+    );
+    println!(
+        "| gateway RSS after {MESSAGES} messages | {:.1} MiB |",
+        after as f64 / 1024.0
+    );
+    if let Some(agent) = agent {
+        println!(
+            "| one agent tree (wrapper + bundled agent) | {:.1} MiB |",
+            agent as f64 / 1024.0
+        );
+    }
+    println!(
+        "| inbound → committed final, p50 / p99 ({MESSAGES} messages, one at a time) | {} / {} |",
+        ms(p50),
+        ms(p99)
+    );
+    println!(
+        "| baseline: the same prompt turns straight to the agent, p50 / p99 | {} / {} |",
+        ms(base50),
+        ms(base99)
+    );
+    println!(
+        "| gateway cost around the agent (p50 latency ÷ baseline p50) | {:.1}× |",
+        p50.as_secs_f64() / base50.as_secs_f64().max(1e-9)
+    );
+    println!(
+        "| throughput, one conversation | {:.0} messages/s |",
+        MESSAGES as f64 / total.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The bundled agent alone: spawn it, `session/new`, then the same prompts one at a time.
+async fn agent_baseline(binary: &Path) -> anyhow::Result<Vec<Duration>> {
+    let mut child = tokio::process::Command::new(binary)
+        .args(["demo-agent", "--chunk-ms", CHUNK_MS])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("start the bundled agent")?;
+    let stdin = child.stdin.take().context("agent stdin")?;
+    let stdout = child.stdout.take().context("agent stdout")?;
+    let client = clawgate_acpx::AcpClient::connect(stdin, stdout).await?;
+    let session = client.new_session(Path::new("/")).await?;
+    let mut latencies = Vec::with_capacity(MESSAGES);
+    for n in 0..MESSAGES {
+        let t0 = Instant::now();
+        client
+            .prompt(&session, &format!("message number {n}"), |_| {})
+            .await?;
+        latencies.push(t0.elapsed());
+    }
+    client.shutdown();
+    Ok(latencies)
+}
+
+fn percentiles(samples: &mut [Duration]) -> (Duration, Duration) {
+    samples.sort_unstable();
+    let at = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
+    (at(0.50), at(0.99))
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1_000.0)
+}
+
+fn wait_for(timeout: Duration, what: &str, mut ready: impl FnMut() -> bool) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    while !ready() {
+        if Instant::now() > deadline {
+            bail!("timed out waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("VmRSS missing")
+}
+
+/// RSS of the gateway's children (the wrapper and the agent under it).
+fn agent_rss_kib(gateway: u32) -> Option<u64> {
+    let mut total = 0;
+    let mut found = false;
+    for pid in children(gateway) {
+        for member in std::iter::once(pid).chain(children(pid)) {
+            if let Ok(kib) = rss_kib(member) {
+                total += kib;
+                found = true;
+            }
+        }
+    }
+    found.then_some(total)
+}
+
+fn children(parent: u32) -> Vec<u32> {
+    let path = PathBuf::from(format!("/proc/{parent}/task/{parent}/children"));
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
