@@ -1,8 +1,9 @@
 //! `cargo xtask ci`: everything CI runs, in order, stopping at the first failure.
 //!
 //! The order puts cheap, common failures first (formatting, lints) and the slow publish check
-//! last. Optional tools are probed, never installed: without cargo-nextest the tests run under
-//! `cargo test`; without cargo-deny that step is skipped with a visible line.
+//! last. First, the test tools a fresh machine lacks are installed (cargo-deny, Debian's
+//! Chromium and chromedriver: see `setup`); without cargo-nextest the tests run under
+//! `cargo test`.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -254,6 +255,7 @@ fn seconds(duration: Duration) -> String {
 pub(crate) fn run() -> anyhow::Result<()> {
     let started = Instant::now();
     let color = term_color();
+    crate::setup::ensure_test_tools()?;
     let env = Environment::probe()?;
     let steps = plan(&env);
     println!(

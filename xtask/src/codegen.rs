@@ -1,7 +1,9 @@
 //! `cargo xtask codegen`: the JSON Schemas of the wire types in `docs/schema/`.
 //!
-//! Owns [`SECTIONS`], the one list of wire types that get a checked-in schema, and the rendering
-//! of `docs/schema/<TypeName>.json` plus the reference page `docs/schema/README.md`. Output is
+//! Owns [`SECTIONS`], the one list of wire types that get a checked-in schema — the vocabulary of
+//! `clawgate-types` and the control API of `clawgate` (`clawgate::views`) — and the rendering
+//! of `docs/schema/<TypeName>.json` plus the reference page `docs/schema/README.md`, which also
+//! lists the control API's routes (`clawgate::control::ROUTES`). Output is
 //! byte-stable: object keys are sorted whatever serde_json features the build unified, so
 //! `--check` compares text.
 //!
@@ -58,8 +60,15 @@ macro_rules! wire_types {
     };
 }
 
-/// Every public wire type of `clawgate-types`. A new type that derives `JsonSchema` goes here
-/// (the `table_covers_every_json_schema_type` test fails until it does).
+macro_rules! control_types {
+    ($($name:ident),* $(,)?) => {
+        &[$(WireType { name: stringify!($name), schema: schema_of::<clawgate::views::$name> }),*]
+    };
+}
+
+/// Every public wire type of `clawgate-types` and of the control API (`clawgate::views`). A new
+/// type that derives `JsonSchema` goes here (the `table_covers_every_json_schema_type` test
+/// fails until it does).
 const SECTIONS: &[Section] = &[
     Section {
         title: "Messages",
@@ -166,7 +175,59 @@ const SECTIONS: &[Section] = &[
             AcpSessionOwner,
         ],
     },
+    Section {
+        title: "Control API: status and errors",
+        types: control_types![StatusView, GatewayInfo, ErrorBody],
+    },
+    Section {
+        title: "Control API: outbox",
+        types: control_types![OutboxListParams, OutboxList, IntentSummary, OutboxAction],
+    },
+    Section {
+        title: "Control API: inbox",
+        types: control_types![InboxListParams, InboxList, InboundSummary, InboxStatus],
+    },
+    Section {
+        title: "Control API: leases",
+        types: control_types![
+            LeasesListParams,
+            LeaseList,
+            LeaseSummary,
+            ReapSummary,
+            ReapOutcome,
+            ReapResult,
+        ],
+    },
+    Section {
+        title: "Control API: session tools",
+        types: control_types![
+            SessionsListParams,
+            SessionsListResult,
+            SessionListEntry,
+            SessionStatusParams,
+            SessionStatusResult,
+            StateChanges,
+            SessionsHistoryParams,
+            SessionsHistoryResult,
+            SessionsSendBody,
+            SessionsSendResult,
+        ],
+    },
+    Section {
+        title: "Control API: QA channel",
+        types: control_types![
+            QaSendBody,
+            QaMessagesParams,
+            QaConversation,
+            QaMessage,
+            QaMessageState,
+        ],
+    },
 ];
+
+/// The source files whose `JsonSchema` types must all be in [`SECTIONS`].
+#[cfg(test)]
+const SCHEMA_SOURCES: &[&str] = &["crates/clawgate-types/src", "crates/clawgate/src/views.rs"];
 
 fn all_types() -> impl Iterator<Item = &'static WireType> {
     SECTIONS.iter().flat_map(|section| section.types)
@@ -336,16 +397,20 @@ fn reference_page(schemas: &[(&str, Value)]) -> String {
     let _ = writeln!(page, "<!-- {NOTICE} -->\n");
     page.push_str("# Wire schemas\n\n");
     page.push_str(
-        "JSON Schemas (draft 2020-12) of every type in `clawgate-types` that crosses a process \
-         boundary: stored payloads, the control API, CLI `--json` output. Field names are the \
-         camelCase wire names; enum values are snake_case. Each `<TypeName>.json` beside this \
-         page is self-contained (referenced types are inlined under `$defs`).\n\n",
+        "JSON Schemas (draft 2020-12) of every type that crosses a process boundary: the \
+         vocabulary of `clawgate-types` (stored payloads, messages, sessions) and the local \
+         control API of the `clawgate` gateway, whose answers are also what the operator CLI \
+         prints with `--json`. Field names are the camelCase wire names; enum values are \
+         snake_case. Each `<TypeName>.json` beside this page is self-contained (referenced types \
+         are inlined under `$defs`).\n\n",
     );
     page.push_str("## Contents\n\n");
     for section in SECTIONS {
         let links: Vec<String> = section.types.iter().map(|t| type_link(t.name)).collect();
         let _ = writeln!(page, "- **{}**: {}", section.title, links.join(", "));
     }
+    page.push_str("- [Control API routes](#control-api-routes)\n");
+    page.push_str(&routes_section());
     for section in SECTIONS {
         let _ = write!(page, "\n## {}\n", section.title);
         for wire_type in section.types {
@@ -354,6 +419,32 @@ fn reference_page(schemas: &[(&str, Value)]) -> String {
         }
     }
     page
+}
+
+/// The control API's routes with their input and answer types.
+fn routes_section() -> String {
+    let mut out = String::from("\n## Control API routes\n\n");
+    out.push_str(
+        "A running gateway serves these on loopback, at the `url` its state directory's \
+         `gateway.json` names; every request carries `Authorization: Bearer <controlToken>` from \
+         the same file (mode 0600). GET inputs are query parameters, POST inputs JSON bodies. \
+         Errors are an [`ErrorBody`](#errorbody); the status code says the kind. The operator \
+         CLI calls these when a gateway runs, and the same views on the state directory when \
+         none does.\n\n",
+    );
+    out.push_str("| Method | Path | Input | Answer | Description |\n|---|---|---|---|---|\n");
+    for route in clawgate::control::ROUTES {
+        let _ = writeln!(
+            out,
+            "| {} | `{}` | {} | {} | {} |",
+            route.method,
+            route.path,
+            route.input.map_or_else(|| "—".to_owned(), type_link),
+            type_link(route.output),
+            cell(route.about),
+        );
+    }
+    out
 }
 
 fn type_link(name: &str) -> String {
@@ -652,6 +743,22 @@ mod tests {
         }
     }
 
+    /// The routes table links its input and answer types, so each must have an entry.
+    #[test]
+    fn route_types_are_listed() {
+        let listed: BTreeSet<&str> = all_types().map(|wire_type| wire_type.name).collect();
+        for route in clawgate::control::ROUTES {
+            for name in route.input.into_iter().chain([route.output]) {
+                assert!(
+                    listed.contains(name),
+                    "{} {} names {name}, which is not in codegen::SECTIONS",
+                    route.method,
+                    route.path
+                );
+            }
+        }
+    }
+
     #[test]
     fn table_has_no_duplicates() {
         let mut seen = BTreeSet::new();
@@ -683,15 +790,23 @@ mod tests {
         }
     }
 
-    /// Scans the types crate's sources for `JsonSchema` derives and impls, so a new wire type
+    /// Scans the wire types' sources for `JsonSchema` derives and impls, so a new wire type
     /// cannot be forgotten here.
     #[test]
     fn table_covers_every_json_schema_type() {
-        let src = project_root().join("crates/clawgate-types/src");
         let mut found = BTreeSet::new();
-        for entry in std::fs::read_dir(&src).expect("clawgate-types/src is readable") {
-            let path = entry.expect("directory entry").path();
-            if path.extension().is_some_and(|ext| ext == "rs") {
+        for source in SCHEMA_SOURCES {
+            let source = project_root().join(source);
+            let files: Vec<_> = if source.is_dir() {
+                std::fs::read_dir(&source)
+                    .expect("source directory is readable")
+                    .map(|entry| entry.expect("directory entry").path())
+                    .filter(|path| path.extension().is_some_and(|ext| ext == "rs"))
+                    .collect()
+            } else {
+                vec![source]
+            };
+            for path in files {
                 let text = std::fs::read_to_string(&path).expect("source is readable");
                 found.extend(json_schema_types(&text));
             }
@@ -716,7 +831,7 @@ mod tests {
         for (index, line) in lines.iter().enumerate() {
             if let Some(rest) = line.strip_prefix("impl schemars::JsonSchema for ") {
                 names.push(rest.trim_end_matches(" {").to_owned());
-            } else if line.contains("derive(schemars::JsonSchema)") {
+            } else if line.contains("derive(") && line.contains("schemars::JsonSchema") {
                 let declaration = lines[index..].iter().find_map(|line| {
                     line.strip_prefix("pub struct ")
                         .or_else(|| line.strip_prefix("pub enum "))
@@ -762,10 +877,12 @@ opaque_id!(
     \"some id\"
 );
 pub struct NotASchema;
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct InAList {
 ";
         assert_eq!(
             json_schema_types(source),
-            ["Plain", "Choice", "ByHand", "SomeId"]
+            ["Plain", "Choice", "ByHand", "SomeId", "InAList"]
         );
     }
 

@@ -11,6 +11,7 @@ mod cmd;
 mod codegen;
 mod conformance;
 mod migrate;
+mod setup;
 mod tidy;
 
 use std::process::ExitCode;

@@ -5,12 +5,17 @@
 //! * [`state`]: the state directory, its one-gateway lock and `gateway.json`;
 //! * [`gateway`]: start-up order, the receive lanes and the agent turn;
 //! * [`chat`]: the web chat page (a person on the QA platform);
+//! * [`views`]: the operator views (status, outbox, inbox, leases, sessions, QA), shared by
+//!   the CLI and the control API;
 //! * [`control`]: the local control API (token-protected, loopback only);
+//! * [`cli`]: the operator commands, through a running gateway or on its state directory;
 //! * [`serve`]: runs it all until Ctrl-C, then shuts down cleanly.
 
 pub mod chat;
+pub mod cli;
 pub mod config;
 pub mod control;
 pub mod gateway;
 pub mod serve;
 pub mod state;
+pub mod views;

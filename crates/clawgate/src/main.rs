@@ -15,7 +15,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(
     name = "clawgate",
     version,
-    about = "A durable chat gateway for AI agents"
+    about = "A durable chat gateway for AI agents",
+    long_about = "A durable chat gateway for AI agents.\n\nOperator commands work against a \
+                  running gateway (through its control API) and against a stopped one (on its \
+                  state directory), and say which on stderr."
 )]
 struct Cli {
     /// Configuration file (TOML). Without one, the embedded defaults run.
@@ -24,6 +27,9 @@ struct Cli {
     /// State directory (overrides `state_dir` of the configuration).
     #[arg(long, global = true, env = "CLAWGATE_STATE_DIR")]
     state_dir: Option<PathBuf>,
+    /// Print the wire JSON (the control API's shapes, `docs/schema/`) instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -36,6 +42,8 @@ enum Command {
         #[arg(long)]
         listen: Option<std::net::SocketAddr>,
     },
+    #[command(flatten)]
+    Operator(clawgate::cli::Command),
 }
 
 fn main() -> ExitCode {
@@ -84,6 +92,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             clawgate::serve::up(config).await?;
         }
+        Command::Operator(command) => clawgate::cli::run(&config, command, cli.json).await?,
     }
     Ok(())
 }

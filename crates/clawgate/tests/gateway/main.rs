@@ -1,7 +1,9 @@
 //! End-to-end tests of the real `clawgate` binary: a conversation through the QA platform,
-//! SIGKILL mid-reply and restart, two gateways side by side, and the chat page in a browser.
+//! SIGKILL mid-reply and restart, two gateways side by side, the chat page in a browser, and
+//! the operator CLI in both modes.
 
 mod browser;
+mod cli;
 mod conversation;
 mod crash;
 mod isolation;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use clawgate_channel_qa::{PlatformMessage, QaPlatform, QaPlatformConfig};
+use clawgate_channel_qa::{QaPlatform, QaPlatformConfig};
 
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_clawgate");
 
@@ -135,7 +135,7 @@ impl GatewayProcess {
         std::fs::read_to_string(self.state.with_extension("log")).unwrap_or_default()
     }
 
-    pub(crate) async fn say(&self, conversation: &str, text: &str) -> PlatformMessage {
+    pub(crate) async fn say(&self, conversation: &str, text: &str) -> serde_json::Value {
         let response = reqwest::Client::new()
             .post(format!("{}/chat/api/send", self.url))
             .json(&serde_json::json!({ "conversation": conversation, "text": text }))
