@@ -30,7 +30,8 @@ use clawgate_messages::{
 };
 use clawgate_store::{IntentStore, SqliteOptions, SqliteStore, Synchronous, WatermarkKey};
 use clawgate_types::{
-    ChannelMessage, IntentStatus, MessageBody, MessageDirection, SessionKey, UnixMillis,
+    ChannelMessage, IntentStatus, MessageBody, MessageDirection, MessageDurabilityPolicy,
+    SessionKey, UnixMillis,
 };
 use tokio::sync::{Mutex, mpsc, watch};
 use tracing::{Instrument, error, info, warn};
@@ -584,16 +585,22 @@ impl Gateway {
             .as_ref()
             .map(|b| b.text.clone())
             .unwrap_or_default();
-        let durable = options.durability != clawgate_types::MessageDurabilityPolicy::Disabled;
-        let mut live = if durable {
-            Some(
-                self.messenger
-                    .begin_live(reply.clone(), options.clone(), LiveOptions::default())
-                    .await
-                    .map_err(|e| e.to_string())?,
-            )
-        } else {
-            None
+        // Previews need a durable intent (a preview must never be orphaned): without one the
+        // reply is sent once, at the end.
+        let mut live = match options.durability {
+            MessageDurabilityPolicy::Disabled => None,
+            policy => match self
+                .messenger
+                .begin_live(reply.clone(), options.clone(), LiveOptions::default())
+                .await
+            {
+                Ok(live) => Some(live),
+                Err(e) if policy == MessageDurabilityPolicy::BestEffort => {
+                    warn!(error = %e, "no durable intent for the reply (best_effort): no preview, sending at the end");
+                    None
+                }
+                Err(e) => return Err(e.to_string()),
+            },
         };
 
         // The agent streams chunks; the preview shows the text so far (edits coalesced by the
