@@ -118,6 +118,28 @@ impl std::fmt::Debug for Gateway {
     }
 }
 
+/// Updates of one channel accepted and not finished yet; finishing one wakes the poll loop.
+#[derive(Debug, Default)]
+struct InFlight {
+    count: AtomicUsize,
+    finished: tokio::sync::Notify,
+}
+
+impl InFlight {
+    fn busy(&self) -> bool {
+        self.count.load(Ordering::SeqCst) > 0
+    }
+
+    fn start(&self) {
+        self.count.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn finish(&self) {
+        self.count.fetch_sub(1, Ordering::SeqCst);
+        self.finished.notify_one();
+    }
+}
+
 struct NoTransportAck;
 
 /// Polling sources have no per-event transport ack: the offset (the durable watermark) is the
@@ -381,7 +403,7 @@ impl Gateway {
                     GatewayError::Store(clawgate_store::StoreError::InvalidInput(e.to_string()))
                 })?,
         ));
-        let in_flight = Arc::new(AtomicUsize::new(0));
+        let in_flight = Arc::new(InFlight::default());
         let mut lanes: HashMap<String, mpsc::UnboundedSender<Update>> = HashMap::new();
         let mut failures = 0u32;
         loop {
@@ -391,7 +413,7 @@ impl Gateway {
             let offset = watermark.lock().await.next_offset();
             // Unfinished updates stay on the platform until the watermark passes them, so a
             // long poll would return at once while a turn runs: poll briefly instead.
-            let busy = in_flight.load(Ordering::SeqCst) > 0;
+            let busy = in_flight.busy();
             let timeout = if busy { 0 } else { channel.poll_timeout_ms };
             let updates = tokio::select! {
                 _ = stop.changed() => return Ok(()),
@@ -418,7 +440,7 @@ impl Gateway {
                     continue;
                 }
                 accepted += 1;
-                in_flight.fetch_add(1, Ordering::SeqCst);
+                in_flight.start();
                 let conversation = update.message.conversation_id.clone();
                 let lane = lanes.entry(conversation).or_insert_with(|| {
                     let (tx, rx) = mpsc::unbounded_channel();
@@ -434,9 +456,12 @@ impl Gateway {
                 // The lane lives as long as this loop holds its sender.
                 let _ = lane.send(update);
             }
-            if accepted == 0 && in_flight.load(Ordering::SeqCst) > 0 {
+            if accepted == 0 && in_flight.busy() {
+                // Until a turn finishes (then the long poll is possible again), new updates
+                // are looked for every 25 ms.
                 tokio::select! {
                     _ = stop.changed() => return Ok(()),
+                    _ = in_flight.finished.notified() => {}
                     _ = tokio::time::sleep(Duration::from_millis(25)) => {}
                 }
             }
@@ -450,7 +475,7 @@ impl Gateway {
         channel: Arc<Channel>,
         receiver: Arc<Receiver>,
         watermark: Arc<Mutex<PollingWatermark>>,
-        in_flight: Arc<AtomicUsize>,
+        in_flight: Arc<InFlight>,
         mut updates: mpsc::UnboundedReceiver<Update>,
     ) {
         let stop = self.stop.subscribe();
@@ -466,7 +491,7 @@ impl Gateway {
             loop {
                 if *stop.borrow() {
                     // Left unfinished: the next start replays it.
-                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    in_flight.finish();
                     return;
                 }
                 attempt += 1;
@@ -507,7 +532,7 @@ impl Gateway {
                 let wait = Duration::from_millis(250 * u64::from(attempt.min(20)));
                 tokio::time::sleep(wait).await;
             }
-            in_flight.fetch_sub(1, Ordering::SeqCst);
+            in_flight.finish();
         }
     }
 

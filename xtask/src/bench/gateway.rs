@@ -7,7 +7,7 @@
 //! * baseline, same run: the same 1,000 prompt turns sent straight to the bundled agent over
 //!   ACP — the agent's own share, so the ratio is the gateway's cost around it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -258,11 +258,22 @@ fn agent_rss_kib(gateway: u32) -> Option<u64> {
     found.then_some(total)
 }
 
+/// Direct children of `parent`, from the ppid field of every `/proc/PID/stat`.
 fn children(parent: u32) -> Vec<u32> {
-    let path = PathBuf::from(format!("/proc/{parent}/task/{parent}/children"));
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let (_, rest) = stat.rsplit_once(')')?;
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(parent)
+        })
         .collect()
 }
