@@ -297,7 +297,22 @@ impl Gateway {
     /// [`Gateway::shutdown`].
     pub async fn run(self: &Arc<Self>) {
         match self.messenger.recover().await {
-            Ok(report) => info!(?report, "startup send recovery done"),
+            Ok(report) => {
+                info!(?report, "startup send recovery done");
+                if report.examined > 0 {
+                    // What the operator should know after a crash: what was delivered now,
+                    // what still waits (an unknown outcome is visible in `outbox list`).
+                    println!(
+                        "send recovery: {} unfinished intent(s) examined, {} delivered, {} \
+                         rescheduled, {} unknown outcome(s), {} failed",
+                        report.examined,
+                        report.committed,
+                        report.rescheduled,
+                        report.unknown,
+                        report.failed
+                    );
+                }
+            }
             Err(e) => error!(error = %e, "startup send recovery failed; retried in the loop"),
         }
         for channel in &self.channels {

@@ -104,6 +104,10 @@ async fn sigkill_mid_reply_then_restart_delivers_the_final_exactly_once() {
         restarted.printed("reaped 1 agent lease(s) left by an earlier run"),
         "and told the operator"
     );
+    assert!(
+        restarted.printed("send recovery: 1 unfinished intent(s) examined"),
+        "the preview left mid-stream was recovered"
+    );
 
     assert!(restarted.interrupt().success());
     assert!(
