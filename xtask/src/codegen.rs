@@ -66,7 +66,8 @@ macro_rules! control_types {
     };
 }
 
-/// Every public wire type of `clawgate-types` and of the control API (`clawgate::views`). A new
+/// Every public wire type of `clawgate-types` and of the control API (`clawgate::views`, which
+/// re-exports the session tools' types of `clawgate-awareness`). A new
 /// type that derives `JsonSchema` goes here (the `table_covers_every_json_schema_type` test
 /// fails until it does).
 const SECTIONS: &[Section] = &[
@@ -211,6 +212,7 @@ const SECTIONS: &[Section] = &[
             SessionsHistoryResult,
             SessionsSendBody,
             SessionsSendResult,
+            SendStatus,
         ],
     },
     Section {
@@ -227,7 +229,12 @@ const SECTIONS: &[Section] = &[
 
 /// The source files whose `JsonSchema` types must all be in [`SECTIONS`].
 #[cfg(test)]
-const SCHEMA_SOURCES: &[&str] = &["crates/clawgate-types/src", "crates/clawgate/src/views.rs"];
+const SCHEMA_SOURCES: &[&str] = &[
+    "crates/clawgate-types/src",
+    "crates/clawgate/src/views.rs",
+    // The session tools' wire types, which `clawgate::views` re-exports.
+    "crates/clawgate-awareness/src/tools.rs",
+];
 
 fn all_types() -> impl Iterator<Item = &'static WireType> {
     SECTIONS.iter().flat_map(|section| section.types)

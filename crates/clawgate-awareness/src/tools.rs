@@ -4,6 +4,10 @@
 //! Every tool answers through one visibility rule ([`crate::can_see_session_row`]) on the
 //! target's registry row, so a session `sessions_list` shows is never refused by another tool.
 //! Reading tools move no cursor.
+//!
+//! With the `schema` feature the parameter and result types the gateway's control API serves
+//! derive `JsonSchema` (`cargo xtask codegen` writes them to `docs/schema/`). The parameters
+//! that name their session (`sessionKey`) do not: the control API takes the key from the path.
 
 use std::sync::Arc;
 
@@ -42,16 +46,19 @@ impl Requester {
     }
 }
 
-/// `sessions_list` parameters.
+/// `sessions_list` parameters (`GET /v1/sessions` query).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionsListParams {
+    /// At most this many sessions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
 }
 
-/// One visible session.
+/// One visible session of the registry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionListEntry {
     pub key: SessionKey,
@@ -75,7 +82,10 @@ pub struct SessionListEntry {
     pub state_version: Option<StateVersion>,
 }
 
+/// `sessions_list` result (`GET /v1/sessions`): the sessions the requester may see (the
+/// operator sees all of them).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionsListResult {
     pub sessions: Vec<SessionListEntry>,
@@ -90,9 +100,11 @@ pub struct SessionsHistoryParams {
     pub limit: Option<u32>,
 }
 
-/// The newest retained state changes of a session (message transcripts belong to the
-/// gateway's transcript store; this is the session's state history).
+/// `sessions_history` result (`GET /v1/sessions/{key}/history`): the newest retained state
+/// changes of a session (message transcripts belong to the gateway's transcript store; this is
+/// the session's state history).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionsHistoryResult {
     pub session_key: SessionKey,
@@ -115,9 +127,12 @@ pub struct SessionsSendParams {
     pub watch: Option<bool>,
 }
 
+/// `sessions_send` result (`POST /v1/sessions/{key}/send`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionsSendResult {
+    /// Always `sent` (a failed delivery is an error).
     pub status: SendStatus,
     /// The session that actually received the message.
     pub session_key: SessionKey,
@@ -126,10 +141,28 @@ pub struct SessionsSendResult {
     pub watched: Option<bool>,
 }
 
+/// What became of a `sessions_send` message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SendStatus {
+    /// Handed to the delivery path.
     Sent,
+}
+
+impl SendStatus {
+    /// The wire name (`sent`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SendStatus::Sent => "sent",
+        }
+    }
+}
+
+impl std::fmt::Display for SendStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// `session_status` parameters.
@@ -143,6 +176,7 @@ pub struct SessionStatusParams {
 
 /// The delta after a version.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StateChanges {
     pub events: Vec<SessionStateEvent>,
@@ -154,13 +188,16 @@ pub struct StateChanges {
     pub history_gap: bool,
 }
 
+/// `session_status` result (`GET /v1/sessions/{key}`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionStatusResult {
     pub session_key: SessionKey,
     pub agent_id: String,
     /// Always reported (0 before any change).
     pub state_version: StateVersion,
+    /// With `changesSince`: the events after that version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_changes: Option<StateChanges>,
 }

@@ -24,7 +24,7 @@ use clawgate_store::SqliteStore;
 use clawgate_types::{DurableSendIntent, SessionKey};
 
 use crate::gateway::{Channel, Gateway};
-use crate::views::{self, DeliveryFuture, ViewError};
+use crate::views::{self, ViewError};
 
 /// One control route, as the generated reference lists it.
 #[derive(Debug, Clone, Copy)]
@@ -391,39 +391,31 @@ struct ConversationDelivery {
     channels: Vec<Arc<Channel>>,
 }
 
+#[async_trait::async_trait]
 impl SessionDelivery for ConversationDelivery {
-    fn deliver<'s, 'f, 't, 'm, 'a>(
-        &'s self,
-        from: &'f SessionKey,
-        to: &'t SessionKey,
-        message: &'m str,
-    ) -> DeliveryFuture<'a>
-    where
-        's: 'a,
-        'f: 'a,
-        't: 'a,
-        'm: 'a,
-        Self: 'a,
-    {
-        Box::pin(async move {
-            let not_ours = || {
-                format!(
-                    "session {to} is not a conversation of this gateway's channels (keys look \
-                     like agent:<agent>:<channel>:<conversation>)"
-                )
-            };
-            let (channel_name, conversation) = to
-                .rest()
-                .split_once(':')
-                .filter(|_| to.is_agent_qualified())
-                .ok_or_else(not_ours)?;
-            let channel = self
-                .channels
-                .iter()
-                .find(|c| c.name == channel_name)
-                .ok_or_else(not_ours)?;
-            crate::chat::inject(channel, conversation, &format!("session:{from}"), message).await?;
-            Ok(to.clone())
-        })
+    async fn deliver(
+        &self,
+        from: &SessionKey,
+        to: &SessionKey,
+        message: &str,
+    ) -> Result<SessionKey, Box<dyn std::error::Error + Send + Sync>> {
+        let not_ours = || {
+            format!(
+                "session {to} is not a conversation of this gateway's channels (keys look like \
+                 agent:<agent>:<channel>:<conversation>)"
+            )
+        };
+        let (channel_name, conversation) = to
+            .rest()
+            .split_once(':')
+            .filter(|_| to.is_agent_qualified())
+            .ok_or_else(not_ours)?;
+        let channel = self
+            .channels
+            .iter()
+            .find(|c| c.name == channel_name)
+            .ok_or_else(not_ours)?;
+        crate::chat::inject(channel, conversation, &format!("session:{from}"), message).await?;
+        Ok(to.clone())
     }
 }

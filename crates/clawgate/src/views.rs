@@ -3,8 +3,9 @@
 //!
 //! The CLI calls them directly on a stopped gateway's state directory; the control API
 //! ([`crate::control`]) serves the same functions from a running gateway. Both modes therefore
-//! answer with the same wire shapes — the types below, whose JSON Schemas `cargo xtask codegen`
-//! writes to `docs/schema/`.
+//! answer with the same wire shapes — the types below (the session tools' results are
+//! `clawgate-awareness`'s own, re-exported), whose JSON Schemas `cargo xtask codegen` writes to
+//! `docs/schema/`.
 //!
 //! Invariants:
 //! * intent changes go through `IntentStatus::can_transition_to` and the store's compare-and-set:
@@ -23,9 +24,9 @@ use clawgate_store::{
     LeaseStore, SessionStore, SqliteOptions, SqliteStore, StoreError,
 };
 use clawgate_types::{
-    AcpSessionOwner, AcpxProcessLease, AgentToAgentPolicy, DeliveryFailure, DeliveryFailureKind,
-    DurableSendIntent, FailureReason, IntentId, IntentStatus, LeaseId, LeaseState, SessionKey,
-    SessionStateEvent, SessionVisibility, StateVersion, UnixMillis,
+    AcpxProcessLease, AgentToAgentPolicy, DeliveryFailure, DeliveryFailureKind, DurableSendIntent,
+    FailureReason, IntentId, IntentStatus, LeaseId, LeaseState, SessionKey, SessionVisibility,
+    StateVersion, UnixMillis,
 };
 use serde::{Deserialize, Serialize};
 
@@ -819,15 +820,16 @@ pub fn operator_requester(from: Option<SessionKey>) -> Requester {
     }
 }
 
-/// `GET /v1/sessions` query (`sessions_list`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionsListParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit: Option<u32>,
-}
+/// The session tools' own wire types, which the control API serves as they are.
+pub use clawgate_awareness::{
+    SendStatus, SessionListEntry, SessionStatusResult, SessionsHistoryResult, SessionsListParams,
+    SessionsListResult, SessionsSendResult, StateChanges,
+};
 
-/// `GET /v1/sessions/{key}/history` query (`sessions_history`).
+// The tools' parameters name their session; the control API takes it from the path, so its
+// query and body types below are the parameters without the key.
+
+/// `GET /v1/sessions/{key}/history` query (`sessions_history` without the key).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionsHistoryParams {
@@ -836,7 +838,7 @@ pub struct SessionsHistoryParams {
     pub limit: Option<u32>,
 }
 
-/// `GET /v1/sessions/{key}` query (`session_status`).
+/// `GET /v1/sessions/{key}` query (`session_status` without the key).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionStatusParams {
@@ -845,7 +847,7 @@ pub struct SessionStatusParams {
     pub changes_since: Option<u64>,
 }
 
-/// `POST /v1/sessions/{key}/send` body (`sessions_send`).
+/// `POST /v1/sessions/{key}/send` body (`sessions_send` without the key, with the sender).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionsSendBody {
@@ -859,188 +861,6 @@ pub struct SessionsSendBody {
     pub from: Option<SessionKey>,
 }
 
-/// `GET /v1/sessions` (`sessions_list`): the sessions the operator sees (all of them).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionsListResult {
-    pub sessions: Vec<SessionListEntry>,
-}
-
-/// One session of the registry.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionListEntry {
-    pub key: SessionKey,
-    pub agent_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner_session_key: Option<SessionKey>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub spawned_by: Option<SessionKey>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent_session_key: Option<SessionKey>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub acp_owner: Option<AcpSessionOwner>,
-    pub created_at: UnixMillis,
-    pub updated_at: UnixMillis,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reset_at: Option<UnixMillis>,
-    /// Present once the session has recorded changes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state_version: Option<StateVersion>,
-}
-
-/// `GET /v1/sessions/{key}/history` (`sessions_history`): the newest retained state changes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionsHistoryResult {
-    pub session_key: SessionKey,
-    pub state_version: StateVersion,
-    pub events: Vec<SessionStateEvent>,
-    /// Older retained events exist beyond `limit`.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub truncated: bool,
-    /// Older history was removed by retention.
-    pub history_gap: bool,
-}
-
-/// `GET /v1/sessions/{key}` (`session_status`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionStatusResult {
-    pub session_key: SessionKey,
-    pub agent_id: String,
-    /// Always reported (0 before any change).
-    pub state_version: StateVersion,
-    /// With `changesSince`: the events after that version.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub state_changes: Option<StateChanges>,
-}
-
-/// The delta after a version.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct StateChanges {
-    pub events: Vec<SessionStateEvent>,
-    /// More events exist after the last one returned: ask again from it.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub truncated: bool,
-    /// The version is older than the retained history: refresh the whole session state.
-    pub history_gap: bool,
-}
-
-/// `POST /v1/sessions/{key}/send` (`sessions_send`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionsSendResult {
-    /// Always `sent`.
-    pub status: String,
-    /// The session that actually received the message.
-    pub session_key: SessionKey,
-    /// Present when `watch` was set: whether the sender now watches the receiving session.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub watched: Option<bool>,
-}
-
-// Destructuring (not `..`) makes a field added to a tool result a compile error here, so the
-// documented shapes cannot drift from the tools'.
-impl From<aw::SessionListEntry> for SessionListEntry {
-    fn from(entry: aw::SessionListEntry) -> Self {
-        let aw::SessionListEntry {
-            key,
-            agent_id,
-            label,
-            owner_session_key,
-            spawned_by,
-            parent_session_key,
-            acp_owner,
-            created_at,
-            updated_at,
-            reset_at,
-            state_version,
-        } = entry;
-        SessionListEntry {
-            key,
-            agent_id,
-            label,
-            owner_session_key,
-            spawned_by,
-            parent_session_key,
-            acp_owner,
-            created_at,
-            updated_at,
-            reset_at,
-            state_version,
-        }
-    }
-}
-
-impl From<aw::SessionsHistoryResult> for SessionsHistoryResult {
-    fn from(result: aw::SessionsHistoryResult) -> Self {
-        let aw::SessionsHistoryResult {
-            session_key,
-            state_version,
-            events,
-            truncated,
-            history_gap,
-        } = result;
-        SessionsHistoryResult {
-            session_key,
-            state_version,
-            events,
-            truncated,
-            history_gap,
-        }
-    }
-}
-
-impl From<aw::SessionStatusResult> for SessionStatusResult {
-    fn from(result: aw::SessionStatusResult) -> Self {
-        let aw::SessionStatusResult {
-            session_key,
-            agent_id,
-            state_version,
-            state_changes,
-        } = result;
-        SessionStatusResult {
-            session_key,
-            agent_id,
-            state_version,
-            state_changes: state_changes.map(|c| {
-                let aw::StateChanges {
-                    events,
-                    truncated,
-                    history_gap,
-                } = c;
-                StateChanges {
-                    events,
-                    truncated,
-                    history_gap,
-                }
-            }),
-        }
-    }
-}
-
-impl From<aw::SessionsSendResult> for SessionsSendResult {
-    fn from(result: aw::SessionsSendResult) -> Self {
-        let aw::SessionsSendResult {
-            status,
-            session_key,
-            watched,
-        } = result;
-        let status = match status {
-            aw::SendStatus::Sent => "sent",
-        };
-        SessionsSendResult {
-            status: status.to_owned(),
-            session_key,
-            watched,
-        }
-    }
-}
-
 pub fn parse_session_key(text: &str) -> Result<SessionKey, ViewError> {
     SessionKey::parse(text).map_err(|e| ViewError::BadRequest(e.to_string()))
 }
@@ -1049,17 +869,9 @@ pub async fn sessions_list<S: AwarenessStore + 'static>(
     tools: &SessionTools<S>,
     params: &SessionsListParams,
 ) -> Result<SessionsListResult, ViewError> {
-    let result = tools
-        .sessions_list(
-            &operator_requester(None),
-            &aw::SessionsListParams {
-                limit: params.limit,
-            },
-        )
-        .await?;
-    Ok(SessionsListResult {
-        sessions: result.sessions.into_iter().map(Into::into).collect(),
-    })
+    Ok(tools
+        .sessions_list(&operator_requester(None), params)
+        .await?)
 }
 
 pub async fn sessions_history<S: AwarenessStore + 'static>(
@@ -1067,7 +879,7 @@ pub async fn sessions_history<S: AwarenessStore + 'static>(
     key: SessionKey,
     params: &SessionsHistoryParams,
 ) -> Result<SessionsHistoryResult, ViewError> {
-    let result = tools
+    Ok(tools
         .sessions_history(
             &operator_requester(None),
             &aw::SessionsHistoryParams {
@@ -1075,8 +887,7 @@ pub async fn sessions_history<S: AwarenessStore + 'static>(
                 limit: params.limit,
             },
         )
-        .await?;
-    Ok(result.into())
+        .await?)
 }
 
 pub async fn session_status<S: AwarenessStore + 'static>(
@@ -1084,7 +895,7 @@ pub async fn session_status<S: AwarenessStore + 'static>(
     key: SessionKey,
     params: &SessionStatusParams,
 ) -> Result<SessionStatusResult, ViewError> {
-    let result = tools
+    Ok(tools
         .session_status(
             &operator_requester(None),
             &aw::SessionStatusParams {
@@ -1092,8 +903,7 @@ pub async fn session_status<S: AwarenessStore + 'static>(
                 changes_since: params.changes_since.map(StateVersion),
             },
         )
-        .await?;
-    Ok(result.into())
+        .await?)
 }
 
 pub async fn sessions_send<S: AwarenessStore + 'static>(
@@ -1104,7 +914,7 @@ pub async fn sessions_send<S: AwarenessStore + 'static>(
     if body.message.trim().is_empty() {
         return Err(ViewError::BadRequest("the message is empty".into()));
     }
-    let result = tools
+    Ok(tools
         .sessions_send(
             &operator_requester(body.from.clone()),
             &aw::SessionsSendParams {
@@ -1113,37 +923,22 @@ pub async fn sessions_send<S: AwarenessStore + 'static>(
                 watch: body.watch,
             },
         )
-        .await?;
-    Ok(result.into())
+        .await?)
 }
-
-/// What a [`aw::SessionDelivery`] answers.
-pub type DeliveryResult = Result<SessionKey, Box<dyn std::error::Error + Send + Sync>>;
-
-/// The future `SessionDelivery::deliver` returns, spelled out: the trait is declared with
-/// `async_trait`, and this crate implements it by hand rather than depend on the macro.
-pub type DeliveryFuture<'a> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = DeliveryResult> + Send + 'a>>;
 
 /// The delivery of a stopped gateway: there is nobody to deliver to.
 #[derive(Debug)]
 pub struct NoDelivery;
 
+#[async_trait::async_trait]
 impl aw::SessionDelivery for NoDelivery {
-    fn deliver<'s, 'f, 't, 'm, 'a>(
-        &'s self,
-        _from: &'f SessionKey,
-        _to: &'t SessionKey,
-        _message: &'m str,
-    ) -> DeliveryFuture<'a>
-    where
-        's: 'a,
-        'f: 'a,
-        't: 'a,
-        'm: 'a,
-        Self: 'a,
-    {
-        Box::pin(async { Err(NEEDS_GATEWAY_TO_SEND.into()) })
+    async fn deliver(
+        &self,
+        _from: &SessionKey,
+        _to: &SessionKey,
+        _message: &str,
+    ) -> Result<SessionKey, Box<dyn std::error::Error + Send + Sync>> {
+        Err(NEEDS_GATEWAY_TO_SEND.into())
     }
 }
 
