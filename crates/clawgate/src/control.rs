@@ -360,7 +360,7 @@ async fn sessions_send(
     let key = session_key(key)?;
     let Json(body) = body.map_err(bad_request)?;
     Ok(Json(
-        views::sessions_send(&tools(&gateway), key, &body).await?,
+        views::sessions_send(&tools(&gateway), &gateway.config.sessions, key, &body).await?,
     ))
 }
 

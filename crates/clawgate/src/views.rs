@@ -30,6 +30,7 @@ use clawgate_types::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::config::SessionsSection;
 use crate::gateway::Channel;
 
 /// Rows a listing returns unless told otherwise.
@@ -906,8 +907,23 @@ pub async fn session_status<S: AwarenessStore + 'static>(
         .await?)
 }
 
+/// Who sends: the operator when `from` is absent; a session (`from`) sends under the
+/// configured visibility and agent-to-agent policy, like any session-tool call of that session.
+pub fn sender_requester(from: Option<SessionKey>, policy: &SessionsSection) -> Requester {
+    match from {
+        None => operator_requester(None),
+        Some(session_key) => Requester {
+            session_key,
+            visibility: policy.visibility,
+            a2a_policy: policy.a2a.clone(),
+            sandboxed: false,
+        },
+    }
+}
+
 pub async fn sessions_send<S: AwarenessStore + 'static>(
     tools: &SessionTools<S>,
+    policy: &SessionsSection,
     key: SessionKey,
     body: &SessionsSendBody,
 ) -> Result<SessionsSendResult, ViewError> {
@@ -916,7 +932,7 @@ pub async fn sessions_send<S: AwarenessStore + 'static>(
     }
     Ok(tools
         .sessions_send(
-            &operator_requester(body.from.clone()),
+            &sender_requester(body.from.clone(), policy),
             &aw::SessionsSendParams {
                 session_key: key,
                 message: body.message.clone(),
@@ -1362,6 +1378,42 @@ mod tests {
                 .unwrap()
                 .intents
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_session_sends_under_the_configured_visibility() {
+        let row = clawgate_store::SessionRow {
+            session_key: SessionKey::parse("agent:other:qa:room").unwrap(),
+            agent_id: "other".into(),
+            owner_session_key: None,
+            spawned_by: None,
+            parent_session_key: None,
+            label: None,
+            acp_owner: None,
+            lease_id: None,
+            created_at: 0,
+            updated_at: 0,
+            reset_at: None,
+            deleted_at: None,
+        };
+        let from = Some(SessionKey::parse("agent:main:qa:dm-1").unwrap());
+        let tree = crate::config::SessionsSection::default();
+        assert!(
+            !sender_requester(from.clone(), &tree).can_see(&row),
+            "tree: another agent's session is out of reach"
+        );
+        let all = crate::config::SessionsSection {
+            visibility: SessionVisibility::All,
+            a2a: AgentToAgentPolicy {
+                enabled: true,
+                allow: vec!["oth*".into()],
+            },
+        };
+        assert!(sender_requester(from, &all).can_see(&row), "all + a2a allow");
+        assert!(
+            sender_requester(None, &tree).can_see(&row),
+            "the operator sees every session whatever the policy"
         );
     }
 
