@@ -1410,7 +1410,10 @@ mod tests {
                 allow: vec!["oth*".into()],
             },
         };
-        assert!(sender_requester(from, &all).can_see(&row), "all + a2a allow");
+        assert!(
+            sender_requester(from, &all).can_see(&row),
+            "all + a2a allow"
+        );
         assert!(
             sender_requester(None, &tree).can_see(&row),
             "the operator sees every session whatever the policy"
