@@ -70,7 +70,6 @@ pub const WRAPPER_SUBCOMMAND: &str = "acpx-wrapper";
 pub const DEMO_AGENT_SUBCOMMAND: &str = "demo-agent";
 
 /// One configured chat account.
-#[derive(Debug)]
 pub struct Channel {
     /// The channel name messages carry (`qa`, or `qa-<account>` for further accounts).
     pub name: String,
@@ -82,6 +81,20 @@ pub struct Channel {
     /// The in-process platform, when this channel runs one.
     pub platform: Option<QaPlatform>,
     poll_timeout_ms: u64,
+}
+
+/// Never prints the token: a channel may end up in a log line.
+impl std::fmt::Debug for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Channel")
+            .field("name", &self.name)
+            .field("account", &self.account)
+            .field("agent_id", &self.agent_id)
+            .field("base_url", &self.base_url)
+            .field("token", &"<redacted>")
+            .field("embedded_platform", &self.platform.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Counters shown by `status` and the control API.
@@ -798,4 +811,32 @@ fn reply_message(
 /// Where a state directory's files live.
 pub fn platform_state_file(state: &Path, channel: &str) -> PathBuf {
     state.join(format!("{channel}-platform.json"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_channel_never_prints_its_token() {
+        let channel = Channel {
+            name: "qa".into(),
+            account: "default".into(),
+            agent_id: "main".into(),
+            adapter: QaAdapter::new("http://127.0.0.1:1", "s3cret-token"),
+            base_url: "http://127.0.0.1:1".into(),
+            token: "s3cret-token".into(),
+            platform: None,
+            poll_timeout_ms: 1,
+        };
+        let printed = format!("{channel:?}");
+        assert!(!printed.contains("s3cret-token"), "{printed}");
+        assert!(printed.contains("redacted"), "{printed}");
+    }
+
+    #[test]
+    fn session_keys_are_agent_qualified_and_clean() {
+        let key = session_key_for("main", "qa", "dm web:1").expect("key");
+        assert_eq!(key.as_str(), "agent:main:qa:dm_web_1");
+    }
 }
