@@ -1,12 +1,21 @@
 //! Live previews against the QA platform: finalize in place, edit coalescing, stale and
-//! reply-target fallbacks, and recovery that never leaves a preview dangling.
+//! reply-target fallbacks, recovery that never leaves a preview dangling, and media streamed
+//! mid-reply that the final (in place, fresh, or recovered after a crash) never repeats.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use clawgate_channel_qa::LogEvent;
+use async_trait::async_trait;
+use clawgate_channel_qa::{LogEvent, QaAdapter};
+use clawgate_channel_sdk::{
+    ChannelMessageAdapter, MessageOriginAdapter, Reconciliation, SendContext, SendError,
+};
 use clawgate_messages::{LiveOptions, SendOptions, SendOutcome};
 use clawgate_store::IntentStore;
-use clawgate_types::{IntentStatus, MessageRelation};
+use clawgate_types::{
+    ChannelMessage, IntentStatus, MessageAttachment, MessageCapabilities, MessagePartKind,
+    MessageReceiptPart, MessageRelation, RenderedMessageUnit,
+};
 
 use crate::harness::{Harness, message};
 
@@ -275,4 +284,454 @@ async fn a_final_fully_delivered_as_blocks_sends_nothing_more() {
         vec![landed[0].id.clone()],
         "the receipt names the block"
     );
+}
+
+const CAT: &str = "https://files.example/cat.png";
+const DOG: &str = "https://files.example/dog.png";
+
+fn image(url: &str) -> MessageAttachment {
+    MessageAttachment {
+        kind: MessagePartKind::Media,
+        url: Some(url.into()),
+        mime_type: Some("image/png".into()),
+        file_name: url.rsplit('/').next().map(str::to_owned),
+        size_bytes: None,
+    }
+}
+
+fn with_images(mut message: ChannelMessage, urls: &[&str]) -> ChannelMessage {
+    message.attachments = urls.iter().map(|url| image(url)).collect();
+    message
+}
+
+/// How many times the platform log shows `event` for this message.
+fn events(h: &Harness, event: LogEvent, message_id: &str) -> usize {
+    h.platform
+        .log()
+        .iter()
+        .filter(|e| e.event == event && e.message_id == message_id)
+        .count()
+}
+
+fn sends(h: &Harness) -> usize {
+    h.platform
+        .log()
+        .iter()
+        .filter(|e| e.event == LogEvent::Sent)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn media_streamed_mid_reply_is_not_repeated_by_a_final_made_in_place() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    let mut live = messenger
+        .begin_live(message("m", ""), opts(), LiveOptions::default())
+        .await
+        .unwrap();
+    live.update("Here is").await.unwrap();
+    let preview = h.platform.messages("room-1")[0].id.clone();
+    live.deliver_media(image(CAT)).await.unwrap();
+    let landed = h.platform.messages("room-1");
+    assert_eq!(
+        landed.len(),
+        2,
+        "the image went out at once, as its own message"
+    );
+    let cat = landed[1].id.clone();
+    assert_eq!(landed[1].attachments[0].url, CAT);
+    assert_eq!(
+        (landed[0].id.as_str(), landed[0].text.as_str()),
+        (preview.as_str(), "Here is"),
+        "the text preview is untouched"
+    );
+    h.clock.advance(250);
+    assert!(
+        live.update("Here is the cat").await.unwrap(),
+        "the preview still streams"
+    );
+
+    h.clock.advance(250);
+    let full = with_images(message("m", "Here is the cat you asked for."), &[CAT]);
+    let report = live.finalize(full).await.unwrap();
+    let SendOutcome::Sent { receipt } = report.outcome else {
+        panic!("{report:?}")
+    };
+    let landed = h.platform.messages("room-1");
+    assert_eq!(
+        landed.len(),
+        2,
+        "the preview became the final; the image is there once"
+    );
+    assert_eq!(
+        (landed[0].id.as_str(), landed[0].text.as_str()),
+        (preview.as_str(), "Here is the cat you asked for."),
+        "finalized in place with the full text"
+    );
+    assert!(
+        landed[0].attachments.is_empty(),
+        "the final did not attach the image again"
+    );
+    assert_eq!(landed[1].id, cat);
+    assert_eq!(
+        h.platform.landed_with_attachment(CAT),
+        1,
+        "the image was sent once"
+    );
+    assert_eq!(
+        sends(&h),
+        2,
+        "one preview, one image: nothing else was sent"
+    );
+    assert_eq!(
+        events(&h, LogEvent::Deleted, &preview),
+        0,
+        "the preview was not cancelled"
+    );
+    assert_eq!(events(&h, LogEvent::Deleted, &cat), 0);
+    assert_eq!(
+        receipt.platform_message_ids,
+        vec![preview.clone(), cat.clone()],
+        "the final's receipt names its text and the streamed image"
+    );
+    let intent = h
+        .store
+        .load_intent(report.intent_id.as_ref().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(intent.status, IntentStatus::Sent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_with_media_not_streamed_sends_only_that_and_cancels_the_preview() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    let mut live = messenger
+        .begin_live(message("n", ""), opts(), LiveOptions::default())
+        .await
+        .unwrap();
+    live.update("Two pictures").await.unwrap();
+    let preview = h.platform.messages("room-1")[0].id.clone();
+    live.deliver_media(image(CAT)).await.unwrap();
+    let cat = h.platform.messages("room-1")[1].id.clone();
+
+    let text = "Two pictures: a cat and a dog.";
+    let full = with_images(message("n", text), &[CAT, DOG]);
+    let report = live.finalize(full).await.unwrap();
+    let SendOutcome::Sent { receipt } = report.outcome else {
+        panic!("{report:?}")
+    };
+    assert_eq!(
+        h.platform.landed_with_attachment(CAT),
+        1,
+        "the streamed image is not sent again"
+    );
+    assert_eq!(
+        h.platform.landed_with_attachment(DOG),
+        1,
+        "the other one is delivered"
+    );
+    assert_eq!(
+        events(&h, LogEvent::Deleted, &preview),
+        1,
+        "media the preview cannot become: the preview is cancelled"
+    );
+    assert_eq!(
+        events(&h, LogEvent::Deleted, &cat),
+        0,
+        "streamed media is content, never removed"
+    );
+    assert_eq!(
+        h.platform.landed_with_text(text),
+        1,
+        "the final text once, delivered normally"
+    );
+    let landed = h.platform.messages("room-1");
+    let shown: Vec<(&str, Vec<&str>)> = landed
+        .iter()
+        .map(|m| {
+            let urls = m.attachments.iter().map(|a| a.url.as_str()).collect();
+            (m.text.as_str(), urls)
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        vec![("", vec![CAT]), (text, vec![]), ("", vec![DOG])]
+    );
+    assert_eq!(sends(&h), 4, "preview, cat, final text, dog");
+    assert_eq!(
+        receipt.platform_message_ids,
+        vec![landed[1].id.clone(), landed[2].id.clone(), cat],
+        "the final's own units, then the streamed image"
+    );
+}
+
+/// Stops the first platform call after it is armed, for good: the process "dies" there.
+struct Gate {
+    inner: QaAdapter,
+    armed: AtomicBool,
+    reached: tokio::sync::Notify,
+}
+
+impl Gate {
+    async fn hold(&self) {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            self.reached.notify_one();
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+#[async_trait]
+impl ChannelMessageAdapter for Gate {
+    fn channel(&self) -> &str {
+        self.inner.channel()
+    }
+    fn capabilities(&self) -> &MessageCapabilities {
+        self.inner.capabilities()
+    }
+    async fn send_unit(
+        &self,
+        ctx: &SendContext,
+        unit: &RenderedMessageUnit,
+    ) -> Result<MessageReceiptPart, SendError> {
+        self.hold().await;
+        self.inner.send_unit(ctx, unit).await
+    }
+    async fn edit(
+        &self,
+        ctx: &SendContext,
+        part: &MessageReceiptPart,
+        unit: &RenderedMessageUnit,
+    ) -> Result<MessageReceiptPart, SendError> {
+        self.hold().await;
+        self.inner.edit(ctx, part, unit).await
+    }
+    async fn delete(&self, ctx: &SendContext, part: &MessageReceiptPart) -> Result<(), SendError> {
+        self.hold().await;
+        self.inner.delete(ctx, part).await
+    }
+    async fn reconcile_unknown_send(
+        &self,
+        ctx: &SendContext,
+        unit: &RenderedMessageUnit,
+    ) -> Result<Reconciliation, SendError> {
+        self.hold().await;
+        self.inner.reconcile_unknown_send(ctx, unit).await
+    }
+    fn origin(&self) -> Option<&dyn MessageOriginAdapter> {
+        self.inner.origin()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_recovered_after_a_crash_neither_repeats_nor_removes_streamed_media() {
+    // (case, preview age at the final): in place, the crash comes at the edit (`sending`);
+    // stale, at the preview's removal before a fresh final (`pending`).
+    for (case, age) in [("in place", 250), ("stale preview", 120_000)] {
+        let h = Harness::new().await;
+        let gate = Arc::new(Gate {
+            inner: h.adapter(),
+            armed: AtomicBool::new(false),
+            reached: tokio::sync::Notify::new(),
+        });
+        let messenger = h.messenger(gate.clone());
+        let mut live = messenger
+            .begin_live(message("k", ""), opts(), LiveOptions::default())
+            .await
+            .unwrap();
+        live.update("Here is").await.unwrap();
+        let preview = h.platform.messages("room-1")[0].id.clone();
+        live.deliver_media(image(CAT)).await.unwrap();
+        let cat = h.platform.messages("room-1")[1].id.clone();
+        h.clock.advance(age);
+
+        // The final is recorded, then the process dies at its first platform call.
+        gate.armed.store(true, Ordering::SeqCst);
+        let text = "Here is the cat you asked for.";
+        let full = with_images(message("k", text), &[CAT]);
+        tokio::select! {
+            biased;
+            () = gate.reached.notified() => {}
+            report = live.finalize(full) => panic!("{case}: the final got through: {report:?}"),
+        }
+        assert_eq!(
+            h.platform.landed_with_text(text),
+            0,
+            "{case}: the final was not delivered"
+        );
+        let recorded = h
+            .store
+            .list_intents(&clawgate_store::IntentFilter {
+                limit: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(recorded.len(), 1, "{case}");
+        assert!(
+            recorded[0].batch.is_some(),
+            "{case}: the final was recorded"
+        );
+
+        // A restarted gateway recovers once the dead worker's claim expired.
+        let restarted = h.messenger(Arc::new(h.adapter()));
+        h.clock.advance(3 * 60_000);
+        let report = restarted.recover().await.unwrap();
+        assert_eq!(report.committed, 1, "{case}: {report:?}");
+
+        assert_eq!(
+            h.platform.landed_with_attachment(CAT),
+            1,
+            "{case}: the image is not repeated"
+        );
+        assert_eq!(
+            events(&h, LogEvent::Deleted, &cat),
+            0,
+            "{case}: nor removed"
+        );
+        assert_eq!(
+            events(&h, LogEvent::Deleted, &preview),
+            1,
+            "{case}: the preview is cleaned up"
+        );
+        assert_eq!(
+            h.platform.landed_with_text(text),
+            1,
+            "{case}: the final exactly once"
+        );
+        let landed = h.platform.messages("room-1");
+        assert_eq!(landed.len(), 2, "{case}: {landed:?}");
+        assert_eq!(landed[0].id, cat, "{case}");
+        assert_eq!(
+            (landed[1].text.as_str(), landed[1].attachments.len()),
+            (text, 0),
+            "{case}: the final carries the text only"
+        );
+        let intent = h.store.load_intent(&recorded[0].id).await.unwrap().unwrap();
+        assert_eq!(intent.status, IntentStatus::Sent, "{case}");
+        assert_eq!(
+            intent.receipt.unwrap().platform_message_ids,
+            vec![landed[1].id.clone(), cat],
+            "{case}: the receipt names the final and the streamed image"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_media_without_a_final_stays_when_recovery_cancels_the_stream() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    let mut live = messenger
+        .begin_live(message("w", ""), opts(), LiveOptions::default())
+        .await
+        .unwrap();
+    live.deliver_media(image(CAT)).await.unwrap();
+    live.update("and some text").await.unwrap();
+    let [cat, preview] = [0, 1].map(|n| h.platform.messages("room-1")[n].id.clone());
+    drop(live); // The process dies mid-stream, before any final.
+    let restarted = h.messenger(Arc::new(h.adapter()));
+    h.clock.advance(3 * 60_000);
+    restarted.recover().await.unwrap();
+    let landed = h.platform.messages("room-1");
+    assert_eq!(landed.len(), 1, "{landed:?}");
+    assert_eq!(landed[0].id, cat, "the image is content: it stays");
+    assert_eq!(
+        events(&h, LogEvent::Deleted, &preview),
+        1,
+        "the preview does not"
+    );
+    let cancelled = h
+        .store
+        .list_intents(&clawgate_store::IntentFilter {
+            statuses: vec![IntentStatus::Cancelled],
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        cancelled.len(),
+        1,
+        "no final: the stream is cancelled (the turn replays)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_of_streamed_media_only_sends_nothing_more() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    let mut live = messenger
+        .begin_live(message("o", ""), opts(), LiveOptions::default())
+        .await
+        .unwrap();
+    live.update("drawing…").await.unwrap();
+    let preview = h.platform.messages("room-1")[0].id.clone();
+    live.deliver_media(image(CAT)).await.unwrap();
+    live.deliver_media(image(CAT)).await.unwrap();
+    assert_eq!(
+        h.platform.landed_with_attachment(CAT),
+        1,
+        "streamed once per identity"
+    );
+    let mut only_media = with_images(message("o", ""), &[CAT]);
+    only_media.body = None;
+    let report = live.finalize(only_media).await.unwrap();
+    let SendOutcome::Sent { receipt } = report.outcome else {
+        panic!("{report:?}")
+    };
+    let landed = h.platform.messages("room-1");
+    assert_eq!(landed.len(), 1, "{landed:?}");
+    assert_eq!(landed[0].attachments[0].url, CAT);
+    assert_eq!(
+        events(&h, LogEvent::Deleted, &preview),
+        1,
+        "its text is not the final's"
+    );
+    assert_eq!(
+        sends(&h),
+        2,
+        "the preview and the image; the final sent nothing"
+    );
+    assert_eq!(receipt.platform_message_ids, vec![landed[0].id.clone()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn block_streaming_with_media_sends_each_block_and_image_once() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    let mut live = messenger
+        .begin_live(message("q", ""), opts(), LiveOptions::default())
+        .await
+        .unwrap();
+    live.deliver_block("First. ").await.unwrap();
+    live.deliver_media(image(CAT)).await.unwrap();
+    live.deliver_block("Second.").await.unwrap();
+    let report = live
+        .finalize(with_images(message("q", "First. Second."), &[CAT, DOG]))
+        .await
+        .unwrap();
+    assert!(
+        matches!(report.outcome, SendOutcome::Sent { .. }),
+        "{report:?}"
+    );
+    let shown: Vec<(String, usize)> = h
+        .platform
+        .messages("room-1")
+        .into_iter()
+        .map(|m| (m.text, m.attachments.len()))
+        .collect();
+    assert_eq!(
+        shown,
+        vec![
+            ("First. ".to_owned(), 0),
+            (String::new(), 1),
+            ("Second.".to_owned(), 0),
+            (String::new(), 1)
+        ],
+        "blocks and the streamed image once each; the final adds only the new image"
+    );
+    assert_eq!(h.platform.landed_with_attachment(CAT), 1);
+    assert_eq!(h.platform.landed_with_attachment(DOG), 1);
 }

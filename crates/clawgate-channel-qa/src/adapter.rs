@@ -8,19 +8,21 @@ use clawgate_channel_sdk::{
     ReceiveError, Reconciliation, SendContext, SendError, classify_http_status,
 };
 use clawgate_types::{
-    DeliveryCapabilities, DeliveryFailureKind, LiveCapabilities, MessageCapabilities,
-    MessageOrigin, MessagePartKind, MessageReceiptPart, MessageRelation, RenderedMessageUnit,
-    TextCapabilities, ThreadCapabilities,
+    AttachmentCapabilities, DeliveryCapabilities, DeliveryFailureKind, LiveCapabilities,
+    MessageAttachment, MessageCapabilities, MessageOrigin, MessagePartKind, MessageReceiptPart,
+    MessageRelation, RenderedMessageUnit, TextCapabilities, ThreadCapabilities,
 };
 use reqwest::StatusCode;
 
-use crate::wire::{EditRequest, ErrorBody, MessageAnswer, PlatformMessage, SendRequest};
+use crate::wire::{
+    EditRequest, ErrorBody, MessageAnswer, PlatformAttachment, PlatformMessage, SendRequest,
+};
 
 /// The channel name QA messages address.
 pub const QA_CHANNEL: &str = "qa";
 
 /// Speaks to a [`QaPlatform`](crate::QaPlatform).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct QaAdapter {
     channel: String,
     base_url: String,
@@ -29,6 +31,18 @@ pub struct QaAdapter {
     capabilities: MessageCapabilities,
     /// Sends idempotency keys and can reconcile unknown outcomes.
     idempotent: bool,
+}
+
+/// Never prints the token: an adapter may end up in a log line.
+impl std::fmt::Debug for QaAdapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QaAdapter")
+            .field("channel", &self.channel)
+            .field("base_url", &self.base_url)
+            .field("token", &"<redacted>")
+            .field("idempotent", &self.idempotent)
+            .finish_non_exhaustive()
+    }
 }
 
 impl QaAdapter {
@@ -70,7 +84,12 @@ impl QaAdapter {
                     max_length: Some(4_000),
                     chunking: true,
                 },
-                attachments: None,
+                // Files travel by URL (the platform fetches them); nothing is uploaded.
+                attachments: Some(AttachmentCapabilities {
+                    upload: false,
+                    remote_url: true,
+                    voice: true,
+                }),
                 threads: Some(ThreadCapabilities {
                     reply: true,
                     topic: false,
@@ -93,6 +112,47 @@ impl QaAdapter {
             },
             idempotent,
         }
+    }
+
+    /// What one unit puts on the platform: the text (a caption for media) and the attachments.
+    /// Text units carry `text`; every other kind is an attachment (the `DefaultRenderer` shape:
+    /// the `MessageAttachment` itself, with an optional `caption` or `text`).
+    fn unit_content(
+        unit: &RenderedMessageUnit,
+    ) -> Result<(String, Vec<PlatformAttachment>), SendError> {
+        let text = |key: &str| unit.payload.get(key).and_then(|t| t.as_str());
+        if matches!(unit.kind, MessagePartKind::Text | MessagePartKind::Preview) {
+            let text = text("text").ok_or_else(|| {
+                SendError::before_io(
+                    DeliveryFailureKind::InvalidPayload,
+                    "a QA text unit needs a `text` string",
+                )
+            })?;
+            return Ok((text.to_owned(), Vec::new()));
+        }
+        let attachment: MessageAttachment =
+            serde_json::from_value(unit.payload.clone()).map_err(|e| {
+                SendError::before_io(
+                    DeliveryFailureKind::InvalidPayload,
+                    format!("a QA {:?} unit must carry an attachment: {e}", unit.kind),
+                )
+            })?;
+        let url = attachment.url.filter(|u| !u.is_empty()).ok_or_else(|| {
+            SendError::before_io(
+                DeliveryFailureKind::InvalidPayload,
+                "the QA platform takes attachments by URL only (no uploads)",
+            )
+        })?;
+        let caption = text("caption").or_else(|| text("text")).unwrap_or_default();
+        Ok((
+            caption.to_owned(),
+            vec![PlatformAttachment {
+                kind: attachment.kind,
+                url,
+                mime_type: attachment.mime_type,
+                file_name: attachment.file_name,
+            }],
+        ))
     }
 
     fn conversation(ctx: &SendContext) -> &str {
@@ -218,16 +278,7 @@ impl ChannelMessageAdapter for QaAdapter {
         ctx: &SendContext,
         unit: &RenderedMessageUnit,
     ) -> Result<MessageReceiptPart, SendError> {
-        let text = unit
-            .payload
-            .get("text")
-            .and_then(|t| t.as_str())
-            .ok_or_else(|| {
-                SendError::before_io(
-                    DeliveryFailureKind::InvalidPayload,
-                    "the QA platform carries text units only",
-                )
-            })?;
+        let (text, attachments) = Self::unit_content(unit)?;
         let (reply_to_id, relation_thread) = match &ctx.message.relation {
             Some(MessageRelation::Reply {
                 reply_to_id,
@@ -242,7 +293,8 @@ impl ChannelMessageAdapter for QaAdapter {
             .and_then(|o| serde_json::from_value::<MessageOrigin>(o.clone()).ok())
             .and_then(|o| QaOrigin.encode(&o));
         let request = SendRequest {
-            text: text.to_owned(),
+            text,
+            attachments,
             thread_id: relation_thread.or_else(|| ctx.message.target.thread_id.clone()),
             reply_to_id,
             metadata,
@@ -435,7 +487,17 @@ impl MessageReceiveAdapter for QaAdapter {
                     text: message.text.clone(),
                     format: None,
                 }),
-                attachments: vec![],
+                attachments: message
+                    .attachments
+                    .iter()
+                    .map(|a| MessageAttachment {
+                        kind: a.kind,
+                        url: Some(a.url.clone()),
+                        mime_type: a.mime_type.clone(),
+                        file_name: a.file_name.clone(),
+                        size_bytes: None,
+                    })
+                    .collect(),
                 relation,
                 origin: QaOrigin.decode(raw),
                 timestamp: None,

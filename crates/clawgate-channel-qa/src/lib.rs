@@ -13,5 +13,6 @@ pub use adapter::{QA_CHANNEL, QaAdapter};
 pub use platform::{QaPlatform, QaPlatformConfig};
 pub use wire::{
     ApiError, EditRequest, ErrorBody, Fault, FaultMode, InboundRequest, LogEntry, LogEvent,
-    MessageAnswer, MessagesAnswer, PlatformMessage, SendRequest, Update, UpdatesAnswer,
+    MessageAnswer, MessagesAnswer, PlatformAttachment, PlatformMessage, SendRequest, Update,
+    UpdatesAnswer,
 };

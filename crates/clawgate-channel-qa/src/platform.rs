@@ -167,6 +167,7 @@ impl PlatformState {
             conversation_id: message.conversation_id.clone(),
             idempotency_key: message.idempotency_key.clone(),
             text: message.text.clone(),
+            attachments: message.attachments.clone(),
         };
         if let Some(file) = self.log_file.as_mut() {
             let line = serde_json::to_string(&entry).unwrap_or_default();
@@ -287,6 +288,7 @@ impl Shared {
             thread_id: request.thread_id,
             reply_to_id: request.reply_to_id,
             text: request.text,
+            attachments: Vec::new(),
             metadata: request.metadata,
             idempotency_key: None,
             edits: 0,
@@ -482,11 +484,18 @@ async fn send_message(
         Err(rejection) => return invalid_request(&rejection),
     };
     let length = request.text.chars().count();
-    if length == 0 {
+    if length == 0 && request.attachments.is_empty() {
         return error(
             StatusCode::BAD_REQUEST,
             "invalid_request",
-            "text must not be empty",
+            "text must not be empty (unless the message carries attachments)",
+        );
+    }
+    if request.attachments.iter().any(|a| a.url.trim().is_empty()) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "every attachment needs a url (the QA platform fetches files by URL)",
         );
     }
     if length > shared.config.max_text_chars {
@@ -540,6 +549,7 @@ async fn send_message(
                 thread_id: request.thread_id,
                 reply_to_id: request.reply_to_id,
                 text: request.text,
+                attachments: request.attachments,
                 metadata: request.metadata,
                 idempotency_key: request.idempotency_key,
                 edits: 0,
@@ -687,6 +697,7 @@ async fn lookup_by_key(
                     thread_id: None,
                     reply_to_id: None,
                     text: e.text.clone(),
+                    attachments: e.attachments.clone(),
                     metadata: None,
                     idempotency_key: e.idempotency_key.clone(),
                     edits: 0,
@@ -1016,6 +1027,17 @@ impl QaPlatform {
             .log
             .iter()
             .filter(|e| e.event == LogEvent::Sent && e.text == text)
+            .count()
+    }
+
+    /// How many messages carrying an attachment with this URL landed (a replay is not a
+    /// landing).
+    pub fn landed_with_attachment(&self, url: &str) -> usize {
+        self.shared
+            .lock()
+            .log
+            .iter()
+            .filter(|e| e.event == LogEvent::Sent && e.attachments.iter().any(|a| a.url == url))
             .count()
     }
 

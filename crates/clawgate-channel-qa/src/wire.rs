@@ -1,6 +1,20 @@
 //! The QA platform's JSON shapes, shared by the server and the adapter.
 
+use clawgate_types::MessagePartKind;
 use serde::{Deserialize, Serialize};
+
+/// A file or image a message carries, by reference (the QA platform takes remote URLs, as
+/// chat APIs do when they fetch the file themselves). Mirrors `clawgate_types::MessageAttachment`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlatformAttachment {
+    pub kind: MessagePartKind,
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_name: Option<String>,
+}
 
 /// A message as the platform stores it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -12,7 +26,11 @@ pub struct PlatformMessage {
     pub thread_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_to_id: Option<String>,
+    /// The text, or the caption of a media message (may be empty when it carries attachments).
     pub text: String,
+    /// Media the message carries; a media message is its own message with its own id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<PlatformAttachment>,
     /// Structured metadata (the origin marker travels here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<serde_json::Value>,
@@ -49,7 +67,11 @@ pub struct InboundRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SendRequest {
+    /// The text, or the caption when `attachments` is not empty (then it may be empty).
+    #[serde(default)]
     pub text: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<PlatformAttachment>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -206,6 +228,8 @@ pub struct LogEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
     pub text: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<PlatformAttachment>,
 }
 
 /// One entry of the inbound update feed (`GET /api/updates`), in the style of Telegram's

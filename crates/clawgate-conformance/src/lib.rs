@@ -77,6 +77,7 @@ pub const CASES: &[&str] = &[
     "inbound_events_normalize",
     "origin_markers_round_trip",
     "live_preview_finalizes_in_place_when_declared",
+    "remote_attachments_are_delivered_when_declared",
 ];
 
 /// One generated `#[tokio::test]` per case; `$peer` is an async expression building a fresh peer.
@@ -89,7 +90,8 @@ macro_rules! adapter_conformance_tests {
             failure_classes, unknown_outcome_is_reconcilable_when_declared,
             batch_partial_retry_sends_only_missing_units, recovery_after_restart,
             inbound_events_normalize, origin_markers_round_trip,
-            live_preview_finalizes_in_place_when_declared);
+            live_preview_finalizes_in_place_when_declared,
+            remote_attachments_are_delivered_when_declared);
     };
     (@cases $peer:expr; $($case:ident),+) => {
         mod conformance {
@@ -616,4 +618,61 @@ pub async fn live_preview_finalizes_in_place_when_declared(peer: &impl Conforman
         vec!["final text"],
         "one message: the preview became the final"
     );
+}
+
+pub async fn remote_attachments_are_delivered_when_declared(peer: &impl ConformancePeer) {
+    let adapter = peer.adapter();
+    if !adapter
+        .capabilities()
+        .attachments
+        .as_ref()
+        .is_some_and(|a| a.remote_url)
+    {
+        return;
+    }
+    let (_dir, messenger, _clock) = fresh_engine(peer);
+    let target = peer.target("attachments");
+    let url = "https://files.example/conformance.png";
+    let mut picture = addressed(peer, &target, "attachments", "a picture");
+    picture.attachments = vec![clawgate_types::MessageAttachment {
+        kind: MessagePartKind::Media,
+        url: Some(url.into()),
+        mime_type: Some("image/png".into()),
+        file_name: Some("conformance.png".into()),
+        size_bytes: None,
+    }];
+    let report = messenger
+        .send(picture, SendOptions::default())
+        .await
+        .unwrap();
+    let SendOutcome::Sent { receipt } = report.outcome else {
+        panic!("a declared remote attachment is delivered: {report:?}")
+    };
+    let parts: Vec<_> = receipt.parts.iter().map(|p| (p.index, p.kind)).collect();
+    assert_eq!(
+        parts,
+        vec![(0, MessagePartKind::Text), (1, MessagePartKind::Media)],
+        "the text and the attachment each land with a receipt part of their kind"
+    );
+    assert!(
+        receipt
+            .parts
+            .iter()
+            .all(|p| !p.platform_message_id.is_empty()),
+        "every part carries a platform id"
+    );
+    assert_eq!(
+        peer.visible_texts(&target)
+            .await
+            .first()
+            .map(String::as_str),
+        Some("a picture")
+    );
+    let raw = peer.visible_raw(&target).await;
+    if !raw.is_empty() {
+        assert!(
+            raw.iter().any(|event| event.to_string().contains(url)),
+            "the attachment is visible on the platform: {raw:?}"
+        );
+    }
 }

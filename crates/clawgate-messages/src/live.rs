@@ -5,13 +5,21 @@
 //! The preview's receipt is kept on the durable intent, so recovery after a crash never leaves it
 //! dangling: a preview without a final is removed (the turn is replayed from the unfinished
 //! inbound record), and one with a final is removed before the final is delivered normally.
+//!
+//! Media can stream too ([`LivePreview::deliver_media`]): each attachment goes out at once as a
+//! message of its own and is recorded on the intent (its receipt part, by identity) before the
+//! call returns. Streamed media is content, never a preview: nothing removes it, and the final —
+//! in place, fresh, or recovered after a crash — drops every attachment already streamed, so
+//! the user sees each one once. Its parts join the final's receipt after the final's own units.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use clawgate_channel_sdk::ChannelMessageAdapter;
 use clawgate_types::{
-    ChannelMessage, DurableSendIntent, IntentStatus, LiveCancelReason, LiveMessageState, LiveMode,
-    MessageBody, MessagePartKind, MessageReceipt, RenderedMessageUnit, UnixMillis,
+    BatchAtomicity, ChannelMessage, DurableSendIntent, IntentStatus, LiveCancelReason,
+    LiveMessageState, LiveMode, MessageAttachment, MessageBody, MessagePartKind, MessageReceipt,
+    MessageReceiptPart, RenderedMessageBatch, RenderedMessageUnit, UnixMillis,
 };
 use tracing::{info, warn};
 
@@ -63,6 +71,43 @@ fn text_unit(text: &str) -> RenderedMessageUnit {
         payload: serde_json::json!({ "text": text }),
         required: true,
     }
+}
+
+fn invalid(message: String) -> MessagesError {
+    MessagesError::Store(clawgate_store::StoreError::InvalidInput(message))
+}
+
+/// The parts of the media streamed so far, in the order they went out, renumbered from
+/// `first_index` on: a final with `first_index` units of its own carries them after those, so
+/// none stands for a unit of the final (a unit with a receipt part is never sent, and these
+/// were never units of it).
+fn streamed_parts(
+    streamed: &BTreeMap<String, MessageReceiptPart>,
+    first_index: usize,
+) -> Vec<MessageReceiptPart> {
+    let mut parts: Vec<MessageReceiptPart> = streamed.values().cloned().collect();
+    parts.sort_by_key(|p| p.index);
+    for (n, part) in parts.iter_mut().enumerate() {
+        part.index = u32::try_from(first_index + n).unwrap_or(u32::MAX);
+    }
+    parts
+}
+
+/// Removes from the final every attachment already streamed (the final never repeats them).
+fn drop_streamed(message: &mut ChannelMessage, state: Option<&LiveMessageState>) {
+    if let Some(state) = state {
+        message.attachments.retain(|a| !state.has_streamed(a));
+    }
+}
+
+/// Whether a final has nothing of its own to send (no text, no attachment).
+fn nothing_to_send(message: &ChannelMessage) -> bool {
+    message.attachments.is_empty() && message.body.as_ref().is_none_or(|b| b.text.is_empty())
+}
+
+/// A receipt of `parts`, or none when there are none.
+fn receipt_of(parts: Vec<MessageReceiptPart>, now: UnixMillis) -> Option<MessageReceipt> {
+    (!parts.is_empty()).then(|| MessageReceipt::from_parts(parts, now))
 }
 
 fn hash(text: &str) -> String {
@@ -148,8 +193,19 @@ impl LivePreview {
         }
         let now = self.inner().clock.now_ms();
         let ctx = self.inner().context(&self.intent);
-        let Some(state) = self.intent.live_state.clone() else {
-            let part = match self.adapter.send_unit(&ctx, &text_unit(text)).await {
+        // No preview yet (nothing streamed, or only media): the first update shows it.
+        let showing = self
+            .intent
+            .live_state
+            .as_ref()
+            .filter(|s| s.mode == LiveMode::Block || s.receipt.is_some());
+        let Some(state) = showing.cloned() else {
+            // The preview gets a key of its own: under the intent's key it would pass for the
+            // final's first unit, and a final recovered after a crash mid-finalize would be
+            // "reconciled" as the (removed) preview instead of being sent.
+            let mut preview_ctx = ctx.clone();
+            preview_ctx.idempotency_key = format!("{}~preview", ctx.idempotency_key);
+            let part = match self.adapter.send_unit(&preview_ctx, &text_unit(text)).await {
                 Ok(part) => part,
                 Err(error) => {
                     warn!(error = %error.message, "preview not shown; the final will be sent normally");
@@ -169,6 +225,12 @@ impl LivePreview {
                 can_finalize_in_place: can_edit,
                 last_rendered_hash: Some(hash(text)),
                 stale_after_ms: Some(self.options.stale_after_ms),
+                streamed_media: self
+                    .intent
+                    .live_state
+                    .take()
+                    .map(|s| s.streamed_media)
+                    .unwrap_or_default(),
             });
             // The preview exists on the platform: record it before anything else can happen.
             self.persist().await?;
@@ -215,6 +277,7 @@ impl LivePreview {
             can_finalize_in_place: false,
             last_rendered_hash: None,
             stale_after_ms: None,
+            streamed_media: BTreeMap::new(),
         });
         if state.mode != LiveMode::Block {
             if let Some(part) = state.receipt.as_ref().and_then(|r| r.parts.first()) {
@@ -263,6 +326,83 @@ impl LivePreview {
         Ok(())
     }
 
+    /// Delivers an attachment now, as a message of its own, without touching the text preview.
+    /// Its receipt part is recorded on the intent under the attachment's identity (its URL, else
+    /// its file name) before this returns, so the final — even one recovered after a crash —
+    /// never sends it again, and nothing ever removes it (it is content, not a preview).
+    ///
+    /// An attachment already streamed (same identity) is not sent again. One with neither a URL
+    /// nor a file name is refused before any I/O: the final could not recognise it.
+    pub async fn deliver_media(
+        &mut self,
+        attachment: MessageAttachment,
+    ) -> Result<(), MessagesError> {
+        let Some(identity) = LiveMessageState::media_identity(&attachment).map(str::to_owned)
+        else {
+            return Err(invalid(
+                "streamed media needs a url or a file name, so the final can tell it was \
+                 already delivered"
+                    .into(),
+            ));
+        };
+        let streamed = self
+            .intent
+            .live_state
+            .as_ref()
+            .map_or(0, |s| s.streamed_media.len());
+        if self
+            .intent
+            .live_state
+            .as_ref()
+            .is_some_and(|s| s.streamed_media.contains_key(&identity))
+        {
+            return Ok(());
+        }
+        let inner = self.messenger.inner.clone();
+        // Rendered like any attachment of this channel (capability checks, origin marker), as
+        // a message with nothing else in it.
+        let mut media = self.intent.message.clone();
+        media.body = None;
+        media.attachments = vec![attachment];
+        // Media gets keys of its own, numbered in stream order: the final's units and the
+        // blocks never collide with them, and a retry after a failure reuses the same key.
+        let mut ctx = inner.context(&self.intent);
+        ctx.idempotency_key = format!("{}~media", ctx.idempotency_key);
+        let batch = inner.render(&self.adapter, &media, &ctx.idempotency_key)?;
+        let [unit] = batch.units.as_slice() else {
+            return Err(invalid(format!(
+                "the {} renderer made {} units of one attachment; streamed media must be one \
+                 message",
+                self.intent.channel,
+                batch.units.len()
+            )));
+        };
+        let unit = RenderedMessageUnit {
+            index: u32::try_from(streamed).unwrap_or(u32::MAX),
+            ..unit.clone()
+        };
+        let part = self
+            .adapter
+            .send_unit(&ctx, &unit)
+            .await
+            .map_err(|e| invalid(format!("media not delivered: {}", e.message)))?;
+        let state = self
+            .intent
+            .live_state
+            .get_or_insert_with(|| LiveMessageState {
+                mode: LiveMode::Partial,
+                receipt: None,
+                visible_since: None,
+                can_finalize_in_place: false,
+                last_rendered_hash: None,
+                stale_after_ms: None,
+                streamed_media: BTreeMap::new(),
+            });
+        state.streamed_media.insert(identity, part);
+        // Recorded before anything else, so neither the final nor recovery repeats it.
+        self.persist().await
+    }
+
     /// Text held back by edit coalescing, if any (it is sent by the next update or the final).
     pub fn coalesced(&self) -> Option<&str> {
         self.waiting.as_deref()
@@ -270,7 +410,7 @@ impl LivePreview {
 
     /// Gives the stream up without a final (the turn failed, or will be replayed): the preview
     /// is removed and the intent cancelled, so a replayed turn starts a fresh one and nothing
-    /// is left dangling. Delivered blocks are content and stay.
+    /// is left dangling. Delivered blocks and streamed media are content and stay.
     pub async fn abandon(mut self) -> Result<(), MessagesError> {
         let inner = self.messenger.inner.clone();
         let state = self.intent.live_state.take();
@@ -292,10 +432,12 @@ impl LivePreview {
     }
 
     /// Delivers the final message: in place when the preview can become it, otherwise the
-    /// preview is removed (`reason`) and the final sent normally.
+    /// preview is removed (`reason`) and the final sent normally. Attachments already streamed
+    /// ([`LivePreview::deliver_media`]) are dropped from the final; only the others can cancel
+    /// the preview for carrying media.
     pub async fn finalize(
         mut self,
-        final_message: ChannelMessage,
+        mut final_message: ChannelMessage,
     ) -> Result<SendReport, MessagesError> {
         if self
             .intent
@@ -308,11 +450,22 @@ impl LivePreview {
         let inner = self.messenger.inner.clone();
         let now = inner.clock.now_ms();
         let key = self.intent.idempotency_key.clone();
-        let batch = inner.render(&self.adapter, &final_message, &key)?;
         let state = self.intent.live_state.clone();
+        drop_streamed(&mut final_message, state.as_ref());
+        let streamed = state
+            .as_ref()
+            .map(|s| s.streamed_media.clone())
+            .unwrap_or_default();
+        if nothing_to_send(&final_message) && !streamed.is_empty() {
+            return self.finalize_streamed_only(final_message, &streamed).await;
+        }
+        let batch = inner.render(&self.adapter, &final_message, &key)?;
         let reply_changed = final_message.relation != self.intent.message.relation;
         self.intent.message = final_message;
         self.intent.batch = Some(batch.clone());
+        // The streamed media is delivered already: the final's receipt names it, after the
+        // final's own units, and nothing sends it again.
+        self.intent.partial_receipt = receipt_of(streamed_parts(&streamed, batch.units.len()), now);
         self.persist().await?;
         let cancel = match &state {
             None => None,
@@ -339,8 +492,11 @@ impl LivePreview {
             match self.adapter.edit(&ctx, part, &batch.units[0]).await {
                 Ok(mut edited) => {
                     edited.index = 0;
-                    self.intent.partial_receipt =
-                        Some(MessageReceipt::from_parts(vec![edited], now));
+                    let edited = MessageReceipt::from_parts(vec![edited], now);
+                    match &mut self.intent.partial_receipt {
+                        Some(receipt) => receipt.merge(edited),
+                        None => self.intent.partial_receipt = Some(edited),
+                    }
                     let outcome = inner.commit(&self.adapter, &mut self.intent, true).await?;
                     info!("preview finalized in place");
                     return Ok(SendReport {
@@ -374,13 +530,65 @@ impl LivePreview {
 }
 
 impl LivePreview {
-    /// The final of a block stream: only what the blocks did not deliver goes out.
+    /// The final is only media that already streamed: a preview still showing goes (it shows
+    /// text the final does not have) and the streamed media is committed as the final.
+    async fn finalize_streamed_only(
+        mut self,
+        final_message: ChannelMessage,
+        streamed: &BTreeMap<String, MessageReceiptPart>,
+    ) -> Result<SendReport, MessagesError> {
+        let inner = self.messenger.inner.clone();
+        let now = inner.clock.now_ms();
+        // Recorded first, with an empty batch: recovery then commits the streamed media
+        // instead of treating the intent as an unfinished stream.
+        self.intent.batch = Some(RenderedMessageBatch {
+            units: Vec::new(),
+            atomicity: BatchAtomicity::AllOrRetryRemaining,
+            idempotency_key: self.intent.idempotency_key.clone(),
+        });
+        self.intent.message = final_message;
+        self.intent.partial_receipt = receipt_of(streamed_parts(streamed, 0), now);
+        self.persist().await?;
+        let preview = self
+            .intent
+            .live_state
+            .as_ref()
+            .filter(|s| s.mode != LiveMode::Block)
+            .and_then(|s| s.receipt.as_ref())
+            .and_then(|r| r.parts.first())
+            .cloned();
+        if let Some(part) = &preview {
+            let ctx = inner.context(&self.intent);
+            remove_preview(&self.adapter, &ctx, part, LiveCancelReason::Media).await;
+        }
+        self.intent.live_state = None;
+        self.intent.attempt += 1;
+        inner
+            .save(&mut self.intent, IntentStatus::Sending, true)
+            .await?;
+        let outcome = inner.commit(&self.adapter, &mut self.intent, true).await?;
+        Ok(SendReport {
+            intent_id: Some(self.intent.id.clone()),
+            durable: true,
+            outcome,
+        })
+    }
+
+    /// The final of a block stream: only what the blocks (and the streamed media) did not
+    /// deliver goes out.
     async fn finalize_blocks(
         mut self,
         mut final_message: ChannelMessage,
     ) -> Result<SendReport, MessagesError> {
         let inner = self.messenger.inner.clone();
-        let blocks = self.intent.live_state.take().and_then(|s| s.receipt);
+        let now = inner.clock.now_ms();
+        let state = self.intent.live_state.take();
+        drop_streamed(&mut final_message, state.as_ref());
+        let streamed = state
+            .as_ref()
+            .map(|s| s.streamed_media.clone())
+            .unwrap_or_default();
+        let blocks = state.and_then(|s| s.receipt);
         let text = final_message
             .body
             .as_ref()
@@ -391,10 +599,17 @@ impl LivePreview {
             .unwrap_or(&text)
             .trim_start()
             .to_owned();
-        if rest.is_empty() {
-            // Everything was delivered as blocks: commit their receipt, send nothing more.
-            let receipt = blocks
-                .unwrap_or_else(|| MessageReceipt::from_parts(Vec::new(), inner.clock.now_ms()));
+        if rest.is_empty() && final_message.attachments.is_empty() {
+            // Everything was delivered as blocks (and streamed media): commit their receipt,
+            // send nothing more.
+            let after_blocks = blocks
+                .as_ref()
+                .and_then(|r| r.parts.iter().map(|p| p.index).max())
+                .map_or(0, |last| last as usize + 1);
+            let mut receipt = blocks.unwrap_or_else(|| MessageReceipt::from_parts(Vec::new(), now));
+            if let Some(media) = receipt_of(streamed_parts(&streamed, after_blocks), now) {
+                receipt.merge(media);
+            }
             self.intent.attempt += 1;
             inner
                 .save(&mut self.intent, IntentStatus::Sending, true)
@@ -411,7 +626,9 @@ impl LivePreview {
             body.text = rest;
         }
         let key = self.intent.idempotency_key.clone();
-        self.intent.batch = Some(inner.render(&self.adapter, &final_message, &key)?);
+        let batch = inner.render(&self.adapter, &final_message, &key)?;
+        self.intent.partial_receipt = receipt_of(streamed_parts(&streamed, batch.units.len()), now);
+        self.intent.batch = Some(batch);
         self.intent.message = final_message;
         self.persist().await?;
         let outcome = inner.deliver(&self.adapter, &mut self.intent, true).await?;
@@ -434,5 +651,126 @@ pub(crate) async fn remove_preview(
         Ok(()) => info!(?reason, "preview removed"),
         Err(error) if error.kind == clawgate_types::DeliveryFailureKind::NotFound => {}
         Err(error) => warn!(?reason, error = %error.message, "preview could not be removed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attachment(url: Option<&str>, file_name: Option<&str>) -> MessageAttachment {
+        MessageAttachment {
+            kind: MessagePartKind::Media,
+            url: url.map(str::to_owned),
+            mime_type: None,
+            file_name: file_name.map(str::to_owned),
+            size_bytes: None,
+        }
+    }
+
+    fn part(index: u32, id: &str) -> MessageReceiptPart {
+        MessageReceiptPart {
+            platform_message_id: id.into(),
+            kind: MessagePartKind::Media,
+            index,
+            thread_id: None,
+            reply_to_id: None,
+            edit_token: None,
+            delete_token: None,
+            url: None,
+            raw: None,
+        }
+    }
+
+    fn state(streamed: &[(&str, u32, &str)]) -> LiveMessageState {
+        LiveMessageState {
+            mode: LiveMode::Partial,
+            receipt: None,
+            visible_since: None,
+            can_finalize_in_place: true,
+            last_rendered_hash: None,
+            stale_after_ms: None,
+            streamed_media: streamed
+                .iter()
+                .map(|(identity, index, id)| ((*identity).to_owned(), part(*index, id)))
+                .collect(),
+        }
+    }
+
+    fn message(text: Option<&str>, attachments: Vec<MessageAttachment>) -> ChannelMessage {
+        let mut message: ChannelMessage = serde_json::from_value(serde_json::json!({
+            "id": "out-1", "channel": "qa", "direction": "outbound",
+            "target": { "kind": "group", "id": "room-1" }
+        }))
+        .expect("a minimal outbound message");
+        message.body = text.map(|text| MessageBody {
+            text: text.into(),
+            format: None,
+        });
+        message.attachments = attachments;
+        message
+    }
+
+    #[test]
+    fn the_final_keeps_only_attachments_not_streamed() {
+        let streamed = state(&[("https://x/a.png", 0, "m-2"), ("b.pdf", 1, "m-4")]);
+        let a = attachment(Some("https://x/a.png"), Some("a.png"));
+        let b = attachment(None, Some("b.pdf"));
+        let c = attachment(Some("https://x/c.png"), Some("b.pdf"));
+        // (case, state, final attachments, kept)
+        #[rustfmt::skip]
+        let cases = [
+            ("all streamed",      Some(&streamed), vec![a.clone(), b.clone()], vec![]),
+            ("one new",           Some(&streamed), vec![a.clone(), c.clone()], vec![c.clone()]),
+            ("a URL is the identity, not the file name",
+                                  Some(&streamed), vec![c.clone()],            vec![c.clone()]),
+            ("nothing streamed",  None,            vec![a.clone(), b.clone()], vec![a, b]),
+            ("no attachments",    Some(&streamed), vec![],                     vec![]),
+        ];
+        for (case, state, attachments, kept) in cases {
+            let mut final_message = message(Some("text"), attachments);
+            drop_streamed(&mut final_message, state);
+            assert_eq!(final_message.attachments, kept, "{case}");
+        }
+    }
+
+    #[test]
+    fn streamed_parts_follow_the_final_units_in_stream_order() {
+        // Keys sort by identity; the parts keep the order they were streamed in.
+        let streamed = state(&[("z.png", 0, "m-2"), ("a.png", 1, "m-3")]).streamed_media;
+        let numbered = |first| {
+            streamed_parts(&streamed, first)
+                .into_iter()
+                .map(|p| (p.index, p.platform_message_id))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(numbered(0), vec![(0, "m-2".into()), (1, "m-3".into())]);
+        assert_eq!(
+            numbered(3),
+            vec![(3, "m-2".into()), (4, "m-3".into())],
+            "after a final of three units"
+        );
+        assert!(streamed_parts(&BTreeMap::new(), 2).is_empty());
+        assert_eq!(receipt_of(Vec::new(), 0), None, "no parts, no receipt");
+    }
+
+    #[test]
+    fn a_final_without_text_or_attachments_has_nothing_to_send() {
+        let image = attachment(Some("https://x/a.png"), None);
+        // (case, text, attachments, nothing to send)
+        let cases: [(&str, Option<&str>, Vec<MessageAttachment>, bool); 5] = [
+            ("no body", None, vec![], true),
+            ("empty text", Some(""), vec![], true),
+            ("text", Some("hi"), vec![], false),
+            ("an attachment", None, vec![image.clone()], false),
+            ("both", Some("hi"), vec![image], false),
+        ];
+        for (case, text, attachments, nothing) in cases {
+            assert_eq!(
+                nothing_to_send(&message(text, attachments)),
+                nothing,
+                "{case}"
+            );
+        }
     }
 }

@@ -113,29 +113,29 @@ impl Inner {
         // A live preview left by a crash is never orphaned: without a final the stream died with
         // its turn (the unfinished inbound record replays the turn), so the preview goes and the
         // intent is cancelled; with a final, the preview goes and the final is delivered normally.
-        // Delivered blocks are content, not a preview: only a preview is removed.
+        // Delivered blocks and streamed media are content, not a preview: only a preview is
+        // removed, and a recorded final already holds the streamed media's receipt parts (it
+        // never sends them again).
         if intent.status != IntentStatus::Committing
-            && intent
-                .live_state
-                .as_ref()
-                .is_some_and(|s| s.mode != clawgate_types::LiveMode::Block)
-            && let Some(part) = intent
-                .live_state
-                .as_ref()
-                .and_then(|s| s.receipt.as_ref())
-                .and_then(|r| r.parts.first())
-                .cloned()
+            && let Some(state) = intent.live_state.clone()
         {
-            let ctx = self.context(&intent);
-            crate::live::remove_preview(
-                &adapter,
-                &ctx,
-                &part,
-                clawgate_types::LiveCancelReason::Aborted,
-            )
-            .await;
-            intent.live_state = None;
+            let preview = state
+                .receipt
+                .as_ref()
+                .filter(|_| state.mode != clawgate_types::LiveMode::Block)
+                .and_then(|r| r.parts.first());
+            if let Some(part) = preview {
+                let ctx = self.context(&intent);
+                crate::live::remove_preview(
+                    &adapter,
+                    &ctx,
+                    part,
+                    clawgate_types::LiveCancelReason::Aborted,
+                )
+                .await;
+            }
             if intent.batch.is_none() {
+                intent.live_state = None;
                 if intent.status == IntentStatus::Pending {
                     self.save(&mut intent, IntentStatus::Cancelled, true)
                         .await?;
@@ -144,9 +144,12 @@ impl Inner {
                 }
                 return Ok(());
             }
-            let same = intent.status;
-            if same == IntentStatus::Pending || same == IntentStatus::UnknownAfterSend {
-                self.save(&mut intent, same, true).await?;
+            if preview.is_some() {
+                intent.live_state = None;
+                let same = intent.status;
+                if same == IntentStatus::Pending || same == IntentStatus::UnknownAfterSend {
+                    self.save(&mut intent, same, true).await?;
+                }
             }
         }
         let now = self.clock.now_ms();

@@ -1,8 +1,10 @@
 //! Live previews, edits, progress and native streams of an outbound message.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
-use crate::{MessageReceipt, UnixMillis};
+use crate::{MessageAttachment, MessageReceipt, MessageReceiptPart, UnixMillis};
 
 /// How a live message is being shown while the final is produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -37,6 +39,12 @@ pub struct LiveMessageState {
     /// After this age the preview is not finalized in place: a fresh final is sent instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stale_after_ms: Option<u64>,
+    /// Attachments already delivered as messages of their own while the reply streamed, by
+    /// identity (the URL, else the file name; see [`LiveMessageState::media_identity`]), with
+    /// the platform message carrying each. They are content, not a preview: the final never
+    /// sends them again and cleaning up a preview never removes them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub streamed_media: BTreeMap<String, MessageReceiptPart>,
 }
 
 impl LiveMessageState {
@@ -48,6 +56,20 @@ impl LiveMessageState {
             }
             _ => false,
         }
+    }
+
+    /// What an attachment is recognised by when the final carries it again: its URL, else its
+    /// file name. `None` when it has neither (it cannot be streamed ahead of the final).
+    pub fn media_identity(attachment: &MessageAttachment) -> Option<&str> {
+        [attachment.url.as_deref(), attachment.file_name.as_deref()]
+            .into_iter()
+            .flatten()
+            .find(|identity| !identity.is_empty())
+    }
+
+    /// Whether this attachment was already delivered while streaming.
+    pub fn has_streamed(&self, attachment: &MessageAttachment) -> bool {
+        Self::media_identity(attachment).is_some_and(|id| self.streamed_media.contains_key(id))
     }
 }
 

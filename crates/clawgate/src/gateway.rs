@@ -832,6 +832,8 @@ mod tests {
         let printed = format!("{channel:?}");
         assert!(!printed.contains("s3cret-token"), "{printed}");
         assert!(printed.contains("redacted"), "{printed}");
+        let adapter = format!("{:?}", channel.adapter);
+        assert!(!adapter.contains("s3cret-token"), "{adapter}");
     }
 
     #[test]

@@ -27,6 +27,7 @@ fn event(n: usize) -> serde_json::Value {
         thread_id: None,
         reply_to_id: None,
         text: format!("inbound message number {n}"),
+        attachments: Vec::new(),
         metadata: None,
         idempotency_key: None,
         edits: 0,

@@ -1,4 +1,5 @@
 //! Integration tests of the QA platform over real HTTP on 127.0.0.1.
 #![allow(clippy::unwrap_used)] // Tests fail loudly by design.
 
+mod attachments;
 mod restart;

@@ -36,6 +36,7 @@ impl<'a> Api<'a> {
     async fn send(&self, text: &str, key: Option<&str>) -> (u16, bool, MessageAnswer) {
         let request = SendRequest {
             text: text.into(),
+            attachments: Vec::new(),
             thread_id: None,
             reply_to_id: None,
             metadata: None,

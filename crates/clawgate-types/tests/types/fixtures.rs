@@ -206,6 +206,14 @@ pub(crate) fn live_state() -> LiveMessageState {
         can_finalize_in_place: true,
         last_rendered_hash: Some("sha256:4f2a".into()),
         stale_after_ms: Some(600_000),
+        streamed_media: [(
+            "https://files.example/report.png".to_owned(),
+            MessageReceiptPart {
+                kind: MessagePartKind::Media,
+                ..receipt_part(0, "media-1")
+            },
+        )]
+        .into(),
     }
 }
 

@@ -1,8 +1,12 @@
-//! Receipt and batch helpers, and when a live preview goes stale.
+//! Receipt and batch helpers, when a live preview goes stale, and how streamed media is
+//! recognised.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use clawgate_types::{LiveMessageState, LiveMode, MessageReceipt, MessageReceiptPart, UnixMillis};
+use clawgate_types::{
+    LiveMessageState, LiveMode, MessageAttachment, MessagePartKind, MessageReceipt,
+    MessageReceiptPart, UnixMillis,
+};
 use proptest::prelude::*;
 
 use crate::fixtures::{self, receipt_part};
@@ -231,6 +235,7 @@ fn live(visible_since: Option<UnixMillis>, stale_after_ms: Option<u64>) -> LiveM
         can_finalize_in_place: true,
         last_rendered_hash: None,
         stale_after_ms,
+        streamed_media: BTreeMap::new(),
     }
 }
 
@@ -271,4 +276,77 @@ fn stale_boundaries() {
     let since = fixture.visible_since.unwrap();
     assert!(!fixture.is_stale(since + 600_000));
     assert!(fixture.is_stale(since + 600_001));
+}
+
+fn attachment(url: Option<&str>, file_name: Option<&str>) -> MessageAttachment {
+    MessageAttachment {
+        kind: MessagePartKind::Media,
+        url: url.map(str::to_owned),
+        mime_type: Some("image/png".into()),
+        file_name: file_name.map(str::to_owned),
+        size_bytes: None,
+    }
+}
+
+/// (name, url, file name, identity)
+type IdentityCase = (
+    &'static str,
+    Option<&'static str>,
+    Option<&'static str>,
+    Option<&'static str>,
+);
+
+#[test]
+fn streamed_media_is_recognised_by_url_else_file_name() {
+    #[rustfmt::skip]
+    let cases: [IdentityCase; 6] = [
+        ("url wins",               Some("https://x/a.png"), Some("a.png"), Some("https://x/a.png")),
+        ("url only",               Some("https://x/a.png"), None,          Some("https://x/a.png")),
+        ("file name only",         None,                    Some("a.png"), Some("a.png")),
+        ("empty url, file name",   Some(""),                Some("a.png"), Some("a.png")),
+        ("neither",                None,                    None,          None),
+        ("both empty",             Some(""),                Some(""),      None),
+    ];
+    for (name, url, file_name, identity) in cases {
+        let a = attachment(url, file_name);
+        assert_eq!(LiveMessageState::media_identity(&a), identity, "{name}");
+    }
+    let mut state = live(None, None);
+    state
+        .streamed_media
+        .insert("https://x/a.png".into(), receipt_part(0, "m-2"));
+    state
+        .streamed_media
+        .insert("b.png".into(), receipt_part(1, "m-3"));
+    assert!(state.has_streamed(&attachment(Some("https://x/a.png"), Some("other.png"))));
+    assert!(state.has_streamed(&attachment(None, Some("b.png"))));
+    assert!(
+        !state.has_streamed(&attachment(Some("https://x/b.png"), Some("b.png"))),
+        "a URL identifies the attachment; its file name is not compared"
+    );
+    assert!(!state.has_streamed(&attachment(Some("https://x/c.png"), None)));
+    assert!(
+        !state.has_streamed(&attachment(None, None)),
+        "no identity, never streamed"
+    );
+}
+
+#[test]
+fn a_live_state_stored_before_streamed_media_still_decodes() {
+    let old = serde_json::json!({
+        "mode": "partial",
+        "receipt": {
+            "platformMessageIds": ["preview-1"],
+            "parts": [{ "platformMessageId": "preview-1", "kind": "text", "index": 0 }],
+            "sentAt": 1
+        },
+        "canFinalizeInPlace": true
+    });
+    let state: LiveMessageState = clawgate_types::from_json_value(old).unwrap();
+    assert!(state.streamed_media.is_empty());
+    let again = serde_json::to_value(&state).unwrap();
+    assert!(
+        again.get("streamedMedia").is_none(),
+        "nothing streamed, nothing written: {again}"
+    );
 }

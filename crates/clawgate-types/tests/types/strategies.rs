@@ -248,10 +248,11 @@ prop_compose! {
         can_finalize_in_place in any::<bool>(),
         last_rendered_hash in opt_text(),
         stale_after_ms in maybe(any::<u64>()),
+        streamed_media in proptest::collection::btree_map(text(), receipt_part(), 0..3),
     ) -> LiveMessageState {
         LiveMessageState {
             mode, receipt, visible_since, can_finalize_in_place, last_rendered_hash,
-            stale_after_ms,
+            stale_after_ms, streamed_media,
         }
     }
 }
