@@ -321,11 +321,22 @@ impl Config {
                     format!("agent {:?} is defined twice", agent.id),
                 ));
             }
-            if agent.command.first().is_some_and(String::is_empty) {
-                return Err(invalid(
-                    &format!("agents[{n}].command"),
-                    "the program (first element) is empty".into(),
-                ));
+            if let Some(program) = agent.command.first() {
+                if program.is_empty() {
+                    return Err(invalid(
+                        &format!("agents[{n}].command"),
+                        "the program (first element) is empty".into(),
+                    ));
+                }
+                if find_program(program).is_none() {
+                    return Err(invalid(
+                        &format!("agents[{n}].command"),
+                        format!(
+                            "the agent program {program:?} was not found (no such executable \
+                             file, nor on PATH); install it or fix the command"
+                        ),
+                    ));
+                }
             }
         }
         for (n, channel) in self.channels.iter().enumerate() {
@@ -413,6 +424,21 @@ impl Config {
     }
 }
 
+/// Where `program` would be run from: a path as given, a bare name through `PATH`.
+fn find_program(program: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |path: &Path| {
+        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let path = Path::new(program);
+        return executable(path).then(|| path.to_path_buf());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|candidate| executable(candidate))
+}
+
 /// The dotted key whose line contains byte `offset` (`[section]` + `key = …`), best effort.
 fn key_at(text: &str, offset: usize) -> String {
     let mut section = String::new();
@@ -485,7 +511,7 @@ visibility = "all"
 a2a = { enabled = true, allow = ["ops-*"] }
 [[agents]]
 id = "coder"
-command = ["my-agent", "--acp"]
+command = ["sh", "--acp"]
 [[channels]]
 kind = "qa"
 account = "bot"
@@ -539,6 +565,14 @@ token_env = "QA_TOKEN"
 
         let e = error_of("[gateway]\nlisen = \"127.0.0.1:1\"\n");
         assert!(e.contains("lisen"), "unknown keys are refused: {e}");
+
+        let e = error_of("[[agents]]\ncommand = [\"/nonexistent/agent\", \"--acp\"]\n");
+        assert!(
+            e.contains("`agents[0].command`") && e.contains("/nonexistent/agent"),
+            "a missing agent binary stops the start: {e}"
+        );
+        let e = error_of("[[agents]]\ncommand = [\"no-such-agent-program\"]\n");
+        assert!(e.contains("not found"), "{e}");
 
         let e = error_of("[[agents]]\nid = \"a\"\n[[agents]]\nid = \"a\"\n");
         assert!(e.contains("`agents[1].id`") && e.contains("twice"), "{e}");

@@ -543,6 +543,14 @@ impl Gateway {
                         warn!(update = update.update_id, %error, attempt, "turn failed; retrying");
                         false
                     }
+                    Ok(ReceiveOutcome::Failed {
+                        dead_lettered: true,
+                        error,
+                        ..
+                    }) => {
+                        self.tell_of_failure(&channel, &raw, error).await;
+                        true
+                    }
                     Ok(_) => true,
                     Err(e) => {
                         warn!(update = update.update_id, error = %e, attempt, "receive failed; retrying");
@@ -561,6 +569,36 @@ impl Gateway {
                 tokio::time::sleep(wait).await;
             }
             in_flight.finish();
+        }
+    }
+
+    /// A dead-lettered event gets one visible answer instead of silence: a short notice that the
+    /// agent could not answer, marked as gateway-failure output (another gateway in the room
+    /// drops it as an echo, by marker). Durable and keyed by the event: sent once.
+    async fn tell_of_failure(&self, channel: &Channel, raw: &serde_json::Value, error: &str) {
+        use clawgate_channel_sdk::MessageReceiveAdapter as _;
+        let Ok(inbound) = channel.adapter.normalize(raw) else {
+            return;
+        };
+        let key = format!("{}:failure:{}", channel.name, inbound.event_id);
+        let mut notice = reply_message(
+            channel,
+            &inbound,
+            &key,
+            "The agent could not answer this message; it has been set aside for an operator. \
+             Please try again later.",
+        );
+        notice.origin = Some(clawgate_types::MessageOrigin::gateway_failure(
+            clawgate_types::GatewayFailureCode::AgentFailedBeforeReply,
+        ));
+        let options = SendOptions {
+            durability: self.config.durability.policy.to_policy(),
+            idempotency_key: Some(key),
+            time_to_live_ms: None,
+        };
+        warn!(event = %inbound.event_id, %error, "turn dead-lettered; telling the person");
+        if let Err(e) = self.messenger.send(notice, options).await {
+            warn!(error = %e, "the failure notice could not be sent");
         }
     }
 

@@ -38,6 +38,15 @@ pub(crate) fn config_file(
 ) -> PathBuf {
     let mut command = vec![BIN.to_owned(), "demo-agent".to_owned()];
     command.extend(agent_args.iter().map(|a| (*a).to_owned()));
+    config_file_with_agent(dir, platform, &command)
+}
+
+/// As [`config_file`], with any agent command line.
+pub(crate) fn config_file_with_agent(
+    dir: &Path,
+    platform: Option<&QaPlatform>,
+    command: &[String],
+) -> PathBuf {
     let command = command
         .iter()
         .map(|a| format!("{a:?}"))
