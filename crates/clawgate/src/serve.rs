@@ -27,6 +27,15 @@ pub async fn up(config: Config) -> Result<(), GatewayError> {
     let token = random_token().map_err(GatewayError::OwnPath)?;
     let app = crate::chat::routes()
         .merge(crate::control::routes(token.clone()))
+        .layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| async move {
+                if loopback_host(&request, addr.port()) {
+                    next.run(request).await
+                } else {
+                    misdirected()
+                }
+            },
+        ))
         .with_state(gateway.clone());
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
@@ -74,6 +83,33 @@ pub async fn up(config: Config) -> Result<(), GatewayError> {
     println!("stopped cleanly");
     drop(gateway);
     Ok(())
+}
+
+/// Whether the request names this server by a loopback name. A web page elsewhere that
+/// rebinds its own domain to 127.0.0.1 (DNS rebinding) sends its domain as `Host` and is
+/// refused, so it can neither read the chat nor reach the control API.
+fn loopback_host(request: &axum::extract::Request, port: u16) -> bool {
+    let Some(host) = request
+        .headers()
+        .get(axum::http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+    else {
+        return false;
+    };
+    ["127.0.0.1", "localhost", "[::1]"]
+        .iter()
+        .any(|name| host == format!("{name}:{port}") || host == *name)
+}
+
+fn misdirected() -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    (
+        axum::http::StatusCode::MISDIRECTED_REQUEST,
+        axum::Json(serde_json::json!({
+            "error": "this gateway answers only to 127.0.0.1, localhost or [::1] as Host"
+        })),
+    )
+        .into_response()
 }
 
 async fn wait_for_stop_signal() {

@@ -45,6 +45,18 @@ async fn a_conversation_streams_a_preview_then_lands_one_final() {
         .count();
     assert_eq!(agent_messages, 1, "one reply, no leftover preview");
 
+    // DNS rebinding: a page on another domain resolved to 127.0.0.1 names its own host.
+    let rebound = reqwest::Client::new()
+        .get(format!(
+            "{}/chat/api/messages?conversation=dm-e2e",
+            gateway.url
+        ))
+        .header(reqwest::header::HOST, "evil.example:8640")
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(rebound.status(), reqwest::StatusCode::MISDIRECTED_REQUEST);
+
     // A second message in the same conversation reuses the session's agent process.
     gateway.say("dm-e2e", "again").await;
     eventually(Duration::from_secs(30), "the second final", || async {
