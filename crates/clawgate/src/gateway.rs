@@ -52,6 +52,10 @@ pub enum GatewayError {
     Acpx(#[from] clawgate_acpx::AcpxError),
     #[error("cannot find this program's own path (needed to start agents under the wrapper): {0}")]
     OwnPath(std::io::Error),
+    #[error("cannot read the working directory (the agents' default cwd): {0}")]
+    WorkingDir(std::io::Error),
+    #[error("cannot read random bytes from /dev/urandom (for a token): {0}")]
+    Random(std::io::Error),
     #[error("cannot start the embedded QA platform: {0}")]
     Platform(std::io::Error),
     #[error(
@@ -192,7 +196,8 @@ impl Gateway {
         let exe = std::env::current_exe().map_err(GatewayError::OwnPath)?;
         let mut controller = ControllerConfig::new(exe.clone());
         controller.wrapper_args = vec![WRAPPER_SUBCOMMAND.to_owned()];
-        controller.retention = Duration::from_secs(config.retention.lease_days * 24 * 3600);
+        controller.retention =
+            Duration::from_secs(config.retention.lease_days.saturating_mul(86_400));
         let acpx =
             Arc::new(LifecycleController::new(store.clone(), system_table(), controller).await?);
         let report = acpx.reap_startup_orphans(now_ms()).await?;
@@ -210,7 +215,9 @@ impl Gateway {
             Awareness::builder(store.clone())
                 .config(AwarenessConfig {
                     retention: RetentionPolicy {
-                        max_age: Duration::from_secs(config.retention.signal_log_days * 86_400),
+                        max_age: Duration::from_secs(
+                            config.retention.signal_log_days.saturating_mul(86_400),
+                        ),
                         max_rows: config.retention.signal_log_max_rows,
                     },
                     ..AwarenessConfig::default()
@@ -230,7 +237,7 @@ impl Gateway {
             };
             let cwd = match &agent.cwd {
                 Some(dir) => dir.clone(),
-                None => std::env::current_dir().map_err(GatewayError::OwnPath)?,
+                None => std::env::current_dir().map_err(GatewayError::WorkingDir)?,
             };
             agents.insert(agent.id.clone(), (argv, cwd));
         }
@@ -248,7 +255,7 @@ impl Gateway {
                 None => {
                     let token = match configured_token {
                         Some(token) => token,
-                        None => random_token().map_err(GatewayError::Platform)?,
+                        None => random_token().map_err(GatewayError::Random)?,
                     };
                     let platform = QaPlatform::start(QaPlatformConfig {
                         token: token.clone(),
@@ -347,8 +354,9 @@ impl Gateway {
         let _ = self.stop.send(true);
     }
 
-    /// Clean shutdown: stop polling, let running turns finish (bounded), cancel the rest,
-    /// close every agent session (leases closed), stop the embedded platforms.
+    /// Clean shutdown: stop polling, let running turns finish (bounded), then close every
+    /// agent session through the controller (leases closed). A turn still running then fails,
+    /// its preview is removed, and its event stays unfinished: the next start replays it.
     pub async fn shutdown(&self) {
         self.request_stop();
         let grace = Duration::from_millis(self.config.gateway.shutdown_grace_ms);
@@ -368,11 +376,6 @@ impl Gateway {
                 Err(e) => warn!(session = %key, error = %e, "agent session not closed"),
             }
         }
-    }
-
-    /// The agent argv and cwd for an agent id.
-    pub fn agent_command(&self, agent_id: &str) -> Option<&(Vec<String>, PathBuf)> {
-        self.agents.get(agent_id)
     }
 
     async fn maintenance_loop(self: Arc<Self>) {
@@ -399,8 +402,15 @@ impl Gateway {
         if let Err(e) = self.acpx.prune_finished(now_ms()).await {
             warn!(error = %e, "lease retention failed");
         }
-        let cutoff = now_ms()
-            - i64::try_from(self.config.retention.inbound_days * 86_400_000).unwrap_or(i64::MAX);
+        let cutoff = now_ms().saturating_sub(
+            i64::try_from(
+                self.config
+                    .retention
+                    .inbound_days
+                    .saturating_mul(86_400_000),
+            )
+            .unwrap_or(i64::MAX),
+        );
         if let Err(e) =
             clawgate_store::InboundStore::prune_completed_inbound(&*self.store, cutoff).await
         {

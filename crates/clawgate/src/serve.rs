@@ -24,7 +24,7 @@ pub async fn up(config: Config) -> Result<(), GatewayError> {
         source: e,
     })?;
     let url = format!("http://{addr}");
-    let token = random_token().map_err(GatewayError::OwnPath)?;
+    let token = random_token().map_err(GatewayError::Random)?;
     let app = crate::chat::routes()
         .merge(crate::control::routes(token.clone()))
         .layer(axum::middleware::from_fn(
