@@ -338,12 +338,7 @@ impl Gateway {
         for channel in &self.channels {
             let gateway = self.clone();
             let channel = channel.clone();
-            tokio::spawn(async move {
-                let name = channel.name.clone();
-                if let Err(e) = gateway.receive_loop(channel).await {
-                    error!(channel = %name, error = %e, "receive loop stopped");
-                }
-            });
+            tokio::spawn(async move { gateway.receive_loop(channel).await });
         }
         let gateway = self.clone();
         tokio::spawn(async move { gateway.maintenance_loop().await });
@@ -420,7 +415,7 @@ impl Gateway {
 
     /// Polls one channel from its durable watermark; each conversation is a lane processed in
     /// order, conversations run concurrently.
-    async fn receive_loop(self: Arc<Self>, channel: Arc<Channel>) -> Result<(), GatewayError> {
+    async fn receive_loop(self: Arc<Self>, channel: Arc<Channel>) {
         let mut stop = self.stop.subscribe();
         let receiver = Arc::new(Receiver::new(
             self.store.clone(),
@@ -434,19 +429,27 @@ impl Gateway {
             account_id: channel.account.clone(),
             source: "updates".into(),
         };
-        let watermark = Arc::new(Mutex::new(
-            PollingWatermark::open(self.store.clone(), self.clock.clone(), key)
-                .await
-                .map_err(|e| {
-                    GatewayError::Store(clawgate_store::StoreError::InvalidInput(e.to_string()))
-                })?,
-        ));
+        // The watermark is where polling resumes: without it nothing is polled, so a store
+        // that cannot be read yet (locked, busy) is retried rather than given up on.
+        let watermark = loop {
+            match PollingWatermark::open(self.store.clone(), self.clock.clone(), key.clone()).await
+            {
+                Ok(watermark) => break Arc::new(Mutex::new(watermark)),
+                Err(e) => {
+                    warn!(channel = %channel.name, error = %e, "polling watermark unreadable; retrying");
+                    tokio::select! {
+                        _ = stop.changed() => return,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            }
+        };
         let in_flight = Arc::new(InFlight::default());
         let mut lanes: HashMap<String, mpsc::UnboundedSender<Update>> = HashMap::new();
         let mut failures = 0u32;
         loop {
             if *stop.borrow() {
-                return Ok(());
+                return;
             }
             let offset = watermark.lock().await.next_offset();
             // Unfinished updates stay on the platform until the watermark passes them, so a
@@ -454,7 +457,7 @@ impl Gateway {
             let busy = in_flight.busy();
             let timeout = if busy { 0 } else { channel.poll_timeout_ms };
             let updates = tokio::select! {
-                _ = stop.changed() => return Ok(()),
+                _ = stop.changed() => return,
                 updates = channel.adapter.get_updates(offset, timeout) => updates,
             };
             let updates = match updates {
@@ -467,7 +470,7 @@ impl Gateway {
                     let wait = Duration::from_millis(200 * u64::from(failures.min(25)));
                     warn!(channel = %channel.name, error = %e.message, ?wait, "polling failed; retrying");
                     tokio::select! {
-                        _ = stop.changed() => return Ok(()),
+                        _ = stop.changed() => return,
                         _ = tokio::time::sleep(wait) => continue,
                     }
                 }
@@ -498,7 +501,7 @@ impl Gateway {
                 // Until a turn finishes (then the long poll is possible again), new updates
                 // are looked for every 25 ms.
                 tokio::select! {
-                    _ = stop.changed() => return Ok(()),
+                    _ = stop.changed() => return,
                     _ = in_flight.finished.notified() => {}
                     _ = tokio::time::sleep(Duration::from_millis(25)) => {}
                 }
