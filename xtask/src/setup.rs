@@ -49,7 +49,12 @@ fn install_chromium() -> anyhow::Result<()> {
              CLAWGATE_CHROMEDRIVER and CLAWGATE_CHROMIUM at a chromedriver and a Chromium"
         );
     }
-    run_command(&mut apt(&["update", "-qq"]))?;
+    // A stale or partly unreachable package index may still hold these packages: try anyway.
+    if let Err(error) = run_command(&mut apt(&["update", "-qq"])) {
+        println!(
+            "setup: apt-get update failed ({error:#}); trying the install with the current index"
+        );
+    }
     run_command(&mut apt(&[
         "install",
         "-y",
