@@ -435,6 +435,67 @@ impl QaAdapter {
     }
 }
 
+impl QaAdapter {
+    /// `GET /api/conversations/{conv}/messages`: what the platform shows in a conversation.
+    pub async fn list_messages(
+        &self,
+        conversation: &str,
+    ) -> Result<Vec<PlatformMessage>, SendError> {
+        let url = self.url(&["api", "conversations", conversation, "messages"])?;
+        let response = self
+            .http
+            .get(url)
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| Self::transport_error(&e))?;
+        if !response.status().is_success() {
+            return Err(Self::answer_error(response).await);
+        }
+        response
+            .json::<crate::MessagesAnswer>()
+            .await
+            .map(|a| a.messages)
+            .map_err(|e| {
+                SendError::after_io(
+                    DeliveryFailureKind::Unknown,
+                    format!("QA messages unreadable: {e}"),
+                )
+            })
+    }
+
+    /// `POST /control/conversations/{conv}/inbound`: someone on the platform writes into a
+    /// conversation (a person at a terminal or in the web chat, or another session).
+    pub async fn write_as(
+        &self,
+        conversation: &str,
+        request: &crate::InboundRequest,
+    ) -> Result<PlatformMessage, SendError> {
+        let url = self.url(&["control", "conversations", conversation, "inbound"])?;
+        let response = self
+            .http
+            .post(url)
+            .bearer_auth(&self.token)
+            .json(request)
+            .send()
+            .await
+            .map_err(|e| Self::transport_error(&e))?;
+        if !response.status().is_success() {
+            return Err(Self::answer_error(response).await);
+        }
+        response
+            .json::<crate::MessageAnswer>()
+            .await
+            .map(|a| a.message)
+            .map_err(|e| {
+                SendError::after_io(
+                    DeliveryFailureKind::Unknown,
+                    format!("QA answer unreadable: {e}"),
+                )
+            })
+    }
+}
+
 /// Inbound QA events are platform messages (as `GET …/messages`, webhooks and polls deliver
 /// them). Conversations named `dm-…` are direct chats; every other one is a shared room.
 impl MessageReceiveAdapter for QaAdapter {

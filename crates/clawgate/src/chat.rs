@@ -88,30 +88,9 @@ pub async fn inject(
         reply_to_id: None,
         metadata: None,
     };
-    let response = reqwest::Client::new()
-        .post(format!(
-            "{}/control/conversations/{conversation}/inbound",
-            channel.base_url
-        ))
-        .bearer_auth(&channel.token)
-        .json(&request)
-        .send()
+    channel
+        .adapter
+        .write_as(conversation, &request)
         .await
-        .map_err(|e| format!("QA platform unreachable: {e}"))?;
-    if !response.status().is_success() {
-        let status = response.status();
-        let body = response.text().await.unwrap_or_default();
-        return Err(format!(
-            "QA platform refused the message ({status}): {body}"
-        ));
-    }
-    #[derive(Deserialize)]
-    struct Answer {
-        message: PlatformMessage,
-    }
-    response
-        .json::<Answer>()
-        .await
-        .map(|a| a.message)
-        .map_err(|e| format!("QA platform answer unreadable: {e}"))
+        .map_err(|e| format!("QA platform: {}", e.message))
 }

@@ -79,15 +79,16 @@ pub struct Channel {
     pub name: String,
     pub account: String,
     pub agent_id: String,
+    /// Holds the account token (its `Debug` never prints it).
     pub adapter: QaAdapter,
     pub base_url: String,
-    pub token: String,
     /// The in-process platform, when this channel runs one.
     pub platform: Option<QaPlatform>,
     poll_timeout_ms: u64,
 }
 
-/// Never prints the token: a channel may end up in a log line.
+/// Never prints the token (the platform's configuration holds it too): a channel may end up in
+/// a log line.
 impl std::fmt::Debug for Channel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Channel")
@@ -95,7 +96,7 @@ impl std::fmt::Debug for Channel {
             .field("account", &self.account)
             .field("agent_id", &self.agent_id)
             .field("base_url", &self.base_url)
-            .field("token", &"<redacted>")
+            .field("adapter", &self.adapter)
             .field("embedded_platform", &self.platform.is_some())
             .finish_non_exhaustive()
     }
@@ -275,7 +276,6 @@ impl Gateway {
                 agent_id: section.agent.clone(),
                 adapter,
                 base_url,
-                token,
                 platform,
                 poll_timeout_ms: section.poll_timeout_ms,
             }));
@@ -876,7 +876,6 @@ mod tests {
             agent_id: "main".into(),
             adapter: QaAdapter::new("http://127.0.0.1:1", "s3cret-token"),
             base_url: "http://127.0.0.1:1".into(),
-            token: "s3cret-token".into(),
             platform: None,
             poll_timeout_ms: 1,
         };

@@ -1094,28 +1094,13 @@ pub async fn qa_messages<S: IntentStore + ?Sized>(
     conversation: &str,
 ) -> Result<QaConversation, ViewError> {
     valid_conversation(conversation)?;
-    let url = format!(
-        "{}/api/conversations/{conversation}/messages",
-        channel.base_url
-    );
-    let response = reqwest::Client::new()
-        .get(url)
-        .bearer_auth(&channel.token)
-        .send()
+    let listed = channel
+        .adapter
+        .list_messages(conversation)
         .await
-        .map_err(|e| ViewError::Upstream(format!("QA platform unreachable: {e}")))?;
-    if !response.status().is_success() {
-        return Err(ViewError::Upstream(format!(
-            "QA platform answered {}",
-            response.status()
-        )));
-    }
-    let listed: clawgate_channel_qa::MessagesAnswer = response
-        .json()
-        .await
-        .map_err(|e| ViewError::Upstream(format!("QA platform answer unreadable: {e}")))?;
-    let mut messages = Vec::with_capacity(listed.messages.len());
-    for message in listed.messages {
+        .map_err(|e| ViewError::Upstream(format!("QA platform: {}", e.message)))?;
+    let mut messages = Vec::with_capacity(listed.len());
+    for message in listed {
         let from_agent = message.author_is_bot || message.author_id.is_none();
         let state = if from_agent {
             agent_message_state(store, message.idempotency_key.as_deref()).await
