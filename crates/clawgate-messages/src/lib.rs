@@ -27,7 +27,9 @@ mod recovery;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{Boundary, LifecycleProbe, Messenger, OutboundContext, SendOptions};
 pub use error::MessagesError;
-pub use live::{LiveOptions, LivePreview};
+pub use live::{
+    LiveOptions, LivePreview, MEDIA_KEY_SUFFIX, PREVIEW_KEY_SUFFIX, intent_key_of_unit,
+};
 pub use loop_guard::{BotLoopGuard, BotLoopLimits};
 pub use outcome::{RecoveryReport, SendOutcome, SendReport};
 pub use policy::{Disposition, RetryPolicy, disposition};

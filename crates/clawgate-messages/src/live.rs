@@ -26,6 +26,23 @@ use tracing::{info, warn};
 use crate::engine::Inner;
 use crate::{MessagesError, Messenger, SendOptions, SendOutcome, SendReport};
 
+/// Suffix of the idempotency key a preview is sent under (never the final's key, so a
+/// reconciliation of the final can never find the preview instead).
+pub const PREVIEW_KEY_SUFFIX: &str = "~preview";
+/// Suffix of the idempotency key media streamed during a reply is sent under.
+pub const MEDIA_KEY_SUFFIX: &str = "~media";
+
+/// The intent key behind a unit key a platform stored: `<key>#<unit>` (a final's unit),
+/// `<key>~preview#0` (a live preview) or `<key>~media#<n>` (streamed media).
+pub fn intent_key_of_unit(unit_key: &str) -> Option<&str> {
+    let (key, _unit) = unit_key.rsplit_once('#')?;
+    Some(
+        key.strip_suffix(PREVIEW_KEY_SUFFIX)
+            .or_else(|| key.strip_suffix(MEDIA_KEY_SUFFIX))
+            .unwrap_or(key),
+    )
+}
+
 /// How a live preview behaves.
 #[derive(Debug, Clone, Copy)]
 pub struct LiveOptions {
@@ -204,7 +221,7 @@ impl LivePreview {
             // final's first unit, and a final recovered after a crash mid-finalize would be
             // "reconciled" as the (removed) preview instead of being sent.
             let mut preview_ctx = ctx.clone();
-            preview_ctx.idempotency_key = format!("{}~preview", ctx.idempotency_key);
+            preview_ctx.idempotency_key = format!("{}{PREVIEW_KEY_SUFFIX}", ctx.idempotency_key);
             let part = match self.adapter.send_unit(&preview_ctx, &text_unit(text)).await {
                 Ok(part) => part,
                 Err(error) => {
@@ -367,7 +384,7 @@ impl LivePreview {
         // Media gets keys of its own, numbered in stream order: the final's units and the
         // blocks never collide with them, and a retry after a failure reuses the same key.
         let mut ctx = inner.context(&self.intent);
-        ctx.idempotency_key = format!("{}~media", ctx.idempotency_key);
+        ctx.idempotency_key = format!("{}{MEDIA_KEY_SUFFIX}", ctx.idempotency_key);
         let batch = inner.render(&self.adapter, &media, &ctx.idempotency_key)?;
         let [unit] = batch.units.as_slice() else {
             return Err(invalid(format!(
@@ -656,6 +673,25 @@ pub(crate) async fn remove_preview(
 
 #[cfg(test)]
 mod tests {
+    use super::intent_key_of_unit;
+
+    #[test]
+    fn unit_keys_name_their_intent() {
+        assert_eq!(
+            intent_key_of_unit("qa:reply:m-1:0#0"),
+            Some("qa:reply:m-1:0")
+        );
+        assert_eq!(
+            intent_key_of_unit("qa:reply:m-1:0~preview#0"),
+            Some("qa:reply:m-1:0")
+        );
+        assert_eq!(
+            intent_key_of_unit("qa:reply:m-1:0~media#2"),
+            Some("qa:reply:m-1:0")
+        );
+        assert_eq!(intent_key_of_unit("no-unit"), None);
+    }
+
     use super::*;
 
     fn attachment(url: Option<&str>, file_name: Option<&str>) -> MessageAttachment {

@@ -1124,23 +1124,12 @@ pub async fn qa_messages<S: IntentStore + ?Sized>(
     })
 }
 
-/// The intent key behind a platform message's unit key: `<key>#<unit>` (a final's unit),
-/// `<key>~preview#0` (a live preview), `<key>~media#<n>` (media streamed during a reply).
-fn intent_key_of(unit_key: &str) -> Option<&str> {
-    let (key, _unit) = unit_key.rsplit_once('#')?;
-    Some(
-        key.strip_suffix("~preview")
-            .or_else(|| key.strip_suffix("~media"))
-            .unwrap_or(key),
-    )
-}
-
 /// `final` once the reply intent behind an agent message is sent, `streaming` before.
 async fn agent_message_state<S: IntentStore + ?Sized>(
     store: &S,
     unit_key: Option<&str>,
 ) -> QaMessageState {
-    let Some(intent_key) = unit_key.and_then(intent_key_of) else {
+    let Some(intent_key) = unit_key.and_then(clawgate_messages::intent_key_of_unit) else {
         return QaMessageState::Final;
     };
     match store.find_intent_by_key(intent_key).await {
@@ -1413,20 +1402,6 @@ mod tests {
             sender_requester(None, &tree).can_see(&row),
             "the operator sees every session whatever the policy"
         );
-    }
-
-    #[test]
-    fn unit_keys_name_their_intent() {
-        assert_eq!(intent_key_of("qa:reply:m-1:0#0"), Some("qa:reply:m-1:0"));
-        assert_eq!(
-            intent_key_of("qa:reply:m-1:0~preview#0"),
-            Some("qa:reply:m-1:0")
-        );
-        assert_eq!(
-            intent_key_of("qa:reply:m-1:0~media#2"),
-            Some("qa:reply:m-1:0")
-        );
-        assert_eq!(intent_key_of("no-unit"), None);
     }
 
     #[test]
