@@ -10,9 +10,10 @@ use clawgate_channel_sdk::{
     SendError,
 };
 use clawgate_messages::{ManualClock, Messenger, RetryPolicy};
-use clawgate_store::{SqliteOptions, SqliteStore};
+use clawgate_store::{IntentFilter, IntentStore, SqliteOptions, SqliteStore};
 use clawgate_types::{
-    ChannelMessage, MessageCapabilities, MessageReceipt, MessageReceiptPart, RenderedMessageUnit,
+    ChannelMessage, DurableSendIntent, IntentStatus, MessageCapabilities, MessageReceipt,
+    MessageReceiptPart, RenderedMessageUnit,
 };
 
 pub struct Harness {
@@ -65,6 +66,18 @@ impl Harness {
             self.clock.clone(),
             "test",
         )
+    }
+
+    /// The intents in `status` (at most 10: the tests look at a handful).
+    pub async fn intents_with(&self, status: IntentStatus) -> Vec<DurableSendIntent> {
+        self.store
+            .list_intents(&IntentFilter {
+                statuses: vec![status],
+                limit: 10,
+                ..IntentFilter::default()
+            })
+            .await
+            .unwrap()
     }
 }
 

@@ -208,15 +208,7 @@ async fn a_preview_left_by_a_crash_is_cleaned_by_recovery() {
         h.platform.messages("room-1").is_empty(),
         "the preview {id} is not orphaned"
     );
-    let cancelled = h
-        .store
-        .list_intents(&clawgate_store::IntentFilter {
-            statuses: vec![IntentStatus::Cancelled],
-            limit: 10,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let cancelled = h.intents_with(IntentStatus::Cancelled).await;
     assert_eq!(
         cancelled.len(),
         1,
@@ -642,15 +634,7 @@ async fn streamed_media_without_a_final_stays_when_recovery_cancels_the_stream()
         1,
         "the preview does not"
     );
-    let cancelled = h
-        .store
-        .list_intents(&clawgate_store::IntentFilter {
-            statuses: vec![IntentStatus::Cancelled],
-            limit: 10,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let cancelled = h.intents_with(IntentStatus::Cancelled).await;
     assert_eq!(
         cancelled.len(),
         1,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use clawgate_channel_qa::Fault;
 use clawgate_messages::{MessagesError, SendOptions, SendOutcome};
-use clawgate_store::{IntentFilter, IntentStore, SqliteOptions};
+use clawgate_store::{IntentStore, SqliteOptions};
 use clawgate_types::{
     FailureReason, GatewayFailureCode, IntentStatus, MessageDurabilityPolicy, MessageOrigin,
 };
@@ -314,15 +314,7 @@ async fn unknown_outcome_without_reconciliation_is_never_replayed() {
         1,
         "never replayed blindly"
     );
-    let unknown = h
-        .store
-        .list_intents(&IntentFilter {
-            statuses: vec![IntentStatus::UnknownAfterSend],
-            limit: 10,
-            ..IntentFilter::default()
-        })
-        .await
-        .unwrap();
+    let unknown = h.intents_with(IntentStatus::UnknownAfterSend).await;
     assert_eq!(
         unknown.len(),
         1,

@@ -86,6 +86,15 @@ pub(crate) fn run(suite: Suite) -> anyhow::Result<()> {
     }
 }
 
+/// A `kB` field of `/proc/<pid>/status` (`pid` may be `self`), e.g. `VmRSS:`.
+fn proc_status_kib(pid: &str, field: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|value| value.split_whitespace().next()?.parse().ok())
+}
+
 fn rate(count: usize, started: Instant) -> f64 {
     count as f64 / started.elapsed().as_secs_f64()
 }

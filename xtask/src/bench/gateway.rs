@@ -235,45 +235,25 @@ fn wait_for(timeout: Duration, what: &str, mut ready: impl FnMut() -> bool) -> a
 }
 
 fn rss_kib(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("VmRSS missing")
+    super::proc_status_kib(&pid.to_string(), "VmRSS:").context("VmRSS missing")
 }
 
-/// RSS of the gateway's children (the wrapper and the agent under it).
+/// RSS of the gateway's children (the wrapper and the agent under it), found through the
+/// process table the lifecycle controller reads.
 fn agent_rss_kib(gateway: u32) -> Option<u64> {
-    let mut total = 0;
-    let mut found = false;
-    for pid in children(gateway) {
-        for member in std::iter::once(pid).chain(children(pid)) {
-            if let Ok(kib) = rss_kib(member) {
-                total += kib;
-                found = true;
-            }
-        }
-    }
-    found.then_some(total)
-}
-
-/// Direct children of `parent`, from the ppid field of every `/proc/PID/stat`.
-fn children(parent: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
+    let table = clawgate_acpx::system_table().list().ok()?;
+    let children = |parent: u32| {
+        table
+            .iter()
+            .filter(move |p| p.ppid == parent && !p.zombie)
+            .map(|p| p.pid)
     };
-    entries
-        .flatten()
-        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    let (_, rest) = stat.rsplit_once(')')?;
-                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
-                })
-                == Some(parent)
-        })
-        .collect()
+    let members: Vec<u32> = children(gateway)
+        .flat_map(|wrapper| std::iter::once(wrapper).chain(children(wrapper)))
+        .collect();
+    let sizes: Vec<u64> = members
+        .iter()
+        .filter_map(|&pid| rss_kib(pid).ok())
+        .collect();
+    (!sizes.is_empty()).then(|| sizes.iter().sum())
 }

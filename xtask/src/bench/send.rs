@@ -95,14 +95,7 @@ async fn sends(store: Arc<SqliteStore>, concurrency: usize, total: usize) -> any
 }
 
 fn status_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0)
+    super::proc_status_kib("self", field).unwrap_or(0)
 }
 
 /// Queues `backlog` pending single-unit intents, then times one recovery pass over them and
