@@ -7,13 +7,12 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use clawgate_channel_qa::{InboundRequest, PlatformMessage};
-use serde::Deserialize;
 
 use crate::control::ApiError;
 use crate::gateway::{Channel, Gateway};
@@ -26,44 +25,17 @@ pub const WEB_AUTHOR: &str = "web-user";
 pub fn routes() -> Router<Arc<Gateway>> {
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
-        .route("/chat/api/messages", get(messages))
+        .route("/chat/api/messages", get(crate::control::qa_messages))
         .route("/chat/api/send", post(send))
 }
 
-#[derive(Debug, Deserialize)]
-struct ConversationQuery {
-    conversation: String,
-}
-
-#[derive(Debug, Deserialize)]
-struct SendBody {
-    conversation: String,
-    text: String,
-}
-
-/// The page talks to the first channel (the QA account of the default configuration).
-async fn messages(
-    State(gateway): State<Arc<Gateway>>,
-    Query(query): Query<ConversationQuery>,
-) -> Response {
+/// As `POST /v1/qa/send`, always as the page's person.
+async fn send(State(gateway): State<Arc<Gateway>>, Json(body): Json<QaSendBody>) -> Response {
     let answer = async {
-        let channel = views::pick_channel(&gateway.channels, None)?;
-        views::qa_messages(&*gateway.store, channel, &query.conversation).await
-    };
-    match answer.await {
-        Ok(conversation) => Json(conversation).into_response(),
-        Err(e) => ApiError::from(e).into_response(),
-    }
-}
-
-async fn send(State(gateway): State<Arc<Gateway>>, Json(body): Json<SendBody>) -> Response {
-    let answer = async {
-        let channel = views::pick_channel(&gateway.channels, None)?;
+        let channel = views::pick_channel(&gateway.channels, body.channel.as_deref())?;
         let body = QaSendBody {
-            conversation: body.conversation,
-            text: body.text,
             author: Some(WEB_AUTHOR.to_owned()),
-            channel: None,
+            ..body
         };
         views::qa_send(channel, &body).await
     };

@@ -364,7 +364,8 @@ async fn sessions_send(
     ))
 }
 
-async fn qa_messages(
+/// Also the chat page's view of its conversation (served there without a token).
+pub(crate) async fn qa_messages(
     State(gateway): State<Arc<Gateway>>,
     query: QueryOf<views::QaMessagesParams>,
 ) -> Answer<views::QaConversation> {
