@@ -260,37 +260,19 @@ pub(crate) fn lease_processes(lease_id: &str) -> Vec<u32> {
 
 /// Processes whose command line mentions `needle` (from /proc).
 pub(crate) fn processes_mentioning(needle: &str) -> Vec<(u32, String)> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
-        if cmdline.contains(needle) && !is_zombie(pid) {
-            found.push((pid, cmdline));
-        }
-    }
-    found
-}
-
-fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            stat.rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next().map(|s| s == "Z"))
+    // The same process table the lifecycle controller reads; zombies have nothing left to run.
+    let table = clawgate_acpx::system_table()
+        .list()
+        .expect("the process table is readable");
+    table
+        .into_iter()
+        .filter(|process| !process.zombie)
+        .filter_map(|process| {
+            let raw = std::fs::read(format!("/proc/{}/cmdline", process.pid)).ok()?;
+            let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
+            cmdline.contains(needle).then_some((process.pid, cmdline))
         })
-        .unwrap_or(true)
+        .collect()
 }
 
 /// Lease rows of a state directory: (lease id, state).
