@@ -24,7 +24,7 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (1usize..=3, proptest::option::weighted(0.4, 0u8..4)).prop_map(|(units, crash)| Op::Send { units, crash }),
+        4 => (1usize..=3, proptest::option::weighted(0.4, 0u8..3)).prop_map(|(units, crash)| Op::Send { units, crash }),
         2 => any::<bool>().prop_map(|lose_answer| Op::Fault { lose_answer }),
         2 => (0i64..3_000).prop_map(|advance_ms| Op::Recover { advance_ms }),
     ]
@@ -45,8 +45,7 @@ fn boundary(code: u8) -> Boundary {
     match code {
         0 => Boundary::IntentRecorded,
         1 => Boundary::UnitDelivered { index: 0 },
-        2 => Boundary::PlatformAccepted,
-        _ => Boundary::CommittingRecorded,
+        _ => Boundary::PlatformAccepted,
     }
 }
 

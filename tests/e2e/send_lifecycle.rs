@@ -10,7 +10,7 @@ use clawgate_types::{
     FailureReason, GatewayFailureCode, IntentStatus, MessageDurabilityPolicy, MessageOrigin,
 };
 
-use crate::harness::{Counting, Harness, message};
+use crate::harness::{Counting, Harness, START, message};
 
 fn opts() -> SendOptions {
     SendOptions::default()
@@ -290,6 +290,50 @@ async fn unknown_outcome_is_reconciled_before_any_replay() {
         vec![h.platform.messages("room-1")[0].id.clone()]
     );
     assert_eq!(adapter.hooks(), (1, 1));
+}
+
+/// A receipt recorded but not committed (`committing`, as earlier builds stored it between two
+/// writes) is committed by recovery as it stands: no platform I/O, hooks once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_receipt_is_committed_by_recovery_without_platform_io() {
+    let h = Harness::new().await;
+    let adapter = Counting::new(h.plain_adapter());
+    let context = h
+        .messenger(adapter.clone())
+        .begin(message("c", "already landed"), opts())
+        .await
+        .unwrap();
+    let mut intent = context.intent().clone();
+    // The process that sent it died holding it; its claim lapses.
+    let (holder, _) = h.store.claim_holders().await.unwrap().remove(0);
+    h.store.release_claims_held_by(&holder).await.unwrap();
+    let receipt = clawgate_types::MessageReceipt::from_parts(
+        vec![clawgate_store::testing::part(0, "landed-before-the-crash")],
+        START,
+    );
+    for (from, to) in [
+        (IntentStatus::Pending, IntentStatus::Sending),
+        (IntentStatus::Sending, IntentStatus::Committing),
+    ] {
+        intent.status = to;
+        intent.receipt = (to == IntentStatus::Committing).then(|| receipt.clone());
+        h.store.save_intent(&intent, from, None).await.unwrap();
+    }
+    let recovered = h.messenger(adapter.clone()).recover().await.unwrap();
+    assert_eq!(recovered.committed, 1);
+    let stored = h.store.load_intent(&intent.id).await.unwrap().unwrap();
+    assert_eq!(stored.status, IntentStatus::Sent);
+    assert_eq!(
+        stored.receipt.as_ref(),
+        Some(&receipt),
+        "the recorded receipt is the one committed"
+    );
+    assert!(h.platform.log().is_empty(), "nothing was sent again");
+    assert_eq!(
+        adapter.hooks(),
+        (1, 1),
+        "post-send hooks ran once, after the commit"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -49,10 +49,8 @@ pub enum Boundary {
     IntentRecorded,
     /// One unit landed and (when more remain) its receipt part is recorded.
     UnitDelivered { index: u32 },
-    /// Every unit landed; nothing about it is committed yet.
+    /// Every unit landed; nothing about it is committed yet (the receipt commit is next).
     PlatformAccepted,
-    /// `committing` with the raw receipt is recorded; the receipt commit is next.
-    CommittingRecorded,
 }
 
 /// Observes lifecycle boundaries (tests and diagnostics; production engines have none).
@@ -529,7 +527,12 @@ impl Inner {
         }
     }
 
-    /// Marks committing with the receipt, commits it, then runs the post-send hooks.
+    /// Records the raw receipt and commits it, then runs the post-send hooks.
+    ///
+    /// Marking `committing` and committing the receipt are one transaction: the dangerous window
+    /// is between the platform's answer and the first durable write after it, and a separate
+    /// `committing` write would not narrow it — a crash there leaves `sending` either way, which
+    /// recovery reconciles before any replay — while it would cost every send one more fsync.
     pub(crate) async fn commit(
         &self,
         adapter: &Arc<dyn ChannelMessageAdapter>,
@@ -545,17 +548,13 @@ impl Inner {
             Some(receipt) => receipt,
             None => MessageReceipt::from_parts(Vec::new(), now),
         };
-        if intent.status == IntentStatus::Sending {
-            intent.receipt = Some(receipt.clone());
-            self.save(intent, IntentStatus::Committing, durable).await?;
-            self.reached(Boundary::CommittingRecorded, &intent.id);
-        }
-        if durable {
-            *intent = self.store.commit_receipt(&intent.id, &receipt, now).await?;
-        } else {
-            intent.status = IntentStatus::Sent;
-            intent.receipt = Some(receipt.clone());
-        }
+        // What `IntentStore::commit_receipt` writes, from the copy this worker holds under its
+        // claim: encoded here, so the store's writer only stores it (a compare-and-set on the
+        // status, like every save).
+        intent.receipt = Some(receipt.clone());
+        intent.failure = None;
+        intent.next_attempt_at = None;
+        self.save(intent, IntentStatus::Sent, durable).await?;
         info!(parts = receipt.parts.len(), "receipt committed");
         self.after_commit(adapter, intent, &receipt).await;
         Ok(SendOutcome::Sent { receipt })

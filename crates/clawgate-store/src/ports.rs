@@ -56,8 +56,9 @@ pub trait IntentStore: Send + Sync {
         now: UnixMillis,
     ) -> StoreResult<DurableSendIntent>;
 
-    /// Commits the final receipt and marks the intent `sent` in one write (from `committing` or
-    /// `unknown_after_send`), releasing any claim. Returns the committed intent.
+    /// Records the final receipt and marks the intent `sent` in one write (from `sending` — the
+    /// platform just answered —, `committing` or `unknown_after_send`), releasing any claim.
+    /// Returns the committed intent.
     async fn commit_receipt(
         &self,
         id: &IntentId,

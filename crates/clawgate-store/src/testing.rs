@@ -128,7 +128,8 @@ pub fn sample_intent(n: u64, created_at: i64) -> DurableSendIntent {
     intent
 }
 
-fn part(index: u32, id: &str) -> MessageReceiptPart {
+/// A text unit's receipt part with platform id `id`.
+pub fn part(index: u32, id: &str) -> MessageReceiptPart {
     MessageReceiptPart {
         platform_message_id: id.into(),
         kind: MessagePartKind::Text,
@@ -233,6 +234,13 @@ pub async fn intent_save_checks_status_and_transitions<S: Store>(
     let store = open(dir);
     let mut intent = sample_intent(1, 1_000);
     store.insert_intent(&intent, None).await.unwrap();
+    // The table forbids pending -> sent: nothing was sent, so nothing can be committed.
+    let mut skip = intent.clone();
+    skip.status = IntentStatus::Sent;
+    match store.save_intent(&skip, IntentStatus::Pending, None).await {
+        Err(StoreError::IllegalTransition { .. }) => {}
+        other => panic!("expected an illegal transition, got {other:?}"),
+    }
     step(&store, &mut intent, IntentStatus::Sending, 1_001).await;
     // A stale writer that still believes the intent is pending loses.
     let mut stale = intent.clone();
@@ -243,13 +251,6 @@ pub async fn intent_save_checks_status_and_transitions<S: Store>(
             ..
         }) => {}
         other => panic!("expected a status conflict, got {other:?}"),
-    }
-    // The table forbids sending -> sent (a receipt goes through committing).
-    let mut skip = intent.clone();
-    skip.status = IntentStatus::Sent;
-    match store.save_intent(&skip, IntentStatus::Sending, None).await {
-        Err(StoreError::IllegalTransition { .. }) => {}
-        other => panic!("expected an illegal transition, got {other:?}"),
     }
     step(&store, &mut intent, IntentStatus::UnknownAfterSend, 1_002).await;
     let loaded = store.load_intent(&intent.id).await.unwrap().unwrap();
@@ -297,13 +298,48 @@ pub async fn intent_commit_receipt_is_atomic<S: Store>(
         Err(StoreError::IllegalTransition { .. }) => {}
         other => panic!("a second commit must be refused, got {other:?}"),
     }
+    // The send path: the platform just answered, the raw receipt and its commit are one write.
+    let mut direct = sample_intent(2, 1_000);
+    store
+        .insert_intent(&direct, Some(&claim("w", 1_000)))
+        .await
+        .unwrap();
+    direct.status = IntentStatus::Sending;
+    store
+        .save_intent(
+            &direct,
+            IntentStatus::Pending,
+            Some(&ClaimToken("w".into())),
+        )
+        .await
+        .unwrap();
+    let receipt = MessageReceipt::from_parts(vec![part(0, "p-2")], 1_005);
+    let committed = store
+        .commit_receipt(&direct.id, &receipt, 1_005)
+        .await
+        .unwrap();
+    assert_eq!(committed.status, IntentStatus::Sent);
+    assert_eq!(committed.receipt.as_ref(), Some(&receipt));
+    assert_eq!(
+        store.claim_holders().await.unwrap(),
+        Vec::new(),
+        "the commit releases the sender's claim"
+    );
+    // Pending means nothing was sent: there is no receipt to commit.
+    let waiting = sample_intent(3, 1_000);
+    store.insert_intent(&waiting, None).await.unwrap();
+    match store.commit_receipt(&waiting.id, &receipt, 1_006).await {
+        Err(StoreError::IllegalTransition { .. }) => {}
+        other => panic!("a pending intent has nothing to commit, got {other:?}"),
+    }
     let due = store
         .claim_due_intents(&claim("w", 10_000), 10)
         .await
         .unwrap();
-    assert!(
-        due.is_empty(),
-        "a committed intent is never due again: {due:?}"
+    assert_eq!(
+        due.iter().map(|i| i.id.clone()).collect::<Vec<_>>(),
+        vec![waiting.id],
+        "a committed intent is never due again"
     );
 }
 

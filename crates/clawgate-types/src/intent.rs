@@ -16,7 +16,10 @@ pub enum IntentStatus {
     Pending,
     /// Platform I/O may be in flight. A crash here leaves an unknown outcome.
     Sending,
-    /// The platform returned a receipt; committing it is all that is left.
+    /// The platform returned a receipt that is recorded but not yet committed; committing it is
+    /// all that is left (no platform I/O). The send path records the raw receipt and commits it in
+    /// one transaction, so this status is stored only when a commit is split from its receipt
+    /// (databases written by earlier builds, or an operator walking an intent by hand).
     Committing,
     /// Platform I/O may have happened but no receipt was committed: reconcile before any replay.
     UnknownAfterSend,
@@ -60,6 +63,8 @@ impl IntentStatus {
                 // A failure proven to have had no platform side effect reschedules;
                 // anything after possible I/O without a receipt is an unknown outcome.
                 | (Sending, Pending | Committing | UnknownAfterSend | Failed)
+                // The raw receipt recorded and committed in one write.
+                | (Sending, Sent)
                 | (Committing, Sent)
                 // Reconciliation: sent → commit, not_sent → resend, unresolved → stay.
                 | (UnknownAfterSend, UnknownAfterSend | Sent | Pending | Failed | Cancelled)

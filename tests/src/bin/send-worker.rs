@@ -7,8 +7,8 @@
 //!   send-worker turns   STATE_DIR BASE_URL TOKEN idempotent|plain BOUNDARY
 //!   send-worker live    STATE_DIR BASE_URL TOKEN idempotent|plain
 //!
-//! In `send` mode, reaching BOUNDARY (intent_recorded, unit_delivered_N, platform_accepted,
-//! committing_recorded) prints `STOPPED <boundary>` and freezes the process until the test
+//! In `send` mode, reaching BOUNDARY (intent_recorded, unit_delivered_N, platform_accepted)
+//! prints `STOPPED <boundary>` and freezes the process until the test
 //! kills it with SIGKILL. `recover` runs recovery passes until nothing is due, then prints the
 //! status of every intent.
 
@@ -31,7 +31,6 @@ impl LifecycleProbe for StopAt {
             Boundary::IntentRecorded => "intent_recorded".to_owned(),
             Boundary::UnitDelivered { index } => format!("unit_delivered_{index}"),
             Boundary::PlatformAccepted => "platform_accepted".to_owned(),
-            Boundary::CommittingRecorded => "committing_recorded".to_owned(),
         };
         if name == self.0 {
             println!("STOPPED {name}");

@@ -18,6 +18,56 @@ const INTENT_FORMAT: i64 = 1;
 
 const SELECT_INTENT: &str = "SELECT id, format_version, payload FROM send_intents";
 
+/// The predicates of the partial indexes over send intents, exactly as the migrations declare
+/// them: SQLite uses a partial index only for a query that repeats its predicate.
+const OPEN_PREDICATE: &str = "status IN ('pending', 'sending', 'committing', 'unknown_after_send')";
+const ATTENTION_PREDICATE: &str = "status IN ('unknown_after_send', 'failed', 'cancelled')";
+const OPEN_STATUSES: [IntentStatus; 4] = [
+    IntentStatus::Pending,
+    IntentStatus::Sending,
+    IntentStatus::Committing,
+    IntentStatus::UnknownAfterSend,
+];
+const ATTENTION_STATUSES: [IntentStatus; 3] = [
+    IntentStatus::UnknownAfterSend,
+    IntentStatus::Failed,
+    IntentStatus::Cancelled,
+];
+
+/// The listing query for a filter, with its arguments.
+fn list_query(filter: &IntentFilter) -> (String, Vec<rusqlite::types::Value>) {
+    let mut sql = format!("{SELECT_INTENT} WHERE 1 = 1");
+    let mut args: Vec<rusqlite::types::Value> = Vec::new();
+    if !filter.statuses.is_empty() {
+        let marks = vec!["?"; filter.statuses.len()].join(", ");
+        sql.push_str(&format!(" AND status IN ({marks})"));
+        args.extend(filter.statuses.iter().map(|s| s.as_str().to_owned().into()));
+        // Implied by the filter; spelled out so the narrower partial index can serve it.
+        if filter
+            .statuses
+            .iter()
+            .all(|s| ATTENTION_STATUSES.contains(s))
+        {
+            sql.push_str(&format!(" AND {ATTENTION_PREDICATE}"));
+        } else if filter.statuses.iter().all(|s| OPEN_STATUSES.contains(s)) {
+            sql.push_str(&format!(" AND {OPEN_PREDICATE}"));
+        }
+    }
+    if let Some(channel) = &filter.channel {
+        sql.push_str(" AND channel = ?");
+        args.push(channel.clone().into());
+    }
+    if let Some(after) = &filter.after {
+        sql.push_str(" AND (created_at > ? OR (created_at = ? AND id > ?))");
+        args.push(after.created_at.into());
+        args.push(after.created_at.into());
+        args.push(after.id.clone().into());
+    }
+    sql.push_str(" ORDER BY created_at, id LIMIT ?");
+    args.push(i64::from(filter.limit).into());
+    (sql, args)
+}
+
 fn encode(intent: &DurableSendIntent) -> DbResult<String> {
     to_json(intent).map_err(|source| {
         StoreError::Decode {
@@ -233,7 +283,7 @@ impl IntentStore for SqliteStore {
         let payload = encode(intent).map_err(|e| self.map_error(e))?;
         let intent = intent.clone();
         let claim = claim.cloned();
-        self.write(move |conn| {
+        self.write_statement(move |conn| {
             let inserted = conn
                 .prepare_cached(
                     "INSERT INTO send_intents (id, idempotency_key, channel, account_id, status,
@@ -310,7 +360,7 @@ impl IntentStore for SqliteStore {
         let payload = encode(intent).map_err(|e| self.map_error(e))?;
         let intent = intent.clone();
         let claim = claim.cloned();
-        self.write(move |conn| save(conn, &intent, &payload, expected, claim.as_ref()))
+        self.write_statement(move |conn| save(conn, &intent, &payload, expected, claim.as_ref()))
             .await
     }
 
@@ -322,7 +372,7 @@ impl IntentStore for SqliteStore {
     ) -> StoreResult<DurableSendIntent> {
         let id = id.as_str().to_owned();
         let parts = parts.clone();
-        self.write(move |conn| {
+        self.write_statement(move |conn| {
             let mut intent = load_required(conn, &id)?;
             if intent.status != IntentStatus::Sending {
                 return Err(StoreError::IntentStatusConflict {
@@ -358,7 +408,7 @@ impl IntentStore for SqliteStore {
         })?;
         let key = id.as_str().to_owned();
         let raw = self
-            .write(move |conn| {
+            .write_statement(move |conn| {
                 let committed = conn
                     .prepare_cached(
                         "UPDATE send_intents
@@ -368,7 +418,7 @@ impl IntentStore for SqliteStore {
                                  json_remove(payload, '$.partialReceipt', '$.failure', '$.nextAttemptAt'),
                                  '$.status', 'sent', '$.receipt', json(?3), '$.updatedAt', ?2)
                          WHERE id = ?1 AND format_version <= ?4
-                           AND status IN ('committing', 'unknown_after_send')
+                           AND status IN ('sending', 'committing', 'unknown_after_send')
                          RETURNING id, format_version, payload",
                     )?
                     .query_row(params![key, now, receipt, INTENT_FORMAT], decode_row)
@@ -471,7 +521,7 @@ impl IntentStore for SqliteStore {
     async fn release_intent_claim(&self, id: &IntentId, token: &ClaimToken) -> StoreResult<()> {
         let id = id.as_str().to_owned();
         let token = token.clone();
-        self.write(move |conn| {
+        self.write_statement(move |conn| {
             conn.prepare_cached(
                 "UPDATE send_intents SET claimed_by = NULL, claim_until = NULL
                  WHERE id = ?1 AND claimed_by = ?2",
@@ -501,7 +551,7 @@ impl IntentStore for SqliteStore {
 
     async fn release_claims_held_by(&self, token: &ClaimToken) -> StoreResult<u64> {
         let token = token.clone();
-        self.write(move |conn| {
+        self.write_statement(move |conn| {
             let n = conn
                 .prepare_cached(
                     "UPDATE send_intents SET claimed_by = NULL, claim_until = NULL WHERE claimed_by = ?1",
@@ -515,25 +565,7 @@ impl IntentStore for SqliteStore {
     async fn list_intents(&self, filter: &IntentFilter) -> StoreResult<Vec<DurableSendIntent>> {
         let filter = filter.clone();
         self.read(move |conn| {
-            let mut sql = format!("{SELECT_INTENT} WHERE 1 = 1");
-            let mut args: Vec<rusqlite::types::Value> = Vec::new();
-            if !filter.statuses.is_empty() {
-                let marks = vec!["?"; filter.statuses.len()].join(", ");
-                sql.push_str(&format!(" AND status IN ({marks})"));
-                args.extend(filter.statuses.iter().map(|s| s.as_str().to_owned().into()));
-            }
-            if let Some(channel) = &filter.channel {
-                sql.push_str(" AND channel = ?");
-                args.push(channel.clone().into());
-            }
-            if let Some(after) = &filter.after {
-                sql.push_str(" AND (created_at > ? OR (created_at = ? AND id > ?))");
-                args.push(after.created_at.into());
-                args.push(after.created_at.into());
-                args.push(after.id.clone().into());
-            }
-            sql.push_str(" ORDER BY created_at, id LIMIT ?");
-            args.push(i64::from(filter.limit).into());
+            let (sql, args) = list_query(&filter);
             let mut stmt = conn.prepare_cached(&sql)?;
             let rows = stmt.query_map(rusqlite::params_from_iter(args), decode_row)?;
             let mut out = Vec::new();
@@ -564,8 +596,56 @@ impl IntentStore for SqliteStore {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly by design.
 mod tests {
     use clawgate_types::{ALL_INTENT_STATUSES, IntentStatus};
+
+    use super::{ATTENTION_PREDICATE, OPEN_PREDICATE, list_query};
+    use crate::IntentFilter;
+    use crate::sqlite::{MIGRATIONS, SqliteOptions, SqliteStore};
+
+    /// The partial indexes are usable only by queries that repeat their predicates verbatim.
+    #[test]
+    fn queries_repeat_the_partial_index_predicates_verbatim() {
+        let schema: String = MIGRATIONS.iter().map(|m| m.sql).collect();
+        for predicate in [OPEN_PREDICATE, ATTENTION_PREDICATE] {
+            assert!(schema.contains(predicate), "no index declares {predicate}");
+        }
+    }
+
+    /// Each listing is served by an index; only several attention statuses (few rows) are merged
+    /// by a sort.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn listings_use_their_index() {
+        use IntentStatus::*;
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
+        let cases: [(&[IntentStatus], &str, bool); 5] = [
+            (&[], "send_intents_created", false),
+            (&[Sent], "send_intents_created", false),
+            (&[Failed], "send_intents_attention", false),
+            (&[UnknownAfterSend, Failed], "send_intents_attention", true),
+            (&[Pending, Sending, Committing], "send_intents_open", false),
+        ];
+        for (statuses, index, sorts) in cases {
+            let (sql, args) = list_query(&IntentFilter {
+                statuses: statuses.to_vec(),
+                limit: 10,
+                ..IntentFilter::default()
+            });
+            let plan = store
+                .read(move |conn| {
+                    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+                    let rows = stmt
+                        .query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))?;
+                    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?.join("; "))
+                })
+                .await
+                .unwrap();
+            assert!(plan.contains(index), "{statuses:?}: {plan}");
+            assert_eq!(plan.contains("TEMP B-TREE"), sorts, "{statuses:?}: {plan}");
+        }
+    }
 
     /// `commit_receipt`'s SQL names the statuses a commit may leave; they must be exactly the
     /// ones the transition table allows into `sent`.
@@ -576,6 +656,6 @@ mod tests {
             .filter(|s| s.can_transition_to(IntentStatus::Sent))
             .map(IntentStatus::as_str)
             .collect();
-        assert_eq!(allowed, vec!["committing", "unknown_after_send"]);
+        assert_eq!(allowed, vec!["sending", "committing", "unknown_after_send"]);
     }
 }

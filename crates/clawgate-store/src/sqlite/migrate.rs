@@ -15,14 +15,21 @@ pub struct Migration {
 }
 
 /// Every migration this build knows, in order. Append only; never edit an applied one.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "initial",
-    sql: include_str!("../../migrations/0001_initial.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "initial",
+        sql: include_str!("../../migrations/0001_initial.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "send_status_indexes",
+        sql: include_str!("../../migrations/0002_send_status_indexes.sql"),
+    },
+];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// A migration's state in one database.
 #[derive(Debug, Clone, PartialEq, Eq)]

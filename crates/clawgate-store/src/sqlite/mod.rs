@@ -20,7 +20,7 @@ use rusqlite::{Connection, OpenFlags};
 pub use migrate::{MIGRATIONS, Migration, MigrationStatus, SCHEMA_VERSION};
 
 use self::errors::{DbResult, ErrorContext, Phase};
-use self::writer::Writer;
+use self::writer::{Isolation, WalSync, Writer};
 use crate::{StoreError, StoreResult};
 
 /// The file name of the state database inside a state directory.
@@ -29,7 +29,8 @@ pub const STATE_DB_FILE: &str = "state.db";
 /// How hard SQLite syncs each commit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Synchronous {
-    /// Sync the WAL on every commit: durable across power loss. The default.
+    /// Sync the WAL before any commit is reported: durable across power loss. The default.
+    /// The fsync runs on its own thread, overlapping the next batch (see the writer).
     #[default]
     Full,
     /// Durable across process crashes only; the last commits may be lost on power loss.
@@ -126,7 +127,12 @@ impl SqliteStore {
             .min_idle(Some(1))
             .build(manager)
             .map_err(|e| StoreError::Backend(Box::new(e)))?;
-        let writer = Writer::spawn(conn, options.max_batch, ctx.clone())?;
+        // FULL's durability, with each batch's fsync overlapping the next batch (see `writer`).
+        let sync = match options.synchronous {
+            Synchronous::Full => WalSync::Pipelined(wal_path(path)),
+            Synchronous::Normal => WalSync::AtCommit,
+        };
+        let writer = Writer::spawn(conn, options.max_batch, ctx.clone(), sync)?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 ctx,
@@ -145,7 +151,7 @@ impl SqliteStore {
         let mut conn = Connection::open_in_memory().map_err(|e| ctx.map_sqlite(e, Phase::Open))?;
         configure_writer(&conn, &options, false).map_err(|e| ctx.map(e, Phase::Open))?;
         migrate::migrate(&mut conn, &ctx)?;
-        let writer = Writer::spawn(conn, options.max_batch, ctx.clone())?;
+        let writer = Writer::spawn(conn, options.max_batch, ctx.clone(), WalSync::AtCommit)?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 ctx,
@@ -160,13 +166,29 @@ impl SqliteStore {
         &self.inner.ctx.path
     }
 
-    /// Runs `f` in the next group commit.
+    /// Runs `f` in the next group commit, in its own savepoint.
     pub(crate) async fn write<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> DbResult<T> + Send + 'static,
     {
-        self.inner.writer.write(&self.inner.ctx, f).await
+        self.inner
+            .writer
+            .write(&self.inner.ctx, Isolation::Savepoint, f)
+            .await
+    }
+
+    /// Runs `f` in the next group commit without a savepoint: `f` changes the database with one
+    /// statement at most and fails only before or in that statement (the hot writes of a send).
+    pub(crate) async fn write_statement<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> DbResult<T> + Send + 'static,
+    {
+        self.inner
+            .writer
+            .write(&self.inner.ctx, Isolation::Statement, f)
+            .await
     }
 
     /// Types an error raised outside a database job (encoding on the caller's task).
@@ -194,6 +216,13 @@ impl SqliteStore {
             }
         }
     }
+}
+
+/// SQLite's write-ahead log beside a database file.
+fn wal_path(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
 }
 
 /// Applies pending migrations to the database file and reports every migration's state,
@@ -274,4 +303,50 @@ fn configure_writer(conn: &Connection, options: &SqliteOptions, file: bool) -> D
         conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly by design.
+mod tests {
+    use super::*;
+
+    fn count(conn: &Connection) -> DbResult<i64> {
+        Ok(conn.query_row(
+            "SELECT COUNT(*) FROM gateway_meta WHERE key LIKE 'probe-%'",
+            [],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// A write without a savepoint that changes rows and then fails must not commit those rows.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_statement_write_that_fails_after_changing_rows_commits_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
+        let broken = store
+            .write_statement(|conn| -> DbResult<()> {
+                conn.execute(
+                    "INSERT INTO gateway_meta (key, value) VALUES ('probe-1', 'x')",
+                    [],
+                )?;
+                Err(StoreError::InvalidInput("fails after its change".into()).into())
+            })
+            .await;
+        assert!(broken.is_err(), "{broken:?}");
+        store
+            .write_statement(|conn| -> DbResult<()> {
+                conn.execute(
+                    "INSERT INTO gateway_meta (key, value) VALUES ('probe-2', 'y')",
+                    [],
+                )?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            store.read(count).await.unwrap(),
+            1,
+            "only the write that succeeded is stored"
+        );
+    }
 }

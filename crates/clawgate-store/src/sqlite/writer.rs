@@ -3,11 +3,25 @@
 //! Concurrent writers queue closures; the writer drains what is queued (up to `max_batch`),
 //! runs them in one `BEGIN IMMEDIATE … COMMIT` (group commit: one fsync for many writes), and
 //! wraps each in its own `SAVEPOINT` so a write that fails is rolled back alone while its
-//! neighbours commit. A caller hears back only after the commit is durable.
+//! neighbours commit. A write that changes the database with one statement at most
+//! ([`Isolation::Statement`]) skips the savepoint: SQLite already undoes a failed statement, and a
+//! savepoint copies every page the write touches into the statement journal. Should such a write
+//! report failure after changing rows anyway, the whole batch is rolled back and reported failed
+//! rather than committed half-done. A caller hears back only after the commit is durable.
 //!
-//! Invariant: a write is reported `Ok` only if the transaction that holds it committed.
+//! With [`WalSync::Pipelined`] the connection commits with `synchronous=NORMAL` (COMMIT writes
+//! the WAL frames but does not fsync them) and a second thread fsyncs the WAL file and only then
+//! reports the batch committed — the durability of `synchronous=FULL`, with the fsync of one
+//! batch overlapping the execution of the next. Several batches committed while one fsync runs
+//! share the next fsync. Other connections may see a batch up to one fsync before it is reported.
+//! A failed fsync leaves the WAL's durability unknown, so the store then refuses every write.
+//!
+//! Invariant: a write is reported `Ok` only if the transaction that holds it committed, and with a
+//! pipelined sync only after the WAL holding it was synced.
 
 use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 use rusqlite::Connection;
@@ -22,12 +36,49 @@ type Finish = Box<dyn FnOnce(Option<&rusqlite::Error>) + Send>;
 
 /// A queued write: run against the connection (or `None`: the batch could not start), it says
 /// whether it succeeded and hands back its `Finish`.
-type Job = Box<dyn FnOnce(Option<&Connection>, Option<&rusqlite::Error>) -> (bool, Finish) + Send>;
+type Run = Box<dyn FnOnce(Option<&Connection>, Option<&rusqlite::Error>) -> (bool, Finish) + Send>;
+
+/// How a write is kept apart from the other writes of its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Isolation {
+    /// In its own savepoint: any number of statements, rolled back alone if it fails.
+    Savepoint,
+    /// Changes the database with one statement at most, and fails only before or in it.
+    Statement,
+}
+
+struct Job {
+    isolation: Isolation,
+    run: Run,
+}
+
+/// How a commit becomes durable before it is reported.
+#[derive(Debug, Clone)]
+pub(crate) enum WalSync {
+    /// SQLite's COMMIT is all there is (its own `synchronous` setting, or nothing to sync).
+    AtCommit,
+    /// COMMIT writes the WAL (this file) without syncing; a sync thread fsyncs it.
+    Pipelined(PathBuf),
+}
+
+/// Why the store stopped accepting writes after a failed WAL fsync (set once, never cleared).
+type Poisoned = Arc<OnceLock<String>>;
+
+fn poisoned_error(reason: &str) -> rusqlite::Error {
+    rusqlite::Error::SqliteFailure(
+        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR_FSYNC),
+        Some(format!(
+            "syncing the write-ahead log failed ({reason}); whether recent commits are on disk is \
+             unknown, so this store accepts no more writes: fix the disk and restart"
+        )),
+    )
+}
 
 #[derive(Debug)]
 pub(crate) struct Writer {
     queue: Option<mpsc::Sender<Job>>,
     thread: Option<JoinHandle<()>>,
+    syncer: Option<JoinHandle<()>>,
 }
 
 impl Writer {
@@ -35,28 +86,51 @@ impl Writer {
         conn: Connection,
         max_batch: usize,
         ctx: ErrorContext,
+        sync: WalSync,
     ) -> StoreResult<Writer> {
         // Bounded: a flood of writers waits instead of growing memory without limit.
         let (queue, jobs) = mpsc::channel::<Job>(max_batch.max(1) * 8);
+        let poisoned: Poisoned = Arc::default();
+        let (synced, syncer) = match sync {
+            WalSync::AtCommit => (None, None),
+            WalSync::Pipelined(wal) => {
+                // The sync thread makes commits durable; COMMIT itself only writes the WAL.
+                conn.pragma_update(None, "synchronous", "NORMAL")
+                    .map_err(|e| ctx.map_sqlite(e, Phase::Open))?;
+                let (to_sync, batches) = std::sync::mpsc::channel::<Vec<Finish>>();
+                let poisoned = poisoned.clone();
+                let thread = std::thread::Builder::new()
+                    .name("clawgate-store-sync".into())
+                    .spawn(move || sync_loop(&wal, &batches, &poisoned))
+                    .map_err(|e| StoreError::Backend(Box::new(e)))?;
+                (Some(to_sync), Some(thread))
+            }
+        };
         let thread = std::thread::Builder::new()
             .name("clawgate-store-writer".into())
-            .spawn(move || run(conn, jobs, max_batch.max(1), ctx))
+            .spawn(move || run(conn, jobs, max_batch.max(1), ctx, synced, poisoned))
             .map_err(|e| StoreError::Backend(Box::new(e)))?;
         Ok(Writer {
             queue: Some(queue),
             thread: Some(thread),
+            syncer,
         })
     }
 
     /// Runs `f` inside the next group commit and returns its result once committed.
-    pub(crate) async fn write<T, F>(&self, ctx: &ErrorContext, f: F) -> StoreResult<T>
+    pub(crate) async fn write<T, F>(
+        &self,
+        ctx: &ErrorContext,
+        isolation: Isolation,
+        f: F,
+    ) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> DbResult<T> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel::<StoreResult<T>>();
         let ctx_for_job = ctx.clone();
-        let job: Job = Box::new(move |conn, start_error| {
+        let run: Run = Box::new(move |conn, start_error| {
             let Some(conn) = conn else {
                 let error = start_error.map_or(StoreError::WriterStopped, |e| {
                     ctx_for_job.map_sqlite(duplicate(e), Phase::Operate)
@@ -83,6 +157,7 @@ impl Writer {
             });
             (ok, finish)
         });
+        let job = Job { isolation, run };
         let queue = self.queue.as_ref().ok_or(StoreError::WriterStopped)?;
         queue
             .send(job)
@@ -94,17 +169,94 @@ impl Writer {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        // Closing the queue lets the thread finish what is queued and exit.
+        // Closing the queue lets the thread finish what is queued and exit; its exit closes the
+        // sync queue, so the sync thread reports the last batches and exits too.
         self.queue.take();
         if let Some(thread) = self.thread.take()
             && thread.join().is_err()
         {
             error!("store writer thread panicked");
         }
+        if let Some(thread) = self.syncer.take()
+            && thread.join().is_err()
+        {
+            error!("store sync thread panicked");
+        }
     }
 }
 
-fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, max_batch: usize, ctx: ErrorContext) {
+/// Fsyncs the WAL for every batch committed since the last fsync, then reports them.
+fn sync_loop(
+    wal: &std::path::Path,
+    batches: &std::sync::mpsc::Receiver<Vec<Finish>>,
+    poisoned: &Poisoned,
+) {
+    let mut file: Option<WalFile> = None;
+    while let Ok(first) = batches.recv() {
+        let mut finishes = first;
+        while let Ok(more) = batches.try_recv() {
+            finishes.extend(more);
+        }
+        let failure = match poisoned.get() {
+            Some(reason) => Some(poisoned_error(reason)),
+            None => match sync_wal(wal, &mut file) {
+                Ok(()) => None,
+                Err(e) => {
+                    let reason = format!("{}: {e}", wal.display());
+                    error!(error = %reason, "WAL fsync failed; the store refuses further writes");
+                    let _ = poisoned.set(reason.clone());
+                    Some(poisoned_error(&reason))
+                }
+            },
+        };
+        for finish in finishes {
+            finish(failure.as_ref());
+        }
+    }
+}
+
+/// The WAL file, kept open between fsyncs, with the identity it had when opened.
+struct WalFile {
+    file: std::fs::File,
+    #[cfg(unix)]
+    inode: (u64, u64),
+}
+
+fn sync_wal(path: &std::path::Path, file: &mut Option<WalFile>) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        // SQLite keeps the WAL while this store's writer connection is open; should the file
+        // ever be replaced, the new one is what needs syncing.
+        let meta = std::fs::metadata(path)?;
+        let inode = (meta.dev(), meta.ino());
+        if file.as_ref().is_none_or(|f| f.inode != inode) {
+            *file = Some(WalFile {
+                file: std::fs::File::open(path)?,
+                inode,
+            });
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        *file = Some(WalFile {
+            file: std::fs::File::open(path)?,
+        });
+    }
+    match file {
+        Some(wal) => wal.file.sync_data(),
+        None => Ok(()),
+    }
+}
+
+fn run(
+    conn: Connection,
+    mut jobs: mpsc::Receiver<Job>,
+    max_batch: usize,
+    ctx: ErrorContext,
+    synced: Option<std::sync::mpsc::Sender<Vec<Finish>>>,
+    poisoned: Poisoned,
+) {
     let mut batch: Vec<Job> = Vec::with_capacity(max_batch);
     let mut last_batch = 0usize;
     while let Some(first) = jobs.blocking_recv() {
@@ -124,7 +276,31 @@ fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, max_batch: usize, ctx: E
             }
         }
         last_batch = batch.len();
-        commit_batch(&conn, &mut batch, &ctx);
+        if let Some(reason) = poisoned.get() {
+            let e = poisoned_error(reason);
+            for job in batch.drain(..) {
+                let (_, finish) = (job.run)(None, Some(&e));
+                finish(Some(&e));
+            }
+            continue;
+        }
+        let (finishes, commit_error) = commit_batch(&conn, &mut batch, &ctx);
+        match (&synced, commit_error) {
+            (Some(to_sync), None) => {
+                if let Err(unsent) = to_sync.send(finishes) {
+                    // The sync thread is gone (it panicked): nothing can be made durable.
+                    let e = poisoned_error("the sync thread stopped");
+                    for finish in unsent.0 {
+                        finish(Some(&e));
+                    }
+                }
+            }
+            (_, commit_error) => {
+                for finish in finishes {
+                    finish(commit_error.as_ref());
+                }
+            }
+        }
     }
 }
 
@@ -133,30 +309,38 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
-fn commit_batch(conn: &Connection, batch: &mut Vec<Job>, ctx: &ErrorContext) {
+/// Runs the batch in one transaction; returns every write's `Finish` and why the transaction did
+/// not commit, if it did not.
+fn commit_batch(
+    conn: &Connection,
+    batch: &mut Vec<Job>,
+    ctx: &ErrorContext,
+) -> (Vec<Finish>, Option<rusqlite::Error>) {
     if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
         warn!(path = %ctx.path.display(), error = %e, "could not start a write transaction");
-        for job in batch.drain(..) {
-            let (_, finish) = job(None, Some(&e));
-            finish(Some(&e));
-        }
-        return;
+        let finishes = batch
+            .drain(..)
+            .map(|job| (job.run)(None, Some(&e)).1)
+            .collect();
+        return (finishes, Some(e));
     }
     let mut finishes: Vec<Finish> = Vec::with_capacity(batch.len());
     let mut aborted: Option<rusqlite::Error> = None;
     for job in batch.drain(..) {
         if let Some(e) = &aborted {
-            let (_, finish) = job(None, Some(e));
+            let (_, finish) = (job.run)(None, Some(e));
             finishes.push(finish);
             continue;
         }
-        if let Err(e) = exec(conn, "SAVEPOINT write") {
-            let (_, finish) = job(None, Some(&e));
+        let savepoint = job.isolation == Isolation::Savepoint;
+        if savepoint && let Err(e) = exec(conn, "SAVEPOINT write") {
+            let (_, finish) = (job.run)(None, Some(&e));
             finishes.push(finish);
             aborted = Some(e);
             continue;
         }
-        let (ok, finish) = job(Some(conn), None);
+        let changes_before = conn.total_changes();
+        let (ok, finish) = (job.run)(Some(conn), None);
         finishes.push(finish);
         if conn.is_autocommit() {
             // SQLite rolled the whole transaction back (disk full, I/O error…): the writes
@@ -165,6 +349,18 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>, ctx: &ErrorContext) {
                 rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
                 Some("transaction rolled back by SQLite after a failed write".into()),
             ));
+            continue;
+        }
+        if !savepoint {
+            if !ok && conn.total_changes() != changes_before {
+                // The write broke its promise: it changed rows, then failed. Nothing of this
+                // batch may commit half-done.
+                error!("a single-statement write failed after changing rows; batch rolled back");
+                aborted = Some(rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+                    Some("a write failed after changing rows; its batch was rolled back".into()),
+                ));
+            }
             continue;
         }
         let step = if ok {
@@ -186,7 +382,5 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>, ctx: &ErrorContext) {
         }
         warn!(path = %ctx.path.display(), error = %e, writes = finishes.len(), "group commit failed");
     }
-    for finish in finishes {
-        finish(commit_error.as_ref());
-    }
+    (finishes, commit_error)
 }

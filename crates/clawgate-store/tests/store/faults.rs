@@ -99,7 +99,7 @@ async fn newer_schema_is_refused() {
             err,
             StoreError::NewerSchema {
                 found: 99,
-                supported: 1,
+                supported: clawgate_store::sqlite::SCHEMA_VERSION,
                 ..
             }
         ),

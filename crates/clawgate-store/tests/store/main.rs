@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // Tests fail loudly by design.
 
 mod faults;
+mod migrations;
 
 use clawgate_store::{SqliteOptions, SqliteStore};
 

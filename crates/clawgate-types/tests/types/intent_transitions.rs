@@ -21,6 +21,8 @@ const LEGAL: &[(IntentStatus, IntentStatus, &str)] = &[
     (Sending, Pending, "retry after side-effect-free failure"),
     // The platform returned a receipt; only committing it is left.
     (Sending, Committing, "receipt returned"),
+    // The platform returned a receipt, recorded and committed in the same write.
+    (Sending, Sent, "receipt returned and committed"),
     // I/O may have happened but no receipt came back (timeout, crash): reconcile first.
     (Sending, UnknownAfterSend, "outcome unknown"),
     // A classified, non-retryable failure.

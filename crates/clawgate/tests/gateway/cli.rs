@@ -319,8 +319,9 @@ fn migrate_creates_and_upgrades_a_state_database() {
     let first = clawgate(&empty, &["migrate"]);
     assert!(first.ok, "{}", first.stderr);
     assert!(
-        first.stdout.contains("schema version 0 -> 1")
-            && first.stderr.contains("applying migration 0001"),
+        first.stdout.contains("schema version 0 -> 2")
+            && first.stderr.contains("applying migration 0001")
+            && first.stderr.contains("applying migration 0002"),
         "progress and result: {} / {}",
         first.stdout,
         first.stderr
@@ -329,7 +330,7 @@ fn migrate_creates_and_upgrades_a_state_database() {
     let again = clawgate(&empty, &["migrate"]);
     assert!(again.stdout.contains("up to date"), "{}", again.stdout);
     let status: views::StatusView = clawgate(&empty, &["status", "--json"]).json();
-    assert_eq!(status.schema_version, 1);
+    assert_eq!(status.schema_version, 2);
 
     let missing = dir.path().join("missing");
     clawgate(&missing, &["migrate"]).failed_with("--create");
