@@ -318,6 +318,41 @@ mod tests {
         )?)
     }
 
+    fn put(key: &'static str) -> impl FnOnce(&Connection) -> DbResult<()> + Send + 'static {
+        move |conn| {
+            conn.execute(
+                "INSERT INTO gateway_meta (key, value) VALUES (?1, 'x')",
+                [key],
+            )?;
+            Ok(())
+        }
+    }
+
+    /// With FULL, a write is reported only after the WAL holding it was synced; when that sync
+    /// fails, whether recent commits are on disk is unknown, so the store refuses every write.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_wal_sync_fails_the_write_and_every_later_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
+        store.write(put("probe-1")).await.unwrap();
+        // SQLite keeps writing to the file it has open; the sync thread can no longer find it.
+        std::fs::remove_file(wal_path(store.path())).unwrap();
+        for key in ["probe-2", "probe-3"] {
+            let refused = store.write(put(key)).await.unwrap_err();
+            assert!(
+                refused
+                    .to_string()
+                    .contains("syncing the write-ahead log failed"),
+                "{refused}"
+            );
+        }
+        let again = store.write_statement(put("probe-4")).await.unwrap_err();
+        assert!(
+            again.to_string().contains("accepts no more writes"),
+            "{again}"
+        );
+    }
+
     /// A write without a savepoint that changes rows and then fails must not commit those rows.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_statement_write_that_fails_after_changing_rows_commits_nothing() {
