@@ -231,21 +231,36 @@ impl QaAdapter {
         .with_platform_code(code)
     }
 
-    async fn message_answer(response: reqwest::Response) -> Result<PlatformMessage, SendError> {
+    /// Sends an authenticated call to the platform.
+    async fn call(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, SendError> {
+        request
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| Self::transport_error(&e))
+    }
+
+    /// A successful answer's body, or the platform's error. `what` names the answer in errors.
+    async fn answer<T: serde::de::DeserializeOwned>(
+        response: reqwest::Response,
+        what: &str,
+    ) -> Result<T, SendError> {
         if !response.status().is_success() {
             return Err(Self::answer_error(response).await);
         }
-        // The platform acted; if its answer cannot be read, we do not know the message id.
-        response
-            .json::<MessageAnswer>()
+        // The platform acted; if its answer cannot be read, we do not know what it did.
+        response.json::<T>().await.map_err(|e| {
+            SendError::after_io(
+                DeliveryFailureKind::Unknown,
+                format!("QA {what} unreadable: {e}"),
+            )
+        })
+    }
+
+    async fn message_answer(response: reqwest::Response) -> Result<PlatformMessage, SendError> {
+        Self::answer::<MessageAnswer>(response, "platform answer")
             .await
             .map(|a| a.message)
-            .map_err(|e| {
-                SendError::after_io(
-                    DeliveryFailureKind::Unknown,
-                    format!("QA platform answer unreadable: {e}"),
-                )
-            })
     }
 }
 
@@ -301,14 +316,7 @@ impl ChannelMessageAdapter for QaAdapter {
             idempotency_key: self.idempotent.then(|| ctx.unit_key(unit)),
         };
         let url = self.url(&["api", "conversations", Self::conversation(ctx), "messages"])?;
-        let response = self
-            .http
-            .post(url)
-            .bearer_auth(&self.token)
-            .json(&request)
-            .send()
-            .await
-            .map_err(|e| Self::transport_error(&e))?;
+        let response = self.call(self.http.post(url).json(&request)).await?;
         let message = Self::message_answer(response).await?;
         Ok(Self::part(&message, unit.index, unit.kind))
     }
@@ -333,13 +341,8 @@ impl ChannelMessageAdapter for QaAdapter {
             &part.platform_message_id,
         ])?;
         let response = self
-            .http
-            .patch(url)
-            .bearer_auth(&self.token)
-            .json(&EditRequest { text })
-            .send()
-            .await
-            .map_err(|e| Self::transport_error(&e))?;
+            .call(self.http.patch(url).json(&EditRequest { text }))
+            .await?;
         let message = Self::message_answer(response).await?;
         Ok(Self::part(&message, part.index, part.kind))
     }
@@ -352,13 +355,7 @@ impl ChannelMessageAdapter for QaAdapter {
             "messages",
             &part.platform_message_id,
         ])?;
-        let response = self
-            .http
-            .delete(url)
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(|e| Self::transport_error(&e))?;
+        let response = self.call(self.http.delete(url)).await?;
         if response.status().is_success() {
             Ok(())
         } else {
@@ -375,13 +372,7 @@ impl ChannelMessageAdapter for QaAdapter {
             return Ok(Reconciliation::Unresolved);
         }
         let url = self.url(&["api", "messages", "by-key", &ctx.unit_key(unit)])?;
-        let response = self
-            .http
-            .get(url)
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(|e| Self::transport_error(&e))?;
+        let response = self.call(self.http.get(url)).await?;
         match response.status() {
             StatusCode::OK => {
                 let message = Self::message_answer(response).await?;
@@ -412,26 +403,10 @@ impl QaAdapter {
         url.query_pairs_mut()
             .append_pair("offset", &offset.to_string())
             .append_pair("timeoutMs", &timeout_ms.to_string());
-        let response = self
-            .http
-            .get(url)
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(|e| Self::transport_error(&e))?;
-        if !response.status().is_success() {
-            return Err(Self::answer_error(response).await);
-        }
-        response
-            .json::<crate::UpdatesAnswer>()
+        let response = self.call(self.http.get(url)).await?;
+        Self::answer::<crate::UpdatesAnswer>(response, "updates")
             .await
             .map(|a| a.result)
-            .map_err(|e| {
-                SendError::after_io(
-                    DeliveryFailureKind::Unknown,
-                    format!("QA updates unreadable: {e}"),
-                )
-            })
     }
 }
 
@@ -442,26 +417,10 @@ impl QaAdapter {
         conversation: &str,
     ) -> Result<Vec<PlatformMessage>, SendError> {
         let url = self.url(&["api", "conversations", conversation, "messages"])?;
-        let response = self
-            .http
-            .get(url)
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(|e| Self::transport_error(&e))?;
-        if !response.status().is_success() {
-            return Err(Self::answer_error(response).await);
-        }
-        response
-            .json::<crate::MessagesAnswer>()
+        let response = self.call(self.http.get(url)).await?;
+        Self::answer::<crate::MessagesAnswer>(response, "messages")
             .await
             .map(|a| a.messages)
-            .map_err(|e| {
-                SendError::after_io(
-                    DeliveryFailureKind::Unknown,
-                    format!("QA messages unreadable: {e}"),
-                )
-            })
     }
 
     /// `POST /control/conversations/{conv}/inbound`: someone on the platform writes into a
@@ -472,27 +431,10 @@ impl QaAdapter {
         request: &crate::InboundRequest,
     ) -> Result<PlatformMessage, SendError> {
         let url = self.url(&["control", "conversations", conversation, "inbound"])?;
-        let response = self
-            .http
-            .post(url)
-            .bearer_auth(&self.token)
-            .json(request)
-            .send()
-            .await
-            .map_err(|e| Self::transport_error(&e))?;
-        if !response.status().is_success() {
-            return Err(Self::answer_error(response).await);
-        }
-        response
-            .json::<crate::MessageAnswer>()
+        let response = self.call(self.http.post(url).json(request)).await?;
+        Self::answer::<MessageAnswer>(response, "answer")
             .await
             .map(|a| a.message)
-            .map_err(|e| {
-                SendError::after_io(
-                    DeliveryFailureKind::Unknown,
-                    format!("QA answer unreadable: {e}"),
-                )
-            })
     }
 }
 

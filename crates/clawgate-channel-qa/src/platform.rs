@@ -158,6 +158,22 @@ impl PlatformState {
             })
     }
 
+    /// Stores a new message under the next sequence number (its id is made from it) and logs it.
+    fn add_message(
+        &mut self,
+        event: LogEvent,
+        build: impl FnOnce(String, u64) -> PlatformMessage,
+    ) -> PlatformMessage {
+        let seq = self.seq + 1;
+        let message = build(format!("m-{seq}"), seq);
+        if let Some(key) = &message.idempotency_key {
+            self.by_key.insert(key.clone(), message.id.clone());
+        }
+        self.messages.insert(message.id.clone(), message.clone());
+        self.record(event, &message);
+        message
+    }
+
     fn record(&mut self, event: LogEvent, message: &PlatformMessage) {
         self.seq += 1;
         let entry = LogEntry {
@@ -281,9 +297,8 @@ impl Shared {
         {
             return Err(InboundRefused::ReplyTargetNotFound(reply_to.clone()));
         }
-        let seq = state.seq + 1;
-        let message = PlatformMessage {
-            id: format!("m-{seq}"),
+        let message = state.add_message(LogEvent::Inbound, |id, seq| PlatformMessage {
+            id,
             conversation_id: conversation,
             thread_id: request.thread_id,
             reply_to_id: request.reply_to_id,
@@ -295,9 +310,7 @@ impl Shared {
             seq,
             author_id: Some(request.author_id),
             author_is_bot: request.author_is_bot,
-        };
-        state.messages.insert(message.id.clone(), message.clone());
-        state.record(LogEvent::Inbound, &message);
+        });
         state.next_update_id += 1;
         let update = Update {
             update_id: state.next_update_id,
@@ -542,9 +555,8 @@ async fn send_message(
             );
             saved(&state, response)
         } else {
-            let seq = state.seq + 1;
-            let message = PlatformMessage {
-                id: format!("m-{seq}"),
+            let message = state.add_message(LogEvent::Sent, |id, seq| PlatformMessage {
+                id,
                 conversation_id: conversation,
                 thread_id: request.thread_id,
                 reply_to_id: request.reply_to_id,
@@ -556,12 +568,7 @@ async fn send_message(
                 seq,
                 author_id: Some("clawgate-bot".into()),
                 author_is_bot: true,
-            };
-            if let Some(key) = &message.idempotency_key {
-                state.by_key.insert(key.clone(), message.id.clone());
-            }
-            state.messages.insert(message.id.clone(), message.clone());
-            state.record(LogEvent::Sent, &message);
+            });
             let response = (
                 StatusCode::CREATED,
                 Json(MessageAnswer { ok: true, message }),

@@ -11,9 +11,7 @@ use clawgate_channel_sdk::{ChannelMessageAdapter, SendContext, SendError};
 use clawgate_messages::{Messenger, RetryPolicy, SendOptions, SystemClock};
 use clawgate_store::testing::sample_intent;
 use clawgate_store::{IntentStore, SqliteStore, Synchronous};
-use clawgate_types::{
-    MessageCapabilities, MessagePartKind, MessageReceiptPart, RenderedMessageUnit,
-};
+use clawgate_types::{MessageCapabilities, MessageReceiptPart, RenderedMessageUnit};
 
 use super::{open, raw_inserts};
 
@@ -40,17 +38,7 @@ impl ChannelMessageAdapter for InstantPlatform {
         unit: &RenderedMessageUnit,
     ) -> Result<MessageReceiptPart, SendError> {
         let n = self.sent.fetch_add(1, Ordering::Relaxed);
-        Ok(MessageReceiptPart {
-            platform_message_id: format!("p-{n}"),
-            kind: MessagePartKind::Text,
-            index: unit.index,
-            thread_id: None,
-            reply_to_id: None,
-            edit_token: None,
-            delete_token: None,
-            url: None,
-            raw: None,
-        })
+        Ok(clawgate_store::testing::part(unit.index, &format!("p-{n}")))
     }
 }
 

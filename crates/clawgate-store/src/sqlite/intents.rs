@@ -20,7 +20,12 @@ const SELECT_INTENT: &str = "SELECT id, format_version, payload FROM send_intent
 
 /// The predicates of the partial indexes over send intents, exactly as the migrations declare
 /// them: SQLite uses a partial index only for a query that repeats its predicate.
-const OPEN_PREDICATE: &str = "status IN ('pending', 'sending', 'committing', 'unknown_after_send')";
+macro_rules! open_predicate {
+    () => {
+        "status IN ('pending', 'sending', 'committing', 'unknown_after_send')"
+    };
+}
+const OPEN_PREDICATE: &str = open_predicate!();
 const ATTENTION_PREDICATE: &str = "status IN ('unknown_after_send', 'failed', 'cancelled')";
 const OPEN_STATUSES: [IntentStatus; 4] = [
     IntentStatus::Pending,
@@ -462,9 +467,11 @@ impl IntentStore for SqliteStore {
         let claim = claim.clone();
         self.write(move |conn| {
             let ids: Vec<String> = {
-                let mut stmt = conn.prepare_cached(
+                let mut stmt = conn.prepare_cached(concat!(
                     "SELECT id FROM send_intents
-                     WHERE status IN ('pending', 'sending', 'committing', 'unknown_after_send')
+                     WHERE ",
+                    open_predicate!(),
+                    "
                        AND (next_attempt_at <= ?1
                             -- An unknown outcome without a scheduled reconciliation is parked
                             -- for an operator: never picked up (and so never replayed) again.
@@ -472,7 +479,7 @@ impl IntentStore for SqliteStore {
                        AND (claimed_by IS NULL OR claim_until <= ?1)
                      ORDER BY created_at, id
                      LIMIT ?2",
-                )?;
+                ))?;
                 let rows = stmt.query_map(params![claim.now, limit], |r| r.get(0))?;
                 rows.collect::<rusqlite::Result<_>>()?
             };
