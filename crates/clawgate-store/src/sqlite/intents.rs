@@ -19,14 +19,17 @@ const INTENT_FORMAT: i64 = 1;
 const SELECT_INTENT: &str = "SELECT id, format_version, payload FROM send_intents";
 
 /// The predicates of the partial indexes over send intents, exactly as the migrations declare
-/// them: SQLite uses a partial index only for a query that repeats its predicate.
+/// them: SQLite uses a partial index only for a query that repeats its predicate. They are ORs of
+/// equalities, not `IN` lists: SQLite evaluates them on every write to the table and builds a
+/// temporary B-tree for each evaluation of an `IN` list.
 macro_rules! open_predicate {
     () => {
-        "status IN ('pending', 'sending', 'committing', 'unknown_after_send')"
+        "(status = 'pending' OR status = 'sending' OR status = 'committing' OR status = 'unknown_after_send')"
     };
 }
 const OPEN_PREDICATE: &str = open_predicate!();
-const ATTENTION_PREDICATE: &str = "status IN ('unknown_after_send', 'failed', 'cancelled')";
+const ATTENTION_PREDICATE: &str =
+    "(status = 'unknown_after_send' OR status = 'failed' OR status = 'cancelled')";
 const OPEN_STATUSES: [IntentStatus; 4] = [
     IntentStatus::Pending,
     IntentStatus::Sending,
@@ -38,6 +41,23 @@ const ATTENTION_STATUSES: [IntentStatus; 3] = [
     IntentStatus::Failed,
     IntentStatus::Cancelled,
 ];
+
+/// The three writes of every send: the intent, then two guarded status changes (compare-and-set
+/// on status and claim).
+const INSERT_INTENT: &str = "INSERT INTO send_intents (id, idempotency_key, channel, account_id,
+         status, attempt, next_attempt_at, expires_at, created_at, updated_at,
+         claimed_by, claim_until, format_version, payload)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+     ON CONFLICT (idempotency_key) DO NOTHING";
+const SAVE_KEEPING_CLAIM: &str = "UPDATE send_intents SET status = ?2, attempt = ?3,
+         next_attempt_at = ?4, expires_at = ?5, updated_at = ?6, format_version = ?7, payload = ?8
+     WHERE id = ?1 AND status = ?9
+       AND (claimed_by IS NULL OR claimed_by = ?10 OR claim_until <= ?6)";
+const SAVE_RELEASING_CLAIM: &str = "UPDATE send_intents SET status = ?2, attempt = ?3,
+         next_attempt_at = ?4, expires_at = ?5, updated_at = ?6, format_version = ?7, payload = ?8,
+         claimed_by = NULL, claim_until = NULL
+     WHERE id = ?1 AND status = ?9
+       AND (claimed_by IS NULL OR claimed_by = ?10 OR claim_until <= ?6)";
 
 /// The listing query for a filter, with its arguments.
 fn list_query(filter: &IntentFilter) -> (String, Vec<rusqlite::types::Value>) {
@@ -205,15 +225,9 @@ fn save(
     // One guarded UPDATE does the compare-and-set (status, claim) and the write; only when it
     // changes nothing is the row read again, to say why.
     let sql = if keeps_claim(intent) {
-        "UPDATE send_intents SET status = ?2, attempt = ?3, next_attempt_at = ?4, expires_at = ?5,
-             updated_at = ?6, format_version = ?7, payload = ?8
-         WHERE id = ?1 AND status = ?9
-           AND (claimed_by IS NULL OR claimed_by = ?10 OR claim_until <= ?6)"
+        SAVE_KEEPING_CLAIM
     } else {
-        "UPDATE send_intents SET status = ?2, attempt = ?3, next_attempt_at = ?4, expires_at = ?5,
-             updated_at = ?6, format_version = ?7, payload = ?8, claimed_by = NULL, claim_until = NULL
-         WHERE id = ?1 AND status = ?9
-           AND (claimed_by IS NULL OR claimed_by = ?10 OR claim_until <= ?6)"
+        SAVE_RELEASING_CLAIM
     };
     let changed = conn.prepare_cached(sql)?.execute(params![
         id,
@@ -290,13 +304,7 @@ impl IntentStore for SqliteStore {
         let claim = claim.cloned();
         self.write_statement(move |conn| {
             let inserted = conn
-                .prepare_cached(
-                    "INSERT INTO send_intents (id, idempotency_key, channel, account_id, status,
-                         attempt, next_attempt_at, expires_at, created_at, updated_at,
-                         claimed_by, claim_until, format_version, payload)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
-                     ON CONFLICT (idempotency_key) DO NOTHING",
-                )?
+                .prepare_cached(INSERT_INTENT)?
                 .execute(params![
                     intent.id.as_str(),
                     intent.idempotency_key,
@@ -607,7 +615,10 @@ impl IntentStore for SqliteStore {
 mod tests {
     use clawgate_types::{ALL_INTENT_STATUSES, IntentStatus};
 
-    use super::{ATTENTION_PREDICATE, OPEN_PREDICATE, list_query};
+    use super::{
+        ATTENTION_PREDICATE, INSERT_INTENT, OPEN_PREDICATE, SAVE_KEEPING_CLAIM,
+        SAVE_RELEASING_CLAIM, list_query,
+    };
     use crate::IntentFilter;
     use crate::sqlite::{MIGRATIONS, SqliteOptions, SqliteStore};
 
@@ -617,6 +628,35 @@ mod tests {
         let schema: String = MIGRATIONS.iter().map(|m| m.sql).collect();
         for predicate in [OPEN_PREDICATE, ATTENTION_PREDICATE] {
             assert!(schema.contains(predicate), "no index declares {predicate}");
+        }
+    }
+
+    /// The writes every send makes build no temporary B-tree: SQLite builds one for each
+    /// evaluation of an `IN (...)` list in a partial index's predicate, on every write.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_writes_of_a_send_build_no_temporary_btree() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
+        for sql in [INSERT_INTENT, SAVE_KEEPING_CLAIM, SAVE_RELEASING_CLAIM] {
+            let opcodes = store
+                .read(move |conn| {
+                    let mut stmt = conn.prepare(&format!("EXPLAIN {sql}"))?;
+                    let unbound = vec![rusqlite::types::Value::Null; stmt.parameter_count()];
+                    let rows = stmt.query_map(rusqlite::params_from_iter(unbound), |r| {
+                        r.get::<_, String>(1)
+                    })?;
+                    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+                })
+                .await
+                .unwrap();
+            assert!(
+                opcodes.iter().any(|op| op == "Insert"),
+                "{sql}: {opcodes:?}"
+            );
+            assert!(
+                !opcodes.iter().any(|op| op == "OpenEphemeral"),
+                "{sql} builds a temporary B-tree: {opcodes:?}"
+            );
         }
     }
 

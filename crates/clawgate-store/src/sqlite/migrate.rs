@@ -26,10 +26,15 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "send_status_indexes",
         sql: include_str!("../../migrations/0002_send_status_indexes.sql"),
     },
+    Migration {
+        version: 3,
+        name: "index_predicates_without_in",
+        sql: include_str!("../../migrations/0003_index_predicates_without_in.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// A migration's state in one database.
 #[derive(Debug, Clone, PartialEq, Eq)]
