@@ -643,6 +643,46 @@ async fn two_recovery_workers_never_send_an_intent_twice() {
     }
 }
 
+/// Two recovery passes of one engine share its claim token, so a claim cannot keep them apart:
+/// each unknown outcome is still reconciled and committed by one of them, hooks once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_passes_of_one_engine_take_each_intent_once() {
+    let h = Harness::new().await;
+    let adapter = Counting::new(h.adapter());
+    let messenger = h.messenger(adapter.clone());
+    h.platform.inject(Fault::drop_after_accept(20));
+    for n in 0..20 {
+        let report = messenger
+            .send(message(&format!("u{n}"), &format!("unknown {n}")), opts())
+            .await
+            .unwrap();
+        assert!(
+            matches!(report.outcome, SendOutcome::Unknown { .. }),
+            "{report:?}"
+        );
+    }
+    h.clock.advance(1_000);
+    let (first, second) = tokio::join!(messenger.recover(), messenger.recover());
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert_eq!(
+        (
+            first.committed + second.committed,
+            first.reconciled_sent + second.reconciled_sent,
+            first.examined + second.examined,
+        ),
+        (20, 20, 20),
+        "{first:?} {second:?}"
+    );
+    assert_eq!(adapter.hooks(), (20, 20), "hooks once per intent");
+    for n in 0..20 {
+        assert_eq!(
+            h.platform.landed_with_text(&format!("unknown {n}")),
+            1,
+            "message {n}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replies_land_in_the_thread_of_an_inbound_message() {
     let h = Harness::new().await;

@@ -66,6 +66,8 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
     /// This engine's claim token: the per-intent idempotency lock is held under it.
     pub(crate) worker: ClaimToken,
+    /// Intents a recovery pass of this engine is working on.
+    pub(crate) recovering: std::sync::Mutex<std::collections::HashSet<IntentId>>,
 }
 
 /// The send engine. Cheap to clone.
@@ -111,6 +113,7 @@ impl Messenger {
                 policy,
                 clock,
                 worker,
+                recovering: std::sync::Mutex::default(),
             }),
         }
     }
@@ -126,6 +129,7 @@ impl Messenger {
                 policy: shared.policy.clone(),
                 clock: shared.clock.clone(),
                 worker: shared.worker.clone(),
+                recovering: std::sync::Mutex::default(),
             }),
         }
     }
@@ -376,7 +380,7 @@ impl Inner {
         intent.updated_at = self.clock.now_ms();
         if durable {
             self.store
-                .save_intent(intent, from, Some(&self.worker))
+                .save_intent(intent, from, Some(&self.claim(intent.updated_at)))
                 .await?;
         }
         Ok(())
@@ -418,21 +422,45 @@ impl Inner {
         Ok(())
     }
 
-    /// Delivers the missing units of a pending (claimed) intent and commits, or applies the
-    /// failure policy.
+    /// Delivers the missing units of a pending intent and commits, or applies the failure policy.
     pub(crate) async fn deliver(
         &self,
         adapter: &Arc<dyn ChannelMessageAdapter>,
         intent: &mut DurableSendIntent,
         durable: bool,
     ) -> Result<SendOutcome, MessagesError> {
+        match self.start_attempt(intent, durable).await? {
+            Some(expired) => Ok(expired),
+            None => self.send_units(adapter, intent, durable).await,
+        }
+    }
+
+    /// The first write of an attempt on a pending intent: `sending` (or `failed` when it outlived
+    /// its time-to-live, returned as the outcome). Guarded like every save, it is also this
+    /// worker's claim: when another worker moved the intent first, it fails and nothing is sent.
+    pub(crate) async fn start_attempt(
+        &self,
+        intent: &mut DurableSendIntent,
+        durable: bool,
+    ) -> Result<Option<SendOutcome>, MessagesError> {
         let now = self.clock.now_ms();
         if intent.expires_at.is_some_and(|at| at <= now) {
-            return self.expire(intent, durable).await;
+            return self.expire(intent, durable).await.map(Some);
         }
         intent.attempt += 1;
         intent.next_attempt_at = None;
         self.save(intent, IntentStatus::Sending, durable).await?;
+        Ok(None)
+    }
+
+    /// Sends the units of a `sending` intent that have no receipt yet, then commits or applies
+    /// the failure policy.
+    pub(crate) async fn send_units(
+        &self,
+        adapter: &Arc<dyn ChannelMessageAdapter>,
+        intent: &mut DurableSendIntent,
+        durable: bool,
+    ) -> Result<SendOutcome, MessagesError> {
         let mut fallback_used = false;
         loop {
             let ctx = self.context(intent);

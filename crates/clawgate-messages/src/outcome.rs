@@ -61,8 +61,10 @@ pub struct SendReport {
 /// What one recovery pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
-    /// Intents claimed and looked at.
+    /// Intents taken (claimed) and looked at.
     pub examined: u64,
+    /// Intents found due that another worker or pass took first (left to it).
+    pub contended: u64,
     /// Committed (sent now, or found sent by reconciliation).
     pub committed: u64,
     /// Units found already delivered by reconciliation (not resent).
@@ -84,6 +86,7 @@ impl RecoveryReport {
     /// Adds another report's counts to this one.
     pub fn add(&mut self, other: &RecoveryReport) {
         self.examined += other.examined;
+        self.contended += other.contended;
         self.committed += other.committed;
         self.reconciled_sent += other.reconciled_sent;
         self.reconciled_not_sent += other.reconciled_not_sent;

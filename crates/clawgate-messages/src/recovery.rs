@@ -2,16 +2,17 @@
 //! under the per-intent claim, reconciling unknown outcomes before any replay.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use clawgate_channel_sdk::{ChannelMessageAdapter, Reconciliation};
-use clawgate_types::{DurableSendIntent, IntentStatus};
+use clawgate_store::{IntentCursor, StoreError};
+use clawgate_types::{DurableSendIntent, IntentId, IntentStatus};
 use tracing::{Instrument as _, info, info_span, warn};
 
 use crate::engine::Inner;
 use crate::{MessagesError, Messenger, RecoveryReport, SendOutcome};
 
-/// Intents claimed per round trip to the store and worked on concurrently (recovery streams
+/// Due intents read per round trip to the store and worked on concurrently (recovery streams
 /// the backlog page by page; it never loads everything).
 const RECOVERY_PAGE: u32 = 256;
 
@@ -30,31 +31,26 @@ impl Messenger {
                 info!(holder = %holder.as_str(), held, released, "released the claims of a dead process");
             }
         }
-        let mut seen = HashSet::new();
+        // Due intents are read page by page (off the writer) and each is taken by its first
+        // guarded write; a page's intents are worked on concurrently, so group commit batches
+        // their writes (recovery is then bounded by the store, not by latency).
+        let mut after: Option<IntentCursor> = None;
         loop {
-            let claim = inner.claim(inner.clock.now_ms());
-            let page = inner.store.claim_due_intents(&claim, RECOVERY_PAGE).await?;
-            if page.is_empty() {
+            let page = inner
+                .store
+                .due_intents(inner.clock.now_ms(), after.as_ref(), RECOVERY_PAGE)
+                .await?;
+            let Some(last) = page.last() else {
                 break;
-            }
-            let mut fresh = false;
-            // The page's intents are independent: work on them concurrently, so group commit
-            // batches their writes (recovery is then bounded by the store, not by latency).
+            };
+            after = Some(IntentCursor::of(last));
             let mut tasks = tokio::task::JoinSet::new();
             for intent in page {
-                // An intent handed back twice in one pass is left for the next pass.
-                if !seen.insert(intent.id.clone()) {
-                    continue;
-                }
-                fresh = true;
                 let span = info_span!("recover", intent = %intent.id, status = %intent.status);
                 let inner = self.inner.clone();
                 tasks.spawn(
                     async move {
-                        let mut one = RecoveryReport {
-                            examined: 1,
-                            ..RecoveryReport::default()
-                        };
+                        let mut one = RecoveryReport::default();
                         inner.recover_one(intent, &mut one).await.map(|()| one)
                     }
                     .instrument(span),
@@ -65,9 +61,6 @@ impl Messenger {
                     MessagesError::Store(clawgate_store::StoreError::Backend(Box::new(e)))
                 })??;
                 report.add(&one);
-            }
-            if !fresh {
-                break;
             }
         }
         if report.examined > 0 {
@@ -96,20 +89,108 @@ fn count(report: &mut RecoveryReport, outcome: &SendOutcome) {
     }
 }
 
+/// Whether recovery has work on an intent at `now` (what `IntentStore::due_intents` lists).
+fn is_due(intent: &DurableSendIntent, now: i64) -> bool {
+    let open = matches!(
+        intent.status,
+        IntentStatus::Pending
+            | IntentStatus::Sending
+            | IntentStatus::Committing
+            | IntentStatus::UnknownAfterSend
+    );
+    let scheduled = match intent.next_attempt_at {
+        Some(at) => at <= now,
+        // An unknown outcome without a scheduled reconciliation is parked for an operator.
+        None => intent.status != IntentStatus::UnknownAfterSend,
+    };
+    open && scheduled
+}
+
+/// Marks an intent as being recovered by this engine until dropped.
+struct InFlight<'a> {
+    set: &'a Mutex<HashSet<IntentId>>,
+    id: IntentId,
+}
+
+impl<'a> InFlight<'a> {
+    fn enter(set: &'a Mutex<HashSet<IntentId>>, id: &IntentId) -> Option<InFlight<'a>> {
+        let mut ids = set
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        ids.insert(id.clone()).then(|| InFlight {
+            set,
+            id: id.clone(),
+        })
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.id);
+    }
+}
+
 impl Inner {
     async fn recover_one(
         &self,
         mut intent: DurableSendIntent,
         report: &mut RecoveryReport,
     ) -> Result<(), MessagesError> {
-        let adapter = match self.adapter(&intent.channel) {
-            Ok(adapter) => adapter,
-            Err(_) => {
-                // Leave it claimed: the claim expires and a gateway with the channel takes it.
-                warn!(channel = %intent.channel, "no adapter for this channel; intent left for later");
-                return Ok(());
-            }
+        let Ok(adapter) = self.adapter(&intent.channel) else {
+            // Left alone (unclaimed): a gateway with the channel takes it.
+            warn!(channel = %intent.channel, "no adapter for this channel; intent left for later");
+            return Ok(());
         };
+        // Two passes of this engine share its claim token: the in-flight set keeps them apart.
+        let Some(_working) = InFlight::enter(&self.recovering, &intent.id) else {
+            report.contended += 1;
+            return Ok(());
+        };
+        // The common case, a pending intent with nothing live: its attempt's first write
+        // (`sending`, guarded on the status, the claim and the attempt) is also the claim.
+        if intent.status == IntentStatus::Pending && intent.live_state.is_none() {
+            let started = match self.start_attempt(&mut intent, true).await {
+                Err(MessagesError::Store(
+                    StoreError::IntentStatusConflict { .. }
+                    | StoreError::ClaimHeld { .. }
+                    | StoreError::StaleIntent { .. },
+                )) => {
+                    report.contended += 1;
+                    return Ok(());
+                }
+                other => other?,
+            };
+            report.examined += 1;
+            let outcome = match started {
+                Some(expired) => expired,
+                None => self.send_units(&adapter, &mut intent, true).await?,
+            };
+            count(report, &outcome);
+            return Ok(());
+        }
+        // Anything else starts with platform I/O or a write from the freshest copy: claim first.
+        let now = self.clock.now_ms();
+        let Some(fresh) = self
+            .store
+            .claim_intent(&intent.id, &self.claim(now))
+            .await?
+        else {
+            report.contended += 1;
+            return Ok(());
+        };
+        if !is_due(&fresh, now) {
+            // Another worker finished or rescheduled it since it was read.
+            self.store
+                .release_intent_claim(&fresh.id, &self.worker)
+                .await?;
+            report.contended += 1;
+            return Ok(());
+        }
+        intent = fresh;
+        report.examined += 1;
         // A live preview left by a crash is never orphaned: without a final the stream died with
         // its turn (the unfinished inbound record replays the turn), so the preview goes and the
         // intent is cancelled; with a final, the preview goes and the final is delivered normally.

@@ -86,6 +86,16 @@ pub enum StoreError {
         source: IllegalTransition,
     },
 
+    #[error(
+        "send intent {id} is already at attempt {stored_attempt}, so attempt {attempt} from this \
+         worker's copy is stale: another worker took it in between"
+    )]
+    StaleIntent {
+        id: String,
+        attempt: u32,
+        stored_attempt: u32,
+    },
+
     #[error("send intent {id} is claimed by {holder} until {until_ms}: another worker owns it")]
     ClaimHeld {
         id: String,

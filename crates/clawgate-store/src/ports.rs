@@ -13,8 +13,8 @@ use clawgate_types::{
 use crate::StoreResult;
 use crate::model::{
     AppendWithNotices, AppendedEvent, ChangesSince, Claim, ClaimToken, ConsumedNotice, InboundKey,
-    InboundRecord, InboundStatus, InsertIntentOutcome, IntentFilter, NewSessionEvent, PruneReport,
-    RecordInboundOutcome, SessionHead, SessionRow, WatchCursor, WatermarkKey,
+    InboundRecord, InboundStatus, InsertIntentOutcome, IntentCursor, IntentFilter, NewSessionEvent,
+    PruneReport, RecordInboundOutcome, SessionHead, SessionRow, WatchCursor, WatermarkKey,
 };
 
 /// Durable send intents, their receipts and the per-intent idempotency lock.
@@ -36,15 +36,17 @@ pub trait IntentStore: Send + Sync {
     ) -> StoreResult<Option<DurableSendIntent>>;
 
     /// Stores `intent` (its new status, attempt, batch, failure, schedule…) if the stored status
-    /// is still `expected` and the move `expected -> intent.status` is legal. With a claim, the
-    /// caller must hold it. The claim is kept while the holder still works on the intent
-    /// (`sending`, `committing`, or `pending` with no `next_attempt_at`); any other status —
-    /// terminal, `failed`, parked, or rescheduled for later — releases it.
+    /// is still `expected` and the move `expected -> intent.status` is legal, and no other holder
+    /// has a live claim on it at `claim.now`. The claim is kept while the holder still works on
+    /// the intent (`sending`, `committing`, or `pending` with no `next_attempt_at`) — with a
+    /// claim, such a save takes or refreshes it, so a worker's first guarded write is also its
+    /// lock —; any other status (terminal, `failed`, parked, or rescheduled for later) releases
+    /// it.
     async fn save_intent(
         &self,
         intent: &DurableSendIntent,
         expected: IntentStatus,
-        claim: Option<&ClaimToken>,
+        claim: Option<&Claim>,
     ) -> StoreResult<()>;
 
     /// Adds the receipt parts of units that landed to the intent's partial receipt (status must
@@ -72,6 +74,17 @@ pub trait IntentStore: Send + Sync {
     async fn claim_due_intents(
         &self,
         claim: &Claim,
+        limit: u32,
+    ) -> StoreResult<Vec<DurableSendIntent>>;
+
+    /// The intents [`IntentStore::claim_due_intents`] would claim, strictly after `after` in the
+    /// same order, without claiming them: a read, which leaves the writer to the writes. A worker
+    /// takes each one by its first guarded write ([`IntentStore::save_intent`] with its claim, or
+    /// [`IntentStore::claim_intent`]), and a worker that loses that race leaves the intent alone.
+    async fn due_intents(
+        &self,
+        now: UnixMillis,
+        after: Option<&IntentCursor>,
         limit: u32,
     ) -> StoreResult<Vec<DurableSendIntent>>;
 

@@ -37,6 +37,7 @@ macro_rules! store_conformance_tests {
             intent_partial_receipts_merge, intent_claims_are_exclusive,
             intent_claim_is_kept_while_the_holder_works,
             intent_claim_due_respects_schedule_and_order, intent_listing_pages_every_row_once,
+            intent_due_listing_claims_nothing_and_the_first_save_takes_the_claim,
             concurrent_writes_all_commit, failing_write_does_not_fail_neighbours,
             inbound_dedupe_attempts_and_pruning, watermark_never_moves_back,
             signal_append_advances_head_and_dedupes, signal_events_since_is_bounded,
@@ -52,6 +53,7 @@ macro_rules! store_conformance_tests {
             intent_partial_receipts_merge, intent_claims_are_exclusive,
             intent_claim_is_kept_while_the_holder_works,
             intent_claim_due_respects_schedule_and_order, intent_listing_pages_every_row_once,
+            intent_due_listing_claims_nothing_and_the_first_save_takes_the_claim,
             concurrent_writes_all_commit, failing_write_does_not_fail_neighbours,
             inbound_dedupe_attempts_and_pruning, watermark_never_moves_back,
             signal_append_advances_head_and_dedupes, signal_events_since_is_bounded,
@@ -306,11 +308,7 @@ pub async fn intent_commit_receipt_is_atomic<S: Store>(
         .unwrap();
     direct.status = IntentStatus::Sending;
     store
-        .save_intent(
-            &direct,
-            IntentStatus::Pending,
-            Some(&ClaimToken("w".into())),
-        )
+        .save_intent(&direct, IntentStatus::Pending, Some(&claim("w", 1_000)))
         .await
         .unwrap();
     let receipt = MessageReceipt::from_parts(vec![part(0, "p-2")], 1_005);
@@ -406,7 +404,11 @@ pub async fn intent_claim_is_kept_while_the_holder_works<S: Store + 'static>(
     store.insert_intent(&intent, Some(&holder)).await.unwrap();
     intent.updated_at = 1_100;
     store
-        .save_intent(&intent, IntentStatus::Pending, Some(&holder.token))
+        .save_intent(
+            &intent,
+            IntentStatus::Pending,
+            Some(&claim("holder", 1_100)),
+        )
         .await
         .unwrap();
     assert!(
@@ -419,7 +421,11 @@ pub async fn intent_claim_is_kept_while_the_holder_works<S: Store + 'static>(
     );
     intent.next_attempt_at = Some(1_300);
     store
-        .save_intent(&intent, IntentStatus::Pending, Some(&holder.token))
+        .save_intent(
+            &intent,
+            IntentStatus::Pending,
+            Some(&claim("holder", 1_100)),
+        )
         .await
         .unwrap();
     let due = store
@@ -502,22 +508,14 @@ pub async fn intent_claims_are_exclusive<S: Store + 'static>(
     taken.status = IntentStatus::Sending;
     taken.updated_at = 6_002;
     match store
-        .save_intent(
-            &taken,
-            IntentStatus::Pending,
-            Some(&ClaimToken("w0".into())),
-        )
+        .save_intent(&taken, IntentStatus::Pending, Some(&claim("w0", 6_002)))
         .await
     {
         Err(StoreError::ClaimHeld { holder, .. }) => assert_eq!(holder, "late"),
         other => panic!("a save under someone else's live claim must fail, got {other:?}"),
     }
     store
-        .save_intent(
-            &taken,
-            IntentStatus::Pending,
-            Some(&ClaimToken("late".into())),
-        )
+        .save_intent(&taken, IntentStatus::Pending, Some(&claim("late", 6_002)))
         .await
         .unwrap();
     let holders = store.claim_holders().await.unwrap();
@@ -605,6 +603,153 @@ pub async fn intent_claim_due_respects_schedule_and_order<S: Store>(
         vec![intent_id(1)],
         "due once its time has come (others still claimed by w)"
     );
+}
+
+/// `due_intents` lists what `claim_due_intents` would claim, page by page, without claiming
+/// anything; of two workers that both found an intent there, the first guarded save takes it
+/// (and its claim) and the second is refused.
+pub async fn intent_due_listing_claims_nothing_and_the_first_save_takes_the_claim<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    for n in 0..5 {
+        store
+            .insert_intent(&sample_intent(n, 1_000 + n as i64), None)
+            .await
+            .unwrap();
+    }
+    let mut later = sample_intent(5, 900);
+    later.next_attempt_at = Some(9_000);
+    store.insert_intent(&later, None).await.unwrap();
+    let busy = sample_intent(6, 950);
+    store
+        .insert_intent(&busy, Some(&claim("live-sender", 4_900)))
+        .await
+        .unwrap();
+    let mut parked = sample_intent(7, 800);
+    store.insert_intent(&parked, None).await.unwrap();
+    step(&store, &mut parked, IntentStatus::Sending, 801).await;
+    step(&store, &mut parked, IntentStatus::UnknownAfterSend, 802).await;
+
+    let first = store.due_intents(5_000, None, 3).await.unwrap();
+    let first_ids: Vec<IntentId> = first.iter().map(|i| i.id.clone()).collect();
+    assert_eq!(
+        first_ids,
+        vec![intent_id(0), intent_id(1), intent_id(2)],
+        "oldest first; not yet due, claimed by a live holder and parked left out"
+    );
+    let after = first.last().map(IntentCursor::of);
+    let rest: Vec<IntentId> = store
+        .due_intents(5_000, after.as_ref(), 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(rest, vec![intent_id(3), intent_id(4)], "the next page");
+    assert_eq!(
+        store.claim_holders().await.unwrap(),
+        vec![(ClaimToken("live-sender".into()), 1)],
+        "listing claims nothing"
+    );
+
+    // Two workers found intent 0; the first save into `sending` is the lock.
+    let mut found = first[0].clone();
+    found.status = IntentStatus::Sending;
+    found.attempt += 1;
+    found.updated_at = 5_001;
+    store
+        .save_intent(&found, IntentStatus::Pending, Some(&claim("a", 5_001)))
+        .await
+        .unwrap();
+    match store
+        .save_intent(&found, IntentStatus::Pending, Some(&claim("b", 5_001)))
+        .await
+    {
+        Err(StoreError::IntentStatusConflict { actual, .. }) => {
+            assert_eq!(actual, IntentStatus::Sending);
+        }
+        other => panic!("the second worker must lose the race, got {other:?}"),
+    }
+    assert_eq!(
+        store
+            .claim_intent(&intent_id(0), &claim("c", 5_500))
+            .await
+            .unwrap(),
+        None,
+        "the save took the claim"
+    );
+    let loaded = store.load_intent(&intent_id(0)).await.unwrap().unwrap();
+    assert_eq!(loaded.status, IntentStatus::Sending);
+    assert_eq!(loaded.attempt, 1);
+    // A live holder's intent cannot be taken by a save either.
+    let mut stolen = busy.clone();
+    stolen.status = IntentStatus::Sending;
+    stolen.updated_at = 5_002;
+    match store
+        .save_intent(&stolen, IntentStatus::Pending, Some(&claim("b", 5_002)))
+        .await
+    {
+        Err(StoreError::ClaimHeld { holder, .. }) => assert_eq!(holder, "live-sender"),
+        other => panic!("a live holder's claim must hold, got {other:?}"),
+    }
+    let due: Vec<IntentId> = store
+        .due_intents(5_002, None, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(
+        due,
+        vec![intent_id(1), intent_id(2), intent_id(3), intent_id(4)],
+        "the taken intent is no longer listed"
+    );
+
+    // Worker a takes intent 1, its attempt fails and is rescheduled: pending again, unclaimed.
+    // Worker b still holds the copy it read before; starting an attempt from it is refused.
+    let stale = first[1].clone();
+    let mut taken = stale.clone();
+    taken.status = IntentStatus::Sending;
+    taken.attempt += 1;
+    taken.updated_at = 5_003;
+    store
+        .save_intent(&taken, IntentStatus::Pending, Some(&claim("a", 5_003)))
+        .await
+        .unwrap();
+    taken.status = IntentStatus::Pending;
+    taken.next_attempt_at = Some(5_010);
+    taken.updated_at = 5_004;
+    store
+        .save_intent(&taken, IntentStatus::Sending, Some(&claim("a", 5_004)))
+        .await
+        .unwrap();
+    let mut late = stale;
+    late.status = IntentStatus::Sending;
+    late.attempt += 1;
+    late.updated_at = 5_020;
+    match store
+        .save_intent(&late, IntentStatus::Pending, Some(&claim("b", 5_020)))
+        .await
+    {
+        Err(StoreError::StaleIntent {
+            attempt,
+            stored_attempt,
+            ..
+        }) => assert_eq!((attempt, stored_attempt), (1, 1)),
+        other => panic!("a copy read before another worker's attempt is stale, got {other:?}"),
+    }
+    let fresh = store.due_intents(5_020, None, 1).await.unwrap().remove(0);
+    assert_eq!((fresh.id.clone(), fresh.attempt), (intent_id(1), 1));
+    let mut next = fresh;
+    next.status = IntentStatus::Sending;
+    next.attempt += 1;
+    next.updated_at = 5_021;
+    store
+        .save_intent(&next, IntentStatus::Pending, Some(&claim("b", 5_021)))
+        .await
+        .unwrap();
 }
 
 pub async fn intent_listing_pages_every_row_once<S: Store>(

@@ -92,6 +92,7 @@ impl From<StoreError> for ViewError {
             StoreError::IntentStatusConflict { .. }
             | StoreError::IllegalTransition { .. }
             | StoreError::ClaimHeld { .. }
+            | StoreError::StaleIntent { .. }
             | StoreError::LeaseStateConflict { .. } => ViewError::Conflict(format!(
                 "{error}; look again (`clawgate outbox show`) and retry if it still applies"
             )),

@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::SqliteStore;
 use super::errors::{DbError, DbResult};
-use crate::model::{Claim, ClaimToken, InsertIntentOutcome, IntentFilter};
+use crate::model::{Claim, ClaimToken, InsertIntentOutcome, IntentCursor, IntentFilter};
 use crate::ports::IntentStore;
 use crate::{StoreError, StoreResult};
 
@@ -28,6 +28,21 @@ macro_rules! open_predicate {
     };
 }
 const OPEN_PREDICATE: &str = open_predicate!();
+
+/// Open intents due at `?1` that no live holder has claimed.
+macro_rules! due_and_free {
+    () => {
+        concat!(
+            open_predicate!(),
+            "
+             AND (next_attempt_at <= ?1
+                  -- An unknown outcome without a scheduled reconciliation is parked for an
+                  -- operator: never picked up (and so never replayed) again.
+                  OR (next_attempt_at IS NULL AND status != 'unknown_after_send'))
+             AND (claimed_by IS NULL OR claim_until <= ?1)"
+        )
+    };
+}
 const ATTENTION_PREDICATE: &str =
     "(status = 'unknown_after_send' OR status = 'failed' OR status = 'cancelled')";
 const OPEN_STATUSES: [IntentStatus; 4] = [
@@ -42,22 +57,123 @@ const ATTENTION_STATUSES: [IntentStatus; 3] = [
     IntentStatus::Cancelled,
 ];
 
-/// The three writes of every send: the intent, then two guarded status changes (compare-and-set
-/// on status and claim).
+/// An intent row update: every column of the intent, what it does to the claim columns, then
+/// its guard.
+macro_rules! intent_update {
+    ($claim:literal, $guard:expr) => {
+        concat!(
+            "UPDATE send_intents SET status = ?2, attempt = ?3, next_attempt_at = ?4,
+                 expires_at = ?5, updated_at = ?6, format_version = ?7, payload = ?8",
+            $claim,
+            "\n WHERE id = ?1",
+            $guard
+        )
+    };
+}
+
+/// The compare-and-set of a save: the stored status is still the expected one (`?9`) and nobody
+/// else (`?10` is the writer's claim token) holds a live claim at `?12`.
+macro_rules! compare_and_set {
+    () => {
+        " AND status = ?9 AND (claimed_by IS NULL OR claimed_by = ?10 OR claim_until <= ?12)"
+    };
+}
+
+/// The first write of every send.
 const INSERT_INTENT: &str = "INSERT INTO send_intents (id, idempotency_key, channel, account_id,
          status, attempt, next_attempt_at, expires_at, created_at, updated_at,
          claimed_by, claim_until, format_version, payload)
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
      ON CONFLICT (idempotency_key) DO NOTHING";
-const SAVE_KEEPING_CLAIM: &str = "UPDATE send_intents SET status = ?2, attempt = ?3,
-         next_attempt_at = ?4, expires_at = ?5, updated_at = ?6, format_version = ?7, payload = ?8
-     WHERE id = ?1 AND status = ?9
-       AND (claimed_by IS NULL OR claimed_by = ?10 OR claim_until <= ?6)";
-const SAVE_RELEASING_CLAIM: &str = "UPDATE send_intents SET status = ?2, attempt = ?3,
-         next_attempt_at = ?4, expires_at = ?5, updated_at = ?6, format_version = ?7, payload = ?8,
-         claimed_by = NULL, claim_until = NULL
-     WHERE id = ?1 AND status = ?9
-       AND (claimed_by IS NULL OR claimed_by = ?10 OR claim_until <= ?6)";
+
+/// Taking a pending intent the writer does not hold starts a new attempt on the copy it read
+/// (`?3`, the attempt written, is past the stored one): a copy read before another worker took
+/// the intent, worked on it and let it go again (pending, rescheduled) no longer matches.
+macro_rules! fresh_take {
+    () => {
+        " AND (?9 != 'pending' OR claimed_by = ?10 OR attempt < ?3)"
+    };
+}
+
+/// What an update does to the claim columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClaimWrite {
+    Keep,
+    Release,
+    /// Sets the writer's claim (`?10` until `?11`): a worker's first guarded write is its lock.
+    Take,
+}
+
+/// Every update statement: per claim write, guarded by [`compare_and_set!`] or not.
+const INTENT_UPDATES: [(ClaimWrite, bool, &str); 6] = [
+    (
+        ClaimWrite::Keep,
+        true,
+        intent_update!("", compare_and_set!()),
+    ),
+    (
+        ClaimWrite::Release,
+        true,
+        intent_update!(
+            ", claimed_by = NULL, claim_until = NULL",
+            compare_and_set!()
+        ),
+    ),
+    (
+        ClaimWrite::Take,
+        true,
+        intent_update!(
+            ", claimed_by = ?10, claim_until = ?11",
+            concat!(compare_and_set!(), fresh_take!())
+        ),
+    ),
+    (ClaimWrite::Keep, false, intent_update!("", "")),
+    (
+        ClaimWrite::Release,
+        false,
+        intent_update!(", claimed_by = NULL, claim_until = NULL", ""),
+    ),
+    (
+        ClaimWrite::Take,
+        false,
+        intent_update!(", claimed_by = ?10, claim_until = ?11", ""),
+    ),
+];
+
+/// Writes every column of an existing intent; returns how many rows changed (0 when the guard
+/// did not hold).
+fn update_intent(
+    conn: &Connection,
+    intent: &DurableSendIntent,
+    payload: &str,
+    claim_write: ClaimWrite,
+    guard: Option<(IntentStatus, Option<&Claim>)>,
+) -> DbResult<usize> {
+    let sql = INTENT_UPDATES
+        .iter()
+        .find(|(write, guarded, _)| *write == claim_write && *guarded == guard.is_some())
+        .map_or(INTENT_UPDATES[0].2, |(_, _, sql)| sql);
+    let (expected, claim) = guard.map_or((None, None), |(status, claim)| (Some(status), claim));
+    let now = claim.map_or(intent.updated_at, |c| c.now);
+    let values: [&dyn rusqlite::ToSql; 12] = [
+        &intent.id.as_str(),
+        &intent.status.as_str(),
+        &intent.attempt,
+        &intent.next_attempt_at,
+        &intent.expires_at,
+        &intent.updated_at,
+        &INTENT_FORMAT,
+        &payload,
+        &expected.map(IntentStatus::as_str),
+        &claim.map(|c| c.token.as_str()),
+        &claim.map(Claim::until),
+        &now,
+    ];
+    let mut stmt = conn.prepare_cached(sql)?;
+    // Numbered parameters: a statement binds up to the highest number it uses.
+    let used = stmt.parameter_count().min(values.len());
+    Ok(stmt.execute(&values[..used])?)
+}
 
 /// The listing query for a filter, with its arguments.
 fn list_query(filter: &IntentFilter) -> (String, Vec<rusqlite::types::Value>) {
@@ -158,40 +274,6 @@ fn keeps_claim(intent: &DurableSendIntent) -> bool {
     }
 }
 
-/// Writes every column of an existing intent (claim columns handled by the caller's SQL).
-fn update_row(conn: &Connection, intent: &DurableSendIntent, release_claim: bool) -> DbResult<()> {
-    update_encoded(conn, intent, &encode(intent)?, release_claim)
-}
-
-/// As [`update_row`], with the payload already encoded (on the caller's task, off the writer).
-fn update_encoded(
-    conn: &Connection,
-    intent: &DurableSendIntent,
-    payload: &str,
-    release_claim: bool,
-) -> DbResult<()> {
-    let sql = if release_claim {
-        "UPDATE send_intents SET status = ?2, attempt = ?3, next_attempt_at = ?4, expires_at = ?5,
-             updated_at = ?6, format_version = ?7, payload = ?8, claimed_by = NULL, claim_until = NULL
-         WHERE id = ?1"
-    } else {
-        "UPDATE send_intents SET status = ?2, attempt = ?3, next_attempt_at = ?4, expires_at = ?5,
-             updated_at = ?6, format_version = ?7, payload = ?8
-         WHERE id = ?1"
-    };
-    conn.prepare_cached(sql)?.execute(params![
-        intent.id.as_str(),
-        intent.status.as_str(),
-        intent.attempt,
-        intent.next_attempt_at,
-        intent.expires_at,
-        intent.updated_at,
-        INTENT_FORMAT,
-        payload,
-    ])?;
-    Ok(())
-}
-
 fn current_claim(conn: &Connection, id: &str) -> DbResult<Option<(Option<String>, Option<i64>)>> {
     Ok(conn
         .prepare_cached("SELECT claimed_by, claim_until FROM send_intents WHERE id = ?1")?
@@ -208,12 +290,23 @@ fn parse_status(id: &str, text: &str) -> DbResult<IntentStatus> {
     })
 }
 
+/// The claim columns a save writes: a status in which the holder keeps working takes (or
+/// refreshes) the writer's claim, or keeps the stored one when the writer has none; any other
+/// status releases it.
+fn claim_write(intent: &DurableSendIntent, claim: Option<&Claim>) -> ClaimWrite {
+    match (keeps_claim(intent), claim) {
+        (false, _) => ClaimWrite::Release,
+        (true, Some(_)) => ClaimWrite::Take,
+        (true, None) => ClaimWrite::Keep,
+    }
+}
+
 fn save(
     conn: &Connection,
     intent: &DurableSendIntent,
     payload: &str,
     expected: IntentStatus,
-    claim: Option<&ClaimToken>,
+    claim: Option<&Claim>,
 ) -> DbResult<()> {
     let id = intent.id.as_str();
     expected
@@ -224,29 +317,20 @@ fn save(
         })?;
     // One guarded UPDATE does the compare-and-set (status, claim) and the write; only when it
     // changes nothing is the row read again, to say why.
-    let sql = if keeps_claim(intent) {
-        SAVE_KEEPING_CLAIM
-    } else {
-        SAVE_RELEASING_CLAIM
-    };
-    let changed = conn.prepare_cached(sql)?.execute(params![
-        id,
-        intent.status.as_str(),
-        intent.attempt,
-        intent.next_attempt_at,
-        intent.expires_at,
-        intent.updated_at,
-        INTENT_FORMAT,
-        payload,
-        expected.as_str(),
-        claim.map(ClaimToken::as_str),
-    ])?;
-    if changed == 1 {
+    let write = claim_write(intent, claim);
+    if update_intent(conn, intent, payload, write, Some((expected, claim)))? == 1 {
         return Ok(());
     }
-    let (status, claimed_by, claim_until): (String, Option<String>, Option<i64>) = conn
-        .prepare_cached("SELECT status, claimed_by, claim_until FROM send_intents WHERE id = ?1")?
-        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+    let (status, claimed_by, claim_until, stored_attempt): (
+        String,
+        Option<String>,
+        Option<i64>,
+        u32,
+    ) = conn
+        .prepare_cached(
+            "SELECT status, claimed_by, claim_until, attempt FROM send_intents WHERE id = ?1",
+        )?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
         .optional()?
         .ok_or_else(|| StoreError::NotFound {
             what: "send intent",
@@ -261,15 +345,10 @@ fn save(
         }
         .into());
     }
-    expected
-        .transition_to(intent.status)
-        .map_err(|source| StoreError::IllegalTransition {
-            id: id.to_owned(),
-            source,
-        })?;
+    let ours = claim.is_some_and(|c| claimed_by.as_deref() == Some(c.token.as_str()));
     if let (Some(holder), Some(until)) = (claimed_by, claim_until) {
-        let ours = claim.is_some_and(|c| c.as_str() == holder);
-        if !ours && until > intent.updated_at {
+        let now = claim.map_or(intent.updated_at, |c| c.now);
+        if !ours && until > now {
             return Err(StoreError::ClaimHeld {
                 id: id.to_owned(),
                 holder,
@@ -278,7 +357,17 @@ fn save(
             .into());
         }
     }
-    update_encoded(conn, intent, payload, !keeps_claim(intent))
+    let pending = expected == IntentStatus::Pending;
+    if write == ClaimWrite::Take && pending && !ours && stored_attempt >= intent.attempt {
+        return Err(StoreError::StaleIntent {
+            id: id.to_owned(),
+            attempt: intent.attempt,
+            stored_attempt,
+        }
+        .into());
+    }
+    update_intent(conn, intent, payload, write, None)?;
+    Ok(())
 }
 
 fn claim_one(conn: &Connection, id: &str, claim: &Claim) -> DbResult<bool> {
@@ -368,7 +457,7 @@ impl IntentStore for SqliteStore {
         &self,
         intent: &DurableSendIntent,
         expected: IntentStatus,
-        claim: Option<&ClaimToken>,
+        claim: Option<&Claim>,
     ) -> StoreResult<()> {
         let payload = encode(intent).map_err(|e| self.map_error(e))?;
         let intent = intent.clone();
@@ -400,7 +489,7 @@ impl IntentStore for SqliteStore {
                 None => intent.partial_receipt = Some(parts),
             }
             intent.updated_at = now;
-            update_row(conn, &intent, false)?;
+            update_intent(conn, &intent, &encode(&intent)?, ClaimWrite::Keep, None)?;
             Ok(intent)
         })
         .await
@@ -476,17 +565,9 @@ impl IntentStore for SqliteStore {
         self.write(move |conn| {
             let ids: Vec<String> = {
                 let mut stmt = conn.prepare_cached(concat!(
-                    "SELECT id FROM send_intents
-                     WHERE ",
-                    open_predicate!(),
-                    "
-                       AND (next_attempt_at <= ?1
-                            -- An unknown outcome without a scheduled reconciliation is parked
-                            -- for an operator: never picked up (and so never replayed) again.
-                            OR (next_attempt_at IS NULL AND status != 'unknown_after_send'))
-                       AND (claimed_by IS NULL OR claim_until <= ?1)
-                     ORDER BY created_at, id
-                     LIMIT ?2",
+                    "SELECT id FROM send_intents WHERE ",
+                    due_and_free!(),
+                    " ORDER BY created_at, id LIMIT ?2"
                 ))?;
                 let rows = stmt.query_map(params![claim.now, limit], |r| r.get(0))?;
                 rows.collect::<rusqlite::Result<_>>()?
@@ -507,6 +588,42 @@ impl IntentStore for SqliteStore {
         .into_iter()
         .map(|raw| decode(raw).map_err(|e| self.map_error(e)))
         .collect()
+    }
+
+    async fn due_intents(
+        &self,
+        now: UnixMillis,
+        after: Option<&IntentCursor>,
+        limit: u32,
+    ) -> StoreResult<Vec<DurableSendIntent>> {
+        let after = after.cloned();
+        // A read: the writer thread, which every send shares, does none of this work.
+        self.read(move |conn| {
+            let raws: Vec<(String, i64, String)> = match &after {
+                None => conn
+                    .prepare_cached(concat!(
+                        "SELECT id, format_version, payload FROM send_intents WHERE ",
+                        due_and_free!(),
+                        " ORDER BY created_at, id LIMIT ?2"
+                    ))?
+                    .query_map(params![now, limit], decode_row)?
+                    .collect::<rusqlite::Result<_>>()?,
+                Some(cursor) => conn
+                    .prepare_cached(concat!(
+                        "SELECT id, format_version, payload FROM send_intents WHERE ",
+                        due_and_free!(),
+                        " AND (created_at > ?3 OR (created_at = ?3 AND id > ?4))
+                         ORDER BY created_at, id LIMIT ?2"
+                    ))?
+                    .query_map(
+                        params![now, limit, cursor.created_at, cursor.id],
+                        decode_row,
+                    )?
+                    .collect::<rusqlite::Result<_>>()?,
+            };
+            raws.into_iter().map(decode).collect()
+        })
+        .await
     }
 
     async fn claim_intent(
@@ -615,10 +732,7 @@ impl IntentStore for SqliteStore {
 mod tests {
     use clawgate_types::{ALL_INTENT_STATUSES, IntentStatus};
 
-    use super::{
-        ATTENTION_PREDICATE, INSERT_INTENT, OPEN_PREDICATE, SAVE_KEEPING_CLAIM,
-        SAVE_RELEASING_CLAIM, list_query,
-    };
+    use super::{ATTENTION_PREDICATE, INSERT_INTENT, INTENT_UPDATES, OPEN_PREDICATE, list_query};
     use crate::IntentFilter;
     use crate::sqlite::{MIGRATIONS, SqliteOptions, SqliteStore};
 
@@ -637,7 +751,8 @@ mod tests {
     async fn the_writes_of_a_send_build_no_temporary_btree() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
-        for sql in [INSERT_INTENT, SAVE_KEEPING_CLAIM, SAVE_RELEASING_CLAIM] {
+        let updates = INTENT_UPDATES.iter().map(|(_, _, sql)| *sql);
+        for sql in std::iter::once(INSERT_INTENT).chain(updates) {
             let opcodes = store
                 .read(move |conn| {
                     let mut stmt = conn.prepare(&format!("EXPLAIN {sql}"))?;
