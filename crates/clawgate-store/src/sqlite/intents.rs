@@ -104,6 +104,51 @@ enum ClaimWrite {
     Take,
 }
 
+/// The columns of an intent row beside its payload: what a write needs, so the intent itself
+/// is neither cloned for the writer thread nor dropped there.
+#[derive(Debug, Clone)]
+struct Columns {
+    id: String,
+    idempotency_key: String,
+    channel: String,
+    account_id: Option<String>,
+    status: IntentStatus,
+    attempt: u32,
+    next_attempt_at: Option<UnixMillis>,
+    expires_at: Option<UnixMillis>,
+    created_at: UnixMillis,
+    updated_at: UnixMillis,
+}
+
+impl Columns {
+    fn of(intent: &DurableSendIntent) -> Columns {
+        Columns {
+            id: intent.id.as_str().to_owned(),
+            idempotency_key: intent.idempotency_key.clone(),
+            channel: intent.channel.clone(),
+            account_id: intent.account_id.clone(),
+            status: intent.status,
+            attempt: intent.attempt,
+            next_attempt_at: intent.next_attempt_at,
+            expires_at: intent.expires_at,
+            created_at: intent.created_at,
+            updated_at: intent.updated_at,
+        }
+    }
+
+    /// The holder keeps its claim while it is still working on the intent: sending,
+    /// committing, or pending with nothing scheduled (a live stream between previews, a batch
+    /// re-rendered before its resend). A pending intent rescheduled for later is let go for any
+    /// worker.
+    fn keeps_claim(&self) -> bool {
+        match self.status {
+            IntentStatus::Sending | IntentStatus::Committing => true,
+            IntentStatus::Pending => self.next_attempt_at.is_none(),
+            _ => false,
+        }
+    }
+}
+
 /// Every update statement: per claim write, guarded by [`compare_and_set!`] or not.
 const INTENT_UPDATES: [(ClaimWrite, bool, &str); 6] = [
     (
@@ -144,7 +189,7 @@ const INTENT_UPDATES: [(ClaimWrite, bool, &str); 6] = [
 /// did not hold).
 fn update_intent(
     conn: &Connection,
-    intent: &DurableSendIntent,
+    intent: &Columns,
     payload: &str,
     claim_write: ClaimWrite,
     guard: Option<(IntentStatus, Option<&Claim>)>,
@@ -156,7 +201,7 @@ fn update_intent(
     let (expected, claim) = guard.map_or((None, None), |(status, claim)| (Some(status), claim));
     let now = claim.map_or(intent.updated_at, |c| c.now);
     let values: [&dyn rusqlite::ToSql; 12] = [
-        &intent.id.as_str(),
+        &intent.id,
         &intent.status.as_str(),
         &intent.attempt,
         &intent.next_attempt_at,
@@ -262,17 +307,6 @@ fn load_required(conn: &Connection, id: &str) -> DbResult<DurableSendIntent> {
     })
 }
 
-/// Statuses whose holder keeps the lock: platform I/O or a commit is in flight.
-/// The holder keeps its claim while it is still working on the intent: sending, committing,
-/// or pending with nothing scheduled (a live stream between previews, a batch re-rendered
-/// before its resend). A pending intent rescheduled for later is let go for any worker.
-fn keeps_claim(intent: &DurableSendIntent) -> bool {
-    match intent.status {
-        IntentStatus::Sending | IntentStatus::Committing => true,
-        IntentStatus::Pending => intent.next_attempt_at.is_none(),
-        _ => false,
-    }
-}
 
 fn current_claim(conn: &Connection, id: &str) -> DbResult<Option<(Option<String>, Option<i64>)>> {
     Ok(conn
@@ -293,8 +327,8 @@ fn parse_status(id: &str, text: &str) -> DbResult<IntentStatus> {
 /// The claim columns a save writes: a status in which the holder keeps working takes (or
 /// refreshes) the writer's claim, or keeps the stored one when the writer has none; any other
 /// status releases it.
-fn claim_write(intent: &DurableSendIntent, claim: Option<&Claim>) -> ClaimWrite {
-    match (keeps_claim(intent), claim) {
+fn claim_write(intent: &Columns, claim: Option<&Claim>) -> ClaimWrite {
+    match (intent.keeps_claim(), claim) {
         (false, _) => ClaimWrite::Release,
         (true, Some(_)) => ClaimWrite::Take,
         (true, None) => ClaimWrite::Keep,
@@ -303,7 +337,7 @@ fn claim_write(intent: &DurableSendIntent, claim: Option<&Claim>) -> ClaimWrite 
 
 fn save(
     conn: &Connection,
-    intent: &DurableSendIntent,
+    intent: &Columns,
     payload: &str,
     expected: IntentStatus,
     claim: Option<&Claim>,
@@ -389,13 +423,13 @@ impl IntentStore for SqliteStore {
     ) -> StoreResult<InsertIntentOutcome> {
         // Encode on the caller's task: the writer thread is the bottleneck, keep it for SQL.
         let payload = encode(intent).map_err(|e| self.map_error(e))?;
-        let intent = intent.clone();
+        let intent = Columns::of(intent);
         let claim = claim.cloned();
         self.write_statement(move |conn| {
             let inserted = conn
                 .prepare_cached(INSERT_INTENT)?
                 .execute(params![
-                    intent.id.as_str(),
+                    intent.id,
                     intent.idempotency_key,
                     intent.channel,
                     intent.account_id,
@@ -460,7 +494,7 @@ impl IntentStore for SqliteStore {
         claim: Option<&Claim>,
     ) -> StoreResult<()> {
         let payload = encode(intent).map_err(|e| self.map_error(e))?;
-        let intent = intent.clone();
+        let intent = Columns::of(intent);
         let claim = claim.cloned();
         self.write_statement(move |conn| save(conn, &intent, &payload, expected, claim.as_ref()))
             .await
@@ -489,7 +523,8 @@ impl IntentStore for SqliteStore {
                 None => intent.partial_receipt = Some(parts),
             }
             intent.updated_at = now;
-            update_intent(conn, &intent, &encode(&intent)?, ClaimWrite::Keep, None)?;
+            let payload = encode(&intent)?;
+            update_intent(conn, &Columns::of(&intent), &payload, ClaimWrite::Keep, None)?;
             Ok(intent)
         })
         .await
