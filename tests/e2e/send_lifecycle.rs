@@ -4,10 +4,11 @@
 use std::sync::Arc;
 
 use clawgate_channel_qa::Fault;
-use clawgate_messages::{MessagesError, SendOptions, SendOutcome};
+use clawgate_messages::{Boundary, LifecycleProbe, MessagesError, SendOptions, SendOutcome};
 use clawgate_store::{IntentStore, SqliteOptions};
 use clawgate_types::{
-    FailureReason, GatewayFailureCode, IntentStatus, MessageDurabilityPolicy, MessageOrigin,
+    FailureReason, GatewayFailureCode, IntentId, IntentStatus, MessageDurabilityPolicy,
+    MessageOrigin,
 };
 
 use crate::harness::{Counting, Harness, START, message};
@@ -640,6 +641,68 @@ async fn two_recovery_workers_never_send_an_intent_twice() {
             1,
             "message {n}"
         );
+    }
+}
+
+/// Stops a send dead once its intent is recorded, as a crash would.
+struct DiesOnceRecorded;
+
+impl LifecycleProbe for DiesOnceRecorded {
+    fn reached(&self, boundary: Boundary, _intent: &IntentId) {
+        if boundary == Boundary::IntentRecorded {
+            panic!("simulated crash once the intent is recorded");
+        }
+    }
+}
+
+/// With an adapter that reconciles unknown outcomes, `send` records the intent with its first
+/// attempt started (`sending`): one write fewer, and a crash before the platform call is
+/// reconciled (not sent, so sent once). Without reconciliation the intent is recorded `pending`,
+/// the only status that may be sent again blindly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconciling_adapter_starts_the_first_attempt_in_the_intent_write() {
+    for reconciling in [true, false] {
+        let h = Harness::new().await;
+        let adapter = Arc::new(if reconciling {
+            h.adapter()
+        } else {
+            h.plain_adapter()
+        });
+        let messenger = h.messenger(adapter);
+        let dying = messenger.clone().with_probe(Arc::new(DiesOnceRecorded));
+        let crashed =
+            tokio::spawn(async move { dying.send(message("c", "after the crash"), opts()).await })
+                .await;
+        assert!(crashed.is_err(), "the send died at the boundary");
+        let recorded = h
+            .store
+            .list_intents(&clawgate_store::IntentFilter {
+                limit: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let expected = if reconciling {
+            (IntentStatus::Sending, 1)
+        } else {
+            (IntentStatus::Pending, 0)
+        };
+        assert_eq!(
+            (recorded[0].status, recorded[0].attempt),
+            expected,
+            "reconciling: {reconciling}"
+        );
+        assert_eq!(h.platform.landed_with_text("after the crash"), 0);
+
+        // The worker's claim expires; recovery finishes the send exactly once.
+        h.clock.advance(3 * 60_000);
+        let report = messenger.recover().await.unwrap();
+        assert_eq!(
+            (report.committed, report.reconciled_not_sent),
+            (1, u64::from(reconciling)),
+            "reconciling: {reconciling}: {report:?}"
+        );
+        assert_eq!(h.platform.landed_with_text("after the crash"), 1);
     }
 }
 

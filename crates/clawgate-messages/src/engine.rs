@@ -41,6 +41,25 @@ impl Default for SendOptions {
     }
 }
 
+/// When a new intent's first attempt starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// Recorded `pending`; the attempt is a later write (the caller may look or cancel first).
+    Later,
+    /// In the intent's own write, when the adapter resolves an unknown outcome by itself.
+    WhenSafe,
+}
+
+/// Whether recovery resolves a `sending` intent of this adapter without an operator: by asking
+/// the platform, or by replaying where duplicates are declared acceptable.
+fn recovers_unknown_outcomes(adapter: &Arc<dyn ChannelMessageAdapter>) -> bool {
+    adapter
+        .capabilities()
+        .delivery
+        .as_ref()
+        .is_some_and(|d| d.reconcile_unknown_send || d.duplicates_acceptable)
+}
+
 /// The lifecycle boundaries a [`LifecycleProbe`] observes: the places a crash is most
 /// interesting (crash tests stop the process exactly there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,7 +159,10 @@ impl Messenger {
         message: ChannelMessage,
         options: SendOptions,
     ) -> Result<SendReport, MessagesError> {
-        self.begin(message, options).await?.send().await
+        self.open(message, options, Start::WhenSafe)
+            .await?
+            .send()
+            .await
     }
 
     /// Opens a send context and hands it to `body`, which decides how to finish it (send it,
@@ -159,12 +181,21 @@ impl Messenger {
         body(ctx).await
     }
 
-    /// Renders the message and records the durable intent (per the durability policy) before any
-    /// platform I/O.
+    /// Renders the message and records the durable intent (per the durability policy, status
+    /// `pending`) before any platform I/O.
     pub async fn begin(
         &self,
         message: ChannelMessage,
         options: SendOptions,
+    ) -> Result<OutboundContext, MessagesError> {
+        self.open(message, options, Start::Later).await
+    }
+
+    async fn open(
+        &self,
+        message: ChannelMessage,
+        options: SendOptions,
+        start: Start,
     ) -> Result<OutboundContext, MessagesError> {
         let inner = &self.inner;
         let adapter = inner.adapter(&message.channel)?;
@@ -186,6 +217,18 @@ impl Messenger {
                     .unwrap_or(inner.policy.time_to_live_ms),
             ),
         );
+        if start == Start::WhenSafe
+            && recovers_unknown_outcomes(&adapter)
+            && intent.expires_at.is_some_and(|at| at > now)
+        {
+            // The first attempt starts in the intent's own write: `sending` is durable before
+            // any platform I/O, as `pending` would be, and a crash before that I/O leaves an
+            // unknown outcome the adapter resolves (not sent → sent once) rather than a parked
+            // one. Without that capability `pending` and `sending` stay two writes, since only
+            // `pending` may be sent again blindly.
+            intent.status = IntentStatus::Sending;
+            intent.attempt = 1;
+        }
 
         let mut durable = false;
         let mut existing = None;
@@ -244,7 +287,8 @@ impl std::fmt::Debug for OutboundContext {
 }
 
 impl OutboundContext {
-    /// The intent as recorded (status `pending`).
+    /// The intent as recorded (status `pending`: a context from [`Messenger::begin`] has not
+    /// started its attempt).
     pub fn intent(&self) -> &DurableSendIntent {
         &self.intent
     }
@@ -276,10 +320,18 @@ impl OutboundContext {
             });
         }
         let span = info_span!("send", intent = %self.intent.id, channel = %self.intent.channel);
-        let outcome = inner
-            .deliver(&self.adapter, &mut self.intent, self.durable)
-            .instrument(span)
-            .await?;
+        let outcome = if self.intent.status == IntentStatus::Sending {
+            // Recorded with its first attempt started (see `Messenger::send`).
+            inner
+                .send_units(&self.adapter, &mut self.intent, self.durable)
+                .instrument(span)
+                .await?
+        } else {
+            inner
+                .deliver(&self.adapter, &mut self.intent, self.durable)
+                .instrument(span)
+                .await?
+        };
         Ok(SendReport {
             intent_id: self.durable.then(|| self.intent.id.clone()),
             durable: self.durable,

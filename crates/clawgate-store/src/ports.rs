@@ -20,7 +20,8 @@ use crate::model::{
 /// Durable send intents, their receipts and the per-intent idempotency lock.
 #[async_trait]
 pub trait IntentStore: Send + Sync {
-    /// Records a new intent (status `pending`), optionally already claimed by the caller.
+    /// Records a new intent (status `pending`, or `sending` when the caller starts its first
+    /// attempt in the same write), optionally already claimed by the caller.
     /// An existing intent with the same idempotency key is returned instead (nothing written).
     async fn insert_intent(
         &self,

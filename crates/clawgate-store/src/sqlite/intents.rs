@@ -307,7 +307,6 @@ fn load_required(conn: &Connection, id: &str) -> DbResult<DurableSendIntent> {
     })
 }
 
-
 fn current_claim(conn: &Connection, id: &str) -> DbResult<Option<(Option<String>, Option<i64>)>> {
     Ok(conn
         .prepare_cached("SELECT claimed_by, claim_until FROM send_intents WHERE id = ?1")?
@@ -524,7 +523,13 @@ impl IntentStore for SqliteStore {
             }
             intent.updated_at = now;
             let payload = encode(&intent)?;
-            update_intent(conn, &Columns::of(&intent), &payload, ClaimWrite::Keep, None)?;
+            update_intent(
+                conn,
+                &Columns::of(&intent),
+                &payload,
+                ClaimWrite::Keep,
+                None,
+            )?;
             Ok(intent)
         })
         .await
