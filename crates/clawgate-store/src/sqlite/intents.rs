@@ -149,41 +149,25 @@ impl Columns {
     }
 }
 
-/// Every update statement: per claim write, guarded by [`compare_and_set!`] or not.
-const INTENT_UPDATES: [(ClaimWrite, bool, &str); 6] = [
-    (
-        ClaimWrite::Keep,
-        true,
-        intent_update!("", compare_and_set!()),
-    ),
-    (
-        ClaimWrite::Release,
-        true,
-        intent_update!(
+/// The update statement for a claim write, guarded by [`compare_and_set!`] or not.
+fn update_sql(write: ClaimWrite, guarded: bool) -> &'static str {
+    match (write, guarded) {
+        (ClaimWrite::Keep, true) => intent_update!("", compare_and_set!()),
+        (ClaimWrite::Release, true) => intent_update!(
             ", claimed_by = NULL, claim_until = NULL",
             compare_and_set!()
         ),
-    ),
-    (
-        ClaimWrite::Take,
-        true,
-        intent_update!(
+        (ClaimWrite::Take, true) => intent_update!(
             ", claimed_by = ?10, claim_until = ?11",
             concat!(compare_and_set!(), fresh_take!())
         ),
-    ),
-    (ClaimWrite::Keep, false, intent_update!("", "")),
-    (
-        ClaimWrite::Release,
-        false,
-        intent_update!(", claimed_by = NULL, claim_until = NULL", ""),
-    ),
-    (
-        ClaimWrite::Take,
-        false,
-        intent_update!(", claimed_by = ?10, claim_until = ?11", ""),
-    ),
-];
+        (ClaimWrite::Keep, false) => intent_update!("", ""),
+        (ClaimWrite::Release, false) => {
+            intent_update!(", claimed_by = NULL, claim_until = NULL", "")
+        }
+        (ClaimWrite::Take, false) => intent_update!(", claimed_by = ?10, claim_until = ?11", ""),
+    }
+}
 
 /// Writes every column of an existing intent; returns how many rows changed (0 when the guard
 /// did not hold).
@@ -194,10 +178,7 @@ fn update_intent(
     claim_write: ClaimWrite,
     guard: Option<(IntentStatus, Option<&Claim>)>,
 ) -> DbResult<usize> {
-    let sql = INTENT_UPDATES
-        .iter()
-        .find(|(write, guarded, _)| *write == claim_write && *guarded == guard.is_some())
-        .map_or(INTENT_UPDATES[0].2, |(_, _, sql)| sql);
+    let sql = update_sql(claim_write, guard.is_some());
     let (expected, claim) = guard.map_or((None, None), |(status, claim)| (Some(status), claim));
     let now = claim.map_or(intent.updated_at, |c| c.now);
     let values: [&dyn rusqlite::ToSql; 12] = [
@@ -772,7 +753,9 @@ impl IntentStore for SqliteStore {
 mod tests {
     use clawgate_types::{ALL_INTENT_STATUSES, IntentStatus};
 
-    use super::{ATTENTION_PREDICATE, INSERT_INTENT, INTENT_UPDATES, OPEN_PREDICATE, list_query};
+    use super::{
+        ATTENTION_PREDICATE, ClaimWrite, INSERT_INTENT, OPEN_PREDICATE, list_query, update_sql,
+    };
     use crate::IntentFilter;
     use crate::sqlite::{MIGRATIONS, SqliteOptions, SqliteStore};
 
@@ -791,7 +774,10 @@ mod tests {
     async fn the_writes_of_a_send_build_no_temporary_btree() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
-        let updates = INTENT_UPDATES.iter().map(|(_, _, sql)| *sql);
+        let writes = [ClaimWrite::Keep, ClaimWrite::Release, ClaimWrite::Take];
+        let updates = writes
+            .into_iter()
+            .flat_map(|w| [update_sql(w, true), update_sql(w, false)]);
         for sql in std::iter::once(INSERT_INTENT).chain(updates) {
             let opcodes = store
                 .read(move |conn| {
