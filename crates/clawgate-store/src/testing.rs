@@ -605,9 +605,29 @@ pub async fn intent_claim_due_respects_schedule_and_order<S: Store>(
     );
 }
 
+/// The ids `due_intents` lists at `now`, after `after`.
+async fn due_ids<S: Store>(
+    store: &S,
+    now: i64,
+    after: Option<&IntentCursor>,
+    limit: u32,
+) -> Vec<IntentId> {
+    let due = store.due_intents(now, after, limit).await.unwrap();
+    due.into_iter().map(|i| i.id).collect()
+}
+
+/// A worker's copy of `intent` with its next attempt started at `at` (not yet saved).
+fn attempt_started(intent: &DurableSendIntent, at: i64) -> DurableSendIntent {
+    let mut started = intent.clone();
+    started.status = IntentStatus::Sending;
+    started.attempt += 1;
+    started.updated_at = at;
+    started
+}
+
 /// `due_intents` lists what `claim_due_intents` would claim, page by page, without claiming
 /// anything; of two workers that both found an intent there, the first guarded save takes it
-/// (and its claim) and the second is refused.
+/// (and its claim) and the second is refused, also when its copy predates another attempt.
 pub async fn intent_due_listing_claims_nothing_and_the_first_save_takes_the_claim<S: Store>(
     dir: &std::path::Path,
     open: &impl Fn(&std::path::Path) -> S,
@@ -640,14 +660,11 @@ pub async fn intent_due_listing_claims_nothing_and_the_first_save_takes_the_clai
         "oldest first; not yet due, claimed by a live holder and parked left out"
     );
     let after = first.last().map(IntentCursor::of);
-    let rest: Vec<IntentId> = store
-        .due_intents(5_000, after.as_ref(), 10)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.id)
-        .collect();
-    assert_eq!(rest, vec![intent_id(3), intent_id(4)], "the next page");
+    assert_eq!(
+        due_ids(&store, 5_000, after.as_ref(), 10).await,
+        vec![intent_id(3), intent_id(4)],
+        "the next page"
+    );
     assert_eq!(
         store.claim_holders().await.unwrap(),
         vec![(ClaimToken("live-sender".into()), 1)],
@@ -655,10 +672,7 @@ pub async fn intent_due_listing_claims_nothing_and_the_first_save_takes_the_clai
     );
 
     // Two workers found intent 0; the first save into `sending` is the lock.
-    let mut found = first[0].clone();
-    found.status = IntentStatus::Sending;
-    found.attempt += 1;
-    found.updated_at = 5_001;
+    let found = attempt_started(&first[0], 5_001);
     store
         .save_intent(&found, IntentStatus::Pending, Some(&claim("a", 5_001)))
         .await
@@ -681,39 +695,28 @@ pub async fn intent_due_listing_claims_nothing_and_the_first_save_takes_the_clai
         "the save took the claim"
     );
     let loaded = store.load_intent(&intent_id(0)).await.unwrap().unwrap();
-    assert_eq!(loaded.status, IntentStatus::Sending);
-    assert_eq!(loaded.attempt, 1);
+    assert_eq!((loaded.status, loaded.attempt), (IntentStatus::Sending, 1));
     // A live holder's intent cannot be taken by a save either.
-    let mut stolen = busy.clone();
-    stolen.status = IntentStatus::Sending;
-    stolen.updated_at = 5_002;
     match store
-        .save_intent(&stolen, IntentStatus::Pending, Some(&claim("b", 5_002)))
+        .save_intent(
+            &attempt_started(&busy, 5_002),
+            IntentStatus::Pending,
+            Some(&claim("b", 5_002)),
+        )
         .await
     {
         Err(StoreError::ClaimHeld { holder, .. }) => assert_eq!(holder, "live-sender"),
         other => panic!("a live holder's claim must hold, got {other:?}"),
     }
-    let due: Vec<IntentId> = store
-        .due_intents(5_002, None, 10)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|i| i.id)
-        .collect();
     assert_eq!(
-        due,
+        due_ids(&store, 5_002, None, 10).await,
         vec![intent_id(1), intent_id(2), intent_id(3), intent_id(4)],
         "the taken intent is no longer listed"
     );
 
     // Worker a takes intent 1, its attempt fails and is rescheduled: pending again, unclaimed.
     // Worker b still holds the copy it read before; starting an attempt from it is refused.
-    let stale = first[1].clone();
-    let mut taken = stale.clone();
-    taken.status = IntentStatus::Sending;
-    taken.attempt += 1;
-    taken.updated_at = 5_003;
+    let mut taken = attempt_started(&first[1], 5_003);
     store
         .save_intent(&taken, IntentStatus::Pending, Some(&claim("a", 5_003)))
         .await
@@ -725,12 +728,12 @@ pub async fn intent_due_listing_claims_nothing_and_the_first_save_takes_the_clai
         .save_intent(&taken, IntentStatus::Sending, Some(&claim("a", 5_004)))
         .await
         .unwrap();
-    let mut late = stale;
-    late.status = IntentStatus::Sending;
-    late.attempt += 1;
-    late.updated_at = 5_020;
     match store
-        .save_intent(&late, IntentStatus::Pending, Some(&claim("b", 5_020)))
+        .save_intent(
+            &attempt_started(&first[1], 5_020),
+            IntentStatus::Pending,
+            Some(&claim("b", 5_020)),
+        )
         .await
     {
         Err(StoreError::StaleIntent {
@@ -740,14 +743,15 @@ pub async fn intent_due_listing_claims_nothing_and_the_first_save_takes_the_clai
         }) => assert_eq!((attempt, stored_attempt), (1, 1)),
         other => panic!("a copy read before another worker's attempt is stale, got {other:?}"),
     }
+    // A fresh read starts the next attempt.
     let fresh = store.due_intents(5_020, None, 1).await.unwrap().remove(0);
     assert_eq!((fresh.id.clone(), fresh.attempt), (intent_id(1), 1));
-    let mut next = fresh;
-    next.status = IntentStatus::Sending;
-    next.attempt += 1;
-    next.updated_at = 5_021;
     store
-        .save_intent(&next, IntentStatus::Pending, Some(&claim("b", 5_021)))
+        .save_intent(
+            &attempt_started(&fresh, 5_021),
+            IntentStatus::Pending,
+            Some(&claim("b", 5_021)),
+        )
         .await
         .unwrap();
 }

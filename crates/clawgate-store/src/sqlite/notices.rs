@@ -190,16 +190,25 @@ impl NoticeCursorStore for SqliteStore {
 
 /// Polls `PRAGMA data_version` on its own read-only connection: the value changes when any
 /// *other* connection commits (the update hook would only see this connection's writes).
-fn poll_data_version(conn: Connection, path: PathBuf, interval: Duration, tx: watch::Sender<u64>) {
-    let read =
-        |conn: &Connection| conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0));
-    let mut last = read(&conn).ok();
+fn read_data_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0))
+}
+
+/// `last` is the version read before the feed was handed out: a commit made after
+/// `external_changes` returned is announced even if this thread starts late.
+fn poll_data_version(
+    conn: Connection,
+    path: PathBuf,
+    interval: Duration,
+    tx: watch::Sender<u64>,
+    mut last: Option<i64>,
+) {
     loop {
         std::thread::sleep(interval);
         if tx.is_closed() {
             return;
         }
-        match read(&conn) {
+        match read_data_version(&conn) {
             Ok(version) if Some(version) != last => {
                 last = Some(version);
                 tx.send_modify(|generation| *generation = generation.wrapping_add(1));
@@ -227,11 +236,15 @@ impl ChangeFeed for SqliteStore {
         .map_err(|e| ctx.map_sqlite(e, super::errors::Phase::Open))?;
         conn.busy_timeout(Duration::from_millis(ctx.busy_timeout_ms))
             .map_err(|e| ctx.map_sqlite(e, super::errors::Phase::Open))?;
+        // The baseline is read here, not on the polling thread, which may start after the
+        // caller's next commit.
+        let last = read_data_version(&conn).ok();
         let path = ctx.path.clone();
         std::thread::Builder::new()
             .name("clawgate-change-feed".into())
             .spawn(move || {
-                poll_data_version(conn, path, interval.max(Duration::from_millis(1)), tx)
+                let interval = interval.max(Duration::from_millis(1));
+                poll_data_version(conn, path, interval, tx, last);
             })
             .map_err(|e| StoreError::Backend(Box::new(e)))?;
         Ok(rx)
