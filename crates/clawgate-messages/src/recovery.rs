@@ -1,7 +1,7 @@
 //! Recovery: resume every intent a crash, a restart or a failure left behind, oldest first,
 //! under the per-intent claim, reconciling unknown outcomes before any replay.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use clawgate_channel_sdk::{ChannelMessageAdapter, Reconciliation};
@@ -31,21 +31,29 @@ impl Messenger {
                 info!(holder = %holder.as_str(), held, released, "released the claims of a dead process");
             }
         }
-        // Due intents are read page by page (off the writer) and each is taken by its first
-        // guarded write; a page's intents are worked on concurrently, so group commit batches
-        // their writes (recovery is then bounded by the store, not by latency).
-        let mut after: Option<IntentCursor> = None;
+        // Due intents are read page by page, off the writer and the next page while this one is
+        // worked on; each is taken by its first guarded write. Up to a page of intents is worked
+        // on at once and the window is refilled as each one finishes, so group commit batches
+        // their writes and neither a page's slowest intent nor the next read idles the writer.
+        let window = RECOVERY_PAGE as usize;
+        let mut queued: VecDeque<DurableSendIntent> = VecDeque::new();
+        let mut next_page = Some(self.read_due_page(None));
+        let mut tasks = tokio::task::JoinSet::new();
         loop {
-            let page = inner
-                .store
-                .due_intents(inner.clock.now_ms(), after.as_ref(), RECOVERY_PAGE)
-                .await?;
-            let Some(last) = page.last() else {
-                break;
-            };
-            after = Some(IntentCursor::of(last));
-            let mut tasks = tokio::task::JoinSet::new();
-            for intent in page {
+            while tasks.len() < window {
+                if queued.is_empty() {
+                    let Some(page) = next_page.take() else {
+                        break;
+                    };
+                    let page = page.await.map_err(task_failed)??;
+                    if let Some(last) = page.last() {
+                        next_page = Some(self.read_due_page(Some(IntentCursor::of(last))));
+                    }
+                    queued.extend(page);
+                }
+                let Some(intent) = queued.pop_front() else {
+                    break;
+                };
                 let span = info_span!("recover", intent = %intent.id, status = %intent.status);
                 let inner = self.inner.clone();
                 tasks.spawn(
@@ -56,18 +64,37 @@ impl Messenger {
                     .instrument(span),
                 );
             }
-            while let Some(done) = tasks.join_next().await {
-                let one = done.map_err(|e| {
-                    MessagesError::Store(clawgate_store::StoreError::Backend(Box::new(e)))
-                })??;
-                report.add(&one);
-            }
+            let Some(done) = tasks.join_next().await else {
+                break;
+            };
+            report.add(&done.map_err(task_failed)??);
         }
         if report.examined > 0 {
             info!(?report, "recovery pass finished");
         }
         Ok(report)
     }
+}
+
+impl Messenger {
+    /// Starts reading the page of due intents after `after`.
+    fn read_due_page(
+        &self,
+        after: Option<IntentCursor>,
+    ) -> tokio::task::JoinHandle<Result<Vec<DurableSendIntent>, MessagesError>> {
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            let now = inner.clock.now_ms();
+            Ok(inner
+                .store
+                .due_intents(now, after.as_ref(), RECOVERY_PAGE)
+                .await?)
+        })
+    }
+}
+
+fn task_failed(error: tokio::task::JoinError) -> MessagesError {
+    MessagesError::Store(StoreError::Backend(Box::new(error)))
 }
 
 fn count(report: &mut RecoveryReport, outcome: &SendOutcome) {
