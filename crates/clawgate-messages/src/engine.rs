@@ -85,8 +85,8 @@ pub(crate) struct Inner {
     pub(crate) clock: Arc<dyn Clock>,
     /// This engine's claim token: the per-intent idempotency lock is held under it.
     pub(crate) worker: ClaimToken,
-    /// Intents a recovery pass of this engine is working on.
-    pub(crate) recovering: std::sync::Mutex<std::collections::HashSet<IntentId>>,
+    /// Intents a recovery pass under this claim token is working on.
+    pub(crate) recovering: Arc<std::sync::Mutex<std::collections::HashSet<IntentId>>>,
 }
 
 /// The send engine. Cheap to clone.
@@ -132,7 +132,7 @@ impl Messenger {
                 policy,
                 clock,
                 worker,
-                recovering: std::sync::Mutex::default(),
+                recovering: Arc::default(),
             }),
         }
     }
@@ -148,7 +148,8 @@ impl Messenger {
                 policy: shared.policy.clone(),
                 clock: shared.clock.clone(),
                 worker: shared.worker.clone(),
-                recovering: std::sync::Mutex::default(),
+                // Same claim token, same passes: they must keep apart from each other too.
+                recovering: shared.recovering.clone(),
             }),
         }
     }
