@@ -287,15 +287,11 @@ impl LivePreview {
     pub async fn deliver_block(&mut self, text: &str) -> Result<(), MessagesError> {
         let inner = self.messenger.inner.clone();
         let ctx = inner.context(&self.intent);
-        let mut state = self.intent.live_state.clone().unwrap_or(LiveMessageState {
-            mode: LiveMode::Block,
-            receipt: None,
-            visible_since: None,
-            can_finalize_in_place: false,
-            last_rendered_hash: None,
-            stale_after_ms: None,
-            streamed_media: BTreeMap::new(),
-        });
+        let mut state = self
+            .intent
+            .live_state
+            .clone()
+            .unwrap_or_else(|| LiveMessageState::empty(LiveMode::Block));
         if state.mode != LiveMode::Block {
             if let Some(part) = state.receipt.as_ref().and_then(|r| r.parts.first()) {
                 remove_preview(&self.adapter, &ctx, part, LiveCancelReason::Aborted).await;
@@ -406,15 +402,7 @@ impl LivePreview {
         let state = self
             .intent
             .live_state
-            .get_or_insert_with(|| LiveMessageState {
-                mode: LiveMode::Partial,
-                receipt: None,
-                visible_since: None,
-                can_finalize_in_place: false,
-                last_rendered_hash: None,
-                stale_after_ms: None,
-                streamed_media: BTreeMap::new(),
-            });
+            .get_or_insert_with(|| LiveMessageState::empty(LiveMode::Partial));
         state.streamed_media.insert(identity, part);
         // Recorded before anything else, so neither the final nor recovery repeats it.
         self.persist().await
@@ -706,30 +694,19 @@ mod tests {
 
     fn part(index: u32, id: &str) -> MessageReceiptPart {
         MessageReceiptPart {
-            platform_message_id: id.into(),
             kind: MessagePartKind::Media,
-            index,
-            thread_id: None,
-            reply_to_id: None,
-            edit_token: None,
-            delete_token: None,
-            url: None,
-            raw: None,
+            ..clawgate_store::testing::part(index, id)
         }
     }
 
     fn state(streamed: &[(&str, u32, &str)]) -> LiveMessageState {
         LiveMessageState {
-            mode: LiveMode::Partial,
-            receipt: None,
-            visible_since: None,
             can_finalize_in_place: true,
-            last_rendered_hash: None,
-            stale_after_ms: None,
             streamed_media: streamed
                 .iter()
                 .map(|(identity, index, id)| ((*identity).to_owned(), part(*index, id)))
                 .collect(),
+            ..LiveMessageState::empty(LiveMode::Partial)
         }
     }
 

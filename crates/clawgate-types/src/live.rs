@@ -48,6 +48,19 @@ pub struct LiveMessageState {
 }
 
 impl LiveMessageState {
+    /// A live message in `mode` with nothing shown or streamed yet.
+    pub fn empty(mode: LiveMode) -> LiveMessageState {
+        LiveMessageState {
+            mode,
+            receipt: None,
+            visible_since: None,
+            can_finalize_in_place: false,
+            last_rendered_hash: None,
+            stale_after_ms: None,
+            streamed_media: BTreeMap::new(),
+        }
+    }
+
     /// Whether the preview is too old to be finalized in place at `now`.
     pub fn is_stale(&self, now: UnixMillis) -> bool {
         match (self.visible_since, self.stale_after_ms) {

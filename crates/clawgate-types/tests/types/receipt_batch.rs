@@ -229,13 +229,10 @@ fn unit_idempotency_keys_are_distinct_and_stable() {
 
 fn live(visible_since: Option<UnixMillis>, stale_after_ms: Option<u64>) -> LiveMessageState {
     LiveMessageState {
-        mode: LiveMode::Partial,
-        receipt: None,
         visible_since,
         can_finalize_in_place: true,
-        last_rendered_hash: None,
         stale_after_ms,
-        streamed_media: BTreeMap::new(),
+        ..LiveMessageState::empty(LiveMode::Partial)
     }
 }
 
