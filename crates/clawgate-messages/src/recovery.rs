@@ -118,19 +118,12 @@ fn count(report: &mut RecoveryReport, outcome: &SendOutcome) {
 
 /// Whether recovery has work on an intent at `now` (what `IntentStore::due_intents` lists).
 fn is_due(intent: &DurableSendIntent, now: i64) -> bool {
-    let open = matches!(
-        intent.status,
-        IntentStatus::Pending
-            | IntentStatus::Sending
-            | IntentStatus::Committing
-            | IntentStatus::UnknownAfterSend
-    );
     let scheduled = match intent.next_attempt_at {
         Some(at) => at <= now,
         // An unknown outcome without a scheduled reconciliation is parked for an operator.
         None => intent.status != IntentStatus::UnknownAfterSend,
     };
-    open && scheduled
+    intent.status.is_recoverable() && scheduled
 }
 
 /// Marks an intent as being recovered by this engine until dropped.

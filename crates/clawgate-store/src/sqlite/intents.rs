@@ -45,12 +45,6 @@ macro_rules! due_and_free {
 }
 const ATTENTION_PREDICATE: &str =
     "(status = 'unknown_after_send' OR status = 'failed' OR status = 'cancelled')";
-const OPEN_STATUSES: [IntentStatus; 4] = [
-    IntentStatus::Pending,
-    IntentStatus::Sending,
-    IntentStatus::Committing,
-    IntentStatus::UnknownAfterSend,
-];
 const ATTENTION_STATUSES: [IntentStatus; 3] = [
     IntentStatus::UnknownAfterSend,
     IntentStatus::Failed,
@@ -104,34 +98,48 @@ enum ClaimWrite {
     Take,
 }
 
-/// The columns of an intent row beside its payload: what a write needs, so the intent itself
+/// The columns an update writes beside the payload: what a save needs, so the intent itself
 /// is neither cloned for the writer thread nor dropped there.
 #[derive(Debug, Clone)]
 struct Columns {
     id: String,
-    idempotency_key: String,
-    channel: String,
-    account_id: Option<String>,
     status: IntentStatus,
     attempt: u32,
     next_attempt_at: Option<UnixMillis>,
     expires_at: Option<UnixMillis>,
-    created_at: UnixMillis,
     updated_at: UnixMillis,
+}
+
+/// What an insert writes besides [`Columns`]: the columns that never change.
+#[derive(Debug, Clone)]
+struct NewRow {
+    columns: Columns,
+    idempotency_key: String,
+    channel: String,
+    account_id: Option<String>,
+    created_at: UnixMillis,
+}
+
+impl NewRow {
+    fn of(intent: &DurableSendIntent) -> NewRow {
+        NewRow {
+            columns: Columns::of(intent),
+            idempotency_key: intent.idempotency_key.clone(),
+            channel: intent.channel.clone(),
+            account_id: intent.account_id.clone(),
+            created_at: intent.created_at,
+        }
+    }
 }
 
 impl Columns {
     fn of(intent: &DurableSendIntent) -> Columns {
         Columns {
             id: intent.id.as_str().to_owned(),
-            idempotency_key: intent.idempotency_key.clone(),
-            channel: intent.channel.clone(),
-            account_id: intent.account_id.clone(),
             status: intent.status,
             attempt: intent.attempt,
             next_attempt_at: intent.next_attempt_at,
             expires_at: intent.expires_at,
-            created_at: intent.created_at,
             updated_at: intent.updated_at,
         }
     }
@@ -216,7 +224,7 @@ fn list_query(filter: &IntentFilter) -> (String, Vec<rusqlite::types::Value>) {
             .all(|s| ATTENTION_STATUSES.contains(s))
         {
             sql.push_str(&format!(" AND {ATTENTION_PREDICATE}"));
-        } else if filter.statuses.iter().all(|s| OPEN_STATUSES.contains(s)) {
+        } else if filter.statuses.iter().all(|s| s.is_recoverable()) {
             sql.push_str(&format!(" AND {OPEN_PREDICATE}"));
         }
     }
@@ -403,23 +411,24 @@ impl IntentStore for SqliteStore {
     ) -> StoreResult<InsertIntentOutcome> {
         // Encode on the caller's task: the writer thread is the bottleneck, keep it for SQL.
         let payload = encode(intent).map_err(|e| self.map_error(e))?;
-        let intent = Columns::of(intent);
+        let row = NewRow::of(intent);
         let claim = claim.cloned();
         self.write_statement(move |conn| {
+            let columns = &row.columns;
             let inserted = conn
                 .prepare_cached(INSERT_INTENT)?
                 .execute(params![
-                    intent.id,
-                    intent.idempotency_key,
-                    intent.channel,
-                    intent.account_id,
-                    intent.status.as_str(),
-                    intent.attempt,
-                    intent.next_attempt_at,
-                    intent.expires_at,
-                    intent.created_at,
-                    intent.updated_at,
-                    claim.as_ref().map(|c| c.token.0.clone()),
+                    columns.id,
+                    row.idempotency_key,
+                    row.channel,
+                    row.account_id,
+                    columns.status.as_str(),
+                    columns.attempt,
+                    columns.next_attempt_at,
+                    columns.expires_at,
+                    row.created_at,
+                    columns.updated_at,
+                    claim.as_ref().map(|c| c.token.as_str()),
                     claim.as_ref().map(Claim::until),
                     INTENT_FORMAT,
                     payload,
@@ -429,7 +438,7 @@ impl IntentStore for SqliteStore {
                     Some(rusqlite::ErrorCode::ConstraintViolation) => {
                         DbError::Store(StoreError::InvalidInput(format!(
                             "send intent id {} already exists with another idempotency key",
-                            intent.id
+                            columns.id
                         )))
                     }
                     _ => DbError::Sqlite(e),
@@ -439,11 +448,11 @@ impl IntentStore for SqliteStore {
             }
             let raw = conn
                 .prepare_cached(&format!("{SELECT_INTENT} WHERE idempotency_key = ?1"))?
-                .query_row([&intent.idempotency_key], decode_row)
+                .query_row([&row.idempotency_key], decode_row)
                 .optional()?;
             let raw = raw.ok_or_else(|| StoreError::NotFound {
                 what: "send intent",
-                id: intent.idempotency_key.clone(),
+                id: row.idempotency_key.clone(),
             })?;
             Ok(InsertIntentOutcome::Duplicate(Box::new(decode(raw)?)))
         })
