@@ -70,9 +70,18 @@ impl Harness {
 
     /// The intents in `status` (at most 10: the tests look at a handful).
     pub async fn intents_with(&self, status: IntentStatus) -> Vec<DurableSendIntent> {
+        self.list(vec![status]).await
+    }
+
+    /// Every recorded intent (the first ten), oldest first.
+    pub async fn intents(&self) -> Vec<DurableSendIntent> {
+        self.list(Vec::new()).await
+    }
+
+    async fn list(&self, statuses: Vec<IntentStatus>) -> Vec<DurableSendIntent> {
         self.store
             .list_intents(&IntentFilter {
-                statuses: vec![status],
+                statuses,
                 limit: 10,
                 ..IntentFilter::default()
             })

@@ -553,14 +553,7 @@ async fn a_final_recovered_after_a_crash_neither_repeats_nor_removes_streamed_me
             0,
             "{case}: the final was not delivered"
         );
-        let recorded = h
-            .store
-            .list_intents(&clawgate_store::IntentFilter {
-                limit: 10,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        let recorded = h.intents().await;
         assert_eq!(recorded.len(), 1, "{case}");
         assert!(
             recorded[0].batch.is_some(),

@@ -674,14 +674,7 @@ async fn a_reconciling_adapter_starts_the_first_attempt_in_the_intent_write() {
             tokio::spawn(async move { dying.send(message("c", "after the crash"), opts()).await })
                 .await;
         assert!(crashed.is_err(), "the send died at the boundary");
-        let recorded = h
-            .store
-            .list_intents(&clawgate_store::IntentFilter {
-                limit: 10,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        let recorded = h.intents().await;
         let expected = if reconciling {
             (IntentStatus::Sending, 1)
         } else {

@@ -49,13 +49,12 @@ impl InstantPlatform {
             ..InstantPlatform::default()
         }
     }
+}
 
-    fn landed(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u32), MessageReceiptPart>> {
-        self.landed
-            .as_ref()
-            .map(|m| m.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
-            .unwrap_or_else(|| unreachable!("only a reconciling platform keeps what landed"))
-    }
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[async_trait]
@@ -75,9 +74,8 @@ impl ChannelMessageAdapter for InstantPlatform {
     ) -> Result<MessageReceiptPart, SendError> {
         let n = self.sent.fetch_add(1, Ordering::Relaxed);
         let part = clawgate_store::testing::part(unit.index, &format!("p-{n}"));
-        if self.landed.is_some() {
-            self.landed()
-                .insert((ctx.idempotency_key.clone(), unit.index), part.clone());
+        if let Some(landed) = &self.landed {
+            lock(landed).insert((ctx.idempotency_key.clone(), unit.index), part.clone());
         }
         Ok(part)
     }
@@ -87,8 +85,11 @@ impl ChannelMessageAdapter for InstantPlatform {
         ctx: &SendContext,
         unit: &RenderedMessageUnit,
     ) -> Result<Reconciliation, SendError> {
+        let Some(landed) = &self.landed else {
+            return Ok(Reconciliation::Unresolved);
+        };
         let key = (ctx.idempotency_key.clone(), unit.index);
-        Ok(match self.landed().get(&key) {
+        Ok(match lock(landed).get(&key) {
             Some(part) => Reconciliation::Sent(Box::new(part.clone())),
             None => Reconciliation::NotSent,
         })
