@@ -46,8 +46,9 @@ impl Default for SendOptions {
 enum Start {
     /// Recorded `pending`; the attempt is a later write (the caller may look or cancel first).
     Later,
-    /// In the intent's own write, when the adapter resolves an unknown outcome by itself.
-    WhenSafe,
+    /// At once: in the intent's own write when the adapter resolves an unknown outcome by
+    /// itself, else in the write right after it.
+    Now,
 }
 
 /// Whether recovery resolves a `sending` intent of this adapter without an operator: by asking
@@ -64,7 +65,8 @@ fn recovers_unknown_outcomes(adapter: &Arc<dyn ChannelMessageAdapter>) -> bool {
 /// interesting (crash tests stop the process exactly there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Boundary {
-    /// The intent is committed; no platform I/O yet.
+    /// The intent is committed; no platform I/O yet. (For [`Messenger::send`] of a `pending`
+    /// intent it is durable once the `sending` write after it is.)
     IntentRecorded,
     /// One unit landed and (when more remain) its receipt part is recorded.
     UnitDelivered { index: u32 },
@@ -160,10 +162,7 @@ impl Messenger {
         message: ChannelMessage,
         options: SendOptions,
     ) -> Result<SendReport, MessagesError> {
-        self.open(message, options, Start::WhenSafe)
-            .await?
-            .send()
-            .await
+        self.open(message, options, Start::Now).await?.send().await
     }
 
     /// Opens a send context and hands it to `body`, which decides how to finish it (send it,
@@ -218,7 +217,7 @@ impl Messenger {
                     .unwrap_or(inner.policy.time_to_live_ms),
             ),
         );
-        if start == Start::WhenSafe
+        if start == Start::Now
             && recovers_unknown_outcomes(&adapter)
             && intent.expires_at.is_some_and(|at| at > now)
         {
@@ -234,11 +233,20 @@ impl Messenger {
         let mut durable = false;
         let mut existing = None;
         if options.durability != MessageDurabilityPolicy::Disabled {
-            match inner
-                .store
-                .insert_intent(&intent, Some(&inner.claim(now)))
-                .await
-            {
+            let claim = inner.claim(now);
+            // A `pending` intent started at once is followed by the durable `sending` write
+            // before any platform I/O (or by `failed`, when already expired), and that write
+            // makes the insert durable too: the insert need only be ordered before it, which
+            // spares the send one wait for the disk.
+            let inserted = if start == Start::Now && intent.status == IntentStatus::Pending {
+                inner
+                    .store
+                    .insert_intent_ordered(&intent, Some(&claim))
+                    .await
+            } else {
+                inner.store.insert_intent(&intent, Some(&claim)).await
+            };
+            match inserted {
                 Ok(InsertIntentOutcome::Inserted) => {
                     durable = true;
                     inner.reached(Boundary::IntentRecorded, &intent.id);

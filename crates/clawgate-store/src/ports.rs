@@ -29,6 +29,22 @@ pub trait IntentStore: Send + Sync {
         claim: Option<&Claim>,
     ) -> StoreResult<InsertIntentOutcome>;
 
+    /// [`insert_intent`](Self::insert_intent), answered once the insert is ordered before every
+    /// later write of this store but possibly before it is durable. It is durable no later than
+    /// the next write this store reports durable, and if it cannot be made durable, neither can
+    /// any later write. For a caller whose next write must be durable anyway (starting the first
+    /// attempt): it saves one wait for the disk, and a crash before that next write is durable
+    /// leaves the intent as inserted or not at all, never a later state without it.
+    ///
+    /// The default waits for durability, which keeps the promise for any store.
+    async fn insert_intent_ordered(
+        &self,
+        intent: &DurableSendIntent,
+        claim: Option<&Claim>,
+    ) -> StoreResult<InsertIntentOutcome> {
+        self.insert_intent(intent, claim).await
+    }
+
     async fn load_intent(&self, id: &IntentId) -> StoreResult<Option<DurableSendIntent>>;
 
     async fn find_intent_by_key(

@@ -44,6 +44,7 @@ macro_rules! store_conformance_tests {
             signal_prune_keeps_heads_and_exact_gap, cursors_and_session_lifecycle,
             sessions_registry_round_trip, leases_round_trip_and_compare_and_set,
             instance_id_is_stable, reopen_keeps_committed_state,
+            intent_ordered_insert_is_visible_and_kept_by_the_next_write,
             notices_open_once_and_consume_reopens_once, external_changes_are_announced);
     };
     (open = $open:expr, persistent = false) => {
@@ -1430,6 +1431,45 @@ pub async fn reopen_keeps_committed_state<S: Store>(
             .await
             .unwrap()
             .is_some()
+    );
+}
+
+/// An ordered insert answers before it need be durable, but it is already the store's state:
+/// reads and idempotency see it, the next write may move it on, and both survive a restart.
+pub async fn intent_ordered_insert_is_visible_and_kept_by_the_next_write<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let mut intent = sample_intent(1, 1_000);
+    {
+        let store = open(dir);
+        assert_eq!(
+            store.insert_intent_ordered(&intent, None).await.unwrap(),
+            InsertIntentOutcome::Inserted
+        );
+        assert_eq!(
+            store.load_intent(&intent.id).await.unwrap(),
+            Some(intent.clone()),
+            "readable once answered"
+        );
+        let mut again = sample_intent(2, 2_000);
+        again.idempotency_key = intent.idempotency_key.clone();
+        match store.insert_intent_ordered(&again, None).await.unwrap() {
+            InsertIntentOutcome::Duplicate(existing) => assert_eq!(*existing, intent),
+            other => panic!("the ordered insert holds its idempotency key, got {other:?}"),
+        }
+        step(&store, &mut intent, IntentStatus::Sending, 1_001).await;
+    }
+    let store = open(dir);
+    assert_eq!(
+        store.load_intent(&intent.id).await.unwrap(),
+        Some(intent),
+        "the insert and the write after it survive a restart"
+    );
+    assert_eq!(
+        store.load_intent(&intent_id(2)).await.unwrap(),
+        None,
+        "the duplicate was not stored"
     );
 }
 

@@ -9,6 +9,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::SqliteStore;
 use super::errors::{DbError, DbResult};
+use super::writer::Ack;
 use crate::model::{Claim, ClaimToken, InsertIntentOutcome, IntentCursor, IntentFilter};
 use crate::ports::IntentStore;
 use crate::{StoreError, StoreResult};
@@ -402,18 +403,19 @@ fn claim_one(conn: &Connection, id: &str, claim: &Claim) -> DbResult<bool> {
     Ok(changed == 1)
 }
 
-#[async_trait]
-impl IntentStore for SqliteStore {
-    async fn insert_intent(
+impl SqliteStore {
+    /// Inserts an intent (or finds the one holding its idempotency key), answered when `ack` says.
+    async fn insert(
         &self,
         intent: &DurableSendIntent,
         claim: Option<&Claim>,
+        ack: Ack,
     ) -> StoreResult<InsertIntentOutcome> {
         // Encode on the caller's task: the writer thread is the bottleneck, keep it for SQL.
         let payload = encode(intent).map_err(|e| self.map_error(e))?;
         let row = NewRow::of(intent);
         let claim = claim.cloned();
-        self.write_statement(move |conn| {
+        self.write_statement_acked(ack, move |conn| {
             let columns = &row.columns;
             let inserted = conn
                 .prepare_cached(INSERT_INTENT)?
@@ -457,6 +459,25 @@ impl IntentStore for SqliteStore {
             Ok(InsertIntentOutcome::Duplicate(Box::new(decode(raw)?)))
         })
         .await
+    }
+}
+
+#[async_trait]
+impl IntentStore for SqliteStore {
+    async fn insert_intent(
+        &self,
+        intent: &DurableSendIntent,
+        claim: Option<&Claim>,
+    ) -> StoreResult<InsertIntentOutcome> {
+        self.insert(intent, claim, Ack::Durable).await
+    }
+
+    async fn insert_intent_ordered(
+        &self,
+        intent: &DurableSendIntent,
+        claim: Option<&Claim>,
+    ) -> StoreResult<InsertIntentOutcome> {
+        self.insert(intent, claim, Ack::Committed).await
     }
 
     async fn load_intent(&self, id: &IntentId) -> StoreResult<Option<DurableSendIntent>> {

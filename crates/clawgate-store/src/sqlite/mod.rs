@@ -20,7 +20,7 @@ use rusqlite::{Connection, OpenFlags};
 pub use migrate::{MIGRATIONS, Migration, MigrationStatus, SCHEMA_VERSION};
 
 use self::errors::{DbResult, ErrorContext, Phase};
-use self::writer::{Isolation, WalSync, Writer};
+use self::writer::{Ack, Isolation, WalSync, Writer};
 use crate::{StoreError, StoreResult};
 
 /// The file name of the state database inside a state directory.
@@ -174,7 +174,7 @@ impl SqliteStore {
     {
         self.inner
             .writer
-            .write(&self.inner.ctx, Isolation::Savepoint, f)
+            .write(&self.inner.ctx, Isolation::Savepoint, Ack::Durable, f)
             .await
     }
 
@@ -185,9 +185,18 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection) -> DbResult<T> + Send + 'static,
     {
+        self.write_statement_acked(Ack::Durable, f).await
+    }
+
+    /// [`write_statement`](Self::write_statement), answered when `ack` says (see [`Ack`]).
+    pub(crate) async fn write_statement_acked<T, F>(&self, ack: Ack, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> DbResult<T> + Send + 'static,
+    {
         self.inner
             .writer
-            .write(&self.inner.ctx, Isolation::Statement, f)
+            .write(&self.inner.ctx, Isolation::Statement, ack, f)
             .await
     }
 
@@ -350,6 +359,28 @@ mod tests {
         assert!(
             again.to_string().contains("accepts no more writes"),
             "{again}"
+        );
+    }
+
+    /// A write acknowledged at commit is answered without waiting for the WAL sync; when that
+    /// sync fails, the next write acknowledged as durable fails, so nothing after the
+    /// unsynced write is ever reported durable.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_acked_at_commit_does_not_wait_for_the_sync_it_depends_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
+        store.write(put("probe-1")).await.unwrap();
+        std::fs::remove_file(wal_path(store.path())).unwrap();
+        store
+            .write_statement_acked(Ack::Committed, put("probe-2"))
+            .await
+            .expect("answered at commit, before its sync fails");
+        let refused = store.write(put("probe-3")).await.unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("syncing the write-ahead log failed"),
+            "{refused}"
         );
     }
 

@@ -7,7 +7,8 @@
 //! ([`Isolation::Statement`]) skips the savepoint: SQLite already undoes a failed statement, and a
 //! savepoint copies every page the write touches into the statement journal. Should such a write
 //! report failure after changing rows anyway, the whole batch is rolled back and reported failed
-//! rather than committed half-done. A caller hears back only after the commit is durable.
+//! rather than committed half-done. A caller hears back only after the commit is durable, unless
+//! it asked to hear at commit ([`Ack::Committed`]).
 //!
 //! With [`WalSync::Pipelined`] the connection commits with `synchronous=NORMAL` (COMMIT writes
 //! the WAL frames but does not fsync them) and a second thread fsyncs the WAL file and only then
@@ -17,7 +18,8 @@
 //! A failed fsync leaves the WAL's durability unknown, so the store then refuses every write.
 //!
 //! Invariant: a write is reported `Ok` only if the transaction that holds it committed, and with a
-//! pipelined sync only after the WAL holding it was synced.
+//! pipelined sync only after the WAL holding it was synced. An [`Ack::Committed`] write is reported
+//! at commit, and no write committed after it is reported durable unless it is durable too.
 
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
@@ -47,8 +49,20 @@ pub(crate) enum Isolation {
     Statement,
 }
 
+/// When a write's caller hears back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ack {
+    /// Once the write is durable (after the WAL sync, with a pipelined sync).
+    Durable,
+    /// Once the transaction holding it committed, before it is durable. It is ordered before
+    /// every later write, so it is durable no later than the next write reported durable; should
+    /// its sync fail, every later write fails too.
+    Committed,
+}
+
 struct Job {
     isolation: Isolation,
+    ack: Ack,
     run: Run,
 }
 
@@ -122,6 +136,7 @@ impl Writer {
         &self,
         ctx: &ErrorContext,
         isolation: Isolation,
+        ack: Ack,
         f: F,
     ) -> StoreResult<T>
     where
@@ -157,7 +172,11 @@ impl Writer {
             });
             (ok, finish)
         });
-        let job = Job { isolation, run };
+        let job = Job {
+            isolation,
+            ack,
+            run,
+        };
         let queue = self.queue.as_ref().ok_or(StoreError::WriterStopped)?;
         queue
             .send(job)
@@ -287,7 +306,14 @@ fn run(
         let (finishes, commit_error) = commit_batch(&conn, &mut batch, &ctx);
         match (&synced, commit_error) {
             (Some(to_sync), None) => {
-                if let Err(unsent) = to_sync.send(finishes) {
+                let mut to_report = Vec::with_capacity(finishes.len());
+                for (ack, finish) in finishes {
+                    match ack {
+                        Ack::Committed => finish(None),
+                        Ack::Durable => to_report.push(finish),
+                    }
+                }
+                if let Err(unsent) = to_sync.send(to_report) {
                     // The sync thread is gone (it panicked): nothing can be made durable.
                     let e = poisoned_error("the sync thread stopped");
                     for finish in unsent.0 {
@@ -296,7 +322,7 @@ fn run(
                 }
             }
             (_, commit_error) => {
-                for finish in finishes {
+                for (_, finish) in finishes {
                     finish(commit_error.as_ref());
                 }
             }
@@ -309,39 +335,39 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
-/// Runs the batch in one transaction; returns every write's `Finish` and why the transaction did
-/// not commit, if it did not.
+/// Runs the batch in one transaction; returns every write's `Finish` (with when it wants it) and
+/// why the transaction did not commit, if it did not.
 fn commit_batch(
     conn: &Connection,
     batch: &mut Vec<Job>,
     ctx: &ErrorContext,
-) -> (Vec<Finish>, Option<rusqlite::Error>) {
+) -> (Vec<(Ack, Finish)>, Option<rusqlite::Error>) {
     if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
         warn!(path = %ctx.path.display(), error = %e, "could not start a write transaction");
         let finishes = batch
             .drain(..)
-            .map(|job| (job.run)(None, Some(&e)).1)
+            .map(|job| (job.ack, (job.run)(None, Some(&e)).1))
             .collect();
         return (finishes, Some(e));
     }
-    let mut finishes: Vec<Finish> = Vec::with_capacity(batch.len());
+    let mut finishes: Vec<(Ack, Finish)> = Vec::with_capacity(batch.len());
     let mut aborted: Option<rusqlite::Error> = None;
     for job in batch.drain(..) {
         if let Some(e) = &aborted {
             let (_, finish) = (job.run)(None, Some(e));
-            finishes.push(finish);
+            finishes.push((job.ack, finish));
             continue;
         }
         let savepoint = job.isolation == Isolation::Savepoint;
         if savepoint && let Err(e) = exec(conn, "SAVEPOINT write") {
             let (_, finish) = (job.run)(None, Some(&e));
-            finishes.push(finish);
+            finishes.push((job.ack, finish));
             aborted = Some(e);
             continue;
         }
         let changes_before = conn.total_changes();
         let (ok, finish) = (job.run)(Some(conn), None);
-        finishes.push(finish);
+        finishes.push((job.ack, finish));
         if conn.is_autocommit() {
             // SQLite rolled the whole transaction back (disk full, I/O error…): the writes
             // before this one are gone too and must not be reported as committed.
