@@ -34,7 +34,7 @@ pub trait IntentStore: Send + Sync {
     /// the next write this store reports durable, and if it cannot be made durable, neither can
     /// any later write. For a caller whose next write must be durable anyway (starting the first
     /// attempt): it saves one wait for the disk, and a crash before that next write is durable
-    /// leaves the intent as inserted or not at all, never a later state without it.
+    /// leaves the intent either as inserted or not recorded at all.
     ///
     /// The default waits for durability, which keeps the promise for any store.
     async fn insert_intent_ordered(
