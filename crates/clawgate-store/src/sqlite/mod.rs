@@ -362,20 +362,25 @@ mod tests {
         );
     }
 
-    /// A write acknowledged at commit is answered without waiting for the WAL sync; when that
-    /// sync fails, the next write acknowledged as durable fails, so nothing after the
-    /// unsynced write is ever reported durable.
+    /// A write acknowledged at commit is answered without waiting for the WAL sync, and is
+    /// synced with the next write acknowledged as durable; when that sync fails, that write
+    /// fails, so nothing after the unsynced write is ever reported durable.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_acked_at_commit_does_not_wait_for_the_sync_it_depends_on() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
         store.write(put("probe-1")).await.unwrap();
         std::fs::remove_file(wal_path(store.path())).unwrap();
-        store
-            .write_statement_acked(Ack::Committed, put("probe-2"))
-            .await
-            .expect("answered at commit, before its sync fails");
-        let refused = store.write(put("probe-3")).await.unwrap_err();
+        for key in ["probe-2", "probe-3"] {
+            store
+                .write_statement_acked(Ack::Committed, put(key))
+                .await
+                .expect("answered at commit; no sync has run since the WAL went");
+            // Time for a sync, had one been started for this batch, to fail and poison the
+            // store before the next write (correct code starts none, so this cannot flake).
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let refused = store.write(put("probe-4")).await.unwrap_err();
         assert!(
             refused
                 .to_string()

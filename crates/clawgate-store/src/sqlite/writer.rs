@@ -56,7 +56,8 @@ pub(crate) enum Ack {
     Durable,
     /// Once the transaction holding it committed, before it is durable. It is ordered before
     /// every later write, so it is durable no later than the next write reported durable; should
-    /// its sync fail, every later write fails too.
+    /// its sync fail, every later write fails too. A batch of such writes alone is not synced
+    /// until a later batch is.
     Committed,
 }
 
@@ -313,7 +314,11 @@ fn run(
                         Ack::Durable => to_report.push(finish),
                     }
                 }
-                if let Err(unsent) = to_sync.send(to_report) {
+                // A batch no caller waits to see durable is synced with the next one that has
+                // such a caller: syncing it now would only hold that sync up behind this one.
+                if !to_report.is_empty()
+                    && let Err(unsent) = to_sync.send(to_report)
+                {
                     // The sync thread is gone (it panicked): nothing can be made durable.
                     let e = poisoned_error("the sync thread stopped");
                     for finish in unsent.0 {
