@@ -405,7 +405,7 @@ fn claim_one(conn: &Connection, id: &str, claim: &Claim) -> DbResult<bool> {
 
 impl SqliteStore {
     /// Inserts an intent (or finds the one holding its idempotency key), answered when `ack` says.
-    async fn insert(
+    async fn insert_intent_acked(
         &self,
         intent: &DurableSendIntent,
         claim: Option<&Claim>,
@@ -469,7 +469,7 @@ impl IntentStore for SqliteStore {
         intent: &DurableSendIntent,
         claim: Option<&Claim>,
     ) -> StoreResult<InsertIntentOutcome> {
-        self.insert(intent, claim, Ack::Durable).await
+        self.insert_intent_acked(intent, claim, Ack::Durable).await
     }
 
     async fn insert_intent_ordered(
@@ -477,7 +477,8 @@ impl IntentStore for SqliteStore {
         intent: &DurableSendIntent,
         claim: Option<&Claim>,
     ) -> StoreResult<InsertIntentOutcome> {
-        self.insert(intent, claim, Ack::Committed).await
+        self.insert_intent_acked(intent, claim, Ack::Committed)
+            .await
     }
 
     async fn load_intent(&self, id: &IntentId) -> StoreResult<Option<DurableSendIntent>> {
