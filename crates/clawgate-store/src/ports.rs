@@ -127,6 +127,17 @@ pub trait IntentStore: Send + Sync {
 
     /// How many intents are in each status (statuses with none are omitted).
     async fn count_intents_by_status(&self) -> StoreResult<Vec<(IntentStatus, u64)>>;
+
+    /// Deletes up to `limit` finished intents (`sent`, `cancelled`: statuses nothing leaves) last
+    /// updated before `updated_before`, oldest first; returns how many. Open intents and those
+    /// waiting for an operator (`failed`, `unknown_after_send`) are never removed. A removed
+    /// intent's idempotency key may be used again, so the retention window is also the outbound
+    /// dedupe window.
+    async fn prune_finished_intents(
+        &self,
+        updated_before: UnixMillis,
+        limit: u32,
+    ) -> StoreResult<u64>;
 }
 
 /// Inbound event records: dedupe across restarts, attempts and dead letters.

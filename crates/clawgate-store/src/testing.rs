@@ -37,6 +37,7 @@ macro_rules! store_conformance_tests {
             intent_partial_receipts_merge, intent_claims_are_exclusive,
             intent_claim_is_kept_while_the_holder_works,
             intent_claim_due_respects_schedule_and_order, intent_listing_pages_every_row_once,
+            intent_finished_ones_are_pruned_once_old,
             intent_due_listing_claims_nothing_and_the_first_save_takes_the_claim,
             concurrent_writes_all_commit, failing_write_does_not_fail_neighbours,
             inbound_dedupe_attempts_and_pruning, watermark_never_moves_back,
@@ -54,6 +55,7 @@ macro_rules! store_conformance_tests {
             intent_partial_receipts_merge, intent_claims_are_exclusive,
             intent_claim_is_kept_while_the_holder_works,
             intent_claim_due_respects_schedule_and_order, intent_listing_pages_every_row_once,
+            intent_finished_ones_are_pruned_once_old,
             intent_due_listing_claims_nothing_and_the_first_save_takes_the_claim,
             concurrent_writes_all_commit, failing_write_does_not_fail_neighbours,
             inbound_dedupe_attempts_and_pruning, watermark_never_moves_back,
@@ -227,6 +229,83 @@ pub async fn intent_duplicate_key_returns_existing<S: Store>(
         store.load_intent(&again.id).await.unwrap(),
         None,
         "the duplicate was not stored"
+    );
+}
+
+/// Retention removes finished intents (`sent`, `cancelled`) last updated before the cutoff,
+/// oldest first and no more than asked; nothing open or waiting for an operator goes, and a
+/// removed intent's key may be used again.
+pub async fn intent_finished_ones_are_pruned_once_old<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    use IntentStatus::*;
+    let store = open(dir);
+    // (n, created, path of statuses, last update): every status an intent can rest in.
+    let cases: [(u64, i64, &[IntentStatus], i64); 8] = [
+        (1, 1_000, &[Sending, Sent], 1_100),
+        (2, 2_000, &[Cancelled], 2_100),
+        (3, 3_000, &[Sending, UnknownAfterSend], 3_100),
+        (4, 4_000, &[Failed], 4_100),
+        (5, 5_000, &[], 5_000),
+        (6, 6_000, &[Sending], 6_100),
+        // Finished, but updated after the cutoff: a retry that ended late.
+        (7, 7_000, &[Failed, Pending, Sending, Sent], 20_000),
+        // Created and finished after the cutoff.
+        (8, 15_000, &[Sending, Sent], 15_100),
+    ];
+    for (n, created, path, updated) in cases {
+        let mut intent = sample_intent(n, created);
+        store.insert_intent(&intent, None).await.unwrap();
+        for (i, to) in path.iter().enumerate() {
+            let at = if i + 1 == path.len() {
+                updated
+            } else {
+                created + 1
+            };
+            step(&store, &mut intent, *to, at).await;
+        }
+    }
+    let cutoff = 10_000;
+    assert_eq!(
+        store.prune_finished_intents(cutoff, 1).await.unwrap(),
+        1,
+        "no more than the limit"
+    );
+    assert_eq!(
+        store.load_intent(&intent_id(1)).await.unwrap(),
+        None,
+        "the oldest finished intent goes first"
+    );
+    assert!(store.load_intent(&intent_id(2)).await.unwrap().is_some());
+    assert_eq!(store.prune_finished_intents(cutoff, 100).await.unwrap(), 1);
+    assert_eq!(
+        store.prune_finished_intents(cutoff, 100).await.unwrap(),
+        0,
+        "nothing else is old and finished"
+    );
+    let left: Vec<u64> = store
+        .list_intents(&IntentFilter {
+            limit: 100,
+            ..IntentFilter::default()
+        })
+        .await
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (1..=8)
+                .find(|n| intent_id(*n) == i.id)
+                .expect("a known intent")
+        })
+        .collect();
+    assert_eq!(left, vec![3, 4, 5, 6, 7, 8]);
+    // The key of a removed intent is free again.
+    assert_eq!(
+        store
+            .insert_intent(&sample_intent(1, 30_000), None)
+            .await
+            .unwrap(),
+        InsertIntentOutcome::Inserted
     );
 }
 

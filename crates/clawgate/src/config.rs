@@ -154,6 +154,9 @@ pub struct RetentionSection {
     pub lease_days: u64,
     /// Completed inbound records (the dedupe window) are kept this long.
     pub inbound_days: u64,
+    /// Finished send intents (`sent`, `cancelled`) are kept this long after their last change:
+    /// the outbound dedupe window. Intents waiting for an operator are kept until handled.
+    pub outbox_days: u64,
 }
 
 impl Default for RetentionSection {
@@ -163,6 +166,7 @@ impl Default for RetentionSection {
             signal_log_max_rows: 50_000,
             lease_days: 7,
             inbound_days: 7,
+            outbox_days: 7,
         }
     }
 }
@@ -297,6 +301,18 @@ impl Config {
             return Err(invalid(
                 "retry.max_delay_ms",
                 "must not be below retry.base_delay_ms".into(),
+            ));
+        }
+        if self.retention.outbox_days < self.retention.inbound_days {
+            // An event still deduplicated by its inbound record must still find its reply, or
+            // a redelivery handled again would answer twice.
+            return Err(invalid(
+                "retention.outbox_days",
+                format!(
+                    "{} is below retention.inbound_days ({}): replies must be kept at least as \
+                     long as the events they answer",
+                    self.retention.outbox_days, self.retention.inbound_days
+                ),
             ));
         }
         if self.agents.is_empty() {
@@ -576,6 +592,12 @@ token_env = "QA_TOKEN"
 
         let e = error_of("[[agents]]\nid = \"a\"\n[[agents]]\nid = \"a\"\n");
         assert!(e.contains("`agents[1].id`") && e.contains("twice"), "{e}");
+
+        let e = error_of("[retention]\ninbound_days = 14\noutbox_days = 7\n");
+        assert!(
+            e.contains("`retention.outbox_days`") && e.contains("inbound_days (14)"),
+            "replies outlive the events they answer: {e}"
+        );
     }
 
     #[test]

@@ -397,19 +397,31 @@ impl Gateway {
         if let Err(e) = self.acpx.prune_finished(now_ms()).await {
             warn!(error = %e, "lease retention failed");
         }
-        let cutoff = now_ms().saturating_sub(
-            i64::try_from(
-                self.config
-                    .retention
-                    .inbound_days
-                    .saturating_mul(86_400_000),
-            )
-            .unwrap_or(i64::MAX),
-        );
+        let inbound_cutoff = days_before(self.config.retention.inbound_days);
         if let Err(e) =
-            clawgate_store::InboundStore::prune_completed_inbound(&*self.store, cutoff).await
+            clawgate_store::InboundStore::prune_completed_inbound(&*self.store, inbound_cutoff)
+                .await
         {
             warn!(error = %e, "inbound retention failed");
+        }
+        let outbox_cutoff = days_before(self.config.retention.outbox_days);
+        // In slices: each is one write of the queue every send shares, and a stop is heard
+        // between them.
+        while !*self.stop.borrow() {
+            match clawgate_store::IntentStore::prune_finished_intents(
+                &*self.store,
+                outbox_cutoff,
+                OUTBOX_PRUNE_SLICE,
+            )
+            .await
+            {
+                Ok(n) if n < u64::from(OUTBOX_PRUNE_SLICE) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    warn!(error = %e, "outbox retention failed");
+                    break;
+                }
+            }
         }
     }
 
@@ -812,6 +824,14 @@ impl Gateway {
             "event {event_id} had 1000 abandoned replies; giving up"
         ))
     }
+}
+
+/// How many finished send intents one retention write removes.
+const OUTBOX_PRUNE_SLICE: u32 = 500;
+
+/// The instant `days` days ago.
+fn days_before(days: u64) -> i64 {
+    now_ms().saturating_sub(i64::try_from(days.saturating_mul(86_400_000)).unwrap_or(i64::MAX))
 }
 
 /// `agent:<agent>:<channel>:<conversation>` (characters a key refuses become `_`).

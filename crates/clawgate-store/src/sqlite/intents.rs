@@ -44,6 +44,12 @@ macro_rules! due_and_free {
         )
     };
 }
+/// Finished intents (the statuses [`IntentStatus::is_terminal`] names) last updated before `?1`,
+/// oldest first, at most `?2`. A row updated before `?1` was created before it too: the bound on
+/// `created_at` keeps the walk of the creation index short when there is little to remove.
+const FINISHED_BEFORE: &str = "SELECT rowid FROM send_intents
+     WHERE created_at < ?1 AND updated_at < ?1 AND (status = 'sent' OR status = 'cancelled')
+     ORDER BY created_at, id LIMIT ?2";
 const ATTENTION_PREDICATE: &str =
     "(status = 'unknown_after_send' OR status = 'failed' OR status = 'cancelled')";
 const ATTENTION_STATUSES: [IntentStatus; 3] = [
@@ -761,6 +767,23 @@ impl IntentStore for SqliteStore {
         .await
     }
 
+    async fn prune_finished_intents(
+        &self,
+        updated_before: UnixMillis,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        // One statement: a write without a savepoint, like the hot writes it queues beside.
+        self.write_statement(move |conn| {
+            let n = conn
+                .prepare_cached(&format!(
+                    "DELETE FROM send_intents WHERE rowid IN ({FINISHED_BEFORE})"
+                ))?
+                .execute(params![updated_before, limit])?;
+            Ok(n as u64)
+        })
+        .await
+    }
+
     async fn count_intents_by_status(&self) -> StoreResult<Vec<(IntentStatus, u64)>> {
         self.read(|conn| {
             let mut stmt =
@@ -785,7 +808,8 @@ mod tests {
     use clawgate_types::{ALL_INTENT_STATUSES, IntentStatus};
 
     use super::{
-        ATTENTION_PREDICATE, ClaimWrite, INSERT_INTENT, OPEN_PREDICATE, list_query, update_sql,
+        ATTENTION_PREDICATE, ClaimWrite, FINISHED_BEFORE, INSERT_INTENT, OPEN_PREDICATE,
+        list_query, update_sql,
     };
     use crate::IntentFilter;
     use crate::sqlite::{MIGRATIONS, SqliteOptions, SqliteStore};
@@ -864,6 +888,28 @@ mod tests {
             assert!(plan.contains(index), "{statuses:?}: {plan}");
             assert_eq!(plan.contains("TEMP B-TREE"), sorts, "{statuses:?}: {plan}");
         }
+    }
+
+    /// Retention removes exactly the statuses nothing leaves, and finds them by walking the
+    /// creation index from its oldest end (no scan of the table, no sort).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pruning_takes_terminal_intents_through_the_creation_index() {
+        for status in ALL_INTENT_STATUSES {
+            let named = FINISHED_BEFORE.contains(&format!("'{}'", status.as_str()));
+            assert_eq!(named, status.is_terminal(), "{status}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
+        let plan = store
+            .read(|conn| {
+                let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {FINISHED_BEFORE}"))?;
+                let rows = stmt.query_map(rusqlite::params![0, 1], |r| r.get::<_, String>(3))?;
+                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?.join("; "))
+            })
+            .await
+            .unwrap();
+        assert!(plan.contains("send_intents_created"), "{plan}");
+        assert!(!plan.contains("TEMP B-TREE"), "{plan}");
     }
 
     /// `commit_receipt`'s SQL names the statuses a commit may leave; they must be exactly the

@@ -422,6 +422,59 @@ fn eventually<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Optio
     }
 }
 
+/// Retention runs when the gateway starts (then hourly): replies finished before the outbox
+/// window go; a reply finished within it and intents waiting for an operator stay.
+#[test]
+fn a_running_gateway_prunes_replies_finished_before_the_outbox_window() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let rt = runtime();
+    let (old, kept) = rt.block_on(async {
+        let store = open(&state);
+        // Seeded intents carry 1970 timestamps: far past any window.
+        let old = seed_intent(&store, 1, IntentStatus::Sent).await;
+        let mut kept = vec![
+            seed_intent(&store, 2, IntentStatus::Failed).await,
+            seed_intent(&store, 3, IntentStatus::UnknownAfterSend).await,
+        ];
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis() as i64;
+        let mut recent = sample_intent(4, now);
+        store.insert_intent(&recent, None).await.expect("insert");
+        for next in [IntentStatus::Sending, IntentStatus::Sent] {
+            let before = recent.status;
+            recent.status = next;
+            store
+                .save_intent(&recent, before, None)
+                .await
+                .expect("walk");
+        }
+        kept.push(recent);
+        (old, kept)
+    });
+    let config = config_file(dir.path(), None, &[]);
+    let gateway = GatewayProcess::start(&state, &config);
+    let store = open(&state);
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while store.load_intent(&old.id).await.expect("load").is_some() {
+            assert!(Instant::now() < deadline, "the old reply was never pruned");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for intent in &kept {
+            assert!(
+                store.load_intent(&intent.id).await.expect("load").is_some(),
+                "{} ({}) must stay",
+                intent.id,
+                intent.status
+            );
+        }
+    });
+    drop(gateway);
+}
+
 #[test]
 fn operator_commands_go_through_a_running_gateway() {
     let dir = tempfile::tempdir().expect("tempdir");
