@@ -174,8 +174,13 @@ pub trait InboundStore: Send + Sync {
         limit: u32,
     ) -> StoreResult<Vec<InboundRecord>>;
 
-    /// Forgets completed records older than `completed_before` (the dedupe window).
-    async fn prune_completed_inbound(&self, completed_before: UnixMillis) -> StoreResult<u64>;
+    /// Forgets up to `limit` completed records last updated before `completed_before` (the
+    /// dedupe window), oldest first; returns how many.
+    async fn prune_completed_inbound(
+        &self,
+        completed_before: UnixMillis,
+        limit: u32,
+    ) -> StoreResult<u64>;
 }
 
 /// Durable "safe completed" watermarks of polling sources.

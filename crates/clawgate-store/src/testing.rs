@@ -1014,12 +1014,24 @@ pub async fn inbound_dedupe_attempts_and_pruning<S: Store>(
         1
     );
     assert_eq!(
-        store.prune_completed_inbound(400).await.unwrap(),
+        store.prune_completed_inbound(400, 100).await.unwrap(),
         0,
         "inside the window"
     );
-    assert_eq!(store.prune_completed_inbound(401).await.unwrap(), 1);
+    // Two more, received later: pruning takes the oldest first, no more than asked.
+    for (event, at) in [("e3", 160), ("e4", 170)] {
+        store.record_inbound(&k(event), &payload, at).await.unwrap();
+        store
+            .finish_inbound(&k(event), InboundStatus::Completed, None, 400)
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.prune_completed_inbound(401, 2).await.unwrap(), 2);
     assert!(store.load_inbound(&k("e2")).await.unwrap().is_none());
+    assert!(store.load_inbound(&k("e3")).await.unwrap().is_none());
+    assert!(store.load_inbound(&k("e4")).await.unwrap().is_some());
+    assert_eq!(store.prune_completed_inbound(401, 2).await.unwrap(), 1);
+    assert!(store.load_inbound(&k("e4")).await.unwrap().is_none());
     assert!(
         store.load_inbound(&k("e1")).await.unwrap().is_some(),
         "dead letters are kept for operators"

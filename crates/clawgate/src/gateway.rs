@@ -398,27 +398,34 @@ impl Gateway {
             warn!(error = %e, "lease retention failed");
         }
         let inbound_cutoff = days_before(self.config.retention.inbound_days);
-        if let Err(e) =
-            clawgate_store::InboundStore::prune_completed_inbound(&*self.store, inbound_cutoff)
-                .await
-        {
-            warn!(error = %e, "inbound retention failed");
-        }
-        let outbox_cutoff = days_before(self.config.retention.outbox_days);
-        // In slices: each is one write of the queue every send shares, and a stop is heard
-        // between them.
-        while !*self.stop.borrow() {
-            match clawgate_store::IntentStore::prune_finished_intents(
+        self.prune_in_slices("inbound", |slice| {
+            clawgate_store::InboundStore::prune_completed_inbound(
                 &*self.store,
-                outbox_cutoff,
-                OUTBOX_PRUNE_SLICE,
+                inbound_cutoff,
+                slice,
             )
-            .await
-            {
-                Ok(n) if n < u64::from(OUTBOX_PRUNE_SLICE) => break,
+        })
+        .await;
+        let outbox_cutoff = days_before(self.config.retention.outbox_days);
+        self.prune_in_slices("outbox", |slice| {
+            clawgate_store::IntentStore::prune_finished_intents(&*self.store, outbox_cutoff, slice)
+        })
+        .await;
+    }
+
+    /// Runs `prune` until a slice comes back short: each slice is one write of the queue every
+    /// send shares, and a stop is heard between them.
+    async fn prune_in_slices<'a, F, Fut>(&self, what: &str, prune: F)
+    where
+        F: Fn(u32) -> Fut,
+        Fut: std::future::Future<Output = clawgate_store::StoreResult<u64>> + 'a,
+    {
+        while !*self.stop.borrow() {
+            match prune(PRUNE_SLICE).await {
+                Ok(n) if n < u64::from(PRUNE_SLICE) => break,
                 Ok(_) => {}
                 Err(e) => {
-                    warn!(error = %e, "outbox retention failed");
+                    warn!(error = %e, "{what} retention failed");
                     break;
                 }
             }
@@ -826,8 +833,8 @@ impl Gateway {
     }
 }
 
-/// How many finished send intents one retention write removes.
-const OUTBOX_PRUNE_SLICE: u32 = 500;
+/// How many rows one retention write removes.
+const PRUNE_SLICE: u32 = 500;
 
 /// The instant `days` days ago.
 fn days_before(days: u64) -> i64 {

@@ -10,6 +10,13 @@ use crate::model::{InboundKey, InboundRecord, InboundStatus, RecordInboundOutcom
 use crate::ports::{InboundStore, WatermarkStore};
 use crate::{StoreError, StoreResult};
 
+/// Completed records last updated before `?1`, oldest first, at most `?2`. A record updated
+/// before `?1` was received before it too: the bound on `received_at` keeps the walk of the
+/// status index to the records that can qualify.
+pub(super) const COMPLETED_BEFORE: &str = "SELECT rowid FROM inbound_records
+     WHERE status = 'completed' AND received_at < ?1 AND updated_at < ?1
+     ORDER BY received_at LIMIT ?2";
+
 const SELECT_INBOUND: &str = "SELECT channel, account_id, event_id, status, attempts, payload,
     last_error, received_at, updated_at FROM inbound_records";
 
@@ -229,13 +236,17 @@ impl InboundStore for SqliteStore {
         .await
     }
 
-    async fn prune_completed_inbound(&self, completed_before: UnixMillis) -> StoreResult<u64> {
-        self.write(move |conn| {
+    async fn prune_completed_inbound(
+        &self,
+        completed_before: UnixMillis,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        self.write_statement(move |conn| {
             let n = conn
-                .prepare_cached(
-                    "DELETE FROM inbound_records WHERE status = 'completed' AND updated_at < ?1",
-                )?
-                .execute([completed_before])?;
+                .prepare_cached(&format!(
+                    "DELETE FROM inbound_records WHERE rowid IN ({COMPLETED_BEFORE})"
+                ))?
+                .execute(params![completed_before, limit])?;
             Ok(n as u64)
         })
         .await

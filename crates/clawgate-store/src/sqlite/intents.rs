@@ -812,6 +812,7 @@ mod tests {
         list_query, update_sql,
     };
     use crate::IntentFilter;
+    use crate::sqlite::inbound::COMPLETED_BEFORE;
     use crate::sqlite::{MIGRATIONS, SqliteOptions, SqliteStore};
 
     /// The partial indexes are usable only by queries that repeat their predicates verbatim.
@@ -890,26 +891,34 @@ mod tests {
         }
     }
 
-    /// Retention removes exactly the statuses nothing leaves, and finds them by walking the
-    /// creation index from its oldest end (no scan of the table, no sort).
+    /// Retention removes exactly the statuses nothing leaves (finished intents, completed
+    /// inbound records), and finds them by walking an index from its oldest end: no scan of the
+    /// table, no sort.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn pruning_takes_terminal_intents_through_the_creation_index() {
+    async fn pruning_walks_an_index_from_the_oldest_end() {
         for status in ALL_INTENT_STATUSES {
             let named = FINISHED_BEFORE.contains(&format!("'{}'", status.as_str()));
             assert_eq!(named, status.is_terminal(), "{status}");
         }
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
-        let plan = store
-            .read(|conn| {
-                let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {FINISHED_BEFORE}"))?;
-                let rows = stmt.query_map(rusqlite::params![0, 1], |r| r.get::<_, String>(3))?;
-                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?.join("; "))
-            })
-            .await
-            .unwrap();
-        assert!(plan.contains("send_intents_created"), "{plan}");
-        assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+        let cases = [
+            (FINISHED_BEFORE, "send_intents_created"),
+            (COMPLETED_BEFORE, "inbound_records_status"),
+        ];
+        for (query, index) in cases {
+            let plan = store
+                .read(move |conn| {
+                    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {query}"))?;
+                    let rows =
+                        stmt.query_map(rusqlite::params![0, 1], |r| r.get::<_, String>(3))?;
+                    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?.join("; "))
+                })
+                .await
+                .unwrap();
+            assert!(plan.contains(index), "{plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+        }
     }
 
     /// `commit_receipt`'s SQL names the statuses a commit may leave; they must be exactly the
