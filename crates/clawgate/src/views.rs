@@ -395,7 +395,8 @@ async fn load_intent<S: IntentStore + ?Sized>(
     let parsed = IntentId::parse(id).map_err(|e| ViewError::BadRequest(e.to_string()))?;
     store.load_intent(&parsed).await?.ok_or_else(|| {
         ViewError::NotFound(format!(
-            "no send intent {id}: `clawgate outbox list` shows the intents"
+            "no send intent {id}: `clawgate outbox list` shows the intents (sent and cancelled \
+             ones are removed after `retention.outbox_days`)"
         ))
     })
 }
