@@ -415,10 +415,10 @@ impl Gateway {
 
     /// Runs `prune` until a slice comes back short: each slice is one write of the queue every
     /// send shares, and a stop is heard between them.
-    async fn prune_in_slices<'a, F, Fut>(&self, what: &str, prune: F)
+    async fn prune_in_slices<F, Fut>(&self, what: &str, prune: F)
     where
         F: Fn(u32) -> Fut,
-        Fut: std::future::Future<Output = clawgate_store::StoreResult<u64>> + 'a,
+        Fut: std::future::Future<Output = clawgate_store::StoreResult<u64>>,
     {
         while !*self.stop.borrow() {
             match prune(PRUNE_SLICE).await {

@@ -44,12 +44,14 @@ macro_rules! due_and_free {
         )
     };
 }
+
 /// Finished intents (the statuses [`IntentStatus::is_terminal`] names) last updated before `?1`,
 /// oldest first, at most `?2`. A row updated before `?1` was created before it too: the bound on
 /// `created_at` keeps the walk of the creation index short when there is little to remove.
 const FINISHED_BEFORE: &str = "SELECT rowid FROM send_intents
      WHERE created_at < ?1 AND updated_at < ?1 AND (status = 'sent' OR status = 'cancelled')
      ORDER BY created_at, id LIMIT ?2";
+
 const ATTENTION_PREDICATE: &str =
     "(status = 'unknown_after_send' OR status = 'failed' OR status = 'cancelled')";
 const ATTENTION_STATUSES: [IntentStatus; 3] = [
