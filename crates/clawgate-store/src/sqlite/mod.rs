@@ -50,6 +50,13 @@ pub struct SqliteOptions {
     /// Caps the database size in pages (`PRAGMA max_page_count`); writes past it fail as
     /// [`StoreError::DiskFull`]. `None` leaves SQLite's own limit.
     pub max_page_count: Option<u64>,
+    /// The size, in bytes, the write-ahead log is cut back to once a checkpoint has emptied it
+    /// (`PRAGMA journal_size_limit`). SQLite reuses the file from its start after each
+    /// checkpoint and otherwise keeps its largest size until the last connection closes: a
+    /// backlog, or a long read that held checkpoints back, would keep that disk for as long as
+    /// the gateway runs. Well above the size between two automatic checkpoints (about 4 MiB), so
+    /// steady writing never regrows a cut file.
+    pub wal_size_limit: u64,
 }
 
 impl Default for SqliteOptions {
@@ -60,6 +67,7 @@ impl Default for SqliteOptions {
             readers: 4,
             max_batch: 512,
             max_page_count: None,
+            wal_size_limit: 64 * 1024 * 1024,
         }
     }
 }
@@ -311,6 +319,10 @@ fn configure_writer(conn: &Connection, options: &SqliteOptions, file: bool) -> D
     if let Some(pages) = options.max_page_count {
         conn.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))?;
     }
+    let limit = i64::try_from(options.wal_size_limit).unwrap_or(i64::MAX);
+    conn.query_row(&format!("PRAGMA journal_size_limit = {limit}"), [], |_| {
+        Ok(())
+    })?;
     Ok(())
 }
 
@@ -335,6 +347,59 @@ mod tests {
             )?;
             Ok(())
         }
+    }
+
+    /// Once a checkpoint has emptied the write-ahead log, the file is cut back to the limit
+    /// instead of keeping the size a run of writes grew it to (SQLite alone never shrinks it).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_wal_file_is_cut_back_to_its_limit_after_a_checkpoint() {
+        const LIMIT: u64 = 256 * 1024;
+        // One round's rows: a page each, so the log grows by about this much per round.
+        const ROUND: u64 = 50;
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteOptions {
+            wal_size_limit: LIMIT,
+            ..SqliteOptions::default()
+        };
+        let store = SqliteStore::open_state_dir(dir.path(), options).unwrap();
+        let wal = wal_path(store.path());
+        let mut sizes = Vec::new();
+        // Well past the 1,000 frames that trigger an automatic checkpoint.
+        for round in 0..30u64 {
+            let writes: Vec<_> = (0..ROUND)
+                .map(|n| {
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        store
+                            .write_statement(move |conn| {
+                                conn.execute(
+                                    "INSERT INTO gateway_meta (key, value) VALUES (?1, ?2)",
+                                    rusqlite::params![
+                                        format!("bulk-{round}-{n}"),
+                                        "x".repeat(4000)
+                                    ],
+                                )?;
+                                Ok(())
+                            })
+                            .await
+                    })
+                })
+                .collect();
+            for write in writes {
+                write.await.unwrap().unwrap();
+            }
+            sizes.push(std::fs::metadata(&wal).unwrap().len());
+        }
+        let grown = sizes
+            .iter()
+            .position(|&size| size > 4 * LIMIT)
+            .unwrap_or_else(|| panic!("the log never grew past the limit: {sizes:?}"));
+        let smallest_after = sizes[grown..].iter().min().copied().unwrap_or(u64::MAX);
+        // Cut to the limit at the commit after the checkpoint; the rest of that round regrows it.
+        assert!(
+            smallest_after <= LIMIT + ROUND * 4200,
+            "the log was never cut back after growing: {sizes:?}"
+        );
     }
 
     /// With FULL, a write is reported only after the WAL holding it was synced; when that sync
