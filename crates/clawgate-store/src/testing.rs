@@ -31,24 +31,16 @@ use crate::{
 #[macro_export]
 macro_rules! store_conformance_tests {
     (open = $open:expr, persistent = true) => {
-        $crate::store_conformance_tests!(@cases $open;
-            intent_insert_and_load, intent_duplicate_key_returns_existing,
-            intent_save_checks_status_and_transitions, intent_commit_receipt_is_atomic,
-            intent_partial_receipts_merge, intent_claims_are_exclusive,
-            intent_claim_is_kept_while_the_holder_works,
-            intent_claim_due_respects_schedule_and_order, intent_listing_pages_every_row_once,
-            intent_finished_ones_are_pruned_once_old,
-            intent_due_listing_claims_nothing_and_the_first_save_takes_the_claim,
-            concurrent_writes_all_commit, failing_write_does_not_fail_neighbours,
-            inbound_dedupe_attempts_and_pruning, watermark_never_moves_back,
-            signal_append_advances_head_and_dedupes, signal_events_since_is_bounded,
-            signal_prune_keeps_heads_and_exact_gap, cursors_and_session_lifecycle,
-            sessions_registry_round_trip, leases_round_trip_and_compare_and_set,
-            instance_id_is_stable, reopen_keeps_committed_state,
+        // Cases that need the data to outlive the store, or a second connection to the file.
+        $crate::store_conformance_tests!(@every $open;
+            reopen_keeps_committed_state,
             intent_ordered_insert_is_visible_and_kept_by_the_next_write,
-            notices_open_once_and_consume_reopens_once, external_changes_are_announced);
+            external_changes_are_announced);
     };
     (open = $open:expr, persistent = false) => {
+        $crate::store_conformance_tests!(@every $open;);
+    };
+    (@every $open:expr; $($extra:ident),* $(,)?) => {
         $crate::store_conformance_tests!(@cases $open;
             intent_insert_and_load, intent_duplicate_key_returns_existing,
             intent_save_checks_status_and_transitions, intent_commit_receipt_is_atomic,
@@ -62,7 +54,8 @@ macro_rules! store_conformance_tests {
             signal_append_advances_head_and_dedupes, signal_events_since_is_bounded,
             signal_prune_keeps_heads_and_exact_gap, cursors_and_session_lifecycle,
             sessions_registry_round_trip, leases_round_trip_and_compare_and_set,
-            instance_id_is_stable, notices_open_once_and_consume_reopens_once);
+            instance_id_is_stable, notices_open_once_and_consume_reopens_once
+            $(, $extra)*);
     };
     (@cases $open:expr; $($case:ident),+ $(,)?) => {
         mod conformance {
