@@ -241,15 +241,8 @@ impl InboundStore for SqliteStore {
         completed_before: UnixMillis,
         limit: u32,
     ) -> StoreResult<u64> {
-        self.write_statement(move |conn| {
-            let n = conn
-                .prepare_cached(&format!(
-                    "DELETE FROM inbound_records WHERE rowid IN ({COMPLETED_BEFORE})"
-                ))?
-                .execute(params![completed_before, limit])?;
-            Ok(n as u64)
-        })
-        .await
+        self.delete_oldest("inbound_records", COMPLETED_BEFORE, completed_before, limit)
+            .await
     }
 }
 

@@ -774,16 +774,8 @@ impl IntentStore for SqliteStore {
         updated_before: UnixMillis,
         limit: u32,
     ) -> StoreResult<u64> {
-        // One statement: a write without a savepoint, like the hot writes it queues beside.
-        self.write_statement(move |conn| {
-            let n = conn
-                .prepare_cached(&format!(
-                    "DELETE FROM send_intents WHERE rowid IN ({FINISHED_BEFORE})"
-                ))?
-                .execute(params![updated_before, limit])?;
-            Ok(n as u64)
-        })
-        .await
+        self.delete_oldest("send_intents", FINISHED_BEFORE, updated_before, limit)
+            .await
     }
 
     async fn count_intents_by_status(&self) -> StoreResult<Vec<(IntentStatus, u64)>> {

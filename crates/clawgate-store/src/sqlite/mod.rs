@@ -208,6 +208,24 @@ impl SqliteStore {
             .await
     }
 
+    /// Deletes the rows of `table` that `oldest` picks — a `SELECT rowid …` of the oldest rows
+    /// before `?1`, at most `?2` — in one write; returns how many (retention, in slices).
+    pub(crate) async fn delete_oldest(
+        &self,
+        table: &'static str,
+        oldest: &'static str,
+        before: i64,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        self.write_statement(move |conn| {
+            let n = conn
+                .prepare_cached(&format!("DELETE FROM {table} WHERE rowid IN ({oldest})"))?
+                .execute(rusqlite::params![before, limit])?;
+            Ok(n as u64)
+        })
+        .await
+    }
+
     /// Types an error raised outside a database job (encoding on the caller's task).
     pub(crate) fn map_error(&self, error: errors::DbError) -> StoreError {
         self.inner.ctx.map(error, Phase::Operate)
