@@ -77,8 +77,18 @@ fn open(state: &Path) -> SqliteStore {
 
 /// Records intent `n` and walks it to `status` through legal moves.
 async fn seed_intent(store: &SqliteStore, n: u64, status: IntentStatus) -> DurableSendIntent {
+    seed_intent_at(store, n, status, 1_000 + n as i64).await
+}
+
+/// [`seed_intent`], created and last changed at `at`.
+async fn seed_intent_at(
+    store: &SqliteStore,
+    n: u64,
+    status: IntentStatus,
+    at: i64,
+) -> DurableSendIntent {
     use IntentStatus::*;
-    let mut intent = sample_intent(n, 1_000 + n as i64);
+    let mut intent = sample_intent(n, at);
     store.insert_intent(&intent, None).await.expect("insert");
     let path: &[IntentStatus] = match status {
         Pending => &[],
@@ -441,17 +451,7 @@ fn a_running_gateway_prunes_replies_finished_before_the_outbox_window() {
             .duration_since(std::time::UNIX_EPOCH)
             .expect("clock")
             .as_millis() as i64;
-        let mut recent = sample_intent(4, now);
-        store.insert_intent(&recent, None).await.expect("insert");
-        for next in [IntentStatus::Sending, IntentStatus::Sent] {
-            let before = recent.status;
-            recent.status = next;
-            store
-                .save_intent(&recent, before, None)
-                .await
-                .expect("walk");
-        }
-        kept.push(recent);
+        kept.push(seed_intent_at(&store, 4, IntentStatus::Sent, now).await);
         (old, kept)
     });
     let config = config_file(dir.path(), None, &[]);
