@@ -8,6 +8,7 @@ mod migrate;
 mod notices;
 mod registry;
 mod signals;
+mod wal_vfs;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -115,8 +116,17 @@ impl SqliteStore {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let mut conn =
-            Connection::open_with_flags(path, flags).map_err(|e| ctx.map_sqlite(e, Phase::Open))?;
+        let mut conn = match wal_vfs::register() {
+            Ok(vfs) => Connection::open_with_flags_and_vfs(path, flags, vfs),
+            Err(code) => {
+                tracing::warn!(
+                    code,
+                    "could not register the WAL batching VFS; using SQLite's default"
+                );
+                Connection::open_with_flags(path, flags)
+            }
+        }
+        .map_err(|e| ctx.map_sqlite(e, Phase::Open))?;
         configure_writer(&conn, &options, true).map_err(|e| ctx.map(e, Phase::Open))?;
         migrate::migrate(&mut conn, &ctx)?;
 
