@@ -377,6 +377,36 @@ mod tests {
         }
     }
 
+    /// The writer connection goes through the WAL batching shim: a commit of 60 pages reaches
+    /// the log in a few writes, not SQLite's two per page. The count is taken on the writer
+    /// thread, in the write after the commit.
+    #[cfg(target_os = "linux")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_writer_commits_a_transaction_in_a_few_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
+        let before = store
+            .write_statement(|conn| {
+                let before = wal_vfs::tests::write_calls();
+                // One statement, as `write_statement` asks: 60 rows of 3,000 bytes.
+                conn.execute(
+                    "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 59)
+                     INSERT INTO gateway_meta (key, value)
+                     SELECT 'page-' || i, hex(zeroblob(1500)) FROM n",
+                    [],
+                )?;
+                Ok(before)
+            })
+            .await
+            .unwrap();
+        let after = store
+            .write_statement(|_| Ok(wal_vfs::tests::write_calls()))
+            .await
+            .unwrap();
+        let calls = after - before;
+        assert!(calls <= 5, "{calls} write calls for one 60-page commit");
+    }
+
     /// Once a checkpoint has emptied the write-ahead log, the file is cut back to the limit
     /// instead of keeping the size a run of writes grew it to (SQLite alone never shrinks it).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -457,7 +457,7 @@ unsafe extern "C" fn wal_device_characteristics(file: *mut ffi::sqlite3_file) ->
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // Tests fail loudly by design.
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use rusqlite::{Connection, OpenFlags};
 
@@ -600,9 +600,9 @@ mod tests {
         format!("file:{}", dir.path().join(name).display())
     }
 
-    /// Write system calls made by this thread so far.
+    /// Write system calls made by the calling thread so far.
     #[cfg(target_os = "linux")]
-    fn write_calls() -> u64 {
+    pub(crate) fn write_calls() -> u64 {
         let io = std::fs::read_to_string("/proc/thread-self/io").unwrap();
         io.lines()
             .find_map(|line| line.strip_prefix("syscw:"))
