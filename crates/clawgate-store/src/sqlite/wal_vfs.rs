@@ -2,23 +2,27 @@
 //!
 //! SQLite writes every WAL frame with two `pwrite`s (its 24-byte header, then the page), so a
 //! commit of 20 pages costs 40 system calls on the one thread every write waits for. This shim
-//! wraps the platform VFS and, for WAL files only, gathers a run of contiguous frame writes in
-//! memory and writes the run at once when its commit frame is complete. Everything else goes to
-//! the platform VFS untouched; the files on disk are byte for byte what SQLite would write.
+//! wraps the platform VFS and, for WAL files only and only while the calling thread runs a
+//! `COMMIT` inside [`commit`], gathers a run of contiguous frame writes in memory and writes the
+//! run at once when its commit frame is complete. Everything else goes to the platform VFS
+//! untouched; the files on disk are byte for byte what SQLite would write.
 //!
 //! Why that is safe: a frame becomes visible to other connections only when the committing
 //! connection updates the WAL index, which SQLite does after it wrote the commit frame, and the
 //! run is written when that frame's page arrives. Any other call on the WAL file (read, sync,
 //! size, truncate, file control, close) writes the run first, so SQLite never observes the file
 //! without bytes it wrote. A run that fails to write is reported as the failing write, exactly as
-//! a failed `pwrite` would be, and is then dropped: SQLite abandons those frames with the
-//! transaction that wrote them. Only the frame pattern is held (see [`FrameRun`]); a log SQLite
-//! pads to sector boundaries (a database opened with `psow=0`) is written through.
+//! a failed `pwrite` would be, and is then dropped; so is a run its commit never completed:
+//! SQLite abandons those frames with the transaction that wrote them. Frames a transaction
+//! spills before its `COMMIT` are written straight through, since it may still roll back (see
+//! [`commit`]). Only the frame pattern is held (see [`FrameRun`]); a log SQLite pads to sector
+//! boundaries (a database opened with `psow=0`) is written through.
 //!
 //! Only the store's writer connection opens the database through the shim; readers, other
 //! processes and the `sqlite3` shell use SQLite's own VFS on the same files.
 #![allow(unsafe_code)]
 
+use std::cell::{Cell, RefCell};
 use std::ffi::{CStr, c_int, c_void};
 use std::sync::OnceLock;
 
@@ -48,8 +52,6 @@ pub(crate) struct FrameRun {
     /// The last write held was a frame header: `Some(true)` when it heads a commit frame, whose
     /// page completes the commit.
     header_held: Option<bool>,
-    /// Off: every write goes straight through.
-    batching: bool,
 }
 
 /// What becomes of a write offered to a [`FrameRun`].
@@ -64,14 +66,6 @@ pub(crate) enum Push {
 }
 
 impl FrameRun {
-    /// An empty run; `batching` off sends every write straight through.
-    pub(crate) fn new(batching: bool) -> FrameRun {
-        FrameRun {
-            batching,
-            ..FrameRun::default()
-        }
-    }
-
     /// Whether a write of `len` bytes at `offset` can join the run (an empty run takes any).
     pub(crate) fn takes(&self, offset: i64, len: usize) -> bool {
         self.bytes.is_empty() || (offset == self.end() && self.bytes.len() + len <= MAX_RUN)
@@ -83,9 +77,6 @@ impl FrameRun {
 
     /// Offers a write the run [`takes`](Self::takes).
     pub(crate) fn push(&mut self, offset: i64, data: &[u8]) -> Push {
-        if !self.batching {
-            return Push::Through;
-        }
         let header = data.len() == FRAME_HEADER;
         let page_of = if header {
             None
@@ -176,8 +167,9 @@ fn platform() -> *mut ffi::sqlite3_vfs {
 #[repr(C)]
 struct WalFile {
     base: ffi::sqlite3_file,
-    run: *mut FrameRun,
     real: *mut ffi::sqlite3_file,
+    /// Off (a log SQLite pads to sectors): every write goes straight through.
+    batching: bool,
 }
 
 const REAL_OFFSET: usize = (std::mem::size_of::<WalFile>() + 7) & !7;
@@ -212,13 +204,13 @@ unsafe extern "C" fn open(
         // Without power-safe overwrite (the database's `psow` URI parameter, on by default)
         // SQLite pads each commit to a sector boundary, splitting a frame write around a sync:
         // that log is written through.
-        let run = FrameRun::new(ffi::sqlite3_uri_boolean(name, c"psow".as_ptr(), 1) != 0);
+        let batching = ffi::sqlite3_uri_boolean(name, c"psow".as_ptr(), 1) != 0;
         file.cast::<WalFile>().write(WalFile {
             base: ffi::sqlite3_file {
                 pMethods: &WAL_METHODS,
             },
-            run: Box::into_raw(Box::new(run)),
             real,
+            batching,
         });
         ffi::SQLITE_OK
     }
@@ -247,15 +239,51 @@ static WAL_METHODS: ffi::sqlite3_io_methods = ffi::sqlite3_io_methods {
     xUnfetch: None,
 };
 
-/// The shim's run and the platform's file behind a WAL file this shim opened.
+/// The run of frames the commit running on this thread holds, and the platform file it is for.
+struct Held {
+    real: *mut ffi::sqlite3_file,
+    run: FrameRun,
+}
+
+thread_local! {
+    /// Set while this thread runs a commit inside [`commit`]: frames are held only then.
+    static COMMITTING: Cell<bool> = const { Cell::new(false) };
+    /// What the commit running on this thread holds (kept between commits for its buffer).
+    static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
+}
+
+/// Runs `commit` (SQLite's `COMMIT`) with this thread's WAL frames held and written together.
 ///
-/// SAFETY (for callers): `file` is a `WalFile` written by `open` and not yet closed; SQLite uses
-/// one file from one thread at a time.
-unsafe fn parts<'a>(file: *mut ffi::sqlite3_file) -> (&'a mut FrameRun, *mut ffi::sqlite3_file) {
+/// Frames are held only here: a transaction may spill pages to the WAL before it commits and
+/// then roll back. Held, such frames would reach the file later, possibly over frames another
+/// connection wrote at the same offsets in the meantime; written straight through, they are
+/// overwritten like SQLite expects. Frames still held when `commit` returns never got their
+/// commit frame (the commit failed part way) and are dropped: they belong to no transaction.
+pub(crate) fn commit<T>(commit: impl FnOnce() -> T) -> T {
+    struct Scope;
+    impl Drop for Scope {
+        fn drop(&mut self) {
+            COMMITTING.set(false);
+            HELD.with_borrow_mut(|held| {
+                if let Some(held) = held {
+                    held.run.clear();
+                }
+            });
+        }
+    }
+    COMMITTING.set(true);
+    let _scope = Scope;
+    commit()
+}
+
+/// The platform's file behind a WAL file this shim opened, and whether its frames may be held.
+///
+/// SAFETY (for callers): `file` is a `WalFile` written by `open` and not yet closed.
+unsafe fn parts(file: *mut ffi::sqlite3_file) -> (*mut ffi::sqlite3_file, bool) {
     // SAFETY: see above.
     unsafe {
         let shim = &*file.cast::<WalFile>();
-        (&mut *shim.run, shim.real)
+        (shim.real, shim.batching)
     }
 }
 
@@ -265,7 +293,7 @@ unsafe fn methods<'a>(real: *mut ffi::sqlite3_file) -> &'a ffi::sqlite3_io_metho
     unsafe { &*(*real).pMethods }
 }
 
-/// Writes the pending run, if any, and forgets it.
+/// Writes `run` to `real`, if it holds anything, and forgets it.
 unsafe fn write_run(run: &mut FrameRun, real: *mut ffi::sqlite3_file) -> c_int {
     let Some((offset, bytes)) = run.pending() else {
         return ffi::SQLITE_OK;
@@ -281,15 +309,26 @@ unsafe fn write_run(run: &mut FrameRun, real: *mut ffi::sqlite3_file) -> c_int {
     rc
 }
 
-/// Writes the pending run, then runs `then` on the platform file unless that write failed.
-unsafe fn after_run(
+/// Writes what this thread holds for `real`, if anything.
+unsafe fn write_held(real: *mut ffi::sqlite3_file) -> c_int {
+    HELD.with_borrow_mut(|held| match held {
+        // SAFETY: a held run's file is open: the run is written or dropped before its commit
+        // returns, and SQLite closes no file during a commit.
+        Some(held) if held.real == real => unsafe { write_run(&mut held.run, real) },
+        _ => ffi::SQLITE_OK,
+    })
+}
+
+/// Writes what this thread holds for the file, then runs `then` on the platform file unless
+/// that write failed.
+unsafe fn after_held(
     file: *mut ffi::sqlite3_file,
     then: impl FnOnce(*mut ffi::sqlite3_file, &ffi::sqlite3_io_methods) -> c_int,
 ) -> c_int {
     // SAFETY: `file` is an open shim WAL file (SQLite's contract for io methods).
     unsafe {
-        let (run, real) = parts(file);
-        let rc = write_run(run, real);
+        let (real, _) = parts(file);
+        let rc = write_held(real);
         if rc != ffi::SQLITE_OK {
             return rc;
         }
@@ -298,14 +337,18 @@ unsafe fn after_run(
 }
 
 unsafe extern "C" fn wal_close(file: *mut ffi::sqlite3_file) -> c_int {
-    // SAFETY: SQLite closes an open file once; after this the run is freed and never used.
+    // SAFETY: SQLite closes an open file once; nothing held refers to it afterwards.
     unsafe {
-        let (run, real) = parts(file);
-        let written = write_run(run, real);
+        let (real, _) = parts(file);
+        let written = write_held(real);
+        HELD.with_borrow_mut(|held| {
+            if held.as_ref().is_some_and(|held| held.real == real) {
+                *held = None;
+            }
+        });
         let closed = methods(real)
             .xClose
             .map_or(ffi::SQLITE_OK, |close| close(real));
-        drop(Box::from_raw(std::ptr::from_mut(run)));
         if written != ffi::SQLITE_OK {
             written
         } else {
@@ -320,28 +363,60 @@ unsafe extern "C" fn wal_write(
     amount: c_int,
     offset: ffi::sqlite3_int64,
 ) -> c_int {
-    // SAFETY: SQLite passes `amount` readable bytes at `data`.
+    // SAFETY: SQLite passes `amount` readable bytes at `data`; `real` is open.
     unsafe {
-        let (run, real) = parts(file);
+        let (real, batching) = parts(file);
+        let through = |real: *mut ffi::sqlite3_file| {
+            methods(real)
+                .xWrite
+                .map_or(ffi::SQLITE_IOERR_WRITE, |f| f(real, data, amount, offset))
+        };
         let Ok(len) = usize::try_from(amount) else {
             return ffi::SQLITE_IOERR_WRITE;
         };
-        if !run.takes(offset, len) {
-            let rc = write_run(run, real);
-            if rc != ffi::SQLITE_OK {
-                return rc;
-            }
-        }
-        match run.push(offset, std::slice::from_raw_parts(data.cast::<u8>(), len)) {
-            Push::Held => ffi::SQLITE_OK,
-            Push::Complete => write_run(run, real),
-            Push::Through => match write_run(run, real) {
-                ffi::SQLITE_OK => methods(real)
-                    .xWrite
-                    .map_or(ffi::SQLITE_IOERR_WRITE, |f| f(real, data, amount, offset)),
+        if !batching || !COMMITTING.get() {
+            return match write_held(real) {
+                ffi::SQLITE_OK => through(real),
                 failed => failed,
-            },
+            };
         }
+        HELD.with_borrow_mut(|slot| {
+            let held = match slot {
+                Some(held) if held.real == real => held,
+                other => {
+                    // Another log's run (never within one commit): write it before taking
+                    // this file's writes.
+                    if let Some(previous) = other.as_mut() {
+                        let rc = write_run(&mut previous.run, previous.real);
+                        if rc != ffi::SQLITE_OK {
+                            return rc;
+                        }
+                    }
+                    let run = other
+                        .take()
+                        .map(|previous| previous.run)
+                        .unwrap_or_default();
+                    other.insert(Held { real, run })
+                }
+            };
+            if !held.run.takes(offset, len) {
+                let rc = write_run(&mut held.run, real);
+                if rc != ffi::SQLITE_OK {
+                    return rc;
+                }
+            }
+            match held
+                .run
+                .push(offset, std::slice::from_raw_parts(data.cast::<u8>(), len))
+            {
+                Push::Held => ffi::SQLITE_OK,
+                Push::Complete => write_run(&mut held.run, real),
+                Push::Through => match write_run(&mut held.run, real) {
+                    ffi::SQLITE_OK => through(real),
+                    failed => failed,
+                },
+            }
+        })
     }
 }
 
@@ -353,7 +428,7 @@ unsafe extern "C" fn wal_read(
 ) -> c_int {
     // SAFETY: forwarded unchanged to the platform file.
     unsafe {
-        after_run(file, |real, m| {
+        after_held(file, |real, m| {
             m.xRead
                 .map_or(ffi::SQLITE_IOERR_READ, |f| f(real, data, amount, offset))
         })
@@ -363,7 +438,7 @@ unsafe extern "C" fn wal_read(
 unsafe extern "C" fn wal_truncate(file: *mut ffi::sqlite3_file, size: ffi::sqlite3_int64) -> c_int {
     // SAFETY: forwarded unchanged to the platform file.
     unsafe {
-        after_run(file, |real, m| {
+        after_held(file, |real, m| {
             m.xTruncate
                 .map_or(ffi::SQLITE_IOERR_TRUNCATE, |f| f(real, size))
         })
@@ -373,7 +448,7 @@ unsafe extern "C" fn wal_truncate(file: *mut ffi::sqlite3_file, size: ffi::sqlit
 unsafe extern "C" fn wal_sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
     // SAFETY: forwarded unchanged to the platform file.
     unsafe {
-        after_run(file, |real, m| {
+        after_held(file, |real, m| {
             m.xSync.map_or(ffi::SQLITE_IOERR_FSYNC, |f| f(real, flags))
         })
     }
@@ -385,7 +460,7 @@ unsafe extern "C" fn wal_file_size(
 ) -> c_int {
     // SAFETY: forwarded unchanged to the platform file.
     unsafe {
-        after_run(file, |real, m| {
+        after_held(file, |real, m| {
             m.xFileSize
                 .map_or(ffi::SQLITE_IOERR_FSTAT, |f| f(real, size))
         })
@@ -399,7 +474,7 @@ unsafe extern "C" fn wal_file_control(
 ) -> c_int {
     // SAFETY: forwarded unchanged to the platform file.
     unsafe {
-        after_run(file, |real, m| {
+        after_held(file, |real, m| {
             m.xFileControl
                 .map_or(ffi::SQLITE_NOTFOUND, |f| f(real, op, arg))
         })
@@ -409,7 +484,7 @@ unsafe extern "C" fn wal_file_control(
 unsafe extern "C" fn wal_lock(file: *mut ffi::sqlite3_file, level: c_int) -> c_int {
     // SAFETY: forwarded unchanged to the platform file.
     unsafe {
-        let (_, real) = parts(file);
+        let (real, _) = parts(file);
         methods(real)
             .xLock
             .map_or(ffi::SQLITE_OK, |f| f(real, level))
@@ -419,7 +494,7 @@ unsafe extern "C" fn wal_lock(file: *mut ffi::sqlite3_file, level: c_int) -> c_i
 unsafe extern "C" fn wal_unlock(file: *mut ffi::sqlite3_file, level: c_int) -> c_int {
     // SAFETY: forwarded unchanged to the platform file.
     unsafe {
-        let (_, real) = parts(file);
+        let (real, _) = parts(file);
         methods(real)
             .xUnlock
             .map_or(ffi::SQLITE_OK, |f| f(real, level))
@@ -432,7 +507,7 @@ unsafe extern "C" fn wal_check_reserved_lock(
 ) -> c_int {
     // SAFETY: forwarded unchanged to the platform file.
     unsafe {
-        let (_, real) = parts(file);
+        let (real, _) = parts(file);
         methods(real)
             .xCheckReservedLock
             .map_or(ffi::SQLITE_IOERR_CHECKRESERVEDLOCK, |f| f(real, out))
@@ -442,7 +517,7 @@ unsafe extern "C" fn wal_check_reserved_lock(
 unsafe extern "C" fn wal_sector_size(file: *mut ffi::sqlite3_file) -> c_int {
     // SAFETY: forwarded unchanged to the platform file.
     unsafe {
-        let (_, real) = parts(file);
+        let (real, _) = parts(file);
         methods(real).xSectorSize.map_or(4096, |f| f(real))
     }
 }
@@ -450,7 +525,7 @@ unsafe extern "C" fn wal_sector_size(file: *mut ffi::sqlite3_file) -> c_int {
 unsafe extern "C" fn wal_device_characteristics(file: *mut ffi::sqlite3_file) -> c_int {
     // SAFETY: forwarded unchanged to the platform file.
     unsafe {
-        let (_, real) = parts(file);
+        let (real, _) = parts(file);
         methods(real).xDeviceCharacteristics.map_or(0, |f| f(real))
     }
 }
@@ -477,7 +552,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_run_is_written_when_the_page_of_its_commit_frame_arrives() {
-        let mut run = FrameRun::new(true);
+        let mut run = FrameRun::default();
         let page = vec![7u8; PAGE];
         for (n, size_after_commit) in [(0, 0), (1, 0), (2, 9)] {
             let at = frame_at(n);
@@ -508,7 +583,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_write_elsewhere_or_past_the_size_limit_does_not_join_the_run() {
-        let mut run = FrameRun::new(true);
+        let mut run = FrameRun::default();
         assert!(
             run.takes(frame_at(5), FRAME_HEADER),
             "an empty run takes any write"
@@ -526,7 +601,7 @@ pub(crate) mod tests {
 
     #[test]
     fn only_frame_headers_and_the_pages_after_them_are_held() {
-        let mut run = FrameRun::new(true);
+        let mut run = FrameRun::default();
         let page = vec![3u8; PAGE];
         assert_eq!(
             run.push(0, &[0u8; 32]),
@@ -548,15 +623,11 @@ pub(crate) mod tests {
             Push::Through,
             "a split write"
         );
-
-        let mut through = FrameRun::new(false);
-        assert_eq!(through.push(frame_at(0), &header(2, 5)), Push::Through);
-        assert!(through.pending().is_none());
     }
 
     #[test]
     fn a_commit_page_that_opens_a_new_run_is_still_written_at_once() {
-        let mut run = FrameRun::new(true);
+        let mut run = FrameRun::default();
         let page = vec![1u8; PAGE];
         let mut n = 0;
         while run.pending().map_or(0, |(_, bytes)| bytes.len()) + FRAME_HEADER + PAGE <= MAX_RUN {
@@ -617,35 +688,99 @@ pub(crate) mod tests {
     #[test]
     fn a_commit_reaches_the_wal_in_a_few_writes_instead_of_two_per_frame() {
         let dir = tempfile::tempdir().unwrap();
-        let calls = |shim: bool, params: &str| {
-            let conn = open(
-                &format!(
-                    "{}{params}",
-                    uri(&dir, &format!("{shim}-{}.db", params.len()))
-                ),
-                shim,
-            );
+        let mut databases = 0;
+        let mut calls = |shim: bool, params: &str, scoped: bool| {
+            databases += 1;
+            let name = format!("{databases}.db");
+            let conn = open(&format!("{}{params}", uri(&dir, &name)), shim);
             let before = write_calls();
             let tx = conn.unchecked_transaction().unwrap();
             for n in 0..60 {
                 tx.execute("INSERT INTO t (n, b) VALUES (?1, zeroblob(3000))", [n])
                     .unwrap();
             }
-            tx.commit().unwrap();
+            if scoped {
+                commit(|| tx.commit()).unwrap();
+            } else {
+                tx.commit().unwrap();
+            }
             write_calls() - before
         };
-        let (platform, shim) = (calls(false, ""), calls(true, ""));
+        let platform = calls(false, "", true);
         assert!(
             platform >= 120,
             "60 pages or more, two writes each: {platform}"
         );
+        let shim = calls(true, "", true);
         assert!(
             shim <= 5,
             "runs of up to 128 KiB: {shim} (platform VFS: {platform})"
         );
-        // Without power-safe overwrite SQLite's own write pattern is kept.
-        let unbatched = calls(true, "?psow=0");
-        assert!(unbatched >= 120, "written through: {unbatched}");
+        // Outside `commit`, and without power-safe overwrite, SQLite's own writes are kept.
+        let unscoped = calls(true, "", false);
+        assert!(
+            unscoped >= 120,
+            "written through outside a commit: {unscoped}"
+        );
+        let padded = calls(true, "?psow=0", true);
+        assert!(
+            padded >= 120,
+            "written through with sector padding: {padded}"
+        );
+    }
+
+    /// Frames a transaction spills to the log before it rolls back are written at once, never
+    /// held: held, they would reach the file after another connection committed its own frames
+    /// at the same offsets, over them.
+    #[test]
+    fn frames_spilled_by_a_rolled_back_transaction_never_overwrite_a_later_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let shimmed = open(&uri(&dir, "state.db"), true);
+        let other = open(&uri(&dir, "state.db"), false);
+        // A cache of ten pages: the transaction below spills most of its pages to the log. An
+        // empty log: undoing it then reads nothing back from the log.
+        shimmed
+            .execute_batch("PRAGMA cache_size = 10; PRAGMA wal_checkpoint(TRUNCATE);")
+            .unwrap();
+        let tx = shimmed.unchecked_transaction().unwrap();
+        for n in 0..100 {
+            tx.execute("INSERT INTO t (n, b) VALUES (?1, randomblob(3000))", [n])
+                .unwrap();
+        }
+        tx.rollback().unwrap();
+        // Another connection (another process, say) commits where the spilled frames were.
+        let tx = other.unchecked_transaction().unwrap();
+        for n in 0..100 {
+            tx.execute(
+                "INSERT INTO t (n, b) VALUES (?1, zeroblob(3000))",
+                [1000 + n],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+        // The shimmed connection reads and commits again.
+        let seen: i64 = shimmed
+            .query_row("SELECT COUNT(*) FROM t WHERE n >= 1000", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(seen, 100);
+        let tx = shimmed.unchecked_transaction().unwrap();
+        tx.execute("INSERT INTO t (n, b) VALUES (5000, zeroblob(10))", [])
+            .unwrap();
+        commit(|| tx.commit()).unwrap();
+        drop(shimmed);
+        let check = open(&uri(&dir, "state.db"), false);
+        let (rows, zeros): (i64, i64) = check
+            .query_row(
+                "SELECT COUNT(*), SUM(b = zeroblob(length(b))) FROM t",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((rows, zeros), (101, 101));
+        let integrity: String = check
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(integrity, "ok");
     }
 
     /// A commit is in the file before SQLite publishes it: a connection through the platform VFS
@@ -671,7 +806,7 @@ pub(crate) mod tests {
                 tx.execute("INSERT INTO t (b) VALUES (randomblob(?1))", [500 + 300 * n])
                     .unwrap();
             }
-            tx.commit().unwrap();
+            commit(|| tx.commit()).unwrap();
             let seen: i64 = reader
                 .query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
                 .unwrap();

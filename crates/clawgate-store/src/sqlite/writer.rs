@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{error, warn};
 
 use super::errors::{DbError, DbResult, ErrorContext, Phase, duplicate};
+use super::wal_vfs;
 use crate::{StoreError, StoreResult};
 
 /// Called once the batch's fate is known: `None` when it committed, else why it did not.
@@ -405,7 +406,8 @@ fn commit_batch(
     }
     let commit_error = match aborted {
         Some(e) => Some(e),
-        None => exec(conn, "COMMIT").err(),
+        // The commit's WAL frames go out in one write (see `wal_vfs`).
+        None => wal_vfs::commit(|| exec(conn, "COMMIT")).err(),
     };
     if let Some(e) = &commit_error {
         if !conn.is_autocommit() {
