@@ -29,8 +29,7 @@ use std::sync::OnceLock;
 use rusqlite::ffi;
 
 /// The name connections open the shim by.
-pub(crate) const NAME: &str = "clawgate-wal-batch";
-const NAME_C: &CStr = c"clawgate-wal-batch";
+const NAME: &CStr = c"clawgate-wal-batch";
 
 /// The size of a WAL frame header (file format: page number, database size after commit, two
 /// salts, two checksums). SQLite writes it alone, right before the frame's page.
@@ -123,7 +122,7 @@ unsafe impl Sync for Platform {}
 static REGISTERED: OnceLock<Result<Platform, c_int>> = OnceLock::new();
 
 /// Registers the shim (once per process) and returns its name, or SQLite's error code.
-pub(crate) fn register() -> Result<&'static str, c_int> {
+pub(crate) fn register() -> Result<&'static CStr, c_int> {
     let registered = REGISTERED.get_or_init(|| {
         // SAFETY: `sqlite3_vfs_find` initialises SQLite if needed and returns the default VFS or
         // null. The copy keeps every platform method and its app data, so the methods this shim
@@ -136,7 +135,7 @@ pub(crate) fn register() -> Result<&'static str, c_int> {
             }
             let mut shim = *platform;
             shim.pNext = std::ptr::null_mut();
-            shim.zName = NAME_C.as_ptr();
+            shim.zName = NAME.as_ptr();
             shim.szOsFile = (*platform)
                 .szOsFile
                 .max(c_int::try_from(REAL_OFFSET).unwrap_or(c_int::MAX) + (*platform).szOsFile);
@@ -381,24 +380,18 @@ unsafe extern "C" fn wal_write(
             };
         }
         HELD.with_borrow_mut(|slot| {
-            let held = match slot {
-                Some(held) if held.real == real => held,
-                other => {
-                    // Another log's run (never within one commit): write it before taking
-                    // this file's writes.
-                    if let Some(previous) = other.as_mut() {
-                        let rc = write_run(&mut previous.run, previous.real);
-                        if rc != ffi::SQLITE_OK {
-                            return rc;
-                        }
-                    }
-                    let run = other
-                        .take()
-                        .map(|previous| previous.run)
-                        .unwrap_or_default();
-                    other.insert(Held { real, run })
+            let held = slot.get_or_insert_with(|| Held {
+                real,
+                run: FrameRun::default(),
+            });
+            if held.real != real {
+                // Another log's run (never within one commit): written before this file's.
+                let rc = write_run(&mut held.run, held.real);
+                if rc != ffi::SQLITE_OK {
+                    return rc;
                 }
-            };
+                held.real = real;
+            }
             if !held.run.takes(offset, len) {
                 let rc = write_run(&mut held.run, real);
                 if rc != ffi::SQLITE_OK {
@@ -777,10 +770,7 @@ pub(crate) mod tests {
             )
             .unwrap();
         assert_eq!((rows, zeros), (101, 101));
-        let integrity: String = check
-            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(integrity, "ok");
+        assert_intact(&check);
     }
 
     /// A commit is in the file before SQLite publishes it: a connection through the platform VFS
@@ -816,9 +806,13 @@ pub(crate) mod tests {
             assert_eq!(seen, made, "round {round} ({params} {sync})");
         }
         drop(writer);
-        let check: String = reader
+        assert_intact(&reader);
+    }
+
+    fn assert_intact(conn: &Connection) {
+        let verdict: String = conn
             .query_row("PRAGMA integrity_check", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(check, "ok");
+        assert_eq!(verdict, "ok");
     }
 }
