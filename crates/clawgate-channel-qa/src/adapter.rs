@@ -45,6 +45,9 @@ impl std::fmt::Debug for QaAdapter {
     }
 }
 
+/// How long a long poll may take beyond the wait it asked the platform for.
+const LONG_POLL_MARGIN: Duration = Duration::from_secs(10);
+
 impl QaAdapter {
     /// The full adapter: idempotency keys on every unit, reconciliation by key lookup.
     pub fn new(base_url: &str, token: &str) -> QaAdapter {
@@ -403,7 +406,10 @@ impl QaAdapter {
         url.query_pairs_mut()
             .append_pair("offset", &offset.to_string())
             .append_pair("timeoutMs", &timeout_ms.to_string());
-        let response = self.call(self.http.get(url)).await?;
+        // The platform may hold the request for the whole wait: the call's own deadline comes
+        // on top of it, or every idle long poll would end as a timeout.
+        let deadline = Duration::from_millis(timeout_ms).saturating_add(LONG_POLL_MARGIN);
+        let response = self.call(self.http.get(url).timeout(deadline)).await?;
         Self::answer::<crate::UpdatesAnswer>(response, "updates")
             .await
             .map(|a| a.result)

@@ -2,4 +2,5 @@
 #![allow(clippy::unwrap_used)] // Tests fail loudly by design.
 
 mod attachments;
+mod polling;
 mod restart;
