@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use clawgate_channel_qa::{LogEvent, QaAdapter};
+use clawgate_channel_qa::{Fault, LogEvent, QaAdapter};
 use clawgate_channel_sdk::{
     ChannelMessageAdapter, MessageOriginAdapter, Reconciliation, SendContext, SendError,
 };
@@ -711,4 +711,105 @@ async fn block_streaming_with_media_sends_each_block_and_image_once() {
     );
     assert_eq!(h.platform.landed_with_attachment(CAT), 1);
     assert_eq!(h.platform.landed_with_attachment(DOG), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_dies_before_its_final_is_never_delivered_by_recovery() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    let live = messenger
+        .begin_live(message("nf", ""), opts(), LiveOptions::default())
+        .await
+        .unwrap();
+    // From its first durable instant the intent says it has no final.
+    let recorded = h.intents().await;
+    assert_eq!(recorded.len(), 1);
+    assert!(
+        recorded[0].awaits_final() && recorded[0].batch.is_none(),
+        "recorded without a final: {:?}",
+        recorded[0]
+    );
+    drop(live); // The process dies before the agent produced any text.
+    let restarted = h.messenger(Arc::new(h.adapter()));
+    h.clock.advance(3 * 60_000);
+    let report = restarted.recover().await.unwrap();
+    assert_eq!(
+        (report.abandoned, report.committed),
+        (1, 0),
+        "cancelled, not \"delivered\": {report:?}"
+    );
+    assert!(
+        h.platform.messages("room-1").is_empty(),
+        "nothing was sent: {:?}",
+        h.platform.messages("room-1")
+    );
+    assert_eq!(h.intents_with(IntentStatus::Cancelled).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preview_that_landed_before_its_record_is_found_by_its_key_and_removed() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    let live = messenger
+        .begin_live(message("lost", ""), opts(), LiveOptions::default())
+        .await
+        .unwrap();
+    let key = h.intents().await[0].idempotency_key.clone();
+    // The preview's POST lands under the preview's own key, then the process dies before
+    // the live state records it.
+    let landed: serde_json::Value = reqwest::Client::new()
+        .post(format!(
+            "{}/api/conversations/room-1/messages",
+            h.platform.base_url()
+        ))
+        .bearer_auth(h.platform.token())
+        .json(&serde_json::json!({ "text": "echo:", "idempotencyKey": format!("{key}~preview#0") }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(landed["ok"], true, "{landed}");
+    drop(live);
+    let restarted = h.messenger(Arc::new(h.adapter()));
+    h.clock.advance(3 * 60_000);
+    let report = restarted.recover().await.unwrap();
+    assert_eq!(report.abandoned, 1, "{report:?}");
+    assert!(
+        h.platform.messages("room-1").is_empty(),
+        "the unrecorded preview is removed: {:?}",
+        h.platform.messages("room-1")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preview_whose_answer_was_lost_becomes_the_final_instead_of_standing_beside_it() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    let mut live = messenger
+        .begin_live(message("drop", ""), opts(), LiveOptions::default())
+        .await
+        .unwrap();
+    h.platform.inject(Fault::drop_after_accept(1));
+    assert!(
+        live.update("echo: hi w1").await.unwrap(),
+        "the preview landed; asking by its key finds it"
+    );
+    assert_eq!(h.platform.messages("room-1").len(), 1);
+    h.clock.advance(250);
+    let report = live
+        .finalize(message("drop", "echo: hi w1 w2"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(report.outcome, SendOutcome::Sent { .. }),
+        "{report:?}"
+    );
+    let landed = h.platform.messages("room-1");
+    assert_eq!(
+        landed.iter().map(|m| m.text.as_str()).collect::<Vec<_>>(),
+        vec!["echo: hi w1 w2"],
+        "one message: the preview finalized in place"
+    );
 }

@@ -584,3 +584,78 @@ async fn a_webhook_answered_with_an_error_is_redelivered_and_handled_once() {
         "the failed turn ran again on redelivery, and then not again"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_that_dies_with_the_process_every_time_is_dead_lettered_after_its_starts() {
+    let h = Harness::new().await;
+    let options = ReceiveOptions {
+        max_attempts: 3,
+        ..ReceiveOptions::default()
+    };
+    let raw = inbound(&h, "room-1", "poison that crashes the gateway", false, None);
+    let dispatched = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    for start in 1..=3 {
+        // Each attempt's process dies mid-dispatch: the receive context is dropped while the
+        // turn runs, so nothing after the dispatch (no finish) ever happens.
+        let r = receiver(
+            &h,
+            h.store.clone(),
+            ReceiveAckPolicy::AfterDurableSend,
+            options.clone(),
+        );
+        let ack = AckController::new(Arc::new(Journal::default()));
+        let count = dispatched.clone();
+        let turn = r.receive(&raw, &ack, |_| async move {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::future::pending::<Result<(), String>>().await
+        });
+        let died = tokio::time::timeout(std::time::Duration::from_millis(300), turn).await;
+        assert!(died.is_err(), "attempt {start} never finished");
+        let record = clawgate_store::InboundStore::list_unfinished_inbound(&*h.store, 10)
+            .await
+            .unwrap();
+        assert_eq!(
+            record.iter().map(|r| r.attempts).collect::<Vec<_>>(),
+            vec![start],
+            "the attempt was counted when it started"
+        );
+    }
+    let r = receiver(
+        &h,
+        h.store.clone(),
+        ReceiveAckPolicy::AfterDurableSend,
+        options,
+    );
+    let journal = Arc::new(Journal::default());
+    let (outcome, state) = run(&r, &raw, &journal, Ok(())).await;
+    let ReceiveOutcome::Failed {
+        attempts,
+        dead_lettered,
+        error,
+    } = outcome
+    else {
+        panic!("{outcome:?}")
+    };
+    assert!(dead_lettered, "dead-lettered after 3 starts: {error}");
+    assert_eq!(attempts, 3);
+    assert!(error.contains("never finished"), "{error}");
+    assert_eq!(
+        state,
+        AckState::Acked,
+        "the platform may stop redelivering it"
+    );
+    assert_eq!(
+        journal.entries(),
+        vec!["ack"],
+        "not dispatched a fourth time"
+    );
+    assert_eq!(dispatched.load(std::sync::atomic::Ordering::SeqCst), 3);
+    let journal = Arc::new(Journal::default());
+    assert_eq!(
+        run(&r, &raw, &journal, Ok(())).await.0,
+        ReceiveOutcome::Duplicate {
+            status: InboundStatus::DeadLettered
+        },
+        "and stays dead-lettered"
+    );
+}

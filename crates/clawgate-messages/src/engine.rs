@@ -49,6 +49,10 @@ enum Start {
     /// At once: in the intent's own write when the adapter resolves an unknown outcome by
     /// itself, else in the write right after it.
     Now,
+    /// A live reply whose final is produced later: recorded `pending` with no batch and an
+    /// empty live state in one write, so from its first durable instant the intent says it
+    /// has nothing to send yet (recovery never delivers it; see `live.rs`).
+    Live,
 }
 
 /// Whether recovery resolves a `sending` intent of this adapter without an operator: by asking
@@ -204,12 +208,20 @@ impl Messenger {
             .idempotency_key
             .clone()
             .unwrap_or_else(|| format!("{}:{}", message.channel, message.id));
-        let batch = inner.render(&adapter, &message, &key)?;
+        let batch = match start {
+            Start::Live => None,
+            Start::Later | Start::Now => Some(inner.render(&adapter, &message, &key)?),
+        };
         let id = IntentId::parse(clawgate_store::ids::new_id()).map_err(|e| {
             MessagesError::Store(clawgate_store::StoreError::InvalidInput(e.to_string()))
         })?;
         let mut intent = DurableSendIntent::new(id, key, message, now);
-        intent.batch = Some(batch);
+        intent.batch = batch;
+        if start == Start::Live {
+            intent.live_state = Some(clawgate_types::LiveMessageState::empty(
+                clawgate_types::LiveMode::Partial,
+            ));
+        }
         intent.expires_at = Some(
             now.saturating_add(
                 options
@@ -268,6 +280,15 @@ impl Messenger {
             durable,
             existing,
         })
+    }
+
+    /// Records a live reply's intent (no final yet) before any preview is shown.
+    pub(crate) async fn begin_stream(
+        &self,
+        message: ChannelMessage,
+        options: SendOptions,
+    ) -> Result<OutboundContext, MessagesError> {
+        self.open(message, options, Start::Live).await
     }
 
     /// The engine's claim token (for operators and tests).

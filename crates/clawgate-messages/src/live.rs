@@ -15,10 +15,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use clawgate_channel_sdk::ChannelMessageAdapter;
+use clawgate_channel_sdk::{ChannelMessageAdapter, Reconciliation, SideEffect};
 use clawgate_types::{
     BatchAtomicity, ChannelMessage, DurableSendIntent, IntentStatus, LiveCancelReason,
-    LiveMessageState, LiveMode, MessageAttachment, MessageBody, MessagePartKind, MessageReceipt,
+    LiveMessageState, LiveMode, MessageAttachment, MessagePartKind, MessageReceipt,
     MessageReceiptPart, RenderedMessageBatch, RenderedMessageUnit, UnixMillis,
 };
 use tracing::{info, warn};
@@ -71,6 +71,9 @@ pub struct LivePreview {
     waiting: Option<String>,
     /// Text already delivered as completed blocks (never delivered again by the final).
     delivered_blocks: String,
+    /// A preview was sent and its answer lost, and asking the platform did not settle whether
+    /// it landed: no further preview is sent (it could duplicate), and the final asks again.
+    preview_unknown: bool,
 }
 
 impl std::fmt::Debug for LivePreview {
@@ -137,32 +140,30 @@ fn hash(text: &str) -> String {
 impl Messenger {
     /// Records the intent of a message whose text will stream in (durable before any preview
     /// is shown); nothing is visible until the first [`LivePreview::update`].
+    ///
+    /// The intent is recorded in one write as `pending` with no batch and an empty live state:
+    /// until [`LivePreview::finalize`] records the final, the data itself says there is nothing
+    /// to send ([`DurableSendIntent::awaits_final`]), so a crash at any instant before that
+    /// leaves an intent recovery cancels (removing any preview) instead of one it "delivers".
     pub async fn begin_live(
         &self,
-        mut message: ChannelMessage,
+        message: ChannelMessage,
         options: SendOptions,
         live: LiveOptions,
     ) -> Result<LivePreview, MessagesError> {
-        // A placeholder body makes the intent renderable; the final replaces it.
-        if message.body.as_ref().is_none_or(|b| b.text.is_empty()) {
-            message.body = Some(MessageBody {
-                text: "…".into(),
-                format: None,
-            });
-        }
-        let ctx = self.begin(message, options).await?;
-        let (adapter, mut intent, durable) = ctx.into_parts();
+        let ctx = self.begin_stream(message, options).await?;
+        let (adapter, intent, durable) = ctx.into_parts();
         if !durable {
             return Err(MessagesError::Store(
                 clawgate_store::StoreError::InvalidInput(
-                    "live previews need a durable intent (the preview must never be orphaned)"
+                    "live previews need a durable intent of their own (the preview must never \
+                     be orphaned); the key names an existing intent or durability is not \
+                     available"
                         .into(),
                 ),
             ));
         }
-        // No final yet: recovery knows a preview without a batch is an unfinished stream.
-        intent.batch = None;
-        let mut live_preview = LivePreview {
+        Ok(LivePreview {
             messenger: self.clone(),
             adapter,
             intent,
@@ -171,9 +172,8 @@ impl Messenger {
             last_edit_at: i64::MIN / 2,
             waiting: None,
             delivered_blocks: String::new(),
-        };
-        live_preview.persist().await?;
-        Ok(live_preview)
+            preview_unknown: false,
+        })
     }
 }
 
@@ -217,15 +217,31 @@ impl LivePreview {
             .as_ref()
             .filter(|s| s.mode == LiveMode::Block || s.receipt.is_some());
         let Some(state) = showing.cloned() else {
-            // The preview gets a key of its own: under the intent's key it would pass for the
-            // final's first unit, and a final recovered after a crash mid-finalize would be
-            // "reconciled" as the (removed) preview instead of being sent.
-            let mut preview_ctx = ctx.clone();
-            preview_ctx.idempotency_key = format!("{}{PREVIEW_KEY_SUFFIX}", ctx.idempotency_key);
+            if self.preview_unknown {
+                // Another preview could show the text twice: the final settles it.
+                return Ok(false);
+            }
+            let preview_ctx = preview_context(&ctx);
             let part = match self.adapter.send_unit(&preview_ctx, &text_unit(text)).await {
                 Ok(part) => part,
+                Err(error) if error.side_effect == SideEffect::Possible => {
+                    // The answer was lost, not the preview: ask the platform by the preview's
+                    // own key before anything else is sent for this reply.
+                    match find_preview(&self.adapter, &preview_ctx).await {
+                        PreviewProbe::Landed(part) => *part,
+                        PreviewProbe::Absent => {
+                            warn!(error = %error.message, "preview not shown (the platform has none); the next update tries again");
+                            return Ok(false);
+                        }
+                        PreviewProbe::Unknown => {
+                            warn!(error = %error.message, "preview outcome unknown; no further preview, the final settles it");
+                            self.preview_unknown = true;
+                            return Ok(false);
+                        }
+                    }
+                }
                 Err(error) => {
-                    warn!(error = %error.message, "preview not shown; the final will be sent normally");
+                    warn!(error = %error.message, "preview not shown; the next update tries again");
                     return Ok(false);
                 }
             };
@@ -294,7 +310,7 @@ impl LivePreview {
             .unwrap_or_else(|| LiveMessageState::empty(LiveMode::Block));
         if state.mode != LiveMode::Block {
             if let Some(part) = state.receipt.as_ref().and_then(|r| r.parts.first()) {
-                remove_preview(&self.adapter, &ctx, part, LiveCancelReason::Aborted).await;
+                let _ = remove_preview(&self.adapter, &ctx, part, LiveCancelReason::Aborted).await;
             }
             state = LiveMessageState {
                 mode: LiveMode::Block,
@@ -418,22 +434,17 @@ impl LivePreview {
     /// is left dangling. Delivered blocks and streamed media are content and stay.
     pub async fn abandon(mut self) -> Result<(), MessagesError> {
         let inner = self.messenger.inner.clone();
-        let state = self.intent.live_state.take();
-        if let Some(state) = &state
-            && state.mode != LiveMode::Block
-            && let Some(part) = state.receipt.as_ref().and_then(|r| r.parts.first())
+        if !inner
+            .end_unfinished_stream(&self.adapter, &mut self.intent)
+            .await?
         {
-            remove_preview(
-                &self.adapter,
-                &inner.context(&self.intent),
-                part,
-                LiveCancelReason::Aborted,
-            )
-            .await;
+            // Recovery removes the preview and cancels the intent once the platform allows.
+            inner
+                .store
+                .release_intent_claim(&self.intent.id, &inner.worker)
+                .await?;
         }
-        inner
-            .save(&mut self.intent, IntentStatus::Cancelled, true)
-            .await
+        Ok(())
     }
 
     /// Delivers the final message: in place when the preview can become it, otherwise the
@@ -455,6 +466,9 @@ impl LivePreview {
         let inner = self.messenger.inner.clone();
         let now = inner.clock.now_ms();
         let key = self.intent.idempotency_key.clone();
+        if self.preview_unknown {
+            self.settle_unknown_preview(now).await;
+        }
         let state = self.intent.live_state.clone();
         drop_streamed(&mut final_message, state.as_ref());
         let streamed = state
@@ -522,7 +536,7 @@ impl LivePreview {
         }
         if let Some(part) = &preview {
             let reason = cancel.unwrap_or(LiveCancelReason::Error);
-            remove_preview(&self.adapter, &inner.context(&self.intent), part, reason).await;
+            let _ = remove_preview(&self.adapter, &inner.context(&self.intent), part, reason).await;
         }
         self.intent.live_state = None;
         let outcome: SendOutcome = inner.deliver(&self.adapter, &mut self.intent, true).await?;
@@ -534,7 +548,67 @@ impl LivePreview {
     }
 }
 
+impl Inner {
+    /// Ends a stream that has no final (`intent.awaits_final()`), under this worker's claim:
+    /// its preview is removed — the recorded one, or the one the platform holds under the
+    /// preview's key — and the intent is cancelled, so the unfinished inbound event's replay
+    /// starts a fresh reply. Returns `false`, leaving the intent as it is for a later pass,
+    /// when the platform refused to remove the preview: a cancelled intent would forget it.
+    pub(crate) async fn end_unfinished_stream(
+        &self,
+        adapter: &Arc<dyn ChannelMessageAdapter>,
+        intent: &mut DurableSendIntent,
+    ) -> Result<bool, MessagesError> {
+        let ctx = self.context(intent);
+        if !remove_stream_preview(adapter, &ctx, intent.live_state.as_ref()).await {
+            return Ok(false);
+        }
+        if intent.status == IntentStatus::Sending {
+            // Not written by this build (a stream is `pending` until its final is recorded).
+            self.save(intent, IntentStatus::UnknownAfterSend, true)
+                .await?;
+        }
+        intent.live_state = None;
+        intent.next_attempt_at = None;
+        self.save(intent, IntentStatus::Cancelled, true).await?;
+        info!(intent = %intent.id, "a reply without a final was cancelled; its turn runs again");
+        Ok(true)
+    }
+}
+
 impl LivePreview {
+    /// A preview whose answer was lost is looked for once more before the final goes out: if
+    /// it landed it is recorded (and then finalized in place or removed, never left beside a
+    /// fresh final). If the platform still cannot tell, the final is sent fresh — the reply
+    /// must land — and that preview, if it exists, is beyond reach.
+    async fn settle_unknown_preview(&mut self, now: UnixMillis) {
+        let ctx = preview_context(&self.inner().context(&self.intent));
+        match find_preview(&self.adapter, &ctx).await {
+            PreviewProbe::Landed(part) => {
+                let can_edit = self
+                    .adapter
+                    .capabilities()
+                    .live
+                    .as_ref()
+                    .is_some_and(|l| l.edit);
+                let state = self
+                    .intent
+                    .live_state
+                    .get_or_insert_with(|| LiveMessageState::empty(LiveMode::Partial));
+                state.receipt = Some(MessageReceipt::from_parts(vec![*part], now));
+                state.visible_since = Some(now);
+                state.can_finalize_in_place = can_edit;
+                state.stale_after_ms = Some(self.options.stale_after_ms);
+                info!("the preview whose answer was lost did land; the final takes its place");
+            }
+            PreviewProbe::Absent => {}
+            PreviewProbe::Unknown => {
+                warn!("whether the preview landed is still unknown; sending the final fresh");
+            }
+        }
+        self.preview_unknown = false;
+    }
+
     /// The final is only media that already streamed: a preview still showing goes (it shows
     /// text the final does not have) and the streamed media is committed as the final.
     async fn finalize_streamed_only(
@@ -564,7 +638,7 @@ impl LivePreview {
             .cloned();
         if let Some(part) = &preview {
             let ctx = inner.context(&self.intent);
-            remove_preview(&self.adapter, &ctx, part, LiveCancelReason::Media).await;
+            let _ = remove_preview(&self.adapter, &ctx, part, LiveCancelReason::Media).await;
         }
         self.intent.live_state = None;
         self.intent.attempt += 1;
@@ -615,6 +689,13 @@ impl LivePreview {
             if let Some(media) = receipt_of(streamed_parts(&streamed, after_blocks), now) {
                 receipt.merge(media);
             }
+            // An empty batch: the final is recorded (nothing of its own to send), so a crash
+            // before the commit is committed by recovery, not cancelled as a stream without one.
+            self.intent.batch = Some(RenderedMessageBatch {
+                units: Vec::new(),
+                atomicity: BatchAtomicity::AllOrRetryRemaining,
+                idempotency_key: self.intent.idempotency_key.clone(),
+            });
             self.intent.attempt += 1;
             inner
                 .save(&mut self.intent, IntentStatus::Sending, true)
@@ -645,17 +726,97 @@ impl LivePreview {
     }
 }
 
-/// Removes a preview (best effort: a preview already gone is fine).
+/// The context a preview is sent under: a key of its own, `<key>~preview`. Under the intent's
+/// key it would pass for the final's first unit, and a final recovered after a crash
+/// mid-finalize would be "reconciled" as the (removed) preview instead of being sent.
+pub(crate) fn preview_context(
+    ctx: &clawgate_channel_sdk::SendContext,
+) -> clawgate_channel_sdk::SendContext {
+    let mut preview = ctx.clone();
+    preview.idempotency_key = format!("{}{PREVIEW_KEY_SUFFIX}", ctx.idempotency_key);
+    preview
+}
+
+/// What the platform says about a preview whose send answer never arrived.
+pub(crate) enum PreviewProbe {
+    Landed(Box<MessageReceiptPart>),
+    Absent,
+    /// The platform cannot tell (or the adapter cannot ask).
+    Unknown,
+}
+
+/// Asks the platform whether the preview (sent under `preview_ctx`'s key) landed.
+pub(crate) async fn find_preview(
+    adapter: &Arc<dyn ChannelMessageAdapter>,
+    preview_ctx: &clawgate_channel_sdk::SendContext,
+) -> PreviewProbe {
+    let reconciles = adapter
+        .capabilities()
+        .delivery
+        .as_ref()
+        .is_some_and(|d| d.reconcile_unknown_send);
+    if !reconciles {
+        return PreviewProbe::Unknown;
+    }
+    match adapter
+        .reconcile_unknown_send(preview_ctx, &text_unit(""))
+        .await
+    {
+        Ok(Reconciliation::Sent(part)) => PreviewProbe::Landed(part),
+        Ok(Reconciliation::NotSent) => PreviewProbe::Absent,
+        Ok(Reconciliation::Unresolved) => PreviewProbe::Unknown,
+        Err(error) => {
+            warn!(error = %error.message, "asking the platform about the preview failed");
+            PreviewProbe::Unknown
+        }
+    }
+}
+
+/// Removes the preview of a stream that ends without a final: the recorded one, or — when none
+/// is recorded (a crash or a store failure between the platform's answer and the record, or an
+/// answer lost) — the one the platform holds under the preview's key. Delivered blocks and
+/// streamed media are content, never removed.
+pub(crate) async fn remove_stream_preview(
+    adapter: &Arc<dyn ChannelMessageAdapter>,
+    ctx: &clawgate_channel_sdk::SendContext,
+    state: Option<&LiveMessageState>,
+) -> bool {
+    if state.is_some_and(|s| s.mode == LiveMode::Block) {
+        return true;
+    }
+    let recorded = state
+        .and_then(|s| s.receipt.as_ref())
+        .and_then(|r| r.parts.first())
+        .cloned();
+    let part = match recorded {
+        Some(part) => part,
+        None => match find_preview(adapter, &preview_context(ctx)).await {
+            PreviewProbe::Landed(part) => *part,
+            // Unknown: nothing more can be done about a preview no one can find.
+            PreviewProbe::Absent | PreviewProbe::Unknown => return true,
+        },
+    };
+    remove_preview(adapter, ctx, &part, LiveCancelReason::Aborted).await
+}
+
+/// Removes a preview; `false` when the platform refused (it may still show). A preview
+/// already gone is fine.
 pub(crate) async fn remove_preview(
     adapter: &Arc<dyn ChannelMessageAdapter>,
     ctx: &clawgate_channel_sdk::SendContext,
     part: &clawgate_types::MessageReceiptPart,
     reason: LiveCancelReason,
-) {
+) -> bool {
     match adapter.delete(ctx, part).await {
-        Ok(()) => info!(?reason, "preview removed"),
-        Err(error) if error.kind == clawgate_types::DeliveryFailureKind::NotFound => {}
-        Err(error) => warn!(?reason, error = %error.message, "preview could not be removed"),
+        Ok(()) => {
+            info!(?reason, "preview removed");
+            true
+        }
+        Err(error) if error.kind == clawgate_types::DeliveryFailureKind::NotFound => true,
+        Err(error) => {
+            warn!(?reason, error = %error.message, "preview could not be removed");
+            false
+        }
     }
 }
 
@@ -681,6 +842,7 @@ mod tests {
     }
 
     use super::*;
+    use clawgate_types::MessageBody;
 
     fn attachment(url: Option<&str>, file_name: Option<&str>) -> MessageAttachment {
         MessageAttachment {

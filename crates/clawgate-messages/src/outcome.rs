@@ -80,12 +80,16 @@ pub struct RecoveryReport {
     pub failed: u64,
     /// Of `failed`: past their time-to-live.
     pub expired: u64,
+    /// Replies whose stream never produced a final: preview removed, intent cancelled (their
+    /// inbound events run their turns again).
+    pub abandoned: u64,
 }
 
 impl RecoveryReport {
     /// Adds another report's counts to this one.
     pub fn add(&mut self, other: &RecoveryReport) {
         self.examined += other.examined;
+        self.abandoned += other.abandoned;
         self.contended += other.contended;
         self.committed += other.committed;
         self.reconciled_sent += other.reconciled_sent;

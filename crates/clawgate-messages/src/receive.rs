@@ -232,7 +232,8 @@ impl Receiver {
         };
         let now = self.clock.now_ms();
         let payload = serde_json::to_value(&inbound.message).unwrap_or_default();
-        // Attempts are counted when they end (one write per attempt, not two).
+        // The attempt that starts now is counted in the same write that records the event, so
+        // a turn that kills the process (a poison message) is still counted.
         let recorded = self.store.record_inbound(&key, &payload, now).await;
         let mut record = match recorded {
             Ok(RecordInboundOutcome::New(record)) => record,
@@ -251,9 +252,33 @@ impl Receiver {
                 return Err(MessagesError::Store(error));
             }
         };
-        let attempt = record.attempts + 1;
+        let attempt = record.attempts;
         if policy == ReceiveAckPolicy::AfterRecord {
             ack.ack();
+        }
+        if attempt > self.options.max_attempts {
+            // Every allowed attempt started and none finished: each ended with the process
+            // (a crash, a kill). Dispatching again would only crash again.
+            let error = format!(
+                "processing started {} times and never finished (the process stopped during \
+                 each attempt); not dispatched again",
+                attempt - 1
+            );
+            self.store
+                .finish_inbound(
+                    &key,
+                    InboundStatus::DeadLettered,
+                    Some(&error),
+                    self.clock.now_ms(),
+                )
+                .await?;
+            warn!(event = %key.event_id, attempts = attempt - 1, "inbound event dead-lettered");
+            ack.ack();
+            return Ok(ReceiveOutcome::Failed {
+                error,
+                attempts: attempt - 1,
+                dead_lettered: true,
+            });
         }
         match dispatch(inbound).await {
             Ok(()) => {

@@ -77,6 +77,26 @@ impl Messenger {
 }
 
 impl Messenger {
+    /// Works on one intent now, as a recovery pass would when it is due and free (a reply
+    /// without a final is ended, a recorded final delivered or reconciled), and returns it as
+    /// stored afterwards. A turn uses it to finish what an earlier attempt of the same turn
+    /// left behind before it completes its inbound event; an intent another live worker holds
+    /// is left to it.
+    pub async fn recover_intent(
+        &self,
+        id: &IntentId,
+    ) -> Result<Option<DurableSendIntent>, MessagesError> {
+        let inner = &self.inner;
+        let Some(intent) = inner.store.load_intent(id).await? else {
+            return Ok(None);
+        };
+        if is_due(&intent, inner.clock.now_ms()) {
+            let mut report = RecoveryReport::default();
+            inner.recover_one(intent, &mut report).await?;
+        }
+        Ok(inner.store.load_intent(id).await?)
+    }
+
     /// Starts reading the page of due intents after `after`.
     fn read_due_page(
         &self,
@@ -169,9 +189,13 @@ impl Inner {
             report.contended += 1;
             return Ok(());
         };
-        // The common case, a pending intent with nothing live: its attempt's first write
-        // (`sending`, guarded on the status, the claim and the attempt) is also the claim.
-        if intent.status == IntentStatus::Pending && intent.live_state.is_none() {
+        // The common case, a pending intent with nothing live and a final recorded: its
+        // attempt's first write (`sending`, guarded on the status, the claim and the attempt) is
+        // also the claim.
+        if intent.status == IntentStatus::Pending
+            && intent.live_state.is_none()
+            && intent.batch.is_some()
+        {
             let started = match self.start_attempt(&mut intent, true).await {
                 Err(MessagesError::Store(
                     StoreError::IntentStatusConflict { .. }
@@ -211,12 +235,26 @@ impl Inner {
         }
         intent = fresh;
         report.examined += 1;
-        // A live preview left by a crash is never orphaned: without a final the stream died with
-        // its turn (the unfinished inbound record replays the turn), so the preview goes and the
-        // intent is cancelled; with a final, the preview goes and the final is delivered normally.
-        // Delivered blocks and streamed media are content, not a preview: only a preview is
-        // removed, and a recorded final already holds the streamed media's receipt parts (it
-        // never sends them again).
+        // A reply whose stream never produced its final is not sendable: its preview goes (the
+        // recorded one, or the one the platform holds under the preview's key: a crash may have
+        // come between the platform's answer and the record) and the intent is cancelled; the
+        // unfinished inbound record replays the turn, which starts a fresh reply.
+        if intent.awaits_final() {
+            if self.end_unfinished_stream(&adapter, &mut intent).await? {
+                report.abandoned += 1;
+            } else {
+                // The platform would not remove the preview now: ask again next pass.
+                self.store
+                    .release_intent_claim(&intent.id, &self.worker)
+                    .await?;
+                report.rescheduled += 1;
+            }
+            return Ok(());
+        }
+        // A recorded final with a preview still showing (a crash mid-finalize): the preview
+        // goes, then the final is delivered normally. Delivered blocks and streamed media are
+        // content, not a preview: only a preview is removed, and a recorded final already holds
+        // the streamed media's receipt parts (it never sends them again).
         if intent.status != IntentStatus::Committing
             && let Some(state) = intent.live_state.clone()
         {
@@ -227,25 +265,21 @@ impl Inner {
                 .and_then(|r| r.parts.first());
             if let Some(part) = preview {
                 let ctx = self.context(&intent);
-                crate::live::remove_preview(
+                if !crate::live::remove_preview(
                     &adapter,
                     &ctx,
                     part,
                     clawgate_types::LiveCancelReason::Aborted,
                 )
-                .await;
-            }
-            if intent.batch.is_none() {
-                intent.live_state = None;
-                if intent.status == IntentStatus::Pending {
-                    self.save(&mut intent, IntentStatus::Cancelled, true)
+                .await
+                {
+                    // Never a fresh final beside a preview still showing: try again later.
+                    self.store
+                        .release_intent_claim(&intent.id, &self.worker)
                         .await?;
-                } else {
-                    self.save(&mut intent, IntentStatus::Failed, true).await?;
+                    report.rescheduled += 1;
+                    return Ok(());
                 }
-                return Ok(());
-            }
-            if preview.is_some() {
                 intent.live_state = None;
                 let same = intent.status;
                 if same == IntentStatus::Pending || same == IntentStatus::UnknownAfterSend {

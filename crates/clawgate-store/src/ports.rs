@@ -143,7 +143,10 @@ pub trait IntentStore: Send + Sync {
 /// Inbound event records: dedupe across restarts, attempts and dead letters.
 #[async_trait]
 pub trait InboundStore: Send + Sync {
-    /// Records an inbound event the first time it is seen; later deliveries are duplicates.
+    /// Records an inbound event the first time it is seen (later deliveries are duplicates)
+    /// and, while it is unfinished (`received`), counts the processing attempt that starts now:
+    /// attempts are counted durably before dispatch, so a turn that kills the process every
+    /// time still reaches the dead-letter limit. A finished record is returned unchanged.
     async fn record_inbound(
         &self,
         key: &InboundKey,
@@ -153,9 +156,9 @@ pub trait InboundStore: Send + Sync {
 
     async fn load_inbound(&self, key: &InboundKey) -> StoreResult<Option<InboundRecord>>;
 
-    /// Ends one processing attempt: counts it, moves the record to `status` (`received` when
-    /// another attempt will follow) and keeps the first error message for operators. Returns
-    /// the attempts counted so far.
+    /// Ends one processing attempt (counted when it started, by [`Self::record_inbound`]):
+    /// moves the record to `status` (`received` when another attempt will follow) and keeps the
+    /// first error message for operators. Returns the attempts counted so far.
     async fn finish_inbound(
         &self,
         key: &InboundKey,

@@ -962,7 +962,11 @@ pub async fn inbound_dedupe_attempts_and_pruning<S: Store>(
         .unwrap()
     {
         RecordInboundOutcome::Duplicate(record) => {
-            assert_eq!(record.payload, payload, "the first record is kept")
+            assert_eq!(record.payload, payload, "the first record is kept");
+            assert_eq!(
+                record.attempts, 2,
+                "an unfinished event's redelivery starts (and counts) another attempt"
+            );
         }
         other => panic!("a redelivery is a duplicate, got {other:?}"),
     }
@@ -971,20 +975,31 @@ pub async fn inbound_dedupe_attempts_and_pruning<S: Store>(
         .finish_inbound(&k("e1"), InboundStatus::Received, Some("first error"), 302)
         .await
         .unwrap();
+    assert_eq!(first, 2, "finishing an attempt does not count it again");
+    // A third attempt starts (the process might die in it: it is counted already), then fails.
+    store.record_inbound(&k("e1"), &payload, 303).await.unwrap();
     let second = store
         .finish_inbound(
             &k("e1"),
             InboundStatus::DeadLettered,
             Some("second error"),
-            303,
+            304,
         )
         .await
         .unwrap();
-    assert_eq!((first, second), (1, 2), "each finished attempt is counted");
+    assert_eq!(second, 3, "each started attempt is counted once");
+    match store.record_inbound(&k("e1"), &payload, 305).await.unwrap() {
+        RecordInboundOutcome::Duplicate(record) => assert_eq!(
+            (record.status, record.attempts),
+            (InboundStatus::DeadLettered, 3),
+            "a finished record is not counted again"
+        ),
+        other => panic!("a finished event is a duplicate, got {other:?}"),
+    }
     let e1 = store.load_inbound(&k("e1")).await.unwrap().unwrap();
     assert_eq!(
         (e1.status, e1.attempts, e1.last_error.as_deref()),
-        (InboundStatus::DeadLettered, 2, Some("first error"))
+        (InboundStatus::DeadLettered, 3, Some("first error"))
     );
     let unfinished = store.list_unfinished_inbound(10).await.unwrap();
     assert_eq!(

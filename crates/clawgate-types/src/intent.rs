@@ -186,4 +186,12 @@ impl DurableSendIntent {
             updated_at: now,
         }
     }
+
+    /// Whether this intent has no final to send: a live reply whose stream never produced its
+    /// final (no batch recorded), still open. Such an intent is never delivered — not by
+    /// recovery, not by an operator's retry: its preview (if any) is removed, it is cancelled,
+    /// and the unfinished inbound event runs its turn again.
+    pub fn awaits_final(&self) -> bool {
+        self.batch.is_none() && !self.status.is_terminal() && self.status != IntentStatus::Failed
+    }
 }

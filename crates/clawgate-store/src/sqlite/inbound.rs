@@ -130,7 +130,7 @@ impl InboundStore for SqliteStore {
                 .prepare_cached(
                     "INSERT INTO inbound_records (channel, account_id, event_id, status, attempts,
                          payload, last_error, received_at, updated_at)
-                     VALUES (?1, ?2, ?3, 'received', 0, ?4, NULL, ?5, ?5)
+                     VALUES (?1, ?2, ?3, 'received', 1, ?4, NULL, ?5, ?5)
                      ON CONFLICT DO NOTHING",
                 )?
                 .execute(params![
@@ -143,7 +143,20 @@ impl InboundStore for SqliteStore {
                 if inserted == 1 {
                     return Ok(None);
                 }
-                // Seen before: the stored record, as it is.
+                // Seen before and unfinished: another attempt starts now, counted before it
+                // runs (a turn that kills the process still counts).
+                conn.prepare_cached(
+                    "UPDATE inbound_records SET attempts = attempts + 1, updated_at = ?4
+                     WHERE channel = ?1 AND account_id = ?2 AND event_id = ?3
+                       AND status = 'received'",
+                )?
+                .execute(params![
+                    key.channel,
+                    key.account_id,
+                    key.event_id,
+                    now
+                ])?;
+                // The stored record, as it is now.
                 Ok(Some(load(conn, &key)?.ok_or_else(|| not_found(&key))?))
             })
             .await?;
@@ -155,7 +168,7 @@ impl InboundStore for SqliteStore {
                 account_id: written.account_id,
                 event_id: written.event_id,
                 status: InboundStatus::Received,
-                attempts: 0,
+                attempts: 1,
                 payload: value,
                 last_error: None,
                 received_at: now,
@@ -182,7 +195,7 @@ impl InboundStore for SqliteStore {
             let attempts: Option<i64> = conn
                 .prepare_cached(
                     "UPDATE inbound_records
-                     SET status = ?4, attempts = attempts + 1,
+                     SET status = ?4,
                          last_error = COALESCE(last_error, ?5), updated_at = ?6
                      WHERE channel = ?1 AND account_id = ?2 AND event_id = ?3
                      RETURNING attempts",
