@@ -981,9 +981,14 @@ impl Render for views::OutboxList {
                 (Some(kind), None) => wire(&kind),
                 (Some(kind), Some(reason)) => format!("{}/{}", wire(&kind), wire(&reason)),
             };
+            let status = if i.awaits_final {
+                format!("{} (streaming, no final yet)", i.status)
+            } else {
+                i.status.to_string()
+            };
             t.row([
                 i.id.to_string(),
-                i.status.to_string(),
+                status,
                 i.attempt.to_string(),
                 i.channel.clone(),
                 i.target.clone(),

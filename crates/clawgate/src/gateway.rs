@@ -26,11 +26,11 @@ use clawgate_channel_qa::{QaAdapter, QaPlatform, QaPlatformConfig, Update};
 use clawgate_channel_sdk::NormalizedInbound;
 use clawgate_messages::{
     AckController, Clock, LiveOptions, Messenger, PollingWatermark, ReceiveOptions, ReceiveOutcome,
-    Receiver, SendOptions, SystemClock, TransportAck,
+    Receiver, SendOptions, SendOutcome, SystemClock, TransportAck,
 };
 use clawgate_store::{IntentStore, SqliteOptions, SqliteStore, Synchronous, WatermarkKey};
 use clawgate_types::{
-    ChannelMessage, IntentStatus, MessageBody, MessageDirection, MessageDurabilityPolicy,
+    ChannelMessage, IntentId, IntentStatus, MessageBody, MessageDirection, MessageDurabilityPolicy,
     SessionKey, UnixMillis,
 };
 use tokio::sync::{Mutex, mpsc, watch};
@@ -320,20 +320,20 @@ impl Gateway {
             Ok(report) => {
                 info!(?report, "startup send recovery done");
                 if report.examined > 0 {
-                    // What the operator should know after a crash: what was delivered now,
-                    // what still waits (an unknown outcome is visible in `outbox list`).
-                    println!(
-                        "send recovery: {} unfinished intent(s) examined, {} delivered, {} \
-                         rescheduled, {} unknown outcome(s), {} failed",
-                        report.examined,
-                        report.committed,
-                        report.rescheduled,
-                        report.unknown,
-                        report.failed
-                    );
+                    // What the operator should know after a crash, each reply counted once.
+                    println!("{}", recovery_summary(&report));
                 }
             }
             Err(e) => error!(error = %e, "startup send recovery failed; retried in the loop"),
+        }
+        match clawgate_store::InboundStore::list_unfinished_inbound(&*self.store, 100_000).await {
+            Ok(unfinished) if !unfinished.is_empty() => println!(
+                "inbound: {} message(s) accepted before the restart and not answered yet; \
+                 their turns run again",
+                unfinished.len()
+            ),
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "unfinished inbound records could not be counted"),
         }
         for channel in &self.channels {
             let gateway = self.clone();
@@ -673,9 +673,18 @@ impl Gateway {
             )
             .await;
 
-        let Some(reply_key) = self.reply_key(channel, &inbound.event_id).await? else {
-            info!(event = %inbound.event_id, "the reply to this event exists already; nothing to do");
-            return Ok(());
+        let reply_key = match self.reply_for(channel, &inbound.event_id).await? {
+            Reply::New(key) => key,
+            Reply::Delivered => {
+                info!(event = %inbound.event_id, "the reply to this event was delivered already; nothing to do");
+                return Ok(());
+            }
+            Reply::Recorded(id) => {
+                // An earlier attempt recorded the final: it is delivered (or reconciled) before
+                // the event is completed, never produced a second time.
+                info!(event = %inbound.event_id, intent = %id, "the final of this event is recorded; finishing its delivery");
+                return self.await_reply(&id).await;
+            }
         };
         let (argv, cwd) = self
             .agents
@@ -774,7 +783,19 @@ impl Gateway {
             Some(live) => live.finalize(final_message).await,
             None => self.messenger.send(final_message, options).await,
         }
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| format!("the final could not be recorded or sent: {e}"))?;
+        // The event is completed only once its final is committed: a final that is scheduled
+        // for a retry or being reconciled is waited for here.
+        match (&report.outcome, &report.intent_id) {
+            (
+                SendOutcome::Sent { .. }
+                | SendOutcome::AlreadySent { .. }
+                | SendOutcome::Partial { .. },
+                _,
+            )
+            | (_, None) => {}
+            (_, Some(id)) => self.await_reply(id).await?,
+        }
         info!(outcome = ?report.outcome, "reply delivered");
         self.awareness
             .record(
@@ -810,27 +831,121 @@ impl Gateway {
         Ok(())
     }
 
-    /// The idempotency key for this event's reply, or `None` when a reply exists already
-    /// (delivered, or recorded and being delivered by recovery). A reply abandoned by a failed
-    /// or crashed stream (cancelled, never delivered) gets the next generation.
-    async fn reply_key(&self, channel: &Channel, event_id: &str) -> Result<Option<String>, String> {
+    /// Where this event's reply stands. Generations of one event's reply are keyed
+    /// `<channel>:reply:<event>:<generation>`; a cancelled one (a stream that never produced
+    /// its final) is passed over. A stream an earlier attempt left without a final (a crash,
+    /// a store or platform failure) is ended here first — its preview removed, the intent
+    /// cancelled — so a fresh reply never stands beside it.
+    async fn reply_for(&self, channel: &Channel, event_id: &str) -> Result<Reply, String> {
         for generation in 0..1_000u32 {
             let key = format!("{}:reply:{}:{}", channel.name, event_id, generation);
-            match self
+            let found = self
                 .store
                 .find_intent_by_key(&key)
                 .await
-                .map_err(|e| e.to_string())?
-            {
-                None => return Ok(Some(key)),
-                Some(intent) if intent.status == IntentStatus::Cancelled => continue,
-                Some(_) => return Ok(None),
+                .map_err(|e| e.to_string())?;
+            let Some(intent) = found else {
+                return Ok(Reply::New(key));
+            };
+            match intent.status {
+                IntentStatus::Cancelled => continue,
+                IntentStatus::Sent => return Ok(Reply::Delivered),
+                _ if intent.awaits_final() => {
+                    let ended = self
+                        .messenger
+                        .recover_intent(&intent.id)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if ended.is_some_and(|i| i.status == IntentStatus::Cancelled) {
+                        continue;
+                    }
+                    return Err(format!(
+                        "an earlier reply to event {event_id} (intent {}) is still streaming \
+                         elsewhere or its preview could not be removed yet",
+                        intent.id
+                    ));
+                }
+                _ => return Ok(Reply::Recorded(intent.id)),
             }
         }
         Err(format!(
             "event {event_id} had 1000 abandoned replies; giving up"
         ))
     }
+
+    /// Waits until a recorded final is committed, driving it meanwhile (a retry that is due,
+    /// a reconciliation): `Ok` once it is sent, or handed to an operator (an unknown outcome
+    /// the adapter cannot reconcile, a cancel); an error when it failed for good.
+    async fn await_reply(&self, id: &IntentId) -> Result<(), String> {
+        let mut stop = self.stop.subscribe();
+        loop {
+            let intent = self
+                .messenger
+                .recover_intent(id)
+                .await
+                .map_err(|e| format!("the reply's intent could not be read or worked on: {e}"))?
+                .ok_or_else(|| format!("the reply's intent {id} is gone"))?;
+            match intent.status {
+                IntentStatus::Sent | IntentStatus::Cancelled => return Ok(()),
+                IntentStatus::Failed => {
+                    return Err(format!(
+                        "the reply could not be delivered: {}",
+                        intent
+                            .failure
+                            .as_ref()
+                            .map_or("no failure recorded", |f| f.message.as_str())
+                    ));
+                }
+                IntentStatus::UnknownAfterSend if intent.next_attempt_at.is_none() => {
+                    warn!(intent = %id, "the reply's outcome is unknown and this channel cannot tell; left to an operator (outbox list)");
+                    return Ok(());
+                }
+                _ => {}
+            }
+            if *stop.borrow() {
+                return Err("stopping before the reply was delivered".into());
+            }
+            let wait = intent
+                .next_attempt_at
+                .map_or(250, |at| at.saturating_sub(now_ms()))
+                .clamp(50, 1_000);
+            tokio::select! {
+                _ = stop.changed() => {}
+                _ = tokio::time::sleep(Duration::from_millis(wait.unsigned_abs())) => {}
+            }
+        }
+    }
+}
+
+/// Where one event's reply stands (see [`Gateway::reply_for`]).
+enum Reply {
+    /// None yet: start one under this key.
+    New(String),
+    /// Delivered: nothing to do.
+    Delivered,
+    /// Its final is recorded and not committed yet.
+    Recorded(IntentId),
+}
+
+/// The startup line about the sends an earlier run left unfinished.
+fn recovery_summary(report: &clawgate_messages::RecoveryReport) -> String {
+    let mut line = format!(
+        "send recovery: {} unfinished intent(s) examined: {} delivered",
+        report.examined, report.committed
+    );
+    if report.reconciled_sent + report.reconciled_not_sent > 0 {
+        line.push_str(&format!(
+            " ({} part(s) found on the platform already, {} resent after the platform proved \
+             them missing)",
+            report.reconciled_sent, report.reconciled_not_sent
+        ));
+    }
+    line.push_str(&format!(
+        ", {} reply stream(s) without a final cancelled (their messages are answered again), \
+         {} rescheduled, {} unknown outcome(s), {} failed",
+        report.abandoned, report.rescheduled, report.unknown, report.failed
+    ));
+    line
 }
 
 /// How many rows one retention write removes.

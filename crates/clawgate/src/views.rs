@@ -277,6 +277,10 @@ pub struct IntentSummary {
     pub expires_at: Option<UnixMillis>,
     pub created_at: UnixMillis,
     pub updated_at: UnixMillis,
+    /// A live reply whose stream has not produced its final: nothing to send. If its gateway
+    /// is gone, recovery removes its preview and cancels it, and the message's turn runs again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub awaits_final: bool,
     /// The message text, whitespace collapsed, at most 80 characters.
     pub preview: String,
 }
@@ -310,6 +314,7 @@ impl IntentSummary {
             expires_at: intent.expires_at,
             created_at: intent.created_at,
             updated_at: intent.updated_at,
+            awaits_final: intent.awaits_final(),
             preview: preview(&text),
         }
     }
