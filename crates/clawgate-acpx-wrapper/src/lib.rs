@@ -13,6 +13,8 @@
 //!   else), `getppid()` no longer the original parent, or the reader of stdout gone — and the
 //!   adapter's own exit start a drain: TERM to the group, and KILL to the group once the grace
 //!   period passed with anyone left; the wrapper exits only after that;
+//! * the wrapper's own death (SIGKILL, where no drain can run) takes the adapter with it: the
+//!   adapter starts with `PR_SET_PDEATHSIG` = KILL (Linux), armed before its exec;
 //! * it decides no session policy.
 //!
 //! Exit status: the adapter's (128 + signal when it was killed); 2 for a usage error; 3 when
@@ -148,7 +150,8 @@ fn spawn_adapter(
         .split_first()
         .ok_or_else(|| std::io::Error::other("empty adapter command"))?;
     let mut command = Command::new(program);
-    blocked.unblock_in_child(&mut command);
+    // Called from the main thread, the only one: the adapter's death signal follows it.
+    blocked.prepare_child(&mut command, getpid().as_raw_nonzero().get());
     command
         .args(rest)
         .process_group(0)

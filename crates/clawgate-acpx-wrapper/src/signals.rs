@@ -3,14 +3,15 @@
 //! The wrapper blocks these signals in its only thread before it does anything else and then
 //! collects them synchronously (`sigpending` + `sigwait`) from its main loop, so there is no
 //! async-signal-safety question at all. A blocked mask is inherited across fork and exec (std's
-//! `Command` does not reset it), so [`unblock_in_child`] clears it in the adapter before `exec`
-//! (the real-process tests check that the adapter still dies of TERM).
+//! `Command` does not reset it), so [`Blocked::prepare_child`] clears it in the adapter before
+//! `exec` (the real-process tests check that the adapter still dies of TERM), and arms the
+//! adapter's own parent-death signal there.
 //!
 //! Unsafe is allowed in this module only: `pthread_sigmask`, `sigpending`, `sigwait` and
 //! `Command::pre_exec` have no safe wrapper in rustix or std. Each call below passes pointers to
 //! `sigset_t` values owned by this module (initialized with `sigemptyset` first) and reads
-//! nothing else, which is sound; the `pre_exec` hook only calls `pthread_sigmask`, which is
-//! async-signal-safe, on a set copied into the closure.
+//! nothing else, which is sound; the `pre_exec` hook only makes async-signal-safe system calls
+//! (`pthread_sigmask` on a set copied into the closure, `prctl`, `getppid`).
 #![allow(unsafe_code)]
 
 use std::io;
@@ -62,21 +63,42 @@ pub(crate) fn block() -> io::Result<Blocked> {
 }
 
 impl Blocked {
-    /// Makes `command`'s child start with the watched signals unblocked again.
-    pub(crate) fn unblock_in_child(&self, command: &mut std::process::Command) {
+    /// Prepares `command`'s child between fork and exec: the watched signals unblocked again,
+    /// and (Linux) `PR_SET_PDEATHSIG` = KILL, so the adapter cannot outlive a wrapper that was
+    /// itself SIGKILLed (the wrapper's own drain then never runs). `wrapper` is this process's
+    /// pid.
+    ///
+    /// The death signal follows the *thread* that forked: spawn from the wrapper's main thread,
+    /// which lives exactly as long as the wrapper. It survives the exec (not of a set-uid or
+    /// file-capability program). It reaches the adapter only, not its own children: those stay
+    /// in the adapter's group, carrying the lease mark in their environment.
+    pub(crate) fn prepare_child(&self, command: &mut std::process::Command, wrapper: libc::pid_t) {
         use std::os::unix::process::CommandExt;
         let set = self.set;
-        // SAFETY: runs in the forked child before exec; it only calls the async-signal-safe
-        // pthread_sigmask with a valid pointer to a set the closure owns, allocates nothing and
-        // touches no lock.
+        // SAFETY: runs in the forked child before exec; it only makes the async-signal-safe
+        // system calls pthread_sigmask (with a valid pointer to a set the closure owns), prctl
+        // and getppid, reads errno, allocates nothing and touches no lock.
         unsafe {
             command.pre_exec(move || {
                 let rc = libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-                if rc == 0 {
-                    Ok(())
-                } else {
-                    Err(io::Error::from_raw_os_error(rc))
+                if rc != 0 {
+                    return Err(io::Error::from_raw_os_error(rc));
                 }
+                #[cfg(any(target_os = "linux", target_os = "android"))]
+                {
+                    let kill = libc::SIGKILL as libc::c_ulong;
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, kill, 0, 0, 0) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    // Armed for the parent of now only: when the wrapper died between fork and
+                    // prctl, the child was already reparented and no signal will come.
+                    if libc::getppid() != wrapper {
+                        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                    }
+                }
+                #[cfg(not(any(target_os = "linux", target_os = "android")))]
+                let _ = wrapper;
+                Ok(())
             });
         }
     }

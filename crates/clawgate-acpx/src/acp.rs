@@ -33,12 +33,31 @@ pub enum AcpError {
         #[source]
         source: agent_client_protocol::Error,
     },
-    #[error("the ACP connection closed before {step} (the agent process exited or closed stdout)")]
+    #[error("the ACP connection closed during {step} (the agent process exited or closed stdout)")]
     Disconnected { step: &'static str },
 }
 
+impl AcpError {
+    /// True when the step failed because the connection is gone (the agent process exited,
+    /// closed its stdout, or the connection was shut down) rather than because the agent
+    /// answered with an error: the session cannot be used again, a fresh process can.
+    pub fn is_disconnected(&self) -> bool {
+        matches!(self, AcpError::Disconnected { .. })
+    }
+}
+
+/// A request the SDK failed because the transport reached EOF or the connection ended is a
+/// disconnection, not an answer of the agent: it gets its own variant.
 fn protocol(step: &'static str) -> impl FnOnce(agent_client_protocol::Error) -> AcpError {
-    move |source| AcpError::Protocol { step, source }
+    move |source| {
+        if agent_client_protocol::is_incoming_transport_closed(&source)
+            || agent_client_protocol::is_connection_terminated(&source)
+        {
+            AcpError::Disconnected { step }
+        } else {
+            AcpError::Protocol { step, source }
+        }
+    }
 }
 
 /// How a prompt turn ended, and what the agent streamed.
@@ -103,6 +122,12 @@ impl AcpClient {
             capabilities: init.agent_capabilities,
             shutdown: std::sync::Mutex::new(Some(shutdown_tx)),
         })
+    }
+
+    /// True once the connection has ended: stdout reached EOF (the wrapper and its agent are
+    /// gone) or the driver stopped. Nothing sent on it can be answered any more.
+    pub fn is_closed(&self) -> bool {
+        self.connection.is_incoming_closed() || self.connection.termination().is_some()
     }
 
     pub fn capabilities(&self) -> &AgentCapabilities {

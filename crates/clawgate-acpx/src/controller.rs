@@ -3,6 +3,10 @@
 //! * `ensure_session`: lease written (`open`, no pid) **before** the wrapper starts; the lease
 //!   id goes on the session row; the wrapper's report fills in root pid, start time, boot id
 //!   and process group; then ACP `initialize` + `session/new`.
+//!   A live session whose wrapper exited or whose ACP connection closed is not handed back:
+//!   its lease is resolved and a fresh process starts under a new lease.
+//! * `prompt`: a turn the agent's death cut short fails with [`AcpxError::AgentExited`], after
+//!   the lease was resolved and the session dropped, so the caller can retry it once.
 //! * `cancel_turn`: `session/cancel` only — wrapper and adapter stay.
 //! * `close_session`: load the row and its lease, verify the live tree, then children first,
 //!   TERM, grace, re-verify, KILL; `closed`, or `lost` when the process was already gone.
@@ -36,6 +40,8 @@ use crate::verify::{Verdict, verify_owned_tree};
 /// The wrapper's report line prefix on stderr.
 pub const WRAPPER_REPORT_PREFIX: &str = "clawgate-acpx-wrapper ready ";
 const GRACE_FLAG: &str = "--clawgate-grace-ms";
+/// How long a wrapper whose ACP connection closed is given to finish exiting.
+const EXIT_SETTLE: Duration = Duration::from_secs(1);
 
 /// Controller errors; each says what failed and for which session or lease.
 #[derive(Debug, thiserror::Error)]
@@ -71,12 +77,34 @@ pub enum AcpxError {
         pid: u32,
         detail: String,
     },
+    /// The agent's process tree is gone (its wrapper exited, or the ACP connection closed)
+    /// while `step` ran. Its lease has been resolved (`lost` when provably gone, `closed`
+    /// after a verified termination) and the session dropped from the live set: the next
+    /// `ensure_session` starts a fresh process under a new lease, so the turn may be retried
+    /// once. What the agent streamed before it died is not part of any reply.
+    #[error(
+        "the agent process of session {session} (lease {lease_id}) exited during {step}; its \
+         lease is resolved and the next ensure_session starts a fresh one: retry the turn"
+    )]
+    AgentExited {
+        session: SessionKey,
+        lease_id: LeaseId,
+        step: &'static str,
+    },
     #[error("ACP with the agent of session {session}: {source}")]
     Acp {
         session: SessionKey,
         #[source]
         source: AcpError,
     },
+}
+
+impl AcpxError {
+    /// True when the agent's process died under the call: retrying on a fresh process (one
+    /// more `ensure_session`) is the remedy.
+    pub fn agent_exited(&self) -> bool {
+        matches!(self, AcpxError::AgentExited { .. })
+    }
 }
 
 /// Where the wrapper lives and how long things may take.
@@ -168,6 +196,22 @@ struct LiveSession {
     child: Option<std::process::Child>,
 }
 
+impl LiveSession {
+    /// Why this session cannot serve another turn, if it cannot: the wrapper (our own child,
+    /// so `try_wait` is exact) has exited, or the ACP connection has closed.
+    fn gone(&mut self) -> Option<String> {
+        if let Some(child) = self.child.as_mut()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            return Some(format!("its wrapper exited ({status})"));
+        }
+        if self.client.is_closed() {
+            return Some("its ACP connection closed".to_owned());
+        }
+        None
+    }
+}
+
 /// The lifecycle controller of one gateway instance.
 #[derive(Debug)]
 pub struct LifecycleController<S> {
@@ -222,8 +266,15 @@ where
     /// Returns the live runtime of a session, starting wrapper + adapter + ACP session if none.
     pub async fn ensure_session(&self, input: EnsureInput) -> Result<AcpRuntimeHandle, AcpxError> {
         let mut live = self.live.lock().await;
-        if let Some(session) = live.get(&input.session_key) {
-            return Ok(session.handle.clone());
+        if let Some(session) = live.get_mut(&input.session_key) {
+            match session.gone() {
+                None => return Ok(session.handle.clone()),
+                Some(why) => {
+                    if let Some(dead) = live.remove(&input.session_key) {
+                        self.retire(dead, &why, input.now).await;
+                    }
+                }
+            }
         }
         let lease_id = LeaseId::parse(clawgate_store::ids::new_id())?;
         let span = tracing::info_span!("acpx_lease", lease_id = %lease_id,
@@ -450,13 +501,81 @@ where
         on_chunk: impl FnMut(&str) + Send,
     ) -> Result<TurnOutcome, AcpxError> {
         let (client, session_id) = self.client(&handle.session_key).await?;
-        client
-            .prompt(&session_id, text, on_chunk)
-            .await
-            .map_err(|source| AcpxError::Acp {
+        match client.prompt(&session_id, text, on_chunk).await {
+            Ok(outcome) => Ok(outcome),
+            Err(source) if source.is_disconnected() || client.is_closed() => {
+                drop(client);
+                self.retire_exited(handle, "session/prompt").await;
+                Err(AcpxError::AgentExited {
+                    session: handle.session_key.clone(),
+                    lease_id: handle.lease_id.clone(),
+                    step: "session/prompt",
+                })
+            }
+            Err(source) => Err(AcpxError::Acp {
                 session: handle.session_key.clone(),
                 source,
-            })
+            }),
+        }
+    }
+
+    /// Drops the live session of `handle` after its agent died under `step` — only if it is
+    /// still the one of that lease (a concurrent caller may have replaced it already).
+    async fn retire_exited(&self, handle: &AcpRuntimeHandle, step: &str) {
+        let mut live = self.live.lock().await;
+        if live
+            .get(&handle.session_key)
+            .is_some_and(|s| s.handle.lease_id == handle.lease_id)
+            && let Some(dead) = live.remove(&handle.session_key)
+        {
+            let why = format!("the ACP connection closed during {step}");
+            self.retire(dead, &why, now_ms()).await;
+        }
+    }
+
+    /// Resolves the lease of a session whose agent is gone, through the same verification as
+    /// a close: `lost` when the tree is provably gone, `closed` after a verified termination of
+    /// what is left, refused (and left for the next start's reaping) otherwise. Never fails:
+    /// the caller moves on to a fresh process either way.
+    async fn retire(&self, mut session: LiveSession, why: &str, now: UnixMillis) {
+        let lease_id = session.handle.lease_id.clone();
+        let span = tracing::info_span!("acpx_lease", lease_id = %lease_id,
+            session = %session.handle.session_key);
+        async move {
+            tracing::warn!(
+                why,
+                "agent process gone: resolving its lease, dropping the session"
+            );
+            // The wrapper holds the pipe of its stdout until it exits, so a closed connection
+            // means it is exiting: let it finish (bounded), so that verification finds it gone
+            // instead of half-exited and unreadable.
+            if session.client.is_closed()
+                && let Some(child) = session.child.as_mut()
+            {
+                let deadline = std::time::Instant::now() + EXIT_SETTLE;
+                while matches!(child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            session.client.shutdown();
+            let resolved = match self.store.load_lease(&lease_id).await {
+                Ok(Some(lease)) => self.end_lease(lease, now).await,
+                Ok(None) => Ok(CloseOutcome::Refused(format!(
+                    "lease {lease_id} is not in the store"
+                ))),
+                Err(error) => Err(error.into()),
+            };
+            match resolved {
+                Ok(outcome) => tracing::info!(?outcome, "lease of the exited agent resolved"),
+                Err(error) => tracing::warn!(%error,
+                    "lease of the exited agent not resolved; the next start's reaping will"),
+            }
+            if let Some(child) = session.child {
+                reap_child_later(child);
+            }
+        }
+        .instrument(span)
+        .await
     }
 
     /// Aborts the active turn only: the session, wrapper and adapter stay.
@@ -602,6 +721,14 @@ where
         let cutoff = now.saturating_sub(self.config.retention.as_millis() as i64);
         Ok(self.store.prune_finished_leases(cutoff).await?)
     }
+}
+
+fn now_ms() -> UnixMillis {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| {
+            UnixMillis::try_from(d.as_millis()).unwrap_or(UnixMillis::MAX)
+        })
 }
 
 fn parse_report(json: &str, wrapper_pid: u32) -> Result<u32, String> {

@@ -206,10 +206,21 @@ impl Gateway {
             info!(%lease, ?outcome, "agent processes of an earlier run resolved");
         }
         if !report.outcomes.is_empty() {
-            println!(
-                "reaped {} agent lease(s) left by an earlier run",
-                report.outcomes.len()
+            use clawgate_acpx::CloseOutcome as Outcome;
+            let count =
+                |of: fn(&Outcome) -> bool| report.outcomes.iter().filter(|(_, o)| of(o)).count();
+            let reaped = count(|o| matches!(o, Outcome::Closed(_)));
+            let gone = count(|o| matches!(o, Outcome::Lost(_) | Outcome::AlreadyFinished(_)));
+            let refused = count(|o| matches!(o, Outcome::Refused(_)));
+            let mut line = format!(
+                "agent leases of an earlier run: {reaped} reaped (processes ended), {gone} already gone"
             );
+            if refused > 0 {
+                line.push_str(&format!(
+                    ", {refused} left alone (not verifiably ours; the log says why)"
+                ));
+            }
+            println!("{line}");
         }
 
         let awareness = Arc::new(

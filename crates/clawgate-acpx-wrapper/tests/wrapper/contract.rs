@@ -100,3 +100,20 @@ fn usage_errors_and_adapter_exit_status() {
     let _ = read_report(wrapper.stderr.take().unwrap());
     assert_eq!(wrapper.wait().unwrap().code(), Some(7));
 }
+
+#[test]
+fn a_sigkilled_wrapper_takes_its_adapter_with_it() {
+    // A plain adapter that would otherwise run for ten minutes, reparented to init.
+    let mut wrapper = spawn_wrapper(5_000, &["sleep", "600"]);
+    let (_, adapter) = read_report(wrapper.stderr.take().unwrap());
+    let survivor = Survivor::of(adapter);
+    // SIGKILL: the wrapper gets no chance to drain its group; only the kernel can act.
+    wrapper.kill().unwrap();
+    wrapper.wait().unwrap();
+    eventually(
+        Duration::from_secs(5),
+        "adapter gone with its wrapper",
+        || !alive(adapter),
+    );
+    drop(survivor);
+}

@@ -100,3 +100,35 @@ pub(crate) fn term(pid: u32) {
         .unwrap();
     assert!(status.success());
 }
+
+/// A process this test started; should it outlive the test's assertion (the failure this test
+/// exists to catch), it is killed on drop — only while /proc still shows the same process
+/// (same start time), never a recycled pid.
+pub(crate) struct Survivor {
+    pid: u32,
+    start_time: String,
+}
+
+fn start_time_of(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // Field 22 of stat; `rest` starts at field 3.
+    rest.split_whitespace().nth(19).map(str::to_owned)
+}
+
+impl Survivor {
+    pub(crate) fn of(pid: u32) -> Survivor {
+        let start_time = start_time_of(pid).expect("the process is alive");
+        Survivor { pid, start_time }
+    }
+}
+
+impl Drop for Survivor {
+    fn drop(&mut self) {
+        if alive(self.pid) && start_time_of(self.pid).as_deref() == Some(&self.start_time) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &self.pid.to_string()])
+                .status();
+        }
+    }
+}

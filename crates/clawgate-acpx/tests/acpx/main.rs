@@ -8,6 +8,8 @@ mod support;
 #[cfg(target_os = "linux")]
 mod acp_runtime;
 #[cfg(target_os = "linux")]
+mod dead_agent;
+#[cfg(target_os = "linux")]
 mod pid_reuse;
 #[cfg(target_os = "linux")]
 mod real_processes;

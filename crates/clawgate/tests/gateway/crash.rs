@@ -100,9 +100,16 @@ async fn sigkill_mid_reply_then_restart_delivers_the_final_exactly_once() {
             .contains("agent processes of an earlier run resolved"),
         "the restart reaped from the lease"
     );
+    // The dead gateway's wrapper may have ended its group before the restart looked (gone) or
+    // not yet (reaped): one lease either way.
     assert!(
-        restarted.printed("reaped 1 agent lease(s) left by an earlier run"),
-        "and told the operator"
+        restarted
+            .printed("agent leases of an earlier run: 1 reaped (processes ended), 0 already gone")
+            || restarted.printed(
+                "agent leases of an earlier run: 0 reaped (processes ended), 1 already gone"
+            ),
+        "and told the operator what happened: {:?}",
+        restarted.stdout.lock().expect("lines")
     );
     assert!(
         restarted.printed("send recovery: 1 unfinished intent(s) examined"),

@@ -1,11 +1,12 @@
 //! End-to-end tests of the real `clawgate` binary: a conversation through the QA platform,
-//! SIGKILL mid-reply and restart, two gateways side by side, the chat page in a browser, and
-//! the operator CLI in both modes.
+//! SIGKILL mid-reply and restart, an agent killed between two messages, two gateways side by
+//! side, the chat page in a browser, and the operator CLI in both modes.
 
 mod browser;
 mod cli;
 mod conversation;
 mod crash;
+mod dead_agent;
 mod failure;
 mod isolation;
 mod support;
