@@ -123,3 +123,116 @@ async fn sigkill_mid_reply_then_restart_delivers_the_final_exactly_once() {
         leases(&state)
     );
 }
+
+/// How many send intents the state database holds (read-only, beside the running gateway).
+fn intent_count(state: &std::path::Path) -> i64 {
+    rusqlite::Connection::open_with_flags(
+        state.join("state.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .and_then(|db| db.query_row("SELECT count(*) FROM send_intents", [], |r| r.get(0)))
+    .unwrap_or(0)
+}
+
+/// The bot's messages in a conversation, as the platform shows them.
+fn bot_texts(platform: &clawgate_channel_qa::QaPlatform, conversation: &str) -> Vec<String> {
+    platform
+        .messages(conversation)
+        .into_iter()
+        .filter(|m| m.author_is_bot)
+        .map(|m| m.text)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_before_the_agent_wrote_anything_then_restart_answers_in_full() {
+    let platform = external_platform().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    // The first chunk comes after 1.5 s: the kill lands while the reply intent exists and
+    // the agent has produced nothing yet.
+    let config = config_file(
+        dir.path(),
+        Some(&platform),
+        &["--chunk-ms", "1500", "--words", "4"],
+    );
+    let gateway = GatewayProcess::start(&state, &config);
+    gateway.say("dm-early", "hello there").await;
+    eventually(
+        Duration::from_secs(30),
+        "the reply intent recorded",
+        || async { (intent_count(&state) > 0).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        bot_texts(&platform, "dm-early").is_empty(),
+        "killed before anything was shown"
+    );
+    gateway.kill_hard();
+
+    let restarted = GatewayProcess::start(&state, &config);
+    let expected = "echo: hello there w1";
+    eventually(Duration::from_secs(60), "the full final", || async {
+        bot_texts(&platform, "dm-early")
+            .iter()
+            .any(|t| t == expected)
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        bot_texts(&platform, "dm-early"),
+        vec![expected.to_owned()],
+        "one complete final, no placeholder or empty reply beside it"
+    );
+    assert!(
+        restarted.printed("1 reply stream(s) without a final cancelled"),
+        "the startup line says the reply was cancelled, not delivered: {:?}",
+        restarted.stdout.lock().expect("lines")
+    );
+    assert!(restarted.interrupt().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_whose_turn_dies_with_the_gateway_every_time_is_dead_lettered_once() {
+    let platform = external_platform().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let config = config_file(
+        dir.path(),
+        Some(&platform),
+        &["--chunk-ms", "400", "--words", "20"],
+    );
+    let mut gateway = GatewayProcess::start(&state, &config);
+    gateway.say("dm-poison", "poison").await;
+    // Five starts of the turn (the default receive.max_attempts), each ended by SIGKILL as
+    // soon as its preview shows: as if the message crashed the gateway every time.
+    for start in 1..=5 {
+        eventually(
+            Duration::from_secs(30),
+            &format!("the preview of start {start}"),
+            || async { (!bot_texts(&platform, "dm-poison").is_empty()).then_some(()) },
+        )
+        .await;
+        gateway.kill_hard();
+        gateway = GatewayProcess::start(&state, &config);
+    }
+    let notice = eventually(Duration::from_secs(30), "the failure notice", || async {
+        bot_texts(&platform, "dm-poison")
+            .into_iter()
+            .find(|t| t.contains("could not answer"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        bot_texts(&platform, "dm-poison"),
+        vec![notice],
+        "the person is told once; no preview or reply of the dead attempts is left"
+    );
+    assert!(
+        gateway.log().contains("never finished"),
+        "the log says why it was set aside"
+    );
+    assert!(gateway.interrupt().success());
+}
