@@ -9,5 +9,6 @@ mod crash;
 mod dead_agent;
 mod failure;
 mod isolation;
+mod store_faults;
 mod support;
 mod webdriver;
