@@ -65,6 +65,11 @@ impl ErrorContext {
                 detail: error.to_string(),
             },
             Some(ErrorCode::DiskFull) => StoreError::DiskFull { path },
+            // The WAL index (`-shm`) could not grow: on a full disk that is where SQLite trips
+            // first (code 4874), before any write of the database itself.
+            Some(ErrorCode::SystemIoFailure) if is_shm_size_failure(&error) => {
+                StoreError::DiskFull { path }
+            }
             Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => StoreError::Corrupt {
                 path,
                 detail: error.to_string(),
@@ -87,6 +92,11 @@ impl ErrorContext {
             },
         }
     }
+}
+
+fn is_shm_size_failure(error: &rusqlite::Error) -> bool {
+    matches!(error, rusqlite::Error::SqliteFailure(e, _)
+        if e.extended_code == rusqlite::ffi::SQLITE_IOERR_SHMSIZE)
 }
 
 fn parent_of(path: &Path) -> PathBuf {
