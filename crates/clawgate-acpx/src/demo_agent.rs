@@ -27,7 +27,30 @@ struct Options {
     words: usize,
     grandchild: Option<&'static str>,
     pid_file: Option<String>,
+    help: bool,
 }
+
+/// What `--help` prints.
+pub const HELP: &str = "\
+clawgate demo-agent: the bundled deterministic ACP agent (JSON-RPC over stdin/stdout).
+
+It answers every prompt with `echo: <prompt text>`, streamed word by word, so a reply's
+preview, edits and final can be watched and checked exactly. Configure it as an agent:
+  [[agents]]
+  id = \"main\"
+  command = [\"clawgate\", \"demo-agent\", \"--chunk-ms\", \"300\", \"--words\", \"20\"]
+
+Options:
+  --chunk-ms MS   wait MS milliseconds before each word (default 40); a slow agent (e.g.
+                  1500) leaves a wide window between the reply's intent and its text, to try
+                  crashes in; 0 sends the whole reply at once
+  --words N       pad the reply with w1 w2 … to at least N words (default: no padding), so
+                  the reply is `echo: <prompt words> w1 … wK`
+  --grandchild, --stubborn-grandchild, --grandchild-pid-file PATH
+                  start `sleep 600` in the agent's process group (the stubborn one ignores
+                  TERM) and write its pid to PATH: for process-tree tests
+  -h, --help      print this and exit
+";
 
 fn options(args: impl IntoIterator<Item = String>) -> Options {
     let mut options = Options {
@@ -35,6 +58,7 @@ fn options(args: impl IntoIterator<Item = String>) -> Options {
         words: 0,
         grandchild: None,
         pid_file: None,
+        help: false,
     };
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -47,6 +71,7 @@ fn options(args: impl IntoIterator<Item = String>) -> Options {
             "--grandchild" => options.grandchild = Some("exec sleep 600"),
             "--stubborn-grandchild" => options.grandchild = Some("trap '' TERM; exec sleep 600"),
             "--grandchild-pid-file" => options.pid_file = args.next(),
+            "-h" | "--help" => options.help = true,
             other => eprintln!("test agent: ignoring unknown argument {other:?}"),
         }
     }
@@ -63,6 +88,10 @@ fn send(out: &mut impl Write, message: &Value) {
 /// program name).
 pub fn run(args: impl IntoIterator<Item = String>) {
     let options = options(args);
+    if options.help {
+        print!("{HELP}");
+        return;
+    }
     if let Some(script) = options.grandchild {
         match std::process::Command::new("sh")
             .args(["-c", script])

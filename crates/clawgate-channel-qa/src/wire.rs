@@ -134,9 +134,10 @@ pub enum FaultMode {
     DelayBefore,
 }
 
-/// One fault, applied to the next `count` API calls that touch messages.
+/// One fault, applied to the next `count` API calls that touch messages. Unknown fields are
+/// refused: a misspelt field would otherwise make a fault test pass without its fault.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Fault {
     pub count: u32,
     pub mode: FaultMode,

@@ -2,5 +2,6 @@
 #![allow(clippy::unwrap_used)] // Tests fail loudly by design.
 
 mod attachments;
+mod faults;
 mod polling;
 mod restart;

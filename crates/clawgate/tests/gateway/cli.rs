@@ -613,3 +613,17 @@ fn operator_commands_go_through_a_running_gateway() {
     let after: views::StatusView = after.json();
     assert_eq!(after.open_leases, 0, "Ctrl-C closed the agent's lease");
 }
+
+#[test]
+fn the_bundled_agent_explains_its_options() {
+    let output = std::process::Command::new(crate::support::BIN)
+        .args(["demo-agent", "--help"])
+        .stdin(std::process::Stdio::piped())
+        .output()
+        .expect("clawgate demo-agent runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    for option in ["--chunk-ms", "--words", "echo: <prompt text>"] {
+        assert!(text.contains(option), "--help explains {option}: {text}");
+    }
+}

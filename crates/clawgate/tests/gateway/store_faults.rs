@@ -46,7 +46,8 @@ async fn a_write_lock_held_by_another_process_mid_reply_delays_the_final_but_nev
     // Another process takes SQLite's write lock for longer than the gateway's busy timeout
     // (5 s) while the reply streams and its final is due: the gateway's writes fail closed.
     let db = rusqlite::Connection::open(state.join("state.db")).expect("state.db");
-    db.execute_batch("BEGIN IMMEDIATE").expect("write lock taken");
+    db.execute_batch("BEGIN IMMEDIATE")
+        .expect("write lock taken");
     tokio::time::sleep(Duration::from_secs(9)).await;
     db.execute_batch("ROLLBACK").expect("write lock released");
     drop(db);
