@@ -24,7 +24,7 @@ use clawgate_awareness::SessionTools;
 use clawgate_messages::{Clock as _, SystemClock};
 use clawgate_store::sqlite::{MigrationStatus, STATE_DB_FILE};
 use clawgate_store::{LeaseStore as _, SqliteOptions, SqliteStore, StoreError, Synchronous};
-use clawgate_types::{DurableSendIntent, LeaseState, SessionStateEvent};
+use clawgate_types::{DurableSendIntent, IntentStatus, LeaseState, SessionStateEvent};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -951,7 +951,13 @@ impl Render for views::StatusView {
         let intents: Vec<String> = self
             .intents
             .iter()
-            .map(|(status, n)| format!("{status} {n}"))
+            .map(|(status, n)| match status {
+                IntentStatus::Pending if self.replies_streaming > 0 => format!(
+                    "{status} {n} ({} streaming, no final yet)",
+                    self.replies_streaming
+                ),
+                _ => format!("{status} {n}"),
+            })
             .collect();
         t.row(["intents".to_owned(), intents.join(", ")]);
         t.row([

@@ -154,6 +154,10 @@ pub struct StatusView {
     /// Send intents per status, keyed by the `IntentStatus` values (every status, zero
     /// included).
     pub intents: BTreeMap<IntentStatus, u64>,
+    /// Of the `pending` intents: live replies still streaming, with no final yet (nothing to
+    /// send; left by a dead gateway, recovery cancels them and their turns run again); counted
+    /// up to 10 000.
+    pub replies_streaming: u64,
     /// Inbound events recorded but not finished (processed again by the next gateway start);
     /// counted up to 10 000.
     pub inbound_unfinished: u64,
@@ -215,6 +219,16 @@ pub async fn status(
         schema_version,
         supported_schema_version: clawgate_store::sqlite::SCHEMA_VERSION,
         intents,
+        replies_streaming: store
+            .list_intents(&clawgate_store::IntentFilter {
+                statuses: vec![IntentStatus::Pending],
+                limit: INBOUND_COUNT_CAP,
+                ..clawgate_store::IntentFilter::default()
+            })
+            .await?
+            .iter()
+            .filter(|i| i.awaits_final())
+            .count() as u64,
         inbound_unfinished: count_inbound(InboundStatus::Received).await?,
         inbound_dead_lettered: count_inbound(InboundStatus::DeadLettered).await?,
         open_leases,

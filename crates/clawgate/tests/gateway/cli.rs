@@ -225,6 +225,13 @@ fn stopped_inbox_leases_and_status_read_the_state_directory() {
     let lease_id = rt.block_on(async {
         let store = open(&state);
         seed_intent(&store, 1, IntentStatus::Failed).await;
+        // A live reply a dead gateway left mid-stream: no final recorded yet.
+        let mut streaming = sample_intent(2, 1_002);
+        streaming.batch = None;
+        streaming.live_state = Some(clawgate_types::LiveMessageState::empty(
+            clawgate_types::LiveMode::Partial,
+        ));
+        store.insert_intent(&streaming, None).await.expect("insert");
         for (event, dead) in [("ev-1", false), ("ev-2", true)] {
             let key = InboundKey {
                 channel: "qa".into(),
@@ -291,15 +298,33 @@ fn stopped_inbox_leases_and_status_read_the_state_directory() {
     assert!(!status.running && status.gateway.is_none());
     assert_eq!(status.intents[&IntentStatus::Failed], 1);
     assert_eq!(status.intents[&IntentStatus::Sent], 0);
+    assert_eq!(
+        (
+            status.intents[&IntentStatus::Pending],
+            status.replies_streaming
+        ),
+        (1, 1),
+        "the pending reply is one without a final"
+    );
     assert_eq!(status.inbound_dead_lettered, 1);
     assert_eq!(status.inbound_unfinished, 0);
     assert_eq!(status.open_leases, 1);
     assert_eq!(status.schema_version, status.supported_schema_version);
     let text = clawgate(&state, &["status"]);
     assert!(
-        text.stdout.contains("not running") && text.stdout.contains("failed 1"),
+        text.stdout.contains("not running")
+            && text.stdout.contains("failed 1")
+            && text
+                .stdout
+                .contains("pending 1 (1 streaming, no final yet)"),
         "{}",
         text.stdout
+    );
+    let outbox = clawgate(&state, &["outbox", "list", "--status", "pending"]);
+    assert!(
+        outbox.stdout.contains("pending (streaming, no final yet)"),
+        "{}",
+        outbox.stdout
     );
 
     let leases: views::LeaseList = clawgate(&state, &["leases", "list", "--json"]).json();
