@@ -57,9 +57,7 @@ async fn a_write_lock_held_by_another_process_mid_reply_delays_the_final_but_nev
         Duration::from_secs(60),
         "the final once the lock is gone",
         || async {
-            bot_texts(&platform, "dm-locked")
-                .iter()
-                .any(|t| *t == expected)
+            bot_texts(&platform, "dm-locked").contains(&expected)
                 .then_some(())
         },
     )
@@ -153,9 +151,7 @@ async fn a_disk_that_fills_mid_reply_delays_the_final_until_space_is_freed() {
         Duration::from_secs(60),
         "the final once there is room",
         || async {
-            bot_texts(&platform, "dm-full")
-                .iter()
-                .any(|t| *t == expected)
+            bot_texts(&platform, "dm-full").contains(&expected)
                 .then_some(())
         },
     )
@@ -176,9 +172,7 @@ async fn a_disk_that_fills_mid_reply_delays_the_final_until_space_is_freed() {
         Duration::from_secs(60),
         "the reply to the message sent while full",
         || async {
-            bot_texts(&platform, "dm-full")
-                .iter()
-                .any(|t| *t == second)
+            bot_texts(&platform, "dm-full").contains(&second)
                 .then_some(())
         },
     )
