@@ -6,6 +6,7 @@ mod browser;
 mod cli;
 mod conversation;
 mod crash;
+mod crash_matrix;
 mod failure;
 mod isolation;
 mod support;
