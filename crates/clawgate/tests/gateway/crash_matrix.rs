@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{
     AccountSpec, GatewayProcess, Sent, config_file_accounts, demo_reply, judge, leftover_processes,
-    platform_record,
+    settle,
 };
 
 /// Slow: a reply streams for about a third of a second, so kills land mid-stream.
@@ -143,7 +143,7 @@ async fn random_sigkills_leave_exactly_one_final_per_message() {
     let gateway = GatewayProcess::try_start(&state, &config, &quiet)
         .unwrap_or_else(|why| panic!("seed {seed}: {why}"));
     send(&gateway, &messages[next..]).await;
-    settle(&state, &messages).await;
+    settle(&state, &messages, Duration::from_secs(6)).await;
     let status = gateway.interrupt();
 
     let verdict = judge(&state, &messages);
@@ -169,47 +169,4 @@ async fn random_sigkills_leave_exactly_one_final_per_message() {
             leftovers.join("\n")
         );
     }
-}
-
-/// Waits until every message shows its final, or nothing lands for a while (then the judge
-/// says what is missing). Bounded, so a gateway that never answers fails instead of hanging.
-async fn settle(state: &std::path::Path, messages: &[Sent]) {
-    const QUIET: Duration = Duration::from_secs(6);
-    const CAP: Duration = Duration::from_secs(120);
-    let start = Instant::now();
-    let mut last_change = Instant::now();
-    let mut last_len = 0usize;
-    loop {
-        let (len, all) = landed(state, messages);
-        if all {
-            // A final that is there may still be followed by something wrong (a duplicate, a
-            // late recovery): give that a moment to show.
-            tokio::time::sleep(Duration::from_millis(1_000)).await;
-            return;
-        }
-        if len != last_len {
-            last_len = len;
-            last_change = Instant::now();
-        }
-        if last_change.elapsed() > QUIET || start.elapsed() > CAP {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// How many log entries the platforms hold, and whether every message has its final.
-fn landed(state: &std::path::Path, messages: &[Sent]) -> (usize, bool) {
-    let mut len = 0;
-    let mut all = true;
-    for channel in ["qa", "qa-fast"] {
-        let record = platform_record(state, channel);
-        len += record.log.len();
-        all &= messages.iter().filter(|m| m.channel == channel).all(|m| {
-            record.messages.iter().any(|p| {
-                p.author_is_bot && p.conversation_id == m.conversation && p.text == m.expected
-            })
-        });
-    }
-    (len, all)
 }

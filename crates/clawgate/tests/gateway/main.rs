@@ -7,6 +7,7 @@ mod cli;
 mod conversation;
 mod crash;
 mod crash_matrix;
+mod crash_points;
 mod failure;
 mod isolation;
 mod support;

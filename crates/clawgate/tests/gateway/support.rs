@@ -139,6 +139,11 @@ impl GatewayProcess {
         }
     }
 
+    /// The exit status, once the gateway has exited by itself (e.g. a crash hook fired).
+    pub(crate) fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("try_wait")
+    }
+
     /// SIGKILL: no shutdown code runs.
     pub(crate) fn kill_hard(mut self) {
         self.child.kill().expect("SIGKILL");
@@ -189,6 +194,28 @@ impl GatewayProcess {
             response.status()
         );
         response.json().await.expect("message")
+    }
+
+    /// As [`GatewayProcess::say_on`], `Err` instead of a panic (the gateway may have died).
+    pub(crate) async fn try_say_on(
+        &self,
+        channel: Option<&str>,
+        conversation: &str,
+        text: &str,
+    ) -> Result<(), String> {
+        let response = reqwest::Client::new()
+            .post(format!("{}/chat/api/send", self.url))
+            .json(&serde_json::json!({
+                "conversation": conversation, "text": text, "channel": channel
+            }))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(format!("chat send: {}", response.status()))
+        }
     }
 
     /// The conversation as the chat page sees it.
@@ -665,4 +692,49 @@ pub(crate) fn leftover_processes(state: &Path) -> Vec<String> {
         }
     }
     wrong
+}
+
+/// Waits until every message shows its final, or nothing lands for `quiet` (then the judge
+/// says what is missing). Bounded, so a gateway that never answers fails instead of hanging.
+pub(crate) async fn settle(state: &Path, messages: &[Sent], quiet: Duration) {
+    const CAP: Duration = Duration::from_secs(120);
+    let start = Instant::now();
+    let mut last_change = Instant::now();
+    let mut last_len = 0usize;
+    loop {
+        let (len, all) = landed(state, messages);
+        if all {
+            // A final that is there may still be followed by something wrong (a duplicate, a
+            // late recovery): give that a moment to show.
+            tokio::time::sleep(Duration::from_millis(1_000)).await;
+            return;
+        }
+        if len != last_len {
+            last_len = len;
+            last_change = Instant::now();
+        }
+        if last_change.elapsed() > quiet || start.elapsed() > CAP {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// How many log entries the platforms hold, and whether every message has its final.
+fn landed(state: &Path, messages: &[Sent]) -> (usize, bool) {
+    let mut channels: Vec<&str> = messages.iter().map(|s| s.channel.as_str()).collect();
+    channels.sort_unstable();
+    channels.dedup();
+    let mut len = 0;
+    let mut all = true;
+    for channel in channels {
+        let record = platform_record(state, channel);
+        len += record.log.len();
+        all &= messages.iter().filter(|m| m.channel == channel).all(|m| {
+            record.messages.iter().any(|p| {
+                p.author_is_bot && p.conversation_id == m.conversation && p.text == m.expected
+            })
+        });
+    }
+    (len, all)
 }
