@@ -10,5 +10,6 @@ mod crash_matrix;
 mod crash_points;
 mod failure;
 mod isolation;
+mod platform_faults;
 mod support;
 mod webdriver;
