@@ -158,6 +158,16 @@ async fn random_sigkills_leave_exactly_one_final_per_message() {
         verdict.shapes(),
         started.elapsed().as_secs_f64()
     );
+    // One line for `cargo xtask soak` to add up.
+    eprintln!(
+        "crash matrix figures: seed={seed} kills={kills} messages={} finals={} notices={} \
+         violations={} leftovers={}",
+        verdict.messages,
+        verdict.finals,
+        verdict.notices,
+        verdict.violations.len() + verdict.strays.len(),
+        leftovers.len()
+    );
     if !verdict.holds() || !leftovers.is_empty() || !status.success() {
         // Kept for a look: the state directory and the gateway's log beside it.
         let kept = dir.keep();
