@@ -12,6 +12,7 @@ mod codegen;
 mod conformance;
 mod migrate;
 mod setup;
+mod soak;
 mod tidy;
 
 use std::process::ExitCode;
@@ -36,6 +37,9 @@ commands:
   bench acpx          lease verifications/s on live processes, time to reap 100 orphan trees
   bench gateway       the clawgate binary: idle RSS, inbound → committed final p50/p99 vs the agent alone
   tidy                check the crate layering and the publish metadata of every crate
+  soak [--kills N] [--seeds A,B,…]
+                      the gateway's crash matrix run long on a release build: N SIGKILLs
+                      (default 100) per seed (default five fixed seeds), figures added up
   conformance         run every conformance suite (store backends, adapters)
   ci                  run what CI runs: fmt, clippy, tests, codegen --check, tidy,
                       cargo-deny, conformance, cargo package
@@ -49,6 +53,7 @@ enum Command {
     Migrate(migrate::Migrate),
     Bench(bench::Suite),
     Tidy,
+    Soak(soak::Soak),
     Conformance,
     Ci,
     Help,
@@ -59,10 +64,24 @@ enum Command {
 enum ArgError {
     MissingCommand,
     UnknownCommand(String),
-    UnexpectedArgument { command: String, argument: String },
-    MissingValue { command: String, option: String },
-    MissingOption { command: String, option: String },
+    UnexpectedArgument {
+        command: String,
+        argument: String,
+    },
+    MissingValue {
+        command: String,
+        option: String,
+    },
+    MissingOption {
+        command: String,
+        option: String,
+    },
     UnknownSuite(String),
+    InvalidValue {
+        command: String,
+        option: String,
+        value: String,
+    },
 }
 
 impl std::fmt::Display for ArgError {
@@ -79,6 +98,14 @@ impl std::fmt::Display for ArgError {
             ArgError::MissingOption { command, option } => {
                 write!(f, "`{command}` needs `{option}`")
             }
+            ArgError::InvalidValue {
+                command,
+                option,
+                value,
+            } => write!(
+                f,
+                "`{command} {option}`: {value:?} is not a number (or list of numbers)"
+            ),
             ArgError::UnknownSuite(name) => {
                 write!(
                     f,
@@ -123,6 +150,26 @@ fn parse(args: &[String]) -> Result<Command, ArgError> {
             Command::Bench(bench::Suite::parse(&suite).ok_or(ArgError::UnknownSuite(suite))?)
         }
         "tidy" => Command::Tidy,
+        "soak" => {
+            let invalid = |option: &str, value: &str| ArgError::InvalidValue {
+                command: name.clone(),
+                option: option.to_owned(),
+                value: value.to_owned(),
+            };
+            let kills = match rest.value("--kills")? {
+                Some(v) => v.parse().map_err(|_| invalid("--kills", &v))?,
+                None => 100,
+            };
+            let seeds = match rest.value("--seeds")? {
+                Some(v) => v
+                    .split(',')
+                    .map(|s| s.trim().parse())
+                    .collect::<Result<Vec<u64>, _>>()
+                    .map_err(|_| invalid("--seeds", &v))?,
+                None => soak::Soak::default_seeds(),
+            };
+            Command::Soak(soak::Soak { seeds, kills })
+        }
         "conformance" => Command::Conformance,
         "ci" => Command::Ci,
         "help" | "-h" | "--help" => Command::Help,
@@ -189,6 +236,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Migrate(args) => migrate::run(&args),
         Command::Bench(suite) => bench::run(suite),
         Command::Tidy => tidy::run(),
+        Command::Soak(soak) => soak::run(&soak),
         Command::Conformance => conformance::run(),
         Command::Ci => ci::run(),
         Command::Help => {
@@ -271,6 +319,21 @@ mod tests {
             ("bench gateway", Ok(Command::Bench(bench::Suite::Gateway))),
             ("bench warp", Err(ArgError::UnknownSuite("warp".into()))),
             ("conformance", Ok(Command::Conformance)),
+            (
+                "soak --kills 40 --seeds 1,2",
+                Ok(Command::Soak(soak::Soak {
+                    seeds: vec![1, 2],
+                    kills: 40,
+                })),
+            ),
+            (
+                "soak --kills many",
+                Err(ArgError::InvalidValue {
+                    command: "soak".into(),
+                    option: "--kills".into(),
+                    value: "many".into(),
+                }),
+            ),
             ("ci", Ok(Command::Ci)),
             ("help", Ok(Command::Help)),
             ("--help", Ok(Command::Help)),
@@ -306,6 +369,7 @@ mod tests {
             "migrate",
             "bench",
             "tidy",
+            "soak",
             "conformance",
             "ci",
             "help",

@@ -190,6 +190,7 @@ impl Gateway {
                 crate::config::SyncMode::Full => Synchronous::Full,
                 crate::config::SyncMode::Normal => Synchronous::Normal,
             },
+            commit_hook: crate::crash_points::commit_hook(),
             ..SqliteOptions::default()
         };
         let store = Arc::new(SqliteStore::open_state_dir(state.path(), options)?);
@@ -295,13 +296,15 @@ impl Gateway {
         let clock = Arc::new(SystemClock);
         let messenger = Messenger::new(
             store.clone(),
-            channels
-                .iter()
-                .map(|c| {
-                    Arc::new(c.adapter.clone())
-                        as Arc<dyn clawgate_channel_sdk::ChannelMessageAdapter>
-                })
-                .collect(),
+            crate::crash_points::wrap(
+                channels
+                    .iter()
+                    .map(|c| {
+                        Arc::new(c.adapter.clone())
+                            as Arc<dyn clawgate_channel_sdk::ChannelMessageAdapter>
+                    })
+                    .collect(),
+            ),
             config.retry_policy(),
             clock.clone(),
             &acpx.instance_id().to_string(),

@@ -9,12 +9,14 @@
 //!   the CLI and the control API;
 //! * [`control`]: the local control API (token-protected, loopback only);
 //! * [`cli`]: the operator commands, through a running gateway or on its state directory;
-//! * [`serve`]: runs it all until Ctrl-C, then shuts down cleanly.
+//! * [`serve`]: runs it all until Ctrl-C, then shuts down cleanly;
+//! * [`crash_points`]: a test hook that aborts at a chosen durable write or platform call.
 
 pub mod chat;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod crash_points;
 pub mod gateway;
 pub mod serve;
 pub mod state;

@@ -6,7 +6,7 @@ use tracing::{error, info};
 
 use crate::config::Config;
 use crate::gateway::{Gateway, GatewayError, random_token};
-use crate::state::RuntimeInfo;
+use crate::state::{ChannelInfo, RuntimeInfo};
 
 /// Runs a gateway until a stop signal. Prints where it listens and where the state lives.
 pub async fn up(config: Config) -> Result<(), GatewayError> {
@@ -51,6 +51,15 @@ pub async fn up(config: Config) -> Result<(), GatewayError> {
         url: url.clone(),
         control_token: token,
         started_at: gateway.started_at,
+        channels: gateway
+            .channels
+            .iter()
+            .map(|channel| ChannelInfo {
+                name: channel.name.clone(),
+                platform_url: channel.base_url.clone(),
+                embedded: channel.platform.is_some(),
+            })
+            .collect(),
     })?;
     gateway.run().await;
     println!("clawgate is up");

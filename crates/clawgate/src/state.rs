@@ -59,6 +59,23 @@ pub struct RuntimeInfo {
     pub url: String,
     pub control_token: String,
     pub started_at: i64,
+    /// Each channel's platform, so a test or a tool can reach an embedded QA platform (its
+    /// `/control` routes) while the gateway runs. Absent in files written by earlier builds.
+    #[serde(default)]
+    pub channels: Vec<ChannelInfo>,
+}
+
+/// Where one channel's platform answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChannelInfo {
+    /// The channel name messages carry (`qa`, `qa-<account>`).
+    pub name: String,
+    /// `http://127.0.0.1:PORT` of the platform (its API under `/api`, test controls under
+    /// `/control`).
+    pub platform_url: String,
+    /// Whether the gateway runs this platform in-process (its state in the state directory).
+    pub embedded: bool,
 }
 
 impl StateDir {
@@ -192,6 +209,11 @@ mod tests {
             url: "http://127.0.0.1:1".into(),
             control_token: "secret".into(),
             started_at: 0,
+            channels: vec![ChannelInfo {
+                name: "qa".into(),
+                platform_url: "http://127.0.0.1:2".into(),
+                embedded: true,
+            }],
         };
         state.write_runtime(&info).expect("write");
         let mode = std::fs::metadata(dir.path().join(RUNTIME_FILE))

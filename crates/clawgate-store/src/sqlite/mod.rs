@@ -22,6 +22,7 @@ pub use migrate::{MIGRATIONS, Migration, MigrationStatus, SCHEMA_VERSION};
 
 use self::errors::{DbResult, ErrorContext, Phase};
 use self::writer::{Ack, Isolation, WalSync, Writer};
+pub use self::writer::{CommitHook, CommitStage};
 use crate::{StoreError, StoreResult};
 
 /// The file name of the state database inside a state directory.
@@ -58,6 +59,10 @@ pub struct SqliteOptions {
     /// the gateway runs. Well above the size between two automatic checkpoints (about 4 MiB), so
     /// steady writing never regrows a cut file.
     pub wal_size_limit: u64,
+    /// Called by the writer thread around each transaction's `COMMIT` (a test hook: the
+    /// gateway's crash points abort the process there). `None`, the default, costs one check
+    /// per batch.
+    pub commit_hook: Option<CommitHook>,
 }
 
 impl Default for SqliteOptions {
@@ -69,6 +74,7 @@ impl Default for SqliteOptions {
             max_batch: 512,
             max_page_count: None,
             wal_size_limit: 64 * 1024 * 1024,
+            commit_hook: None,
         }
     }
 }
@@ -150,7 +156,13 @@ impl SqliteStore {
             Synchronous::Full => WalSync::Pipelined(wal_path(path)),
             Synchronous::Normal => WalSync::AtCommit,
         };
-        let writer = Writer::spawn(conn, options.max_batch, ctx.clone(), sync)?;
+        let writer = Writer::spawn(
+            conn,
+            options.max_batch,
+            ctx.clone(),
+            sync,
+            options.commit_hook.clone(),
+        )?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 ctx,
@@ -169,7 +181,13 @@ impl SqliteStore {
         let mut conn = Connection::open_in_memory().map_err(|e| ctx.map_sqlite(e, Phase::Open))?;
         configure_writer(&conn, &options, false).map_err(|e| ctx.map(e, Phase::Open))?;
         migrate::migrate(&mut conn, &ctx)?;
-        let writer = Writer::spawn(conn, options.max_batch, ctx.clone(), WalSync::AtCommit)?;
+        let writer = Writer::spawn(
+            conn,
+            options.max_batch,
+            ctx.clone(),
+            WalSync::AtCommit,
+            options.commit_hook.clone(),
+        )?;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
                 ctx,
@@ -405,6 +423,46 @@ mod tests {
             .unwrap();
         let calls = after - before;
         assert!(calls <= 5, "{calls} write calls for one 60-page commit");
+    }
+
+    /// The commit hook sees every transaction twice, before and after its `COMMIT`, under one
+    /// number that counts up; a rolled-back write is not reported committed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_commit_hook_sees_each_commit_before_and_after() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteOptions {
+            commit_hook: Some(CommitHook(Arc::new(move |stage, n| {
+                sink.lock().unwrap().push((stage, n));
+            }))),
+            ..SqliteOptions::default()
+        };
+        let store = SqliteStore::open_state_dir(dir.path(), options).unwrap();
+        let before = seen.lock().unwrap().len();
+        for n in 0..2 {
+            store
+                .write_statement(move |conn| {
+                    conn.execute(
+                        "INSERT INTO gateway_meta (key, value) VALUES (?1, 'x')",
+                        [format!("hook-{n}")],
+                    )?;
+                    Ok(())
+                })
+                .await
+                .unwrap();
+        }
+        let seen = seen.lock().unwrap()[before..].to_vec();
+        let first = seen.first().map_or(0, |(_, n)| *n);
+        assert_eq!(
+            seen,
+            vec![
+                (CommitStage::Before, first),
+                (CommitStage::Committed, first),
+                (CommitStage::Before, first + 1),
+                (CommitStage::Committed, first + 1),
+            ]
+        );
     }
 
     /// Once a checkpoint has emptied the write-ahead log, the file is cut back to the limit

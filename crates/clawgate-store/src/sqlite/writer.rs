@@ -68,6 +68,28 @@ struct Job {
     run: Run,
 }
 
+/// Where in a transaction's commit a [`CommitHook`] is called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitStage {
+    /// Every write of the batch ran; `COMMIT` comes next (nothing of the batch is stored yet).
+    Before,
+    /// `COMMIT` returned: the batch is in the WAL (a process crash keeps it; with
+    /// `Synchronous::Full` its fsync may still be pending) and no caller has heard of it yet.
+    Committed,
+}
+
+/// A test hook on the writer thread, called with the stage and the number of the commit
+/// (1 for the first batch the writer thread commits; migrations run before it and are not
+/// counted).
+#[derive(Clone)]
+pub struct CommitHook(pub Arc<dyn Fn(CommitStage, u64) + Send + Sync>);
+
+impl std::fmt::Debug for CommitHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CommitHook")
+    }
+}
+
 /// How a commit becomes durable before it is reported.
 #[derive(Debug, Clone)]
 pub(crate) enum WalSync {
@@ -103,6 +125,7 @@ impl Writer {
         max_batch: usize,
         ctx: ErrorContext,
         sync: WalSync,
+        hook: Option<CommitHook>,
     ) -> StoreResult<Writer> {
         // Bounded: a flood of writers waits instead of growing memory without limit.
         let (queue, jobs) = mpsc::channel::<Job>(max_batch.max(1) * 8);
@@ -124,7 +147,9 @@ impl Writer {
         };
         let thread = std::thread::Builder::new()
             .name("clawgate-store-writer".into())
-            .spawn(move || run(conn, jobs, max_batch.max(1), ctx, synced, poisoned))
+            .spawn(move || {
+                run(conn, jobs, max_batch.max(1), ctx, synced, poisoned, hook);
+            })
             .map_err(|e| StoreError::Backend(Box::new(e)))?;
         Ok(Writer {
             queue: Some(queue),
@@ -277,7 +302,9 @@ fn run(
     ctx: ErrorContext,
     synced: Option<std::sync::mpsc::Sender<Vec<Finish>>>,
     poisoned: Poisoned,
+    hook: Option<CommitHook>,
 ) {
+    let mut hook = hook.map(|hook| (hook, 0u64));
     let mut batch: Vec<Job> = Vec::with_capacity(max_batch);
     let mut last_batch = 0usize;
     while let Some(first) = jobs.blocking_recv() {
@@ -305,7 +332,7 @@ fn run(
             }
             continue;
         }
-        let (finishes, commit_error) = commit_batch(&conn, &mut batch, &ctx);
+        let (finishes, commit_error) = commit_batch(&conn, &mut batch, &ctx, hook.as_mut());
         match (&synced, commit_error) {
             (Some(to_sync), None) => {
                 let mut to_report = Vec::with_capacity(finishes.len());
@@ -347,6 +374,7 @@ fn commit_batch(
     conn: &Connection,
     batch: &mut Vec<Job>,
     ctx: &ErrorContext,
+    hook: Option<&mut (CommitHook, u64)>,
 ) -> (Vec<(Ack, Finish)>, Option<rusqlite::Error>) {
     if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
         warn!(path = %ctx.path.display(), error = %e, "could not start a write transaction");
@@ -407,7 +435,18 @@ fn commit_batch(
     let commit_error = match aborted {
         Some(e) => Some(e),
         // The commit's WAL frames go out in one write (see `wal_vfs`).
-        None => wal_vfs::commit(|| exec(conn, "COMMIT")).err(),
+        None => match hook {
+            None => wal_vfs::commit(|| exec(conn, "COMMIT")).err(),
+            Some((hook, commits)) => {
+                *commits += 1;
+                (hook.0)(CommitStage::Before, *commits);
+                let error = wal_vfs::commit(|| exec(conn, "COMMIT")).err();
+                if error.is_none() {
+                    (hook.0)(CommitStage::Committed, *commits);
+                }
+                error
+            }
+        },
     };
     if let Some(e) = &commit_error {
         if !conn.is_autocommit() {

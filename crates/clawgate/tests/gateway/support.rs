@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use clawgate_channel_qa::{QaPlatform, QaPlatformConfig};
+use clawgate_channel_qa::{Fault, LogEntry, PlatformMessage, QaPlatform, QaPlatformConfig};
 
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_clawgate");
 
@@ -72,14 +72,30 @@ pub(crate) fn config_file_with_agent(
 impl GatewayProcess {
     /// Starts `clawgate up` and waits until it prints its URL.
     pub(crate) fn start(state: &Path, config: &Path) -> GatewayProcess {
-        let mut child = Command::new(BIN)
+        GatewayProcess::try_start(state, config, &[]).unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// As [`GatewayProcess::start`], with more environment variables (set after the defaults,
+    /// so `CLAWGATE_LOG` can be overridden); `Err` when the gateway exited (e.g. a crash hook
+    /// fired during start) or printed no URL within 30 s.
+    pub(crate) fn try_start(
+        state: &Path,
+        config: &Path,
+        env: &[(&str, &str)],
+    ) -> Result<GatewayProcess, String> {
+        let mut command = Command::new(BIN);
+        command
             .arg("--state-dir")
             .arg(state)
             .arg("--config")
             .arg(config)
             .arg("up")
             .env("E2E_QA_TOKEN", "e2e-token")
-            .env("CLAWGATE_LOG", "info")
+            .env("CLAWGATE_LOG", "info");
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(
@@ -103,20 +119,29 @@ impl GatewayProcess {
                 sink.lock().expect("lines").push(line);
             }
         });
-        let url = url_rx
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| {
-                panic!(
-                    "gateway did not print its URL within 30 s; log: {}",
+        // The reader thread drops its sender when stdout closes: a gateway that exits before
+        // printing its URL is noticed at once.
+        match url_rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(url) => Ok(GatewayProcess {
+                child,
+                state: state.to_path_buf(),
+                url,
+                stdout: lines,
+            }),
+            Err(_) => {
+                let _ = child.kill();
+                let status = child.wait().expect("reaped");
+                Err(format!(
+                    "gateway did not print its URL within 30 s ({status}); log: {}",
                     std::fs::read_to_string(state.with_extension("log")).unwrap_or_default()
-                )
-            });
-        GatewayProcess {
-            child,
-            state: state.to_path_buf(),
-            url,
-            stdout: lines,
+                ))
+            }
         }
+    }
+
+    /// The exit status, once the gateway has exited by itself (e.g. a crash hook fired).
+    pub(crate) fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("try_wait")
     }
 
     /// SIGKILL: no shutdown code runs.
@@ -145,9 +170,21 @@ impl GatewayProcess {
     }
 
     pub(crate) async fn say(&self, conversation: &str, text: &str) -> serde_json::Value {
+        self.say_on(None, conversation, text).await
+    }
+
+    /// As [`GatewayProcess::say`], on the named channel (default: the first one).
+    pub(crate) async fn say_on(
+        &self,
+        channel: Option<&str>,
+        conversation: &str,
+        text: &str,
+    ) -> serde_json::Value {
         let response = reqwest::Client::new()
             .post(format!("{}/chat/api/send", self.url))
-            .json(&serde_json::json!({ "conversation": conversation, "text": text }))
+            .json(&serde_json::json!({
+                "conversation": conversation, "text": text, "channel": channel
+            }))
             .send()
             .await
             .expect("chat send");
@@ -157,6 +194,28 @@ impl GatewayProcess {
             response.status()
         );
         response.json().await.expect("message")
+    }
+
+    /// As [`GatewayProcess::say_on`], `Err` instead of a panic (the gateway may have died).
+    pub(crate) async fn try_say_on(
+        &self,
+        channel: Option<&str>,
+        conversation: &str,
+        text: &str,
+    ) -> Result<(), String> {
+        let response = reqwest::Client::new()
+            .post(format!("{}/chat/api/send", self.url))
+            .json(&serde_json::json!({
+                "conversation": conversation, "text": text, "channel": channel
+            }))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(format!("chat send: {}", response.status()))
+        }
     }
 
     /// The conversation as the chat page sees it.
@@ -290,4 +349,392 @@ pub(crate) fn leases(state: &Path) -> Vec<(String, String)> {
         .expect("rows")
         .map(|r| r.expect("row"))
         .collect()
+}
+
+/// One agent answering on its own QA account (its own embedded platform): the channel is
+/// `qa` for the account `default`, else `qa-<account>`.
+pub(crate) struct AccountSpec<'a> {
+    pub(crate) account: &'a str,
+    /// Arguments of the bundled `demo-agent` (e.g. `--chunk-ms`, `--words`).
+    pub(crate) agent_args: &'a [&'a str],
+}
+
+/// A configuration with one embedded QA platform and one bundled agent per account, quick
+/// retries and short polls (the crash tests restart the gateway often). `extra` is appended
+/// (further sections).
+pub(crate) fn config_file_accounts(
+    dir: &Path,
+    accounts: &[AccountSpec<'_>],
+    extra: &str,
+) -> PathBuf {
+    let mut text = "[gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
+                    [retry]\nbase_delay_ms = 100\nreconcile_delay_ms = 100\n\n"
+        .to_owned();
+    for spec in accounts {
+        let mut command = vec![BIN.to_owned(), "demo-agent".to_owned()];
+        command.extend(spec.agent_args.iter().map(|a| (*a).to_owned()));
+        let command = command
+            .iter()
+            .map(|a| format!("{a:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        text.push_str(&format!(
+            "[[agents]]\nid = \"agent-{}\"\ncommand = [{command}]\n\n",
+            spec.account
+        ));
+    }
+    for spec in accounts {
+        text.push_str(&format!(
+            "[[channels]]\nkind = \"qa\"\naccount = \"{0}\"\nagent = \"agent-{0}\"\n\
+             poll_timeout_ms = 1000\n\n",
+            spec.account
+        ));
+    }
+    text.push_str(extra);
+    let path = dir.join("clawgate.toml");
+    std::fs::write(&path, text).expect("config written");
+    path
+}
+
+/// The reply the bundled agent streams for `prompt` with `--words words` (see
+/// `clawgate_acpx::demo_agent`): `echo:`, the prompt's words, then `w1`, `w2`, … up to
+/// `words` words in all.
+pub(crate) fn demo_reply(prompt: &str, words: usize) -> String {
+    let mut out: Vec<String> = std::iter::once("echo:".to_owned())
+        .chain(prompt.split_whitespace().map(str::to_owned))
+        .collect();
+    let mut n = 0;
+    while out.len() < words {
+        n += 1;
+        out.push(format!("w{n}"));
+    }
+    out.join(" ")
+}
+
+/// `gateway.json`'s URL of a channel's platform (written before the gateway prints its URL).
+pub(crate) fn platform_url(state: &Path, channel: &str) -> String {
+    let runtime: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(state.join("gateway.json")).expect("gateway.json while running"),
+    )
+    .expect("gateway.json is JSON");
+    runtime["channels"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == channel)
+        .and_then(|c| c["platformUrl"].as_str())
+        .unwrap_or_else(|| panic!("gateway.json names no platform for {channel}: {runtime}"))
+        .to_owned()
+}
+
+/// Queues QA faults on a running embedded platform (`POST /control/faults`).
+pub(crate) async fn inject_faults(state: &Path, channel: &str, faults: &[Fault]) {
+    let response = reqwest::Client::new()
+        .post(format!("{}/control/faults", platform_url(state, channel)))
+        .json(faults)
+        .send()
+        .await
+        .expect("faults posted");
+    assert!(
+        response.status().is_success(),
+        "faults: {}",
+        response.status()
+    );
+}
+
+/// What an embedded QA platform holds, read from its own state file in the state directory
+/// (`<channel>-platform.json`, written before each answer goes out, so it survives SIGKILL).
+pub(crate) struct PlatformRecord {
+    /// Visible messages (deleted ones are gone), in platform order.
+    pub(crate) messages: Vec<PlatformMessage>,
+    /// Everything that landed.
+    pub(crate) log: Vec<LogEntry>,
+}
+
+pub(crate) fn platform_record(state: &Path, channel: &str) -> PlatformRecord {
+    let path = state.join(format!("{channel}-platform.json"));
+    // The platform renames a complete file over the old one: a read sees one whole snapshot.
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return PlatformRecord {
+                messages: vec![],
+                log: vec![],
+            };
+        }
+        Err(e) => panic!("cannot read {}: {e}", path.display()),
+    };
+    #[derive(serde::Deserialize)]
+    struct Snapshot {
+        messages: std::collections::BTreeMap<String, PlatformMessage>,
+        log: Vec<LogEntry>,
+    }
+    let snapshot: Snapshot = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|e| panic!("{} is not a QA platform state: {e}", path.display()));
+    let mut messages: Vec<PlatformMessage> = snapshot.messages.into_values().collect();
+    messages.sort_by_key(|m| m.seq);
+    PlatformRecord {
+        messages,
+        log: snapshot.log,
+    }
+}
+
+/// A human message the test sent, and the one final it must get.
+#[derive(Debug, Clone)]
+pub(crate) struct Sent {
+    pub(crate) channel: String,
+    pub(crate) conversation: String,
+    pub(crate) text: String,
+    pub(crate) expected: String,
+}
+
+/// What is visible for one human message that is not exactly its one complete final.
+#[derive(Debug)]
+pub(crate) struct Violation {
+    pub(crate) sent: Sent,
+    /// `missing`, `placeholder`, `partial`, `duplicate`, `wrong`, `not on the platform`.
+    pub(crate) shape: &'static str,
+    /// The visible bot messages attributed to it: (platform id, idempotency key, text).
+    pub(crate) visible: Vec<(String, String, String)>,
+}
+
+/// The judgement of a run, from the platforms' own records only.
+#[derive(Debug, Default)]
+pub(crate) struct Verdict {
+    pub(crate) messages: usize,
+    pub(crate) finals: usize,
+    /// Messages answered by the one marked failure notice (dead-lettered after
+    /// `max_attempts`): allowed by the invariant, reported.
+    pub(crate) notices: usize,
+    pub(crate) violations: Vec<Violation>,
+    /// Bot messages that belong to no message the test sent: (channel, id, key, text).
+    pub(crate) strays: Vec<(String, String, String, String)>,
+}
+
+impl Verdict {
+    pub(crate) fn holds(&self) -> bool {
+        self.violations.is_empty() && self.strays.is_empty()
+    }
+
+    /// Counts by shape, e.g. `missing=3 placeholder=1`.
+    pub(crate) fn shapes(&self) -> String {
+        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+        for v in &self.violations {
+            *counts.entry(v.shape).or_default() += 1;
+        }
+        if !self.strays.is_empty() {
+            counts.insert("stray", self.strays.len());
+        }
+        counts
+            .iter()
+            .map(|(shape, n)| format!("{shape}={n}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// One line per violation: the message, what it shows, and the shape.
+    pub(crate) fn table(&self) -> String {
+        let mut out = format!(
+            "{} message(s): {} with exactly one complete final, {} with the failure notice, {} \
+             violation(s) [{}]\n",
+            self.messages,
+            self.finals,
+            self.notices,
+            self.violations.len() + self.strays.len(),
+            self.shapes()
+        );
+        out.push_str(&format!(
+            "{:<8} {:<6} {:<32} {:<12} visible bot messages (id key text)\n",
+            "channel", "conv", "sent", "shape"
+        ));
+        for v in &self.violations {
+            let visible = if v.visible.is_empty() {
+                "-".to_owned()
+            } else {
+                v.visible
+                    .iter()
+                    .map(|(id, key, text)| format!("{id} {key} {text:?}"))
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            };
+            out.push_str(&format!(
+                "{:<8} {:<6} {:<32} {:<12} {visible}\n",
+                v.sent.channel, v.sent.conversation, v.sent.text, v.shape
+            ));
+        }
+        for (channel, id, key, text) in &self.strays {
+            out.push_str(&format!(
+                "{channel:<8} {:<6} {:<32} {:<12} {id} {key} {text:?}\n",
+                "?", "(no message)", "stray"
+            ));
+        }
+        out
+    }
+}
+
+/// The event a bot message answers, from its idempotency key: `<channel>:reply:<event>:<gen>`
+/// (a preview adds `~preview`) or `<channel>:failure:<event>` (the failure notice), each unit
+/// with `#<unit>`.
+fn answered_event(key: &str) -> Option<(&str, bool)> {
+    let key = key.split_once('#').map_or(key, |(key, _)| key);
+    let (_, rest) = key.split_once(':')?;
+    if let Some(rest) = rest.strip_prefix("reply:") {
+        return Some((rest.rsplit_once(':')?.0, false));
+    }
+    rest.strip_prefix("failure:").map(|event| (event, true))
+}
+
+/// Judges every sent message from the platforms' state files: exactly one visible bot message
+/// answers it and it is the complete final (or the one failure notice); nothing else visible.
+pub(crate) fn judge(state: &Path, sent: &[Sent]) -> Verdict {
+    let mut verdict = Verdict {
+        messages: sent.len(),
+        ..Verdict::default()
+    };
+    let mut channels: Vec<&str> = sent.iter().map(|s| s.channel.as_str()).collect();
+    channels.sort_unstable();
+    channels.dedup();
+    for channel in channels {
+        let record = platform_record(state, channel);
+        let mut claimed = std::collections::HashSet::new();
+        for message in sent.iter().filter(|s| s.channel == channel) {
+            // The texts the test sends are unique: the human message is found by its text.
+            let Some(inbound) = record.messages.iter().find(|m| {
+                !m.author_is_bot
+                    && m.conversation_id == message.conversation
+                    && m.text == message.text
+            }) else {
+                verdict.violations.push(Violation {
+                    sent: message.clone(),
+                    shape: "not on the platform",
+                    visible: vec![],
+                });
+                continue;
+            };
+            let answers: Vec<&PlatformMessage> = record
+                .messages
+                .iter()
+                .filter(|m| m.author_is_bot)
+                .filter(|m| {
+                    m.idempotency_key
+                        .as_deref()
+                        .and_then(answered_event)
+                        .is_some_and(|(event, _)| event == inbound.id)
+                })
+                .collect();
+            claimed.extend(answers.iter().map(|m| m.id.clone()));
+            let notice = |m: &PlatformMessage| {
+                m.idempotency_key
+                    .as_deref()
+                    .and_then(answered_event)
+                    .is_some_and(|(_, notice)| notice)
+            };
+            let shape = match answers.as_slice() {
+                [one] if one.text == message.expected => {
+                    verdict.finals += 1;
+                    continue;
+                }
+                [one] if notice(one) => {
+                    verdict.notices += 1;
+                    continue;
+                }
+                [] => "missing",
+                many if many.iter().filter(|m| m.text == message.expected).count() > 1 => {
+                    "duplicate"
+                }
+                many if many.len() > 1 => "extra",
+                [one] if one.text.trim().is_empty() || one.text.trim() == "…" => "placeholder",
+                [one] if message.expected.starts_with(one.text.as_str()) => "partial",
+                _ => "wrong",
+            };
+            verdict.violations.push(Violation {
+                sent: message.clone(),
+                shape,
+                visible: answers
+                    .iter()
+                    .map(|m| {
+                        (
+                            m.id.clone(),
+                            m.idempotency_key.clone().unwrap_or_default(),
+                            m.text.clone(),
+                        )
+                    })
+                    .collect(),
+            });
+        }
+        for m in record.messages.iter().filter(|m| m.author_is_bot) {
+            if !claimed.contains(&m.id) {
+                verdict.strays.push((
+                    channel.to_owned(),
+                    m.id.clone(),
+                    m.idempotency_key.clone().unwrap_or_default(),
+                    m.text.clone(),
+                ));
+            }
+        }
+    }
+    verdict
+}
+
+/// After a clean stop: every lease of the state directory is resolved and none of its
+/// processes runs. Returns what is wrong, if anything.
+pub(crate) fn leftover_processes(state: &Path) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for (lease, lease_state) in leases(state) {
+        if lease_state == "open" || lease_state == "closing" {
+            wrong.push(format!("lease {lease} is still {lease_state}"));
+        }
+        let pids = lease_processes(&lease);
+        if !pids.is_empty() {
+            wrong.push(format!(
+                "lease {lease} ({lease_state}) still has processes {pids:?}"
+            ));
+        }
+    }
+    wrong
+}
+
+/// Waits until every message shows its final, or nothing lands for `quiet` (then the judge
+/// says what is missing). Bounded, so a gateway that never answers fails instead of hanging.
+pub(crate) async fn settle(state: &Path, messages: &[Sent], quiet: Duration) {
+    const CAP: Duration = Duration::from_secs(120);
+    let start = Instant::now();
+    let mut last_change = Instant::now();
+    let mut last_len = 0usize;
+    loop {
+        let (len, all) = landed(state, messages);
+        if all {
+            // A final that is there may still be followed by something wrong (a duplicate, a
+            // late recovery): give that a moment to show.
+            tokio::time::sleep(Duration::from_millis(1_000)).await;
+            return;
+        }
+        if len != last_len {
+            last_len = len;
+            last_change = Instant::now();
+        }
+        if last_change.elapsed() > quiet || start.elapsed() > CAP {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// How many log entries the platforms hold, and whether every message has its final.
+fn landed(state: &Path, messages: &[Sent]) -> (usize, bool) {
+    let mut channels: Vec<&str> = messages.iter().map(|s| s.channel.as_str()).collect();
+    channels.sort_unstable();
+    channels.dedup();
+    let mut len = 0;
+    let mut all = true;
+    for channel in channels {
+        let record = platform_record(state, channel);
+        len += record.log.len();
+        all &= messages.iter().filter(|m| m.channel == channel).all(|m| {
+            record.messages.iter().any(|p| {
+                p.author_is_bot && p.conversation_id == m.conversation && p.text == m.expected
+            })
+        });
+    }
+    (len, all)
 }
