@@ -659,3 +659,59 @@ async fn a_turn_that_dies_with_the_process_every_time_is_dead_lettered_after_its
         "and stays dead-lettered"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_that_died_after_finishing_its_work_is_settled_not_dead_lettered() {
+    let h = Harness::new().await;
+    let options = ReceiveOptions {
+        max_attempts: 2,
+        ..ReceiveOptions::default()
+    };
+    let raw = inbound(&h, "room-1", "answered, then the gateway died", false, None);
+    for _ in 0..2 {
+        let r = receiver(
+            &h,
+            h.store.clone(),
+            ReceiveAckPolicy::AfterDurableSend,
+            options.clone(),
+        );
+        let ack = AckController::new(Arc::new(Journal::default()));
+        let turn = r.receive(&raw, &ack, |_| std::future::pending::<Result<(), String>>());
+        let died = tokio::time::timeout(std::time::Duration::from_millis(300), turn).await;
+        assert!(died.is_err(), "the attempt never finished");
+    }
+    let r = receiver(
+        &h,
+        h.store.clone(),
+        ReceiveAckPolicy::AfterDurableSend,
+        options,
+    );
+    let journal = Arc::new(Journal::default());
+    let ack = AckController::new(journal.clone());
+    let (j, settled) = (journal.clone(), journal.clone());
+    let outcome = r
+        .receive_or_settle(
+            &raw,
+            &ack,
+            |_| async move {
+                j.push("dispatch");
+                Ok(())
+            },
+            // The reply of a dead attempt is found delivered.
+            |_| async move {
+                settled.push("settle");
+                Ok(())
+            },
+        )
+        .await
+        .unwrap();
+    let ReceiveOutcome::Handled { record } = outcome else {
+        panic!("settled work completes the event: {outcome:?}")
+    };
+    assert_eq!(record.status, InboundStatus::Completed);
+    assert_eq!(
+        journal.entries(),
+        vec!["settle", "ack"],
+        "settled, never dispatched again"
+    );
+}

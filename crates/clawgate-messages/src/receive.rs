@@ -169,6 +169,8 @@ impl Receiver {
 
     /// One receive context. `dispatch` runs the turn (visible output goes through send
     /// contexts); the transport ack is given through `ack` when the event's policy allows.
+    /// An event whose `max_attempts` starts all died with the process is dead-lettered without
+    /// another dispatch.
     pub async fn receive<F, Fut>(
         &self,
         raw: &serde_json::Value,
@@ -178,6 +180,28 @@ impl Receiver {
     where
         F: FnOnce(NormalizedInbound) -> Fut,
         Fut: Future<Output = Result<(), String>>,
+    {
+        self.receive_or_settle(raw, ack, dispatch, |_| async { Err(String::new()) })
+            .await
+    }
+
+    /// [`Self::receive`], with `settle` asked instead of `dispatch` once the attempt budget is
+    /// spent: an attempt that died after its work was done (a reply delivered, the process
+    /// killed before the event was completed) must not end as a dead letter beside that work.
+    /// `settle` finishes what exists without starting the work again: `Ok` completes the
+    /// event, `Err` dead-letters it (its text joins the reason).
+    pub async fn receive_or_settle<F, Fut, S, SFut>(
+        &self,
+        raw: &serde_json::Value,
+        ack: &AckController,
+        dispatch: F,
+        settle: S,
+    ) -> Result<ReceiveOutcome, MessagesError>
+    where
+        F: FnOnce(NormalizedInbound) -> Fut,
+        Fut: Future<Output = Result<(), String>>,
+        S: FnOnce(NormalizedInbound) -> SFut,
+        SFut: Future<Output = Result<(), String>>,
     {
         let inbound = match self.normalizer.normalize(raw) {
             Ok(inbound) => inbound,
@@ -258,12 +282,32 @@ impl Receiver {
         }
         if attempt > self.options.max_attempts {
             // Every allowed attempt started and none finished: each ended with the process
-            // (a crash, a kill). Dispatching again would only crash again.
-            let error = format!(
+            // (a crash, a kill). Dispatching again would only crash again; what an attempt
+            // finished before dying is settled instead.
+            let settled = settle(inbound).await;
+            if settled.is_ok() {
+                let finished_at = self.clock.now_ms();
+                record.attempts = self
+                    .store
+                    .finish_inbound(&key, InboundStatus::Completed, None, finished_at)
+                    .await?;
+                record.status = InboundStatus::Completed;
+                record.updated_at = finished_at;
+                info!(event = %key.event_id, "an attempt that died had finished the work; completed");
+                ack.ack();
+                return Ok(ReceiveOutcome::Handled { record });
+            }
+            let mut error = format!(
                 "processing started {} times and never finished (the process stopped during \
                  each attempt); not dispatched again",
                 attempt - 1
             );
+            if let Err(detail) = settled
+                && !detail.is_empty()
+            {
+                error.push_str(": ");
+                error.push_str(&detail);
+            }
             self.store
                 .finish_inbound(
                     &key,

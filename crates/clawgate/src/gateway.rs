@@ -574,10 +574,15 @@ impl Gateway {
                     update = update.update_id, conversation = %update.message.conversation_id);
                 let gateway = self.clone();
                 let turn_channel = channel.clone();
+                let settling = self.clone();
+                let settle_channel = channel.clone();
                 let outcome = receiver
-                    .receive(&raw, &ack, |inbound| async move {
-                        gateway.turn(&turn_channel, inbound).await
-                    })
+                    .receive_or_settle(
+                        &raw,
+                        &ack,
+                        |inbound| async move { gateway.turn(&turn_channel, inbound).await },
+                        |inbound| async move { settling.settle(&settle_channel, inbound).await },
+                    )
                     .instrument(span)
                     .await;
                 let finished = match &outcome {
@@ -645,6 +650,17 @@ impl Gateway {
         warn!(event = %inbound.event_id, %error, "turn dead-lettered; telling the person");
         if let Err(e) = self.messenger.send(notice, options).await {
             warn!(error = %e, "the failure notice could not be sent");
+        }
+    }
+
+    /// An event whose attempts all died with the process: no agent runs again, but a reply an
+    /// attempt delivered (or recorded) before dying is finished and completes the event, and a
+    /// stream it left without a final is ended (its preview removed) before the notice goes out.
+    async fn settle(&self, channel: &Channel, inbound: NormalizedInbound) -> Result<(), String> {
+        match self.reply_for(channel, &inbound.event_id).await? {
+            Reply::Delivered => Ok(()),
+            Reply::Recorded(id) => self.await_reply(&id).await,
+            Reply::New(_) => Err(String::new()),
         }
     }
 

@@ -57,7 +57,8 @@ async fn a_write_lock_held_by_another_process_mid_reply_delays_the_final_but_nev
         Duration::from_secs(60),
         "the final once the lock is gone",
         || async {
-            bot_texts(&platform, "dm-locked").contains(&expected)
+            bot_texts(&platform, "dm-locked")
+                .contains(&expected)
                 .then_some(())
         },
     )
@@ -151,7 +152,8 @@ async fn a_disk_that_fills_mid_reply_delays_the_final_until_space_is_freed() {
         Duration::from_secs(60),
         "the final once there is room",
         || async {
-            bot_texts(&platform, "dm-full").contains(&expected)
+            bot_texts(&platform, "dm-full")
+                .contains(&expected)
                 .then_some(())
         },
     )
@@ -172,7 +174,8 @@ async fn a_disk_that_fills_mid_reply_delays_the_final_until_space_is_freed() {
         Duration::from_secs(60),
         "the reply to the message sent while full",
         || async {
-            bot_texts(&platform, "dm-full").contains(&second)
+            bot_texts(&platform, "dm-full")
+                .contains(&second)
                 .then_some(())
         },
     )
