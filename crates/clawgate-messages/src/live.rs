@@ -536,7 +536,9 @@ impl LivePreview {
         }
         if let Some(part) = &preview {
             let reason = cancel.unwrap_or(LiveCancelReason::Error);
-            let _ = remove_preview(&self.adapter, &inner.context(&self.intent), part, reason).await;
+            if !remove_preview(&self.adapter, &inner.context(&self.intent), part, reason).await {
+                return self.final_waits_for_preview_removal().await;
+            }
         }
         self.intent.live_state = None;
         let outcome: SendOutcome = inner.deliver(&self.adapter, &mut self.intent, true).await?;
@@ -577,6 +579,39 @@ impl Inner {
 }
 
 impl LivePreview {
+    /// The platform refused to remove the preview a fresh final would replace: the final is
+    /// recorded (it is the intent's batch) and waits, `pending` with a retry scheduled and the
+    /// preview still recorded, so recovery removes the preview first and then delivers the
+    /// final — never a fresh final beside a preview that may still show.
+    async fn final_waits_for_preview_removal(mut self) -> Result<SendReport, MessagesError> {
+        let inner = self.messenger.inner.clone();
+        let now = inner.clock.now_ms();
+        let next = inner.policy.next_attempt_at(now, self.intent.attempt.max(1), None);
+        let failure = clawgate_types::DeliveryFailure {
+            kind: clawgate_types::DeliveryFailureKind::Transient,
+            message: "the preview could not be removed; the final waits until it is".into(),
+            reason: None,
+            retry_after_ms: None,
+            platform_code: None,
+            at: now,
+        };
+        self.intent.next_attempt_at = Some(next);
+        self.intent.failure = Some(failure.clone());
+        inner
+            .save(&mut self.intent, IntentStatus::Pending, true)
+            .await?;
+        warn!("preview not removed; the final is delivered once it is");
+        Ok(SendReport {
+            intent_id: Some(self.intent.id.clone()),
+            durable: true,
+            outcome: SendOutcome::RetryScheduled {
+                next_attempt_at: next,
+                failure,
+                delivered: self.intent.partial_receipt.clone(),
+            },
+        })
+    }
+
     /// A preview whose answer was lost is looked for once more before the final goes out: if
     /// it landed it is recorded (and then finalized in place or removed, never left beside a
     /// fresh final). If the platform still cannot tell, the final is sent fresh — the reply
