@@ -586,7 +586,9 @@ impl LivePreview {
     async fn final_waits_for_preview_removal(mut self) -> Result<SendReport, MessagesError> {
         let inner = self.messenger.inner.clone();
         let now = inner.clock.now_ms();
-        let next = inner.policy.next_attempt_at(now, self.intent.attempt.max(1), None);
+        let next = inner
+            .policy
+            .next_attempt_at(now, self.intent.attempt.max(1), None);
         let failure = clawgate_types::DeliveryFailure {
             kind: clawgate_types::DeliveryFailureKind::Transient,
             message: "the preview could not be removed; the final waits until it is".into(),
