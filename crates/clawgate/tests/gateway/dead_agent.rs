@@ -102,3 +102,59 @@ async fn an_agent_killed_between_two_messages_the_second_still_gets_its_reply() 
         leases(&state)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_killed_mid_reply_the_turn_is_retried_on_a_fresh_process() {
+    let platform = external_platform().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let config = config_file(
+        dir.path(),
+        Some(&platform),
+        &["--chunk-ms", "150", "--words", "12"],
+    );
+    let gateway = GatewayProcess::start(&state, &config);
+    let bot_texts = |platform: &clawgate_channel_qa::QaPlatform| {
+        platform
+            .messages("dm-mid")
+            .into_iter()
+            .filter(|m| m.author_is_bot)
+            .map(|m| m.text)
+            .collect::<Vec<_>>()
+    };
+    gateway.say("dm-mid", "keep going").await;
+    eventually(Duration::from_secs(30), "the first preview", || async {
+        (!bot_texts(&platform).is_empty()).then_some(())
+    })
+    .await;
+    let first_lease = leases(&state)
+        .first()
+        .map(|(id, _)| id.clone())
+        .expect("a lease");
+    signal(adapter_of(&first_lease), 9);
+
+    let expected = "echo: keep going w1 w2 w3 w4 w5 w6 w7 w8 w9";
+    eventually(
+        Duration::from_secs(60),
+        "the retried turn's final",
+        || async {
+            bot_texts(&platform)
+                .contains(&expected.to_owned())
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        bot_texts(&platform),
+        [expected],
+        "one complete final: the dead attempt's preview is gone, no failure notice"
+    );
+    let states = leases(&state);
+    assert_eq!(
+        (states.len(), states[0].1.as_str()),
+        (2, "lost"),
+        "the dead process's lease resolved, a new one for the retry: {states:?}"
+    );
+    assert!(gateway.interrupt().success());
+}
