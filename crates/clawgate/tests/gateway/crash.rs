@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use crate::support::{
-    GatewayProcess, config_file, eventually, external_platform, lease_processes, leases,
+    GatewayProcess, bot_texts, config_file, demo_reply, eventually, external_platform,
+    lease_processes, leases,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,18 +48,7 @@ async fn sigkill_mid_reply_then_restart_delivers_the_final_exactly_once() {
     // The wrapper notices its parent died and ends the agent's group; either way, after the
     // restart nothing of the dead gateway's lease may run.
     let restarted = GatewayProcess::start(&state, &config);
-    let expected = {
-        let mut words = vec!["echo:", "tell", "me", "everything"]
-            .into_iter()
-            .map(str::to_owned)
-            .collect::<Vec<_>>();
-        let mut n = 0;
-        while words.len() < 30 {
-            n += 1;
-            words.push(format!("w{n}"));
-        }
-        words.join(" ")
-    };
+    let expected = demo_reply("tell me everything", 30);
     eventually(
         Duration::from_secs(60),
         "the final after the restart",
@@ -134,16 +124,6 @@ fn intent_count(state: &std::path::Path) -> i64 {
     .unwrap_or(0)
 }
 
-/// The bot's messages in a conversation, as the platform shows them.
-fn bot_texts(platform: &clawgate_channel_qa::QaPlatform, conversation: &str) -> Vec<String> {
-    platform
-        .messages(conversation)
-        .into_iter()
-        .filter(|m| m.author_is_bot)
-        .map(|m| m.text)
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_before_the_agent_wrote_anything_then_restart_answers_in_full() {
     let platform = external_platform().await;
@@ -172,18 +152,17 @@ async fn sigkill_before_the_agent_wrote_anything_then_restart_answers_in_full() 
     gateway.kill_hard();
 
     let restarted = GatewayProcess::start(&state, &config);
-    let expected = "echo: hello there w1";
+    let expected = demo_reply("hello there", 4);
     eventually(Duration::from_secs(60), "the full final", || async {
         bot_texts(&platform, "dm-early")
-            .iter()
-            .any(|t| t == expected)
+            .contains(&expected)
             .then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert_eq!(
         bot_texts(&platform, "dm-early"),
-        vec![expected.to_owned()],
+        vec![expected],
         "one complete final, no placeholder or empty reply beside it"
     );
     assert!(

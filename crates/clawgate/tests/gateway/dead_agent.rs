@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use crate::support::{
-    GatewayProcess, config_file, eventually, external_platform, lease_processes, leases, signal,
+    GatewayProcess, bot_texts, config_file, demo_reply, eventually, external_platform,
+    lease_processes, leases, signal,
 };
 
 /// The adapter of a lease: the process carrying the lease's environment mark that is not the
@@ -29,14 +30,7 @@ async fn an_agent_killed_between_two_messages_the_second_still_gets_its_reply() 
     let state = dir.path().join("state");
     let config = config_file(dir.path(), Some(&platform), &["--chunk-ms", "10"]);
     let gateway = GatewayProcess::start(&state, &config);
-    let bot_texts = |platform: &clawgate_channel_qa::QaPlatform| {
-        platform
-            .messages("dm-dead-agent")
-            .into_iter()
-            .filter(|m| m.author_is_bot)
-            .map(|m| m.text)
-            .collect::<Vec<_>>()
-    };
+    let bot_texts = |platform| bot_texts(platform, "dm-dead-agent");
 
     gateway.say("dm-dead-agent", "first").await;
     eventually(Duration::from_secs(30), "the first reply", || async {
@@ -114,14 +108,7 @@ async fn an_agent_killed_mid_reply_the_turn_is_retried_on_a_fresh_process() {
         &["--chunk-ms", "150", "--words", "12"],
     );
     let gateway = GatewayProcess::start(&state, &config);
-    let bot_texts = |platform: &clawgate_channel_qa::QaPlatform| {
-        platform
-            .messages("dm-mid")
-            .into_iter()
-            .filter(|m| m.author_is_bot)
-            .map(|m| m.text)
-            .collect::<Vec<_>>()
-    };
+    let bot_texts = |platform| bot_texts(platform, "dm-mid");
     gateway.say("dm-mid", "keep going").await;
     eventually(Duration::from_secs(30), "the first preview", || async {
         (!bot_texts(&platform).is_empty()).then_some(())
@@ -133,15 +120,11 @@ async fn an_agent_killed_mid_reply_the_turn_is_retried_on_a_fresh_process() {
         .expect("a lease");
     signal(adapter_of(&first_lease), 9);
 
-    let expected = "echo: keep going w1 w2 w3 w4 w5 w6 w7 w8 w9";
+    let expected = demo_reply("keep going", 12);
     eventually(
         Duration::from_secs(60),
         "the retried turn's final",
-        || async {
-            bot_texts(&platform)
-                .contains(&expected.to_owned())
-                .then_some(())
-        },
+        || async { bot_texts(&platform).contains(&expected).then_some(()) },
     )
     .await;
     tokio::time::sleep(Duration::from_millis(1_500)).await;

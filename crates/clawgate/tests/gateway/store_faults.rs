@@ -3,29 +3,9 @@
 
 use std::time::Duration;
 
-use crate::support::{GatewayProcess, config_file, eventually, external_platform};
-
-/// The reply the bundled agent gives to `prompt` padded to `words` words.
-fn expected_reply(prompt: &str, words: usize) -> String {
-    let mut all: Vec<String> = std::iter::once("echo:".to_owned())
-        .chain(prompt.split_whitespace().map(str::to_owned))
-        .collect();
-    let mut n = 0;
-    while all.len() < words {
-        n += 1;
-        all.push(format!("w{n}"));
-    }
-    all.join(" ")
-}
-
-fn bot_texts(platform: &clawgate_channel_qa::QaPlatform, conversation: &str) -> Vec<String> {
-    platform
-        .messages(conversation)
-        .into_iter()
-        .filter(|m| m.author_is_bot)
-        .map(|m| m.text)
-        .collect()
-}
+use crate::support::{
+    GatewayProcess, bot_texts, config_file, demo_reply, eventually, external_platform,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_lock_held_by_another_process_mid_reply_delays_the_final_but_never_loses_it() {
@@ -52,7 +32,7 @@ async fn a_write_lock_held_by_another_process_mid_reply_delays_the_final_but_nev
     db.execute_batch("ROLLBACK").expect("write lock released");
     drop(db);
 
-    let expected = expected_reply("are you stuck", 20);
+    let expected = demo_reply("are you stuck", 20);
     eventually(
         Duration::from_secs(60),
         "the final once the lock is gone",
@@ -147,7 +127,7 @@ async fn a_disk_that_fills_mid_reply_delays_the_final_until_space_is_freed() {
     tokio::time::sleep(Duration::from_secs(6)).await;
     std::fs::remove_file(&filler).expect("space freed");
 
-    let expected = expected_reply("is there room", 20);
+    let expected = demo_reply("is there room", 20);
     eventually(
         Duration::from_secs(60),
         "the final once there is room",
@@ -169,7 +149,7 @@ async fn a_disk_that_fills_mid_reply_delays_the_final_until_space_is_freed() {
     gateway.say("dm-full", "still there").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     std::fs::remove_file(&filler).expect("space freed");
-    let second = expected_reply("still there", 20);
+    let second = demo_reply("still there", 20);
     eventually(
         Duration::from_secs(60),
         "the reply to the message sent while full",

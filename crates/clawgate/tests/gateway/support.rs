@@ -411,6 +411,16 @@ pub(crate) fn demo_reply(prompt: &str, words: usize) -> String {
     out.join(" ")
 }
 
+/// The bot's messages in a conversation of `platform`, as the platform shows them.
+pub(crate) fn bot_texts(platform: &QaPlatform, conversation: &str) -> Vec<String> {
+    platform
+        .messages(conversation)
+        .into_iter()
+        .filter(|m| m.author_is_bot)
+        .map(|m| m.text)
+        .collect()
+}
+
 /// `gateway.json`'s URL of a channel's platform (written before the gateway prints its URL).
 pub(crate) fn platform_url(state: &Path, channel: &str) -> String {
     let runtime: serde_json::Value = serde_json::from_slice(
