@@ -1,4 +1,5 @@
-//! The database in the way mid-reply, without any crash: the reply lands once when the fault
+//! The database in the way mid-reply or before a message arrives, without any crash: the reply
+//! lands once when the fault
 //! clears, and nothing extra is left visible.
 
 use std::time::Duration;
@@ -46,8 +47,34 @@ async fn a_write_lock_held_by_another_process_mid_reply_delays_the_final_but_nev
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert_eq!(
         bot_texts(&platform, "dm-locked"),
-        vec![expected],
+        vec![expected.clone()],
         "one final, no preview or partial reply left beside it"
+    );
+    // The lock taken before the next message arrives: its record, its reply intent and the
+    // final all wait for the lock; the reply lands once when it is gone.
+    let db = rusqlite::Connection::open(state.join("state.db")).expect("state.db");
+    db.execute_batch("BEGIN IMMEDIATE")
+        .expect("write lock taken");
+    gateway.say("dm-locked", "and now").await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    db.execute_batch("ROLLBACK").expect("write lock released");
+    drop(db);
+    let second = demo_reply("and now", 20);
+    eventually(
+        Duration::from_secs(60),
+        "the reply to the message sent while locked",
+        || async {
+            bot_texts(&platform, "dm-locked")
+                .contains(&second)
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        bot_texts(&platform, "dm-locked"),
+        vec![demo_reply("are you stuck", 20), second],
+        "each message answered once"
     );
     assert!(gateway.interrupt().success());
 }
