@@ -1,6 +1,5 @@
 //! The database in the way mid-reply or before a message arrives, without any crash: the reply
-//! lands once when the fault
-//! clears, and nothing extra is left visible.
+//! lands once when the fault clears, and nothing extra is left visible.
 
 use std::time::Duration;
 
