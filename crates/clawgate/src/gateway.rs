@@ -598,9 +598,14 @@ impl Gateway {
                         dead_lettered: true,
                         error,
                         ..
+                    }) => self.tell_of_failure(&channel, &raw, error).await,
+                    // Dead-lettered by an earlier run that may have died before its notice was
+                    // recorded: the notice is keyed by the event, so this sends it at most once.
+                    Ok(ReceiveOutcome::Duplicate {
+                        status: clawgate_store::InboundStatus::DeadLettered,
                     }) => {
-                        self.tell_of_failure(&channel, &raw, error).await;
-                        true
+                        self.tell_of_failure(&channel, &raw, "dead-lettered by an earlier run")
+                            .await
                     }
                     Ok(_) => true,
                     Err(e) => {
@@ -625,11 +630,18 @@ impl Gateway {
 
     /// A dead-lettered event gets one visible answer instead of silence: a short notice that the
     /// agent could not answer, marked as gateway-failure output (another gateway in the room
-    /// drops it as an echo, by marker). Durable and keyed by the event: sent once.
-    async fn tell_of_failure(&self, channel: &Channel, raw: &serde_json::Value, error: &str) {
+    /// drops it as an echo, by marker). Durable and keyed by the event: sent once. Returns
+    /// whether the notice is recorded (else the update stays unfinished and this is asked
+    /// again).
+    async fn tell_of_failure(
+        &self,
+        channel: &Channel,
+        raw: &serde_json::Value,
+        error: &str,
+    ) -> bool {
         use clawgate_channel_sdk::MessageReceiveAdapter as _;
         let Ok(inbound) = channel.adapter.normalize(raw) else {
-            return;
+            return true;
         };
         let key = format!("{}:failure:{}", channel.name, inbound.event_id);
         let mut notice = reply_message(
@@ -647,9 +659,20 @@ impl Gateway {
             idempotency_key: Some(key),
             time_to_live_ms: None,
         };
-        warn!(event = %inbound.event_id, %error, "turn dead-lettered; telling the person");
-        if let Err(e) = self.messenger.send(notice, options).await {
-            warn!(error = %e, "the failure notice could not be sent");
+        match self.messenger.send(notice, options).await {
+            Ok(report) => {
+                if !matches!(
+                    report.outcome,
+                    SendOutcome::AlreadySent { .. } | SendOutcome::InProgress { .. }
+                ) {
+                    warn!(event = %inbound.event_id, %error, "turn dead-lettered; the person was told");
+                }
+                true
+            }
+            Err(e) => {
+                warn!(error = %e, "the failure notice could not be recorded; asked again");
+                false
+            }
         }
     }
 

@@ -41,3 +41,68 @@ async fn a_dead_lettered_message_gets_one_marked_failure_notice() {
     );
     assert!(gateway.interrupt().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_whose_notice_a_crash_cut_off_gets_it_when_the_update_comes_back() {
+    use clawgate_store::{InboundKey, InboundStatus, InboundStore as _};
+    let platform = external_platform().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    // The state an earlier run left when it was killed right after dead-lettering the event:
+    // the record is dead-lettered, no notice recorded, the update not confirmed.
+    let message = platform
+        .inject_inbound(
+            "dm-cut",
+            clawgate_channel_qa::InboundRequest {
+                text: "poison".into(),
+                author_id: "web-user".into(),
+                author_is_bot: false,
+                thread_id: None,
+                reply_to_id: None,
+                metadata: None,
+            },
+        )
+        .expect("inbound");
+    {
+        std::fs::create_dir_all(&state).expect("state dir");
+        let store = clawgate_store::SqliteStore::open_state_dir(
+            &state,
+            clawgate_store::SqliteOptions::default(),
+        )
+        .expect("store");
+        let key = InboundKey {
+            channel: "qa".into(),
+            account_id: "default".into(),
+            event_id: message.id.clone(),
+        };
+        store
+            .record_inbound(&key, &serde_json::json!({}), 10)
+            .await
+            .expect("record");
+        store
+            .finish_inbound(&key, InboundStatus::DeadLettered, Some("crashed 5 times"), 20)
+            .await
+            .expect("dead-lettered");
+    }
+    let config = config_file_with_agent(dir.path(), Some(&platform), &["false".to_owned()]);
+    let gateway = GatewayProcess::start(&state, &config);
+    let notice = eventually(Duration::from_secs(30), "the notice", || async {
+        platform
+            .messages("dm-cut")
+            .into_iter()
+            .find(|m| m.author_is_bot)
+    })
+    .await;
+    assert!(notice.text.contains("could not answer"), "{}", notice.text);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        platform
+            .messages("dm-cut")
+            .into_iter()
+            .filter(|m| m.author_is_bot)
+            .count(),
+        1,
+        "told once"
+    );
+    assert!(gateway.interrupt().success());
+}
