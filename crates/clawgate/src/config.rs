@@ -226,6 +226,11 @@ pub struct ChannelSection {
     pub token_env: Option<String>,
     /// How long the receive loop's long poll waits for updates.
     pub poll_timeout_ms: u64,
+    /// How many times one inbound message's turn may start before it is set aside
+    /// (dead-lettered, the person told once). Counted when each start begins, so a message
+    /// whose turn kills the gateway every time is set aside too; a gateway that crash-loops
+    /// for other reasons uses up the in-flight messages' starts as well.
+    pub max_turn_attempts: u32,
 }
 
 impl Default for ChannelSection {
@@ -237,6 +242,7 @@ impl Default for ChannelSection {
             base_url: None,
             token_env: None,
             poll_timeout_ms: 10_000,
+            max_turn_attempts: 5,
         }
     }
 }
@@ -392,6 +398,12 @@ impl Config {
                 return Err(invalid(
                     &format!("channels[{n}].base_url"),
                     format!("{url:?} is not an http(s) URL"),
+                ));
+            }
+            if channel.max_turn_attempts == 0 {
+                return Err(invalid(
+                    &format!("channels[{n}].max_turn_attempts"),
+                    "must be at least 1".into(),
                 ));
             }
             if channel.base_url.is_some() && channel.token_env.is_none() {
@@ -578,6 +590,12 @@ token_env = "QA_TOKEN"
 
         let e = error_of("[[channels]]\nbase_url = \"http://127.0.0.1:1\"\n");
         assert!(e.contains("`channels[0].token_env`"), "{e}");
+
+        let e = error_of("[[channels]]\nmax_turn_attempts = 0\n");
+        assert!(
+            e.contains("`channels[0].max_turn_attempts`") && e.contains("at least 1"),
+            "{e}"
+        );
 
         let e = error_of("[gateway]\nlisen = \"127.0.0.1:1\"\n");
         assert!(e.contains("lisen"), "unknown keys are refused: {e}");

@@ -85,6 +85,7 @@ pub struct Channel {
     /// The in-process platform, when this channel runs one.
     pub platform: Option<QaPlatform>,
     poll_timeout_ms: u64,
+    max_turn_attempts: u32,
 }
 
 /// Never prints the token (the platform's configuration holds it too): a channel may end up in
@@ -290,6 +291,7 @@ impl Gateway {
                 base_url,
                 platform,
                 poll_timeout_ms: section.poll_timeout_ms,
+                max_turn_attempts: section.max_turn_attempts,
             }));
         }
 
@@ -455,7 +457,10 @@ impl Gateway {
             Arc::new(channel.adapter.clone()),
             Arc::new(channel.adapter.clone()),
             self.clock.clone(),
-            ReceiveOptions::default(),
+            ReceiveOptions {
+                max_attempts: channel.max_turn_attempts,
+                ..ReceiveOptions::default()
+            },
         ));
         let key = WatermarkKey {
             channel: channel.name.clone(),
@@ -1073,6 +1078,7 @@ mod tests {
             base_url: "http://127.0.0.1:1".into(),
             platform: None,
             poll_timeout_ms: 1,
+            max_turn_attempts: 1,
         };
         let printed = format!("{channel:?}");
         assert!(!printed.contains("s3cret-token"), "{printed}");
