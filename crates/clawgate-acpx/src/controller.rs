@@ -290,7 +290,7 @@ where
         lease_id: LeaseId,
     ) -> Result<(LiveSession, AcpRuntimeHandle), AcpxError> {
         let argv = self.wrapper_argv(&lease_id, &input.adapter);
-        let mut lease = AcpxProcessLease {
+        let lease = AcpxProcessLease {
             lease_id: lease_id.clone(),
             gateway_instance_id: self.instance.clone(),
             session_key: input.session_key.clone(),
@@ -307,6 +307,24 @@ where
         };
         // Lease first: a crash after this line leaves an open lease the reaper resolves.
         self.store.insert_lease(&lease).await?;
+        match self.record_session_and_spawn(input, &lease_id, &argv).await {
+            Ok(child) => self.started(input, lease, child).await,
+            Err(error) => {
+                // No process was started: the lease is provably without one.
+                tracing::warn!(%error, "start failed before the wrapper ran; lease lost");
+                self.lose_lease(&lease, input.now).await;
+                Err(error)
+            }
+        }
+    }
+
+    /// The session row names the new lease, then the wrapper starts.
+    async fn record_session_and_spawn(
+        &self,
+        input: &EnsureInput,
+        lease_id: &LeaseId,
+        argv: &[String],
+    ) -> Result<std::process::Child, AcpxError> {
         let mut row = self
             .store
             .load_session(&input.session_key)
@@ -338,14 +356,36 @@ where
         row.lease_id = Some(lease_id.clone());
         row.updated_at = input.now;
         self.store.upsert_session(&row).await?;
-
-        let mut child = spawn_wrapper(&argv)
+        spawn_wrapper(argv)
             .await
             .map_err(|source| AcpxError::Spawn {
                 path: self.config.wrapper_path.clone(),
                 lease_id: lease_id.clone(),
                 source,
-            })?;
+            })
+    }
+
+    /// Marks the lease of a start whose process is provably gone — never started, or our own
+    /// child, waited for — `lost` (best effort: the next start's reaping resolves it too).
+    async fn lose_lease(&self, lease: &AcpxProcessLease, now: UnixMillis) {
+        if let Ok(Some(mut stored)) = self.store.load_lease(&lease.lease_id).await
+            && stored.state == LeaseState::Open
+        {
+            stored.state = LeaseState::Lost;
+            stored.ended_at = Some(now);
+            let _ = self.store.save_lease(&stored, LeaseState::Open).await;
+        }
+    }
+
+    /// Identifies the started wrapper, records its identity on the lease and opens the ACP
+    /// session; on any failure the wrapper is ended and the lease resolved.
+    async fn started(
+        &self,
+        input: &EnsureInput,
+        mut lease: AcpxProcessLease,
+        mut child: std::process::Child,
+    ) -> Result<(LiveSession, AcpRuntimeHandle), AcpxError> {
+        let lease_id = lease.lease_id.clone();
         let pid = child.id();
         let io = take_stdio(&mut child);
         let started = async {
@@ -421,13 +461,7 @@ where
                 // its group (parent-death path is not needed: TERM drains it).
                 let _ = child.kill();
                 let _ = tokio::task::spawn_blocking(move || child.wait()).await;
-                if let Ok(Some(mut stored)) = self.store.load_lease(&lease.lease_id).await
-                    && stored.state == LeaseState::Open
-                {
-                    stored.state = LeaseState::Lost;
-                    stored.ended_at = Some(input.now);
-                    let _ = self.store.save_lease(&stored, LeaseState::Open).await;
-                }
+                self.lose_lease(&lease, input.now).await;
                 Err(error)
             }
         }

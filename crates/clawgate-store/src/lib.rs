@@ -23,4 +23,4 @@ pub mod testing;
 pub use error::{StoreError, StoreResult};
 pub use model::*;
 pub use ports::*;
-pub use sqlite::{CommitHook, CommitStage, SqliteOptions, SqliteStore, Synchronous};
+pub use sqlite::{CommitHook, CommitStage, CommitVerdict, SqliteOptions, SqliteStore, Synchronous};

@@ -11,6 +11,9 @@
 //!   platform (send, edit, delete, reconcile, live begin/update/finalize/cancel, every channel
 //!   counted together): `before` aborts before the request goes out, `after` once the platform
 //!   answered (it acted, the answer is lost);
+//! * `CLAWGATE_CRASH_AT=write:N:full` — not a crash: the Nth commit fails as on a full disk
+//!   (nothing of it stored, its writers told `DiskFull`) and the process goes on, so a test can
+//!   fail every durable write of a turn in turn and see the reply land once the fault is gone;
 //! * `CLAWGATE_CRASH_COUNT=FILE` — appends `write N` for each commit and `platform N OP` for each
 //!   call to FILE, so a test learns how many points a clean turn passes.
 //!
@@ -27,7 +30,7 @@ use clawgate_channel_sdk::{
     ChannelMessageAdapter, MessageLiveAdapter, MessageOriginAdapter, MessageRenderAdapter,
     Reconciliation, SendContext, SendError,
 };
-use clawgate_store::{CommitHook, CommitStage};
+use clawgate_store::{CommitHook, CommitStage, CommitVerdict};
 use clawgate_types::{
     LiveCancelReason, LiveMessageState, LiveMessageUpdate, MessageCapabilities, MessageReceipt,
     MessageReceiptPart, RenderedMessageUnit,
@@ -53,8 +56,16 @@ struct Point {
 #[derive(Debug)]
 struct Plan {
     at: Option<Point>,
+    /// `write:N:full`: the Nth commit fails as on a full disk; the process goes on.
+    full_at: Option<u64>,
     count: Option<Mutex<std::fs::File>>,
     platform_calls: AtomicU64,
+}
+
+/// `write:N:full`, the one fault that is not a crash.
+fn parse_disk_full(value: &str) -> Option<u64> {
+    let n = value.trim().strip_prefix("write:")?.strip_suffix(":full")?;
+    n.parse().ok().filter(|n| *n > 0)
 }
 
 fn parse(value: &str) -> Option<Point> {
@@ -78,11 +89,13 @@ fn parse(value: &str) -> Option<Point> {
 fn plan() -> Option<&'static Plan> {
     static PLAN: OnceLock<Option<Plan>> = OnceLock::new();
     PLAN.get_or_init(|| {
-        let at = std::env::var(CRASH_AT_ENV).ok().map(|value| {
+        let value = std::env::var(CRASH_AT_ENV).ok();
+        let full_at = value.as_deref().and_then(parse_disk_full);
+        let at = value.filter(|_| full_at.is_none()).map(|value| {
             parse(&value).unwrap_or_else(|| {
                 eprintln!(
-                    "error: {CRASH_AT_ENV}={value:?}: expected write:N:before|after or \
-                     platform:N:before|after (N from 1)"
+                    "error: {CRASH_AT_ENV}={value:?}: expected write:N:before|after, \
+                     write:N:full or platform:N:before|after (N from 1)"
                 );
                 std::process::exit(2)
             })
@@ -98,8 +111,9 @@ fn plan() -> Option<&'static Plan> {
                 });
             Mutex::new(file)
         });
-        (at.is_some() || count.is_some()).then(|| Plan {
+        (at.is_some() || full_at.is_some() || count.is_some()).then(|| Plan {
             at,
+            full_at,
             count,
             platform_calls: AtomicU64::new(0),
         })
@@ -138,12 +152,19 @@ impl Plan {
 /// The store's commit hook, when a plan is set.
 pub fn commit_hook() -> Option<CommitHook> {
     let plan = plan()?;
-    Some(CommitHook(Arc::new(move |stage, n| match stage {
-        CommitStage::Before => plan.reached(Kind::Write, n, true, "write"),
-        CommitStage::Committed => {
-            plan.note(format_args!("write {n}"));
-            plan.reached(Kind::Write, n, false, "write");
+    Some(CommitHook(Arc::new(move |stage, n| {
+        match stage {
+            CommitStage::Before if plan.full_at == Some(n) => {
+                eprintln!("fault point reached: write {n} refused as on a full disk");
+                return CommitVerdict::RefuseAsDiskFull;
+            }
+            CommitStage::Before => plan.reached(Kind::Write, n, true, "write"),
+            CommitStage::Committed => {
+                plan.note(format_args!("write {n}"));
+                plan.reached(Kind::Write, n, false, "write");
+            }
         }
+        CommitVerdict::Proceed
     })))
 }
 
@@ -318,6 +339,15 @@ mod tests {
             "write:3:before:x",
         ] {
             assert_eq!(parse(bad), None, "{bad:?}");
+        }
+        assert_eq!(parse_disk_full("write:7:full"), Some(7));
+        for bad in [
+            "write:0:full",
+            "platform:2:full",
+            "write:full",
+            "write:7:before",
+        ] {
+            assert_eq!(parse_disk_full(bad), None, "{bad:?}");
         }
     }
 }

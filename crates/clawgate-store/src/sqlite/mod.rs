@@ -22,7 +22,7 @@ pub use migrate::{MIGRATIONS, Migration, MigrationStatus, SCHEMA_VERSION};
 
 use self::errors::{DbResult, ErrorContext, Phase};
 use self::writer::{Ack, Isolation, WalSync, Writer};
-pub use self::writer::{CommitHook, CommitStage};
+pub use self::writer::{CommitHook, CommitStage, CommitVerdict};
 use crate::{StoreError, StoreResult};
 
 /// The file name of the state database inside a state directory.
@@ -435,6 +435,7 @@ mod tests {
         let options = SqliteOptions {
             commit_hook: Some(CommitHook(Arc::new(move |stage, n| {
                 sink.lock().unwrap().push((stage, n));
+                CommitVerdict::Proceed
             }))),
             ..SqliteOptions::default()
         };
@@ -462,6 +463,62 @@ mod tests {
                 (CommitStage::Before, first + 1),
                 (CommitStage::Committed, first + 1),
             ]
+        );
+    }
+
+    /// A commit the hook refuses fails as a full disk would — typed, nothing of it stored —
+    /// and the writer goes on: the next write commits.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_the_hook_refuses_fails_as_disk_full_and_the_next_one_commits() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let refusing = Arc::new(AtomicBool::new(false));
+        let flag = refusing.clone();
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteOptions {
+            commit_hook: Some(CommitHook(Arc::new(move |stage, _| {
+                if stage == CommitStage::Before && flag.load(Ordering::SeqCst) {
+                    CommitVerdict::RefuseAsDiskFull
+                } else {
+                    CommitVerdict::Proceed
+                }
+            }))),
+            ..SqliteOptions::default()
+        };
+        let store = SqliteStore::open_state_dir(dir.path(), options).unwrap();
+        let insert = |key: &'static str| {
+            store.write_statement(move |conn| {
+                conn.execute(
+                    "INSERT INTO gateway_meta (key, value) VALUES (?1, 'x')",
+                    [key],
+                )?;
+                Ok(())
+            })
+        };
+        insert("fault-a").await.unwrap();
+        refusing.store(true, Ordering::SeqCst);
+        let refused = insert("fault-b").await;
+        assert!(
+            matches!(refused, Err(StoreError::DiskFull { .. })),
+            "{refused:?}"
+        );
+        refusing.store(false, Ordering::SeqCst);
+        insert("fault-c").await.unwrap();
+        let stored: Vec<String> = store
+            .read(|conn| {
+                let mut statement = conn.prepare(
+                    "SELECT key FROM gateway_meta WHERE key LIKE 'fault-%' ORDER BY key",
+                )?;
+                let keys = statement
+                    .query_map([], |r| r.get(0))?
+                    .collect::<rusqlite::Result<Vec<String>>>()?;
+                Ok(keys)
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            stored,
+            ["fault-a", "fault-c"],
+            "the refused write left nothing"
         );
     }
 

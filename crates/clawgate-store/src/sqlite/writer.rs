@@ -78,11 +78,21 @@ pub enum CommitStage {
     Committed,
 }
 
+/// What a [`CommitHook`] wants done with the commit it was shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitVerdict {
+    Proceed,
+    /// (At [`CommitStage::Before`].) Fail this commit as a full disk would: nothing of the
+    /// batch is stored and every write in it fails with [`crate::StoreError::DiskFull`]; the
+    /// writer goes on with the next batch. Ignored after the commit.
+    RefuseAsDiskFull,
+}
+
 /// A test hook on the writer thread, called with the stage and the number of the commit
 /// (1 for the first batch the writer thread commits; migrations run before it and are not
 /// counted).
 #[derive(Clone)]
-pub struct CommitHook(pub Arc<dyn Fn(CommitStage, u64) + Send + Sync>);
+pub struct CommitHook(pub Arc<dyn Fn(CommitStage, u64) -> CommitVerdict + Send + Sync>);
 
 impl std::fmt::Debug for CommitHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -439,12 +449,19 @@ fn commit_batch(
             None => wal_vfs::commit(|| exec(conn, "COMMIT")).err(),
             Some((hook, commits)) => {
                 *commits += 1;
-                (hook.0)(CommitStage::Before, *commits);
-                let error = wal_vfs::commit(|| exec(conn, "COMMIT")).err();
-                if error.is_none() {
-                    (hook.0)(CommitStage::Committed, *commits);
+                match (hook.0)(CommitStage::Before, *commits) {
+                    CommitVerdict::RefuseAsDiskFull => Some(rusqlite::Error::SqliteFailure(
+                        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+                        Some("commit refused by the commit hook (a test's disk-full fault)".into()),
+                    )),
+                    CommitVerdict::Proceed => {
+                        let error = wal_vfs::commit(|| exec(conn, "COMMIT")).err();
+                        if error.is_none() {
+                            (hook.0)(CommitStage::Committed, *commits);
+                        }
+                        error
+                    }
                 }
-                error
             }
         },
     };

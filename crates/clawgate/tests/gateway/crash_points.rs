@@ -185,9 +185,19 @@ async fn crash_at(point: String) -> PointResult {
     }
     settle(&state, &message(), Duration::from_secs(4)).await;
     let status = restarted.interrupt();
-    let verdict = judge(&state, &message());
-    let leftovers = leftover_processes(&state);
-    let problem = (!verdict.holds() || !leftovers.is_empty() || !status.success()).then(|| {
+    PointResult {
+        point,
+        fired,
+        problem: problem_of(&state, status),
+    }
+}
+
+/// What is wrong with the platform, the processes and the stop after one point's run, if
+/// anything.
+fn problem_of(state: &Path, status: std::process::ExitStatus) -> Option<String> {
+    let verdict = judge(state, &message());
+    let leftovers = leftover_processes(state);
+    (!verdict.holds() || !leftovers.is_empty() || !status.success()).then(|| {
         verdict
             .violations
             .iter()
@@ -210,15 +220,42 @@ async fn crash_at(point: String) -> PointResult {
             .chain((!status.success()).then(|| format!("clean stop: {status}")))
             .collect::<Vec<_>>()
             .join("; ")
-    });
+    })
+}
+
+/// A fresh gateway whose `point`th commit fails as on a full disk (`write:N:full`), kept
+/// running — no restart — until the turn settles, then stopped and judged.
+async fn disk_full_at(point: String) -> PointResult {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let config = config(dir.path());
+    let env = [
+        ("CLAWGATE_CRASH_AT", point.as_str()),
+        ("CLAWGATE_LOG", "warn"),
+    ];
+    let gateway = match GatewayProcess::try_start(&state, &config, &env) {
+        Ok(gateway) => gateway,
+        // A refused write during start-up is a failed start (fail closed); a plain start
+        // then answers the message.
+        Err(_) => GatewayProcess::start(&state, &config),
+    };
+    tokio::time::sleep(AFTER_START).await;
+    gateway.say(CONVERSATION, PROMPT).await;
+    settle(&state, &message(), Duration::from_secs(4)).await;
+    let fired = gateway.log().contains("fault point reached");
+    let status = gateway.interrupt();
     PointResult {
         point,
         fired,
-        problem,
+        problem: problem_of(&state, status),
     }
 }
 
-async fn run_points(points: Vec<String>) {
+async fn run_points<F, Fut>(points: Vec<String>, run: F)
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = PointResult> + Send + 'static,
+{
     let total = points.len();
     let mut queue = points.into_iter();
     let mut running = tokio::task::JoinSet::new();
@@ -226,7 +263,7 @@ async fn run_points(points: Vec<String>) {
     loop {
         while running.len() < PARALLEL {
             let Some(point) = queue.next() else { break };
-            running.spawn(crash_at(point));
+            running.spawn(run(point));
         }
         let Some(done) = running.join_next().await else {
             break;
@@ -251,12 +288,12 @@ async fn run_points(points: Vec<String>) {
         table.push_str(&format!(
             "{:<22} {:<11} {}\n",
             r.point,
-            if r.fired { "crashed" } else { "not reached" },
+            if r.fired { "reached" } else { "not reached" },
             r.problem.as_deref().unwrap_or("ok")
         ));
     }
     eprintln!(
-        "crash points: {total} enumerated, {fired} crashed, {} failed\n{table}",
+        "crash points: {total} enumerated, {fired} reached, {} failed\n{table}",
         failed.len()
     );
     assert!(
@@ -282,7 +319,7 @@ async fn a_crash_at_every_durable_write_of_a_turn_leaves_exactly_one_final() {
     let points = (counted.first_write..=counted.last_write)
         .flat_map(|n| [format!("write:{n}:before"), format!("write:{n}:after")])
         .collect();
-    run_points(points).await;
+    run_points(points, crash_at).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -302,5 +339,14 @@ async fn a_crash_at_every_platform_call_of_a_turn_leaves_exactly_one_final() {
             ]
         })
         .collect();
-    run_points(points).await;
+    run_points(points, crash_at).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_at_every_durable_write_of_a_turn_still_lands_one_final_without_a_restart() {
+    let counted = count_one_turn().await;
+    let points = (counted.first_write..=counted.last_write)
+        .map(|n| format!("write:{n}:full"))
+        .collect();
+    run_points(points, disk_full_at).await;
 }
