@@ -431,7 +431,9 @@ impl LivePreview {
 
     /// Gives the stream up without a final (the turn failed, or will be replayed): the preview
     /// is removed and the intent cancelled, so a replayed turn starts a fresh one and nothing
-    /// is left dangling. Delivered blocks and streamed media are content and stay.
+    /// is left dangling. Delivered blocks and streamed media are content and stay. When the
+    /// platform refuses to remove the preview, the intent is left open for recovery (its claim
+    /// released), which removes the preview and cancels it once the platform allows.
     pub async fn abandon(mut self) -> Result<(), MessagesError> {
         let inner = self.messenger.inner.clone();
         if !inner
