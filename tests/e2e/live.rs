@@ -813,3 +813,41 @@ async fn a_preview_whose_answer_was_lost_becomes_the_final_instead_of_standing_b
         "one message: the preview finalized in place"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_final_waits_while_the_platform_refuses_to_remove_the_preview() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    let live_options = LiveOptions {
+        stale_after_ms: 1_000,
+    };
+    let mut live = messenger
+        .begin_live(message("stuck", ""), opts(), live_options)
+        .await
+        .unwrap();
+    live.update("thinking…").await.unwrap();
+    // Stale: the final is sent fresh, once the preview is gone — but its delete fails.
+    h.clock.advance(5_000);
+    h.platform.inject(Fault::status(1, 500, "internal"));
+    let report = live.finalize(message("stuck", "the answer")).await.unwrap();
+    assert!(
+        matches!(report.outcome, SendOutcome::RetryScheduled { .. }),
+        "{report:?}"
+    );
+    let texts = |h: &Harness| {
+        h.platform
+            .messages("room-1")
+            .into_iter()
+            .map(|m| m.text)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(texts(&h), ["thinking…"], "no final beside the preview");
+    h.clock.advance(60_000);
+    messenger.recover().await.unwrap();
+    assert_eq!(
+        texts(&h),
+        ["the answer"],
+        "the preview removed, then the final delivered"
+    );
+    assert_eq!(h.intents_with(IntentStatus::Sent).await.len(), 1);
+}

@@ -677,7 +677,9 @@ impl LivePreview {
             .cloned();
         if let Some(part) = &preview {
             let ctx = inner.context(&self.intent);
-            let _ = remove_preview(&self.adapter, &ctx, part, LiveCancelReason::Media).await;
+            if !remove_preview(&self.adapter, &ctx, part, LiveCancelReason::Media).await {
+                return self.final_waits_for_preview_removal().await;
+            }
         }
         self.intent.live_state = None;
         self.intent.attempt += 1;
