@@ -695,7 +695,7 @@ async fn an_attempt_that_died_after_finishing_its_work_is_settled_not_dead_lette
             &ack,
             |_| async move {
                 j.push("dispatch");
-                Ok(())
+                Ok::<(), String>(())
             },
             // The reply of a dead attempt is found delivered.
             |_| async move {
@@ -713,5 +713,48 @@ async fn an_attempt_that_died_after_finishing_its_work_is_settled_not_dead_lette
         journal.entries(),
         vec!["settle", "ack"],
         "settled, never dispatched again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_interrupted_by_a_stop_is_given_back() {
+    let h = Harness::new().await;
+    let options = ReceiveOptions {
+        max_attempts: 2,
+        ..ReceiveOptions::default()
+    };
+    let r = receiver(
+        &h,
+        h.store.clone(),
+        ReceiveAckPolicy::AfterDurableSend,
+        options,
+    );
+    let raw = inbound(&h, "room-1", "long turn, stopped twice", false, None);
+    // Two clean stops under the turn: neither is the message's failure.
+    for _ in 0..2 {
+        let ack = AckController::new(Arc::new(Journal::default()));
+        let outcome = r
+            .receive(&raw, &ack, |_| async {
+                Err::<(), _>(clawgate_messages::DispatchError::interrupted(
+                    "the gateway is stopping",
+                ))
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            outcome,
+            ReceiveOutcome::Failed {
+                error: "the gateway is stopping".into(),
+                attempts: 0,
+                dead_lettered: false,
+            },
+            "the attempt was given back"
+        );
+    }
+    let journal = Arc::new(Journal::default());
+    let (outcome, _) = run(&r, &raw, &journal, Ok(())).await;
+    assert!(
+        matches!(outcome, ReceiveOutcome::Handled { .. }),
+        "still dispatched, not dead-lettered: {outcome:?}"
     );
 }

@@ -35,5 +35,5 @@ pub use outcome::{RecoveryReport, SendOutcome, SendReport};
 pub use policy::{Disposition, RetryPolicy, disposition};
 pub use polling::PollingWatermark;
 pub use receive::{
-    AckController, AckState, ReceiveOptions, ReceiveOutcome, Receiver, TransportAck,
+    AckController, AckState, DispatchError, ReceiveOptions, ReceiveOutcome, Receiver, TransportAck,
 };

@@ -106,6 +106,34 @@ impl Default for ReceiveOptions {
     }
 }
 
+/// Why a dispatch did not finish its event. A plain `String` is a failure (it counts toward
+/// dead-lettering); [`DispatchError::interrupted`] is a stop under it (a clean shutdown), whose
+/// attempt is given back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DispatchError {
+    pub message: String,
+    pub interrupted: bool,
+}
+
+impl DispatchError {
+    /// The process is stopping under the turn: not the event's failure.
+    pub fn interrupted(message: impl Into<String>) -> DispatchError {
+        DispatchError {
+            message: message.into(),
+            interrupted: true,
+        }
+    }
+}
+
+impl From<String> for DispatchError {
+    fn from(message: String) -> DispatchError {
+        DispatchError {
+            message,
+            interrupted: false,
+        }
+    }
+}
+
 /// What happened to one platform event.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ReceiveOutcome {
@@ -171,7 +199,7 @@ impl Receiver {
     /// contexts); the transport ack is given through `ack` when the event's policy allows.
     /// An event whose `max_attempts` starts all died with the process is dead-lettered without
     /// another dispatch.
-    pub async fn receive<F, Fut>(
+    pub async fn receive<F, Fut, E>(
         &self,
         raw: &serde_json::Value,
         ack: &AckController,
@@ -179,7 +207,8 @@ impl Receiver {
     ) -> Result<ReceiveOutcome, MessagesError>
     where
         F: FnOnce(NormalizedInbound) -> Fut,
-        Fut: Future<Output = Result<(), String>>,
+        Fut: Future<Output = Result<(), E>>,
+        E: Into<DispatchError>,
     {
         self.receive_or_settle(raw, ack, dispatch, |_| async { Err(String::new()) })
             .await
@@ -190,7 +219,7 @@ impl Receiver {
     /// killed before the event was completed) must not end as a dead letter beside that work.
     /// `settle` finishes what exists without starting the work again: `Ok` completes the
     /// event, `Err` dead-letters it (its text joins the reason).
-    pub async fn receive_or_settle<F, Fut, S, SFut>(
+    pub async fn receive_or_settle<F, Fut, E, S, SFut>(
         &self,
         raw: &serde_json::Value,
         ack: &AckController,
@@ -199,7 +228,8 @@ impl Receiver {
     ) -> Result<ReceiveOutcome, MessagesError>
     where
         F: FnOnce(NormalizedInbound) -> Fut,
-        Fut: Future<Output = Result<(), String>>,
+        Fut: Future<Output = Result<(), E>>,
+        E: Into<DispatchError>,
         S: FnOnce(NormalizedInbound) -> SFut,
         SFut: Future<Output = Result<(), String>>,
     {
@@ -339,6 +369,24 @@ impl Receiver {
                 Ok(ReceiveOutcome::Handled { record })
             }
             Err(error) => {
+                let DispatchError {
+                    message: error,
+                    interrupted,
+                } = error.into();
+                if interrupted {
+                    // Not the event's failure: its attempt is given back and it stays
+                    // unfinished for the next start.
+                    let attempts = self
+                        .store
+                        .interrupt_inbound(&key, &error, self.clock.now_ms())
+                        .await?;
+                    ack.nack(&error);
+                    return Ok(ReceiveOutcome::Failed {
+                        error,
+                        attempts,
+                        dead_lettered: false,
+                    });
+                }
                 let dead = attempt >= self.options.max_attempts;
                 let status = if dead {
                     InboundStatus::DeadLettered

@@ -167,6 +167,17 @@ pub trait InboundStore: Send + Sync {
         now: UnixMillis,
     ) -> StoreResult<u32>;
 
+    /// Ends an attempt that was interrupted, not failed (the gateway stopped under it): the
+    /// record stays `received` and the attempt counted at its start is given back, so clean
+    /// restarts never use up an event's attempts. Keeps the first error message. Returns the
+    /// attempts counted now.
+    async fn interrupt_inbound(
+        &self,
+        key: &InboundKey,
+        error: &str,
+        now: UnixMillis,
+    ) -> StoreResult<u32>;
+
     /// Records still `received` (to be processed again after a restart), oldest first.
     async fn list_unfinished_inbound(&self, limit: u32) -> StoreResult<Vec<InboundRecord>>;
 

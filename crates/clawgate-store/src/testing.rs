@@ -1009,10 +1009,36 @@ pub async fn inbound_dedupe_attempts_and_pruning<S: Store>(
             .collect::<Vec<_>>(),
         vec!["e2"]
     );
+    // An attempt interrupted by a clean stop is given back; the next start counts again.
+    assert_eq!(
+        store
+            .interrupt_inbound(&k("e2"), "the gateway stopped", 350)
+            .await
+            .unwrap(),
+        0,
+        "an interrupted attempt is not counted"
+    );
+    let e2 = store.load_inbound(&k("e2")).await.unwrap().unwrap();
+    assert_eq!(
+        (e2.status, e2.attempts, e2.last_error.as_deref()),
+        (InboundStatus::Received, 0, Some("the gateway stopped"))
+    );
+    match store.record_inbound(&k("e2"), &payload, 360).await.unwrap() {
+        RecordInboundOutcome::Duplicate(record) => assert_eq!(record.attempts, 1),
+        other => panic!("{other:?}"),
+    }
     store
         .finish_inbound(&k("e2"), InboundStatus::Completed, None, 400)
         .await
         .unwrap();
+    assert_eq!(
+        store
+            .interrupt_inbound(&k("e2"), "too late", 410)
+            .await
+            .unwrap(),
+        1,
+        "a finished record is left as it is"
+    );
     assert_eq!(
         store
             .list_inbound(Some(InboundStatus::Completed), 10)

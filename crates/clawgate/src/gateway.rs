@@ -25,8 +25,8 @@ use clawgate_awareness::{
 use clawgate_channel_qa::{QaAdapter, QaPlatform, QaPlatformConfig, Update};
 use clawgate_channel_sdk::NormalizedInbound;
 use clawgate_messages::{
-    AckController, Clock, LiveOptions, Messenger, PollingWatermark, ReceiveOptions, ReceiveOutcome,
-    Receiver, SendOptions, SendOutcome, SystemClock, TransportAck,
+    AckController, Clock, DispatchError, LiveOptions, Messenger, PollingWatermark, ReceiveOptions,
+    ReceiveOutcome, Receiver, SendOptions, SendOutcome, SystemClock, TransportAck,
 };
 use clawgate_store::{IntentStore, SqliteOptions, SqliteStore, Synchronous, WatermarkKey};
 use clawgate_types::{
@@ -585,7 +585,17 @@ impl Gateway {
                     .receive_or_settle(
                         &raw,
                         &ack,
-                        |inbound| async move { gateway.turn(&turn_channel, inbound).await },
+                        |inbound| async move {
+                            // A turn cut short by a stop is not the message's failure: its
+                            // attempt is given back.
+                            gateway.turn(&turn_channel, inbound).await.map_err(|e| {
+                                if *gateway.stop.borrow() {
+                                    DispatchError::interrupted(e)
+                                } else {
+                                    DispatchError::from(e)
+                                }
+                            })
+                        },
                         |inbound| async move { settling.settle(&settle_channel, inbound).await },
                     )
                     .instrument(span)

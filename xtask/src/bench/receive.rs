@@ -60,7 +60,9 @@ async fn events(store: Arc<SqliteStore>, concurrency: usize, total: usize) -> an
             tokio::spawn(async move {
                 for raw in &events {
                     let ack = AckController::new(Arc::new(NoAck));
-                    let outcome = receiver.receive(raw, &ack, |_| async { Ok(()) }).await?;
+                    let outcome = receiver
+                        .receive(raw, &ack, |_| async { Ok::<(), String>(()) })
+                        .await?;
                     anyhow::ensure!(
                         matches!(outcome, ReceiveOutcome::Handled { .. }),
                         "{outcome:?}"

@@ -218,6 +218,38 @@ impl InboundStore for SqliteStore {
         .await
     }
 
+    async fn interrupt_inbound(
+        &self,
+        key: &InboundKey,
+        error: &str,
+        now: UnixMillis,
+    ) -> StoreResult<u32> {
+        let key = key.clone();
+        let error = error.to_owned();
+        self.write(move |conn| {
+            let attempts: Option<i64> = conn
+                .prepare_cached(
+                    "UPDATE inbound_records
+                     SET attempts = MAX(attempts - 1, 0),
+                         last_error = COALESCE(last_error, ?4), updated_at = ?5
+                     WHERE channel = ?1 AND account_id = ?2 AND event_id = ?3
+                       AND status = 'received'
+                     RETURNING attempts",
+                )?
+                .query_row(
+                    params![key.channel, key.account_id, key.event_id, error, now],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            match attempts {
+                Some(attempts) => Ok(u32::try_from(attempts).unwrap_or(u32::MAX)),
+                // Finished meanwhile (or never recorded): nothing to give back.
+                None => Ok(load(conn, &key)?.ok_or_else(|| not_found(&key))?.attempts),
+            }
+        })
+        .await
+    }
+
     async fn list_unfinished_inbound(&self, limit: u32) -> StoreResult<Vec<InboundRecord>> {
         self.read(move |conn| {
             list(

@@ -219,3 +219,58 @@ async fn a_message_whose_turn_dies_with_the_gateway_every_time_is_dead_lettered_
     );
     assert!(gateway.interrupt().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_stop_mid_reply_gives_the_attempt_back_and_the_restart_answers() {
+    let platform = external_platform().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    // About 5 s of streaming: longer than the test config's shutdown grace (3 s).
+    let config = config_file(
+        dir.path(),
+        Some(&platform),
+        &["--chunk-ms", "250", "--words", "20"],
+    );
+    let gateway = GatewayProcess::start(&state, &config);
+    gateway.say("dm-stop", "take your time").await;
+    eventually(Duration::from_secs(30), "the first preview", || async {
+        (!bot_texts(&platform, "dm-stop").is_empty()).then_some(())
+    })
+    .await;
+    assert!(gateway.interrupt().success(), "clean stop");
+    let attempts: Vec<(String, i64)> = {
+        let db = rusqlite::Connection::open_with_flags(
+            state.join("state.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .expect("state.db");
+        let mut statement = db
+            .prepare("SELECT status, attempts FROM inbound_records")
+            .expect("query");
+        statement
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("rows")
+            .map(|r| r.expect("row"))
+            .collect()
+    };
+    assert_eq!(
+        attempts,
+        [("received".to_owned(), 0)],
+        "unfinished, and the stop did not use up an attempt"
+    );
+    let restarted = GatewayProcess::start(&state, &config);
+    let expected = demo_reply("take your time", 20);
+    eventually(
+        Duration::from_secs(60),
+        "the final after the restart",
+        || async {
+            bot_texts(&platform, "dm-stop")
+                .contains(&expected)
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(bot_texts(&platform, "dm-stop"), [expected]);
+    assert!(restarted.interrupt().success());
+}
