@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::support::{
-    GatewayProcess, bot_texts, config_file, demo_reply, eventually, external_platform,
+    GatewayProcess, MidReply, bot_texts, config_file, demo_reply, eventually, external_platform,
     lease_processes, leases,
 };
 
@@ -222,20 +222,18 @@ async fn a_message_whose_turn_dies_with_the_gateway_every_time_is_dead_lettered_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_stop_mid_reply_gives_the_attempt_back_and_the_restart_answers() {
-    let platform = external_platform().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let state = dir.path().join("state");
     // About 5 s of streaming: longer than the test config's shutdown grace (3 s).
-    let config = config_file(
-        dir.path(),
-        Some(&platform),
+    let MidReply {
+        platform,
+        state,
+        config,
+        gateway,
+        _dir,
+    } = MidReply::start(
+        "dm-stop",
+        "take your time",
         &["--chunk-ms", "250", "--words", "20"],
-    );
-    let gateway = GatewayProcess::start(&state, &config);
-    gateway.say("dm-stop", "take your time").await;
-    eventually(Duration::from_secs(30), "the first preview", || async {
-        (!bot_texts(&platform, "dm-stop").is_empty()).then_some(())
-    })
+    )
     .await;
     assert!(gateway.interrupt().success(), "clean stop");
     let attempts: Vec<(String, i64)> = {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::support::{
-    GatewayProcess, bot_texts, config_file, demo_reply, eventually, external_platform,
+    GatewayProcess, MidReply, bot_texts, config_file, demo_reply, eventually, external_platform,
     lease_processes, leases, signal,
 };
 
@@ -99,21 +99,19 @@ async fn an_agent_killed_between_two_messages_the_second_still_gets_its_reply() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_killed_mid_reply_the_turn_is_retried_on_a_fresh_process() {
-    let platform = external_platform().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let state = dir.path().join("state");
-    let config = config_file(
-        dir.path(),
-        Some(&platform),
+    let MidReply {
+        platform,
+        state,
+        gateway,
+        _dir,
+        ..
+    } = MidReply::start(
+        "dm-mid",
+        "keep going",
         &["--chunk-ms", "150", "--words", "12"],
-    );
-    let gateway = GatewayProcess::start(&state, &config);
-    let bot_texts = |platform| bot_texts(platform, "dm-mid");
-    gateway.say("dm-mid", "keep going").await;
-    eventually(Duration::from_secs(30), "the first preview", || async {
-        (!bot_texts(&platform).is_empty()).then_some(())
-    })
+    )
     .await;
+    let bot_texts = |platform| bot_texts(platform, "dm-mid");
     let first_lease = leases(&state)
         .first()
         .map(|(id, _)| id.clone())

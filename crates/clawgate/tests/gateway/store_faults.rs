@@ -4,24 +4,22 @@
 use std::time::Duration;
 
 use crate::support::{
-    GatewayProcess, bot_texts, config_file, demo_reply, eventually, external_platform,
+    GatewayProcess, MidReply, bot_texts, config_file, demo_reply, eventually, external_platform,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_lock_held_by_another_process_mid_reply_delays_the_final_but_never_loses_it() {
-    let platform = external_platform().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let state = dir.path().join("state");
-    let config = config_file(
-        dir.path(),
-        Some(&platform),
+    let MidReply {
+        platform,
+        state,
+        gateway,
+        _dir,
+        ..
+    } = MidReply::start(
+        "dm-locked",
+        "are you stuck",
         &["--chunk-ms", "150", "--words", "20"],
-    );
-    let gateway = GatewayProcess::start(&state, &config);
-    gateway.say("dm-locked", "are you stuck").await;
-    eventually(Duration::from_secs(30), "the first preview", || async {
-        (!bot_texts(&platform, "dm-locked").is_empty()).then_some(())
-    })
+    )
     .await;
     // Another process takes SQLite's write lock for longer than the gateway's busy timeout
     // (5 s) while the reply streams and its final is due: the gateway's writes fail closed.

@@ -411,6 +411,39 @@ pub(crate) fn demo_reply(prompt: &str, words: usize) -> String {
     out.join(" ")
 }
 
+/// A gateway on an external platform, answering with the bundled agent run with `agent_args`,
+/// caught mid-reply: `prompt` was sent to `conversation` and its first preview is visible.
+pub(crate) struct MidReply {
+    pub(crate) platform: QaPlatform,
+    pub(crate) state: PathBuf,
+    pub(crate) config: PathBuf,
+    pub(crate) gateway: GatewayProcess,
+    /// Keeps the state directory alive for the test.
+    pub(crate) _dir: tempfile::TempDir,
+}
+
+impl MidReply {
+    pub(crate) async fn start(conversation: &str, prompt: &str, agent_args: &[&str]) -> MidReply {
+        let platform = external_platform().await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = dir.path().join("state");
+        let config = config_file(dir.path(), Some(&platform), agent_args);
+        let gateway = GatewayProcess::start(&state, &config);
+        gateway.say(conversation, prompt).await;
+        eventually(Duration::from_secs(30), "the first preview", || async {
+            (!bot_texts(&platform, conversation).is_empty()).then_some(())
+        })
+        .await;
+        MidReply {
+            platform,
+            state,
+            config,
+            gateway,
+            _dir: dir,
+        }
+    }
+}
+
 /// The bot's messages in a conversation of `platform`, as the platform shows them.
 pub(crate) fn bot_texts(platform: &QaPlatform, conversation: &str) -> Vec<String> {
     platform
