@@ -107,6 +107,8 @@ impl std::fmt::Debug for Channel {
 #[derive(Debug, Default)]
 pub struct Counters {
     pub turns_in_flight: AtomicUsize,
+    /// Receive contexts running (a turn and the write that finishes its inbound record).
+    pub receives_in_flight: AtomicUsize,
     pub turns_completed: AtomicU64,
     pub turns_failed: AtomicU64,
 }
@@ -387,6 +389,14 @@ impl Gateway {
                 Err(e) => warn!(session = %key, error = %e, "agent session not closed"),
             }
         }
+        // The turns the closed sessions cut short end now: let each record what became of its
+        // event (an interrupted attempt is given back) before the process exits.
+        let deadline = tokio::time::Instant::now() + RECEIVE_SETTLE;
+        while self.counters.receives_in_flight.load(Ordering::SeqCst) > 0
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     async fn maintenance_loop(self: Arc<Self>) {
@@ -581,6 +591,9 @@ impl Gateway {
                 let turn_channel = channel.clone();
                 let settling = self.clone();
                 let settle_channel = channel.clone();
+                self.counters
+                    .receives_in_flight
+                    .fetch_add(1, Ordering::SeqCst);
                 let outcome = receiver
                     .receive_or_settle(
                         &raw,
@@ -600,6 +613,9 @@ impl Gateway {
                     )
                     .instrument(span)
                     .await;
+                self.counters
+                    .receives_in_flight
+                    .fetch_sub(1, Ordering::SeqCst);
                 let finished = match &outcome {
                     Ok(ReceiveOutcome::Failed {
                         dead_lettered: false,
@@ -1015,6 +1031,9 @@ fn recovery_summary(report: &clawgate_messages::RecoveryReport) -> String {
     ));
     line
 }
+
+/// How long a stopping gateway waits for the turns its closed agent sessions cut short.
+const RECEIVE_SETTLE: Duration = Duration::from_secs(5);
 
 /// How many rows one retention write removes.
 const PRUNE_SLICE: u32 = 500;
