@@ -195,6 +195,22 @@ impl Receiver {
         }
     }
 
+    /// Marks the event completed, durably, and `record` with it.
+    async fn complete(
+        &self,
+        key: &InboundKey,
+        record: &mut InboundRecord,
+    ) -> Result<(), MessagesError> {
+        let finished_at = self.clock.now_ms();
+        record.attempts = self
+            .store
+            .finish_inbound(key, InboundStatus::Completed, None, finished_at)
+            .await?;
+        record.status = InboundStatus::Completed;
+        record.updated_at = finished_at;
+        Ok(())
+    }
+
     /// One receive context. `dispatch` runs the turn (visible output goes through send
     /// contexts); the transport ack is given through `ack` when the event's policy allows.
     /// An event whose `max_attempts` starts all died with the process is dead-lettered without
@@ -316,13 +332,7 @@ impl Receiver {
             // finished before dying is settled instead.
             let settled = settle(inbound).await;
             if settled.is_ok() {
-                let finished_at = self.clock.now_ms();
-                record.attempts = self
-                    .store
-                    .finish_inbound(&key, InboundStatus::Completed, None, finished_at)
-                    .await?;
-                record.status = InboundStatus::Completed;
-                record.updated_at = finished_at;
+                self.complete(&key, &mut record).await?;
                 info!(event = %key.event_id, "an attempt that died had finished the work; completed");
                 ack.ack();
                 return Ok(ReceiveOutcome::Handled { record });
@@ -356,13 +366,7 @@ impl Receiver {
         }
         match dispatch(inbound).await {
             Ok(()) => {
-                let finished_at = self.clock.now_ms();
-                record.attempts = self
-                    .store
-                    .finish_inbound(&key, InboundStatus::Completed, None, finished_at)
-                    .await?;
-                record.status = InboundStatus::Completed;
-                record.updated_at = finished_at;
+                self.complete(&key, &mut record).await?;
                 if policy == ReceiveAckPolicy::AfterDurableSend {
                     ack.ack();
                 }
