@@ -195,32 +195,7 @@ async fn crash_at(point: String) -> PointResult {
 /// What is wrong with the platform, the processes and the stop after one point's run, if
 /// anything.
 fn problem_of(state: &Path, status: std::process::ExitStatus) -> Option<String> {
-    let verdict = judge(state, &message());
-    let leftovers = leftover_processes(state);
-    (!verdict.holds() || !leftovers.is_empty() || !status.success()).then(|| {
-        verdict
-            .violations
-            .iter()
-            .map(|v| {
-                let texts = v
-                    .visible
-                    .iter()
-                    .map(|(id, _, text)| format!("{id} {text:?}"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                format!("{} [{texts}]", v.shape)
-            })
-            .chain(
-                verdict
-                    .strays
-                    .iter()
-                    .map(|(_, id, key, text)| format!("stray {id} {key} {text:?}")),
-            )
-            .chain(leftovers)
-            .chain((!status.success()).then(|| format!("clean stop: {status}")))
-            .collect::<Vec<_>>()
-            .join("; ")
-    })
+    judge(state, &message()).problems(leftover_processes(state), status)
 }
 
 /// A fresh gateway whose `point`th commit fails as on a full disk (`write:N:full`), kept

@@ -73,35 +73,7 @@ async fn one_case(
     gateway.say("dm-faults", PROMPT).await;
     settle(&state, &sent, Duration::from_secs(4)).await;
     let status = gateway.interrupt();
-    let verdict = judge(&state, &sent);
-    let leftovers = leftover_processes(&state);
-    if verdict.holds() && leftovers.is_empty() && status.success() {
-        return None;
-    }
-    Some(
-        verdict
-            .violations
-            .iter()
-            .map(|v| {
-                let texts = v
-                    .visible
-                    .iter()
-                    .map(|(id, _, text)| format!("{id} {text:?}"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                format!("{} [{texts}]", v.shape)
-            })
-            .chain(
-                verdict
-                    .strays
-                    .iter()
-                    .map(|(_, id, key, text)| format!("stray {id} {key} {text:?}")),
-            )
-            .chain(leftovers)
-            .chain((!status.success()).then(|| format!("clean stop: {status}")))
-            .collect::<Vec<_>>()
-            .join("; "),
-    )
+    judge(&state, &sent).problems(leftover_processes(&state), status)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

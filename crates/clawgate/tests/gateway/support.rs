@@ -559,6 +559,40 @@ impl Verdict {
         self.violations.is_empty() && self.strays.is_empty()
     }
 
+    /// One line of everything wrong after a run — this verdict's violations and strays, the
+    /// processes left and an unclean stop — or `None` when all is well.
+    pub(crate) fn problems(
+        &self,
+        leftovers: Vec<String>,
+        stop: std::process::ExitStatus,
+    ) -> Option<String> {
+        if self.holds() && leftovers.is_empty() && stop.success() {
+            return None;
+        }
+        Some(
+            self.violations
+                .iter()
+                .map(|v| {
+                    let texts = v
+                        .visible
+                        .iter()
+                        .map(|(id, _, text)| format!("{id} {text:?}"))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    format!("{} [{texts}]", v.shape)
+                })
+                .chain(
+                    self.strays
+                        .iter()
+                        .map(|(_, id, key, text)| format!("stray {id} {key} {text:?}")),
+                )
+                .chain(leftovers)
+                .chain((!stop.success()).then(|| format!("clean stop: {stop}")))
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    }
+
     /// Counts by shape, e.g. `missing=3 placeholder=1`.
     pub(crate) fn shapes(&self) -> String {
         let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
