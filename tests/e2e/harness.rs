@@ -101,6 +101,8 @@ pub struct Counting<A> {
     pub renderer: Option<PartsRenderer>,
     pub after_send_success: AtomicUsize,
     pub after_commit: AtomicUsize,
+    /// Sends whose after_send_success ran and whose after_commit has not yet.
+    awaiting_commit_hook: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl<A> Counting<A> {
@@ -110,6 +112,7 @@ impl<A> Counting<A> {
             renderer: None,
             after_send_success: AtomicUsize::new(0),
             after_commit: AtomicUsize::new(0),
+            awaiting_commit_hook: std::sync::Mutex::default(),
         })
     }
 
@@ -120,6 +123,7 @@ impl<A> Counting<A> {
             renderer: Some(PartsRenderer),
             after_send_success: AtomicUsize::new(0),
             after_commit: AtomicUsize::new(0),
+            awaiting_commit_hook: std::sync::Mutex::default(),
         })
     }
 
@@ -165,14 +169,24 @@ impl<A: ChannelMessageAdapter> ChannelMessageAdapter for Counting<A> {
         self.inner.reconcile_unknown_send(ctx, unit).await
     }
     async fn after_send_success(&self, ctx: &SendContext, receipt: &MessageReceipt) {
+        self.awaiting_commit_hook
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(ctx.idempotency_key.clone());
         self.after_send_success.fetch_add(1, Ordering::SeqCst);
         self.inner.after_send_success(ctx, receipt).await;
     }
     async fn after_commit(&self, ctx: &SendContext, receipt: &MessageReceipt) {
-        assert_eq!(
-            self.after_send_success.load(Ordering::SeqCst),
-            self.after_commit.load(Ordering::SeqCst) + 1,
-            "after_commit runs after after_send_success"
+        // Per send, not by global counts: concurrent sends interleave their hooks.
+        let was_awaiting = self
+            .awaiting_commit_hook
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&ctx.idempotency_key);
+        assert!(
+            was_awaiting,
+            "after_commit of {} runs once, after its after_send_success",
+            ctx.idempotency_key
         );
         self.after_commit.fetch_add(1, Ordering::SeqCst);
         self.inner.after_commit(ctx, receipt).await;
