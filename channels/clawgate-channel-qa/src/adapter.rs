@@ -305,11 +305,8 @@ impl ChannelMessageAdapter for QaAdapter {
             }) => (reply_to_id.clone(), thread_id.clone()),
             _ => (None, None),
         };
-        let metadata = unit
-            .payload
-            .get("origin")
-            .and_then(|o| serde_json::from_value::<MessageOrigin>(o.clone()).ok())
-            .and_then(|o| QaOrigin.encode(&o));
+        // The engine encodes the origin marker through `origin()` below.
+        let metadata = ctx.origin_metadata.clone();
         let request = SendRequest {
             text,
             attachments,
@@ -467,51 +464,48 @@ impl MessageReceiveAdapter for QaAdapter {
                 thread_id: message.thread_id.clone(),
                 quote: None,
             });
-        Ok(NormalizedInbound {
-            event_id: message.id.clone(),
-            is_bot_author: message.author_is_bot,
-            message: clawgate_types::ChannelMessage {
-                id: message.id.clone(),
-                channel: self.channel.clone(),
-                account_id: None,
-                direction: clawgate_types::MessageDirection::Inbound,
-                target: clawgate_types::MessageTarget {
-                    kind,
-                    id: message.conversation_id.clone(),
-                    label: None,
-                    space_id: None,
-                    parent_id: None,
-                    thread_id: message.thread_id.clone(),
-                    native_channel_id: None,
-                },
-                sender: message
-                    .author_id
-                    .clone()
-                    .map(|id| clawgate_types::MessageActor {
-                        id,
-                        display_name: None,
-                        is_bot: message.author_is_bot,
-                    }),
-                body: Some(clawgate_types::MessageBody {
-                    text: message.text.clone(),
-                    format: None,
-                }),
-                attachments: message
-                    .attachments
-                    .iter()
-                    .map(|a| MessageAttachment {
-                        kind: a.kind,
-                        url: Some(a.url.clone()),
-                        mime_type: a.mime_type.clone(),
-                        file_name: a.file_name.clone(),
-                        size_bytes: None,
-                    })
-                    .collect(),
-                relation,
-                origin: QaOrigin.decode(raw),
-                timestamp: None,
-                raw: Some(raw.clone()),
+        let normalized = clawgate_types::ChannelMessage {
+            id: message.id.clone(),
+            channel: self.channel.clone(),
+            account_id: None,
+            direction: clawgate_types::MessageDirection::Inbound,
+            target: clawgate_types::MessageTarget {
+                kind,
+                id: message.conversation_id.clone(),
+                label: None,
+                space_id: None,
+                parent_id: None,
+                thread_id: message.thread_id.clone(),
+                native_channel_id: None,
             },
-        })
+            sender: message
+                .author_id
+                .clone()
+                .map(|id| clawgate_types::MessageActor {
+                    id,
+                    display_name: None,
+                    is_bot: message.author_is_bot,
+                }),
+            body: Some(clawgate_types::MessageBody {
+                text: message.text.clone(),
+                format: None,
+            }),
+            attachments: message
+                .attachments
+                .iter()
+                .map(|a| MessageAttachment {
+                    kind: a.kind,
+                    url: Some(a.url.clone()),
+                    mime_type: a.mime_type.clone(),
+                    file_name: a.file_name.clone(),
+                    size_bytes: None,
+                })
+                .collect(),
+            relation,
+            origin: QaOrigin.decode(raw),
+            timestamp: None,
+            raw: Some(raw.clone()),
+        };
+        Ok(NormalizedInbound::new(message.id.clone(), normalized).by_bot(message.author_is_bot))
     }
 }

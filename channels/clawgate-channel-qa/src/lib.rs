@@ -7,10 +7,12 @@
 
 mod adapter;
 mod platform;
+mod plugin;
 mod wire;
 
 pub use adapter::{QA_CHANNEL, QaAdapter};
 pub use platform::{QaPlatform, QaPlatformConfig};
+pub use plugin::{QaFactory, QaFeed, QaHandle, QaSettings, platform_state_file};
 pub use wire::{
     ApiError, EditRequest, ErrorBody, Fault, FaultMode, InboundRequest, LogEntry, LogEvent,
     MessageAnswer, MessagesAnswer, PlatformAttachment, PlatformMessage, SendRequest, Update,

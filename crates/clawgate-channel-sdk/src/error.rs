@@ -16,9 +16,13 @@ pub enum SideEffect {
 /// A classified send failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind:?} failure: {message}")]
+#[non_exhaustive]
 pub struct SendError {
+    /// The failure class the engine's retry policy keys on.
     pub kind: DeliveryFailureKind,
+    /// What happened, for logs and operators (never a secret).
     pub message: String,
+    /// Whether the platform may have acted.
     pub side_effect: SideEffect,
     /// The platform asked to wait this long before retrying.
     pub retry_after_ms: Option<u64>,
@@ -54,11 +58,13 @@ impl SendError {
         )
     }
 
+    /// The platform's requested wait (`Retry-After`).
     pub fn with_retry_after_ms(mut self, ms: Option<u64>) -> SendError {
         self.retry_after_ms = ms;
         self
     }
 
+    /// The platform's own status or error code.
     pub fn with_platform_code(mut self, code: impl Into<String>) -> SendError {
         self.platform_code = Some(code.into());
         self
@@ -83,13 +89,21 @@ pub fn classify_http_status(status: u16) -> DeliveryFailureKind {
 /// A message could not be rendered for this channel.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RenderError {
+    /// The text is over the limit and the channel cannot split it.
     #[error(
         "message text is {length} characters, over the channel's limit of {limit}, and the \
          channel cannot split messages"
     )]
-    TooLong { length: usize, limit: u32 },
+    TooLong {
+        /// The text's length in characters.
+        length: usize,
+        /// The channel's limit.
+        limit: u32,
+    },
+    /// An attachment the channel cannot carry (the reason names it).
     #[error("channel cannot carry this attachment: {0}")]
     UnsupportedAttachment(String),
+    /// No text and no attachments.
     #[error("message has nothing to send (no text and no attachments)")]
     Empty,
 }
@@ -97,6 +111,12 @@ pub enum RenderError {
 /// An inbound platform payload could not be normalized.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReceiveError {
+    /// The payload is not an event of this platform's shape.
     #[error("malformed {channel} event: {reason}")]
-    Malformed { channel: String, reason: String },
+    Malformed {
+        /// The channel that received it.
+        channel: String,
+        /// What is wrong with it.
+        reason: String,
+    },
 }

@@ -438,16 +438,21 @@ impl Inner {
     }
 
     /// The adapter's view of an intent: everything comes from the stored intent alone.
+    /// The adapter's view of the send, rebuilt from the stored intent. The origin marker is
+    /// encoded here, by the channel's origin adapter, so every unit of every attempt carries it.
     pub(crate) fn context(&self, intent: &DurableSendIntent) -> SendContext {
-        SendContext {
-            intent_id: Some(intent.id.clone()),
-            channel: intent.channel.clone(),
-            account_id: intent.account_id.clone(),
-            message: intent.message.clone(),
-            idempotency_key: intent.idempotency_key.clone(),
-            attempt: intent.attempt,
-            previous_receipt: intent.partial_receipt.clone(),
-        }
+        let mut ctx = SendContext::new(intent.message.clone(), intent.idempotency_key.clone());
+        ctx.intent_id = Some(intent.id.clone());
+        intent.channel.clone_into(&mut ctx.channel);
+        ctx.account_id.clone_from(&intent.account_id);
+        ctx.attempt = intent.attempt;
+        ctx.previous_receipt.clone_from(&intent.partial_receipt);
+        ctx.origin_metadata = intent
+            .message
+            .origin
+            .as_ref()
+            .and_then(|origin| self.adapters.get(&intent.channel)?.origin()?.encode(origin));
+        ctx
     }
 
     /// Moves the intent to `to` (compare-and-set on its current status when durable).
@@ -676,9 +681,7 @@ impl Inner {
         intent: &DurableSendIntent,
         receipt: &MessageReceipt,
     ) {
-        let ctx = self.context(intent);
-        adapter.after_send_success(&ctx, receipt).await;
-        adapter.after_commit(&ctx, receipt).await;
+        adapter.after_commit(&self.context(intent), receipt).await;
     }
 
     async fn commit_partial(

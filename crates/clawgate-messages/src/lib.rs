@@ -23,6 +23,7 @@ mod policy;
 mod polling;
 mod receive;
 mod recovery;
+mod source;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{Boundary, LifecycleProbe, Messenger, OutboundContext, SendOptions};
@@ -35,5 +36,6 @@ pub use outcome::{RecoveryReport, SendOutcome, SendReport};
 pub use policy::{Disposition, RetryPolicy, disposition};
 pub use polling::PollingWatermark;
 pub use receive::{
-    AckController, AckState, DispatchError, ReceiveOptions, ReceiveOutcome, Receiver, TransportAck,
+    AckController, AckState, DispatchError, ReceiveOptions, ReceiveOutcome, Receiver,
 };
+pub use source::{EventHandler, SourceRunner, SourceStores};

@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use clawgate_channel_sdk::{ChannelMessageAdapter, Reconciliation, SideEffect};
+use clawgate_channel_sdk::{ChannelMessageAdapter, Reconciliation, SendError, SideEffect};
 use clawgate_types::{
     BatchAtomicity, ChannelMessage, DurableSendIntent, IntentStatus, LiveCancelReason,
     LiveMessageState, LiveMode, MessageAttachment, MessagePartKind, MessageReceipt,
@@ -222,7 +222,7 @@ impl LivePreview {
                 return Ok(false);
             }
             let preview_ctx = preview_context(&ctx);
-            let part = match self.adapter.send_unit(&preview_ctx, &text_unit(text)).await {
+            let part = match show(&self.adapter, &preview_ctx, &text_unit(text)).await {
                 Ok(part) => part,
                 Err(error) if error.side_effect == SideEffect::Possible => {
                     // The answer was lost, not the preview: ask the platform by the preview's
@@ -284,7 +284,7 @@ impl LivePreview {
         else {
             return Ok(false);
         };
-        match self.adapter.edit(&ctx, &part, &text_unit(text)).await {
+        match replace(&self.adapter, &ctx, &part, &text_unit(text)).await {
             Ok(_) => {
                 self.shown = Some(text.to_owned());
                 self.last_edit_at = now;
@@ -510,7 +510,7 @@ impl LivePreview {
                 .save(&mut self.intent, IntentStatus::Sending, true)
                 .await?;
             let ctx = inner.context(&self.intent);
-            match self.adapter.edit(&ctx, part, &batch.units[0]).await {
+            match finalize_in_place(&self.adapter, &ctx, part, &batch.units[0]).await {
                 Ok(mut edited) => {
                     edited.index = 0;
                     let edited = MessageReceipt::from_parts(vec![edited], now);
@@ -805,7 +805,7 @@ pub(crate) async fn find_preview(
     {
         Ok(Reconciliation::Sent(part)) => PreviewProbe::Landed(part),
         Ok(Reconciliation::NotSent) => PreviewProbe::Absent,
-        Ok(Reconciliation::Unresolved) => PreviewProbe::Unknown,
+        Ok(_) => PreviewProbe::Unknown,
         Err(error) => {
             warn!(error = %error.message, "asking the platform about the preview failed");
             PreviewProbe::Unknown
@@ -840,6 +840,44 @@ pub(crate) async fn remove_stream_preview(
     remove_preview(adapter, ctx, &part, LiveCancelReason::Aborted).await
 }
 
+// A preview's platform operations go through the channel's live adapter when it declares one
+// (a native stream), else through its plain send / edit / delete.
+
+async fn show(
+    adapter: &Arc<dyn ChannelMessageAdapter>,
+    ctx: &clawgate_channel_sdk::SendContext,
+    unit: &RenderedMessageUnit,
+) -> Result<MessageReceiptPart, SendError> {
+    match adapter.live() {
+        Some(live) => live.show(ctx, unit).await,
+        None => adapter.send_unit(ctx, unit).await,
+    }
+}
+
+async fn replace(
+    adapter: &Arc<dyn ChannelMessageAdapter>,
+    ctx: &clawgate_channel_sdk::SendContext,
+    preview: &MessageReceiptPart,
+    unit: &RenderedMessageUnit,
+) -> Result<MessageReceiptPart, SendError> {
+    match adapter.live() {
+        Some(live) => live.replace(ctx, preview, unit).await,
+        None => adapter.edit(ctx, preview, unit).await,
+    }
+}
+
+async fn finalize_in_place(
+    adapter: &Arc<dyn ChannelMessageAdapter>,
+    ctx: &clawgate_channel_sdk::SendContext,
+    preview: &MessageReceiptPart,
+    unit: &RenderedMessageUnit,
+) -> Result<MessageReceiptPart, SendError> {
+    match adapter.live() {
+        Some(live) => live.finalize(ctx, preview, unit).await,
+        None => adapter.edit(ctx, preview, unit).await,
+    }
+}
+
 /// Removes a preview; `false` when the platform refused (it may still show). A preview
 /// already gone is fine.
 pub(crate) async fn remove_preview(
@@ -848,7 +886,11 @@ pub(crate) async fn remove_preview(
     part: &clawgate_types::MessageReceiptPart,
     reason: LiveCancelReason,
 ) -> bool {
-    match adapter.delete(ctx, part).await {
+    let removed = match adapter.live() {
+        Some(live) => live.remove(ctx, part, reason).await,
+        None => adapter.delete(ctx, part).await,
+    };
+    match removed {
         Ok(()) => {
             info!(?reason, "preview removed");
             true

@@ -2,7 +2,7 @@
 //! the model): it only ever moves past updates that are finished, so an update accepted but not
 //! finished before a crash is fetched again after the restart.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use clawgate_store::{WatermarkKey, WatermarkStore};
@@ -20,6 +20,9 @@ pub struct PollingWatermark {
     unfinished: BTreeSet<i64>,
     /// Finished above the watermark, waiting for the updates below them.
     finished: BTreeSet<i64>,
+    /// The resume checkpoint valid at the watermark, and those of accepted updates.
+    checkpoint: Option<String>,
+    checkpoints: BTreeMap<i64, String>,
 }
 
 impl std::fmt::Debug for PollingWatermark {
@@ -39,7 +42,7 @@ impl PollingWatermark {
         clock: Arc<dyn Clock>,
         key: WatermarkKey,
     ) -> Result<PollingWatermark, MessagesError> {
-        let safe = store.load_watermark(&key).await?.unwrap_or(0);
+        let (safe, checkpoint) = store.load_watermark(&key).await?.unwrap_or((0, None));
         Ok(PollingWatermark {
             store,
             clock,
@@ -47,6 +50,8 @@ impl PollingWatermark {
             safe,
             unfinished: BTreeSet::new(),
             finished: BTreeSet::new(),
+            checkpoint,
+            checkpoints: BTreeMap::new(),
         })
     }
 
@@ -58,6 +63,20 @@ impl PollingWatermark {
     /// The durable watermark: every update at or below it is finished.
     pub fn safe(&self) -> i64 {
         self.safe
+    }
+
+    /// The source's resume checkpoint valid at the watermark, if it gave one.
+    pub fn checkpoint(&self) -> Option<&str> {
+        self.checkpoint.as_deref()
+    }
+
+    /// [`Self::accept`] for an update that carries the checkpoint valid once it is finished.
+    pub fn accept_with_checkpoint(&mut self, update_id: i64, checkpoint: Option<String>) -> bool {
+        let accepted = self.accept(update_id);
+        if let (true, Some(checkpoint)) = (accepted, checkpoint) {
+            self.checkpoints.insert(update_id, checkpoint);
+        }
+        accepted
     }
 
     /// Takes a fetched update in; `false` when it is already finished or already in flight
@@ -87,10 +106,16 @@ impl PollingWatermark {
             self.finished.remove(&next);
         }
         if safe > self.safe {
+            // The checkpoint of the last update passed (if it carried one) is where the source
+            // resumes; checkpoints below the new watermark are spent.
+            let mut later = self.checkpoints.split_off(&(safe + 1));
+            std::mem::swap(&mut later, &mut self.checkpoints);
+            let checkpoint = later.remove(&safe);
             self.safe = self
                 .store
-                .advance_watermark(&self.key, safe, self.clock.now_ms())
+                .advance_watermark(&self.key, safe, checkpoint.as_deref(), self.clock.now_ms())
                 .await?;
+            self.checkpoint = checkpoint;
         }
         Ok(self.safe)
     }

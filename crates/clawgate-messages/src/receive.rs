@@ -11,7 +11,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use clawgate_channel_sdk::{
-    ChannelMessageAdapter, MessageReceiveAdapter, NormalizedInbound, ReceiveError,
+    ChannelMessageAdapter, MessageReceiveAdapter, NormalizedInbound, ReceiveError, TransportAck,
 };
 use clawgate_store::{
     InboundKey, InboundRecord, InboundStatus, InboundStore, RecordInboundOutcome,
@@ -20,12 +20,6 @@ use clawgate_types::{EchoFacts, ReceiveAckPolicy, should_drop_gateway_echo};
 use tracing::{info, warn};
 
 use crate::{BotLoopGuard, BotLoopLimits, Clock, MessagesError};
-
-/// The platform side of an acknowledgement (an HTTP answer, a socket ack, a poll offset).
-pub trait TransportAck: Send + Sync {
-    fn ack(&self);
-    fn nack(&self, reason: &str);
-}
 
 /// What the first acknowledgement decision was.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -359,7 +359,8 @@ impl Inner {
                     }
                 }
                 Ok(Reconciliation::NotSent) => not_sent += 1,
-                Ok(Reconciliation::Unresolved) => unresolved = true,
+                // `Unresolved`, and any answer this engine does not know: never a resend.
+                Ok(_) => unresolved = true,
                 Err(error) => {
                     warn!(unit = unit.index, error = %error.message, "reconciliation failed; will ask again");
                     unresolved = true;

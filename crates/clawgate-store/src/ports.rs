@@ -200,13 +200,20 @@ pub trait InboundStore: Send + Sync {
 /// Durable "safe completed" watermarks of polling sources.
 #[async_trait]
 pub trait WatermarkStore: Send + Sync {
-    async fn load_watermark(&self, key: &WatermarkKey) -> StoreResult<Option<i64>>;
+    /// The watermark and the checkpoint stored with it (`None` when it never advanced).
+    async fn load_watermark(
+        &self,
+        key: &WatermarkKey,
+    ) -> StoreResult<Option<(i64, Option<String>)>>;
 
-    /// Moves the watermark forward to `value`; never backwards. Returns the stored value.
+    /// Moves the watermark forward to `value`, with the source's resume `checkpoint` valid
+    /// there; never backwards (a lower `value` changes nothing, its checkpoint included).
+    /// Returns the stored value.
     async fn advance_watermark(
         &self,
         key: &WatermarkKey,
         value: i64,
+        checkpoint: Option<&str>,
         now: UnixMillis,
     ) -> StoreResult<i64>;
 }

@@ -1089,14 +1089,31 @@ pub async fn watermark_never_moves_back<S: Store>(
         source: "poll".into(),
     };
     assert_eq!(store.load_watermark(&key).await.unwrap(), None);
-    assert_eq!(store.advance_watermark(&key, 10, 1).await.unwrap(), 10);
     assert_eq!(
-        store.advance_watermark(&key, 7, 2).await.unwrap(),
+        store
+            .advance_watermark(&key, 10, Some("batch-10"), 1)
+            .await
+            .unwrap(),
+        10
+    );
+    assert_eq!(
+        store
+            .advance_watermark(&key, 7, Some("batch-7"), 2)
+            .await
+            .unwrap(),
         10,
         "never backwards"
     );
-    assert_eq!(store.advance_watermark(&key, 12, 3).await.unwrap(), 12);
-    assert_eq!(store.load_watermark(&key).await.unwrap(), Some(12));
+    assert_eq!(
+        store.load_watermark(&key).await.unwrap(),
+        Some((10, Some("batch-10".to_owned()))),
+        "a lower position does not move the checkpoint either"
+    );
+    assert_eq!(
+        store.advance_watermark(&key, 12, None, 3).await.unwrap(),
+        12
+    );
+    assert_eq!(store.load_watermark(&key).await.unwrap(), Some((12, None)));
 }
 
 pub async fn signal_append_advances_head_and_dedupes<S: Store>(

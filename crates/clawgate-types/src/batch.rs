@@ -61,6 +61,12 @@ impl RenderedMessageBatch {
 
     /// Per-unit idempotency key: stable across retries and restarts, distinct per unit.
     pub fn unit_idempotency_key(&self, index: u32) -> String {
-        format!("{}#{}", self.idempotency_key, index)
+        unit_idempotency_key(&self.idempotency_key, index)
     }
+}
+
+/// The idempotency key of unit `index` of the batch sent under `intent_key`: `<key>#<index>`.
+/// The only place the shape is written (`clawgate_messages::intent_key_of_unit` reads it back).
+pub fn unit_idempotency_key(intent_key: &str, index: u32) -> String {
+    format!("{intent_key}#{index}")
 }

@@ -24,7 +24,10 @@ mod visibility;
 mod wire;
 
 pub use acp::{AcpBackend, AcpSessionOwner, AcpxProcessLease, LeaseState};
-pub use batch::{BatchAtomicity, MessagePartKind, RenderedMessageBatch, RenderedMessageUnit};
+pub use batch::{
+    BatchAtomicity, MessagePartKind, RenderedMessageBatch, RenderedMessageUnit,
+    unit_idempotency_key,
+};
 pub use capabilities::{
     AttachmentCapabilities, DeliveryCapabilities, LiveCapabilities, MessageCapabilities,
     TextCapabilities, ThreadCapabilities,

@@ -28,6 +28,27 @@ pub struct MessageReceiptPart {
     pub raw: Option<serde_json::Value>,
 }
 
+impl MessageReceiptPart {
+    /// The part delivering unit `index` as platform message `platform_message_id`.
+    pub fn new(
+        platform_message_id: impl Into<String>,
+        kind: MessagePartKind,
+        index: u32,
+    ) -> MessageReceiptPart {
+        MessageReceiptPart {
+            platform_message_id: platform_message_id.into(),
+            kind,
+            index,
+            thread_id: None,
+            reply_to_id: None,
+            edit_token: None,
+            delete_token: None,
+            url: None,
+            raw: None,
+        }
+    }
+}
+
 /// Everything a delivery created on the platform: every platform id plus one primary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

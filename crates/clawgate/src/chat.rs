@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use clawgate_channel_qa::{InboundRequest, PlatformMessage};
+use clawgate_channel_qa::{InboundRequest, PlatformMessage, QaHandle};
 
 use crate::control::ApiError;
 use crate::gateway::{Channel, Gateway};
@@ -60,9 +60,25 @@ pub async fn inject(
         reply_to_id: None,
         metadata: None,
     };
-    channel
+    qa_handle(channel)?
         .adapter
         .write_as(conversation, &request)
         .await
         .map_err(|e| format!("QA platform: {}", e.message))
+}
+
+/// The QA side of a channel: its adapter and platform, when the channel is of kind `qa`.
+pub fn qa_handle(channel: &Channel) -> Result<Arc<QaHandle>, String> {
+    channel.plugin.extension::<QaHandle>().ok_or_else(|| {
+        format!(
+            "channel {} is not a QA channel (kind {}): the QA views and the chat page need one",
+            channel.name, channel.kind
+        )
+    })
+}
+
+/// Whether any configured channel is a QA channel (the chat page and `/v1/qa` are mounted
+/// only then).
+pub fn has_qa_channel(channels: &[Arc<Channel>]) -> bool {
+    channels.iter().any(|c| qa_handle(c).is_ok())
 }

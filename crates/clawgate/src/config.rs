@@ -213,19 +213,15 @@ impl Default for AgentSection {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ChannelSection {
-    /// The platform: `qa` (the QA platform) for now.
+    /// The channel kind: a factory of this build's registry (`qa`, …).
     pub kind: String,
     pub account: String,
     /// The agent that answers on this account.
     pub agent: String,
-    /// Base URL of an already running platform. Unset for `qa` = start the QA platform
-    /// in-process on loopback, its state under `<state_dir>/qa-platform.json`.
-    pub base_url: Option<String>,
-    /// Environment variable holding the account's token (never logged). Unset for an embedded
-    /// platform = a token generated per run.
-    pub token_env: Option<String>,
-    /// How long the receive loop's long poll waits for updates.
-    pub poll_timeout_ms: u64,
+    /// The channel kind's own settings (`[channels.settings]`), parsed and checked by its
+    /// factory when the gateway starts. Secrets are never written here: a `*_env` key names the
+    /// environment variable holding one.
+    pub settings: toml::Table,
     /// How many times one inbound message's turn may start before it is set aside
     /// (dead-lettered, the person told once). Counted when each start begins, so a message
     /// whose turn kills the gateway every time is set aside too; a gateway that crash-loops
@@ -239,9 +235,7 @@ impl Default for ChannelSection {
             kind: "qa".into(),
             account: "default".into(),
             agent: "main".into(),
-            base_url: None,
-            token_env: None,
-            poll_timeout_ms: 10_000,
+            settings: toml::Table::new(),
             max_turn_attempts: 5,
         }
     }
@@ -362,13 +356,11 @@ impl Config {
             }
         }
         for (n, channel) in self.channels.iter().enumerate() {
-            if channel.kind != "qa" {
+            // Whether this build has the kind is the registry's answer, at start.
+            if channel.kind.is_empty() {
                 return Err(invalid(
                     &format!("channels[{n}].kind"),
-                    format!(
-                        "unknown channel kind {:?}; this build supports: qa",
-                        channel.kind
-                    ),
+                    "must name a channel kind (`qa`, …)".into(),
                 ));
             }
             if channel.account.is_empty() || channel.account.contains(':') {
@@ -392,45 +384,14 @@ impl Config {
                     format!("{}/{} is configured twice", channel.kind, channel.account),
                 ));
             }
-            if let Some(url) = &channel.base_url
-                && !(url.starts_with("http://") || url.starts_with("https://"))
-            {
-                return Err(invalid(
-                    &format!("channels[{n}].base_url"),
-                    format!("{url:?} is not an http(s) URL"),
-                ));
-            }
             if channel.max_turn_attempts == 0 {
                 return Err(invalid(
                     &format!("channels[{n}].max_turn_attempts"),
                     "must be at least 1".into(),
                 ));
             }
-            if channel.base_url.is_some() && channel.token_env.is_none() {
-                return Err(invalid(
-                    &format!("channels[{n}].token_env"),
-                    "an external platform needs the name of the environment variable holding \
-                     its token"
-                        .into(),
-                ));
-            }
         }
         Ok(())
-    }
-
-    /// The account token of a channel: from its environment variable (never logged).
-    pub fn channel_token(&self, n: usize) -> Result<Option<String>, ConfigError> {
-        let Some(var) = &self.channels[n].token_env else {
-            return Ok(None);
-        };
-        match std::env::var(var) {
-            Ok(value) if !value.is_empty() => Ok(Some(value)),
-            _ => Err(ConfigError::Invalid {
-                file: "(environment)".into(),
-                key: format!("channels[{n}].token_env"),
-                reason: format!("environment variable {var} is not set (it holds the token)"),
-            }),
-        }
     }
 
     pub fn retry_policy(&self) -> clawgate_messages::RetryPolicy {
@@ -544,6 +505,7 @@ command = ["sh", "--acp"]
 kind = "qa"
 account = "bot"
 agent = "coder"
+[channels.settings]
 base_url = "http://127.0.0.1:9000"
 token_env = "QA_TOKEN"
 "#,
@@ -579,8 +541,8 @@ token_env = "QA_TOKEN"
             "{e}"
         );
 
-        let e = error_of("[[channels]]\nkind = \"fax\"\n");
-        assert!(e.contains("`channels[0].kind`") && e.contains("fax"), "{e}");
+        let e = error_of("[[channels]]\nkind = \"\"\n");
+        assert!(e.contains("`channels[0].kind`"), "{e}");
 
         let e = error_of("[[channels]]\nagent = \"ghost\"\n");
         assert!(
@@ -589,7 +551,10 @@ token_env = "QA_TOKEN"
         );
 
         let e = error_of("[[channels]]\nbase_url = \"http://127.0.0.1:1\"\n");
-        assert!(e.contains("`channels[0].token_env`"), "{e}");
+        assert!(
+            e.contains("base_url"),
+            "platform keys live in the kind's own settings table: {e}"
+        );
 
         let e = error_of("[[channels]]\nmax_turn_attempts = 0\n");
         assert!(
@@ -616,17 +581,6 @@ token_env = "QA_TOKEN"
             e.contains("`retention.outbox_days`") && e.contains("inbound_days (14)"),
             "replies outlive the events they answer: {e}"
         );
-    }
-
-    #[test]
-    fn a_missing_token_variable_names_the_variable_not_a_value() {
-        let config = Config::parse(
-            "[[channels]]\nbase_url = \"http://127.0.0.1:1\"\ntoken_env = \"CLAWGATE_TEST_UNSET_TOKEN\"\n",
-            "c.toml",
-        )
-        .expect("valid");
-        let e = config.channel_token(0).expect_err("unset").to_string();
-        assert!(e.contains("CLAWGATE_TEST_UNSET_TOKEN"), "{e}");
     }
 
     #[test]

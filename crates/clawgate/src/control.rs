@@ -306,11 +306,11 @@ async fn leases_reap(State(gateway): State<Arc<Gateway>>) -> Answer<views::ReapS
 }
 
 /// The session tools of the running gateway: sends go into the target's conversation.
-fn tools(gateway: &Gateway) -> SessionTools<SqliteStore> {
+fn tools(gateway: &Arc<Gateway>) -> SessionTools<SqliteStore> {
     SessionTools::new(
         gateway.awareness.clone(),
         Arc::new(ConversationDelivery {
-            channels: gateway.channels.clone(),
+            gateway: gateway.clone(),
         }),
     )
 }
@@ -385,11 +385,11 @@ async fn qa_send(
     Ok(Json(views::qa_send(channel, &body).await?))
 }
 
-/// `sessions_send` of a running gateway: a session `agent:<agent>:<channel>:<conversation>`
-/// receives the message as an inbound message of its conversation, authored by
-/// `session:<from>`, so the agent answers it like any other turn.
+/// `sessions_send` of a running gateway: the message goes into the session's conversation
+/// through the channel's own send path (any channel kind), and the session's agent gets it
+/// as a turn authored by `session:<from>`, answered into the conversation like any other.
 struct ConversationDelivery {
-    channels: Vec<Arc<Channel>>,
+    gateway: Arc<Gateway>,
 }
 
 #[async_trait::async_trait]
@@ -412,11 +412,14 @@ impl SessionDelivery for ConversationDelivery {
             .filter(|_| to.is_agent_qualified())
             .ok_or_else(not_ours)?;
         let channel = self
+            .gateway
             .channels
             .iter()
             .find(|c| c.name == channel_name)
             .ok_or_else(not_ours)?;
-        crate::chat::inject(channel, conversation, &format!("session:{from}"), message).await?;
+        self.gateway
+            .deliver_to_session(channel, conversation, from, message)
+            .await?;
         Ok(to.clone())
     }
 }

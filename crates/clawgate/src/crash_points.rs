@@ -32,8 +32,7 @@ use clawgate_channel_sdk::{
 };
 use clawgate_store::{CommitHook, CommitStage, CommitVerdict};
 use clawgate_types::{
-    LiveCancelReason, LiveMessageState, LiveMessageUpdate, MessageCapabilities, MessageReceipt,
-    MessageReceiptPart, RenderedMessageUnit,
+    LiveCancelReason, MessageCapabilities, MessageReceipt, MessageReceiptPart, RenderedMessageUnit,
 };
 
 pub const CRASH_AT_ENV: &str = "CLAWGATE_CRASH_AT";
@@ -238,10 +237,6 @@ impl ChannelMessageAdapter for Crashing {
             .await
     }
 
-    async fn after_send_success(&self, ctx: &SendContext, receipt: &MessageReceipt) {
-        self.inner.after_send_success(ctx, receipt).await;
-    }
-
     async fn after_commit(&self, ctx: &SendContext, receipt: &MessageReceipt) {
         self.inner.after_commit(ctx, receipt).await;
     }
@@ -261,48 +256,48 @@ impl ChannelMessageAdapter for Crashing {
 
 #[async_trait]
 impl MessageLiveAdapter for Crashing {
-    async fn begin(
+    async fn show(
         &self,
         ctx: &SendContext,
-        update: &LiveMessageUpdate,
-    ) -> Result<LiveMessageState, SendError> {
+        unit: &RenderedMessageUnit,
+    ) -> Result<MessageReceiptPart, SendError> {
         let live = self.live_inner()?;
-        self.plan.call("live-begin", live.begin(ctx, update)).await
+        self.plan.call("live-show", live.show(ctx, unit)).await
     }
 
-    async fn update(
+    async fn replace(
         &self,
         ctx: &SendContext,
-        state: &LiveMessageState,
-        update: &LiveMessageUpdate,
-    ) -> Result<LiveMessageState, SendError> {
+        preview: &MessageReceiptPart,
+        unit: &RenderedMessageUnit,
+    ) -> Result<MessageReceiptPart, SendError> {
         let live = self.live_inner()?;
         self.plan
-            .call("live-update", live.update(ctx, state, update))
+            .call("live-replace", live.replace(ctx, preview, unit))
             .await
     }
 
     async fn finalize(
         &self,
         ctx: &SendContext,
-        state: &LiveMessageState,
+        preview: &MessageReceiptPart,
         final_unit: &RenderedMessageUnit,
     ) -> Result<MessageReceiptPart, SendError> {
         let live = self.live_inner()?;
         self.plan
-            .call("live-finalize", live.finalize(ctx, state, final_unit))
+            .call("live-finalize", live.finalize(ctx, preview, final_unit))
             .await
     }
 
-    async fn cancel(
+    async fn remove(
         &self,
         ctx: &SendContext,
-        state: &LiveMessageState,
+        preview: &MessageReceiptPart,
         reason: LiveCancelReason,
     ) -> Result<(), SendError> {
         let live = self.live_inner()?;
         self.plan
-            .call("live-cancel", live.cancel(ctx, state, reason))
+            .call("live-remove", live.remove(ctx, preview, reason))
             .await
     }
 }

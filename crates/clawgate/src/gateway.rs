@@ -13,31 +13,25 @@
 //! edits → durable final (finalized in place) → receipt → the update is finished (watermark).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use clawgate_acpx::{ControllerConfig, EnsureInput, LifecycleController, system_table};
-use clawgate_awareness::{
-    Actor, Awareness, AwarenessConfig, NewSession, RetentionPolicy, StateChange,
-};
-use clawgate_channel_qa::{QaAdapter, QaPlatform, QaPlatformConfig, Update};
-use clawgate_channel_sdk::NormalizedInbound;
+use clawgate_acpx::{ControllerConfig, LifecycleController, system_table};
+use clawgate_awareness::{Awareness, AwarenessConfig, RetentionPolicy};
+use clawgate_channel_sdk::{ChannelPlugin, ChannelRegistry, ChannelSetup, SetupError};
 use clawgate_messages::{
-    AckController, Clock, DispatchError, LiveOptions, Messenger, PollingWatermark, ReceiveOptions,
-    ReceiveOutcome, Receiver, SendOptions, SendOutcome, SystemClock, TransportAck,
+    Clock, Messenger, ReceiveOptions, Receiver, SourceRunner, SourceStores, SystemClock,
 };
-use clawgate_store::{IntentStore, SqliteOptions, SqliteStore, Synchronous, WatermarkKey};
-use clawgate_types::{
-    ChannelMessage, IntentId, IntentStatus, MessageBody, MessageDirection, MessageDurabilityPolicy,
-    SessionKey, UnixMillis,
-};
-use tokio::sync::{Mutex, mpsc, watch};
-use tracing::{Instrument, error, info, warn};
+use clawgate_store::{SqliteOptions, SqliteStore, Synchronous, WatermarkKey};
+use clawgate_types::UnixMillis;
+use tokio::sync::watch;
+use tracing::{error, info, warn};
 
 use crate::config::{Config, ConfigError};
 use crate::state::{StateDir, StateLock};
+use crate::turn::TurnHandler;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -56,8 +50,8 @@ pub enum GatewayError {
     WorkingDir(std::io::Error),
     #[error("cannot read random bytes from /dev/urandom (for a token): {0}")]
     Random(std::io::Error),
-    #[error("cannot start the embedded QA platform: {0}")]
-    Platform(std::io::Error),
+    #[error("channel configuration: {0}")]
+    Channel(SetupError),
     #[error(
         "cannot listen on {addr}: {source}; set [gateway] listen in the configuration or pass \
          --listen 127.0.0.1:0 for a free port"
@@ -73,32 +67,31 @@ pub enum GatewayError {
 pub const WRAPPER_SUBCOMMAND: &str = "acpx-wrapper";
 pub const DEMO_AGENT_SUBCOMMAND: &str = "demo-agent";
 
-/// One configured chat account.
+/// One configured chat account: its channel plugin (built by the channel kind's factory) and
+/// the agent that answers on it.
 pub struct Channel {
-    /// The channel name messages carry (`qa`, or `qa-<account>` for further accounts).
+    /// The channel name messages carry (`<kind>`, or `<kind>-<account>` for further accounts).
     pub name: String,
+    /// The channel kind (`qa`, `telegram`…).
+    pub kind: String,
+    /// The account id.
     pub account: String,
+    /// The agent that answers.
     pub agent_id: String,
-    /// Holds the account token (its `Debug` never prints it).
-    pub adapter: QaAdapter,
-    pub base_url: String,
-    /// The in-process platform, when this channel runs one.
-    pub platform: Option<QaPlatform>,
-    poll_timeout_ms: u64,
+    /// Send, receive and source of the channel.
+    pub plugin: ChannelPlugin,
     max_turn_attempts: u32,
 }
 
-/// Never prints the token (the platform's configuration holds it too): a channel may end up in
-/// a log line.
+/// The plugin's `Debug` prints no secret (adapters redact their tokens).
 impl std::fmt::Debug for Channel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Channel")
             .field("name", &self.name)
+            .field("kind", &self.kind)
             .field("account", &self.account)
             .field("agent_id", &self.agent_id)
-            .field("base_url", &self.base_url)
-            .field("adapter", &self.adapter)
-            .field("embedded_platform", &self.platform.is_some())
+            .field("plugin", &self.plugin)
             .finish_non_exhaustive()
     }
 }
@@ -125,9 +118,9 @@ pub struct Gateway {
     pub counters: Counters,
     pub started_at: UnixMillis,
     /// Agent argv per agent id (resolved once: the bundled agent is this binary).
-    agents: HashMap<String, (Vec<String>, PathBuf)>,
+    pub(crate) agents: HashMap<String, (Vec<String>, PathBuf)>,
     clock: Arc<SystemClock>,
-    stop: watch::Sender<bool>,
+    pub(crate) stop: watch::Sender<bool>,
     _lock: StateLock,
 }
 
@@ -139,38 +132,7 @@ impl std::fmt::Debug for Gateway {
     }
 }
 
-/// Updates of one channel accepted and not finished yet; finishing one wakes the poll loop.
-#[derive(Debug, Default)]
-struct InFlight {
-    count: AtomicUsize,
-    finished: tokio::sync::Notify,
-}
-
-impl InFlight {
-    fn busy(&self) -> bool {
-        self.count.load(Ordering::SeqCst) > 0
-    }
-
-    fn start(&self) {
-        self.count.fetch_add(1, Ordering::SeqCst);
-    }
-
-    fn finish(&self) {
-        self.count.fetch_sub(1, Ordering::SeqCst);
-        self.finished.notify_one();
-    }
-}
-
-struct NoTransportAck;
-
-/// Polling sources have no per-event transport ack: the offset (the durable watermark) is the
-/// platform-side ack, moved only past finished updates.
-impl TransportAck for NoTransportAck {
-    fn ack(&self) {}
-    fn nack(&self, _reason: &str) {}
-}
-
-fn now_ms() -> UnixMillis {
+pub(crate) fn now_ms() -> UnixMillis {
     SystemClock.now_ms()
 }
 
@@ -183,9 +145,21 @@ pub fn random_token() -> std::io::Result<String> {
 }
 
 impl Gateway {
-    /// Locks the state directory, opens the store, reaps earlier agent processes, starts the
-    /// channels. Nothing is polled yet: [`Gateway::run`] does that after recovery.
+    /// [`Gateway::start_with`] the channel kinds of this build ([`crate::channels::registry`]).
     pub async fn start(config: Config) -> Result<Arc<Gateway>, GatewayError> {
+        let exe = std::env::current_exe().map_err(GatewayError::OwnPath)?;
+        Gateway::start_with(config, &crate::channels::registry(), exe).await
+    }
+
+    /// Locks the state directory, opens the store, reaps earlier agent processes, builds the
+    /// channels through the factories of `registry`. `program` is the `clawgate` binary: it
+    /// serves as the agents' wrapper and bundled demo agent. Nothing is polled yet:
+    /// [`Gateway::run`] does that after recovery.
+    pub async fn start_with(
+        config: Config,
+        registry: &ChannelRegistry,
+        program: PathBuf,
+    ) -> Result<Arc<Gateway>, GatewayError> {
         let state = StateDir::create(&config.state_dir)?;
         let lock = state.lock_exclusive()?;
         let options = SqliteOptions {
@@ -198,7 +172,7 @@ impl Gateway {
         };
         let store = Arc::new(SqliteStore::open_state_dir(state.path(), options)?);
 
-        let exe = std::env::current_exe().map_err(GatewayError::OwnPath)?;
+        let exe = program;
         let mut controller = ControllerConfig::new(exe.clone());
         controller.wrapper_args = vec![WRAPPER_SUBCOMMAND.to_owned()];
         controller.retention =
@@ -265,34 +239,48 @@ impl Gateway {
             } else {
                 format!("{}-{}", section.kind, section.account)
             };
-            let configured_token = config.channel_token(n)?;
-            let (platform, base_url, token) = match &section.base_url {
-                Some(url) => (None, url.clone(), configured_token.unwrap_or_default()),
-                None => {
-                    let token = match configured_token {
-                        Some(token) => token,
-                        None => random_token().map_err(GatewayError::Random)?,
-                    };
-                    let platform = QaPlatform::start(QaPlatformConfig {
-                        token: token.clone(),
-                        state_path: Some(platform_state_file(state.path(), &name)),
-                        ..QaPlatformConfig::default()
-                    })
-                    .await
-                    .map_err(GatewayError::Platform)?;
-                    let url = platform.base_url();
-                    (Some(platform), url, token)
-                }
-            };
-            let adapter = QaAdapter::new(&base_url, &token).with_channel(&name);
+            let factory = registry.get(&section.kind).ok_or_else(|| {
+                GatewayError::Channel(SetupError::new(
+                    format!("channels[{n}].kind"),
+                    format!(
+                        "no channel kind {:?} in this build; known: {}",
+                        section.kind,
+                        registry.kinds().join(", ")
+                    ),
+                ))
+            })?;
+            let settings = serde_json::to_value(&section.settings).map_err(|e| {
+                GatewayError::Channel(SetupError::new(
+                    format!("channels[{n}].settings"),
+                    e.to_string(),
+                ))
+            })?;
+            let plugin = factory
+                .build(ChannelSetup::new(
+                    n,
+                    name.clone(),
+                    section.account.clone(),
+                    settings,
+                    state.path(),
+                ))
+                .await
+                .map_err(GatewayError::Channel)?;
+            if plugin.name() != name {
+                return Err(GatewayError::Channel(SetupError::new(
+                    format!("channels[{n}]"),
+                    format!(
+                        "the {} factory built channel {:?} instead of {name:?}",
+                        section.kind,
+                        plugin.name()
+                    ),
+                )));
+            }
             channels.push(Arc::new(Channel {
                 name,
+                kind: section.kind.clone(),
                 account: section.account.clone(),
                 agent_id: section.agent.clone(),
-                adapter,
-                base_url,
-                platform,
-                poll_timeout_ms: section.poll_timeout_ms,
+                plugin,
                 max_turn_attempts: section.max_turn_attempts,
             }));
         }
@@ -300,15 +288,7 @@ impl Gateway {
         let clock = Arc::new(SystemClock);
         let messenger = Messenger::new(
             store.clone(),
-            crate::crash_points::wrap(
-                channels
-                    .iter()
-                    .map(|c| {
-                        Arc::new(c.adapter.clone())
-                            as Arc<dyn clawgate_channel_sdk::ChannelMessageAdapter>
-                    })
-                    .collect(),
-            ),
+            crate::crash_points::wrap(channels.iter().map(|c| c.plugin.sender.clone()).collect()),
             config.retry_policy(),
             clock.clone(),
             &acpx.instance_id().to_string(),
@@ -458,557 +438,52 @@ impl Gateway {
         }
     }
 
-    /// Polls one channel from its durable watermark; each conversation is a lane processed in
-    /// order, conversations run concurrently.
+    /// Runs one channel's inbound source: each event through the channel's receive context
+    /// to a turn.
     async fn receive_loop(self: Arc<Self>, channel: Arc<Channel>) {
-        let mut stop = self.stop.subscribe();
-        let receiver = Arc::new(Receiver::new(
+        let Some(normalizer) = channel.plugin.receiver.clone() else {
+            return;
+        };
+        let receiver = Receiver::new(
             self.store.clone(),
-            Arc::new(channel.adapter.clone()),
-            Arc::new(channel.adapter.clone()),
+            channel.plugin.sender.clone(),
+            normalizer.clone(),
             self.clock.clone(),
             ReceiveOptions {
                 max_attempts: channel.max_turn_attempts,
                 ..ReceiveOptions::default()
             },
-        ));
+        );
         let key = WatermarkKey {
             channel: channel.name.clone(),
             account_id: channel.account.clone(),
             source: "updates".into(),
         };
-        // The watermark is where polling resumes: without it nothing is polled, so a store
-        // that cannot be read yet (locked, busy) is retried rather than given up on.
-        let watermark = loop {
-            match PollingWatermark::open(self.store.clone(), self.clock.clone(), key.clone()).await
-            {
-                Ok(watermark) => break Arc::new(Mutex::new(watermark)),
-                Err(e) => {
-                    warn!(channel = %channel.name, error = %e, "polling watermark unreadable; retrying");
-                    tokio::select! {
-                        _ = stop.changed() => return,
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    }
-                }
-            }
-        };
-        let in_flight = Arc::new(InFlight::default());
-        let mut lanes: HashMap<String, mpsc::UnboundedSender<Update>> = HashMap::new();
-        let mut failures = 0u32;
-        loop {
-            if *stop.borrow() {
-                return;
-            }
-            let offset = watermark.lock().await.next_offset();
-            // Unfinished updates stay on the platform until the watermark passes them, so a
-            // long poll would return at once while a turn runs: poll briefly instead.
-            let busy = in_flight.busy();
-            let timeout = if busy { 0 } else { channel.poll_timeout_ms };
-            let updates = tokio::select! {
-                _ = stop.changed() => return,
-                updates = channel.adapter.get_updates(offset, timeout) => updates,
-            };
-            let updates = match updates {
-                Ok(updates) => {
-                    failures = 0;
-                    updates
-                }
-                Err(e) => {
-                    failures = failures.saturating_add(1);
-                    let wait = Duration::from_millis(200 * u64::from(failures.min(25)));
-                    warn!(channel = %channel.name, error = %e.message, ?wait, "polling failed; retrying");
-                    tokio::select! {
-                        _ = stop.changed() => return,
-                        _ = tokio::time::sleep(wait) => continue,
-                    }
-                }
-            };
-            let mut accepted = 0;
-            for update in updates {
-                if !watermark.lock().await.accept(update.update_id) {
-                    continue;
-                }
-                accepted += 1;
-                in_flight.start();
-                let conversation = update.message.conversation_id.clone();
-                let lane = lanes.entry(conversation).or_insert_with(|| {
-                    let (tx, rx) = mpsc::unbounded_channel();
-                    tokio::spawn(self.clone().lane(
-                        channel.clone(),
-                        receiver.clone(),
-                        watermark.clone(),
-                        in_flight.clone(),
-                        rx,
-                    ));
-                    tx
-                });
-                // The lane lives as long as this loop holds its sender.
-                let _ = lane.send(update);
-            }
-            if accepted == 0 && in_flight.busy() {
-                // Until a turn finishes (then the long poll is possible again), new updates
-                // are looked for every 25 ms.
-                tokio::select! {
-                    _ = stop.changed() => return,
-                    _ = in_flight.finished.notified() => {}
-                    _ = tokio::time::sleep(Duration::from_millis(25)) => {}
-                }
-            }
-        }
-    }
-
-    /// One conversation's updates, in order. A failed turn is retried with backoff until it is
-    /// handled or dead-lettered (the receive context counts attempts durably).
-    async fn lane(
-        self: Arc<Self>,
-        channel: Arc<Channel>,
-        receiver: Arc<Receiver>,
-        watermark: Arc<Mutex<PollingWatermark>>,
-        in_flight: Arc<InFlight>,
-        mut updates: mpsc::UnboundedReceiver<Update>,
-    ) {
-        let stop = self.stop.subscribe();
-        while let Some(update) = updates.recv().await {
-            let raw = match serde_json::to_value(&update.message) {
-                Ok(raw) => raw,
-                Err(e) => {
-                    error!(error = %e, "update not serializable");
-                    continue;
-                }
-            };
-            let mut attempt = 0u32;
-            loop {
-                if *stop.borrow() {
-                    // Left unfinished: the next start replays it.
-                    in_flight.finish();
-                    return;
-                }
-                attempt += 1;
-                let ack = AckController::new(Arc::new(NoTransportAck));
-                let span = tracing::info_span!("turn", channel = %channel.name,
-                    update = update.update_id, conversation = %update.message.conversation_id);
-                let gateway = self.clone();
-                let turn_channel = channel.clone();
-                let settling = self.clone();
-                let settle_channel = channel.clone();
-                self.counters
-                    .receives_in_flight
-                    .fetch_add(1, Ordering::SeqCst);
-                let outcome = receiver
-                    .receive_or_settle(
-                        &raw,
-                        &ack,
-                        |inbound| async move {
-                            // A turn cut short by a stop is not the message's failure: its
-                            // attempt is given back.
-                            gateway.turn(&turn_channel, inbound).await.map_err(|e| {
-                                if *gateway.stop.borrow() {
-                                    DispatchError::interrupted(e)
-                                } else {
-                                    DispatchError::from(e)
-                                }
-                            })
-                        },
-                        |inbound| async move { settling.settle(&settle_channel, inbound).await },
-                    )
-                    .instrument(span)
-                    .await;
-                self.counters
-                    .receives_in_flight
-                    .fetch_sub(1, Ordering::SeqCst);
-                let finished = match &outcome {
-                    Ok(ReceiveOutcome::Failed {
-                        dead_lettered: false,
-                        error,
-                        ..
-                    }) => {
-                        warn!(update = update.update_id, %error, attempt, "turn failed; retrying");
-                        false
-                    }
-                    Ok(ReceiveOutcome::Failed {
-                        dead_lettered: true,
-                        error,
-                        ..
-                    }) => self.tell_of_failure(&channel, &raw, error).await,
-                    // Dead-lettered by an earlier run that may have died before its notice was
-                    // recorded: the notice is keyed by the event, so this sends it at most once.
-                    Ok(ReceiveOutcome::Duplicate {
-                        status: clawgate_store::InboundStatus::DeadLettered,
-                    }) => {
-                        self.tell_of_failure(&channel, &raw, "dead-lettered by an earlier run")
-                            .await
-                    }
-                    Ok(_) => true,
-                    Err(e) => {
-                        warn!(update = update.update_id, error = %e, attempt, "receive failed; retrying");
-                        false
-                    }
-                };
-                if finished {
-                    if let Err(e) = watermark.lock().await.finish(update.update_id).await {
-                        // Not finished durably: the update replays after a restart, and its
-                        // reply key finds the delivered reply.
-                        warn!(error = %e, "watermark not advanced");
-                    }
-                    break;
-                }
-                let wait = Duration::from_millis(250 * u64::from(attempt.min(20)));
-                tokio::time::sleep(wait).await;
-            }
-            in_flight.finish();
-        }
-    }
-
-    /// A dead-lettered event gets one visible answer instead of silence: a short notice that the
-    /// agent could not answer, marked as gateway-failure output (another gateway in the room
-    /// drops it as an echo, by marker). Durable and keyed by the event: sent once. Returns
-    /// whether the notice is recorded (else the update stays unfinished and this is asked
-    /// again).
-    async fn tell_of_failure(
-        &self,
-        channel: &Channel,
-        raw: &serde_json::Value,
-        error: &str,
-    ) -> bool {
-        use clawgate_channel_sdk::MessageReceiveAdapter as _;
-        let Ok(inbound) = channel.adapter.normalize(raw) else {
-            return true;
-        };
-        let key = format!("{}:failure:{}", channel.name, inbound.event_id);
-        let mut notice = reply_message(
-            channel,
-            &inbound,
-            &key,
-            "The agent could not answer this message; it has been set aside for an operator. \
-             Please try again later.",
-        );
-        notice.origin = Some(clawgate_types::MessageOrigin::gateway_failure(
-            clawgate_types::GatewayFailureCode::AgentFailedBeforeReply,
-        ));
-        let options = SendOptions {
-            durability: self.config.durability.policy.to_policy(),
-            idempotency_key: Some(key),
-            time_to_live_ms: None,
-        };
-        match self.messenger.send(notice, options).await {
-            Ok(report) => {
-                if !matches!(
-                    report.outcome,
-                    SendOutcome::AlreadySent { .. } | SendOutcome::InProgress { .. }
-                ) {
-                    warn!(event = %inbound.event_id, %error, "turn dead-lettered; the person was told");
-                }
-                true
-            }
-            Err(e) => {
-                warn!(error = %e, "the failure notice could not be recorded; asked again");
-                false
-            }
-        }
-    }
-
-    /// An event whose attempts all died with the process: no agent runs again, but a reply an
-    /// attempt delivered (or recorded) before dying is finished and completes the event, and a
-    /// stream it left without a final is ended (its preview removed) before the notice goes out.
-    async fn settle(&self, channel: &Channel, inbound: NormalizedInbound) -> Result<(), String> {
-        match self.reply_for(channel, &inbound.event_id).await? {
-            Reply::Delivered => Ok(()),
-            Reply::Recorded(id) => self.await_reply(&id).await,
-            Reply::New(_) => Err(String::new()),
-        }
-    }
-
-    /// One agent turn for an inbound message. Returns an error (retried) when the reply could
-    /// not be produced; never sends a second reply for the same event.
-    async fn turn(&self, channel: &Channel, inbound: NormalizedInbound) -> Result<(), String> {
-        self.counters.turns_in_flight.fetch_add(1, Ordering::SeqCst);
-        let result = self.turn_inner(channel, inbound).await;
-        self.counters.turns_in_flight.fetch_sub(1, Ordering::SeqCst);
-        match &result {
-            Ok(()) => self
-                .counters
-                .turns_completed
-                .fetch_add(1, Ordering::Relaxed),
-            Err(_) => self.counters.turns_failed.fetch_add(1, Ordering::Relaxed),
-        };
-        result
-    }
-
-    async fn turn_inner(
-        &self,
-        channel: &Channel,
-        inbound: NormalizedInbound,
-    ) -> Result<(), String> {
-        let conversation = inbound.message.target.id.clone();
-        let session = session_key_for(&channel.agent_id, &channel.name, &conversation)?;
-        self.register(&session, &channel.agent_id, &conversation)
-            .await?;
-        let author = inbound
-            .message
-            .sender
-            .as_ref()
-            .map_or_else(|| "unknown".to_owned(), |s| s.id.clone());
-        // Best effort and deduplicated: a replayed turn logs the message once.
-        self.awareness
-            .record(
-                &session,
-                StateChange::human_direct_message(Actor::human(author), &channel.name)
-                    .with_dedupe_key(format!("inbound:{}:{}", channel.name, inbound.event_id)),
-            )
-            .await;
-
-        let reply_key = match self.reply_for(channel, &inbound.event_id).await? {
-            Reply::New(key) => key,
-            Reply::Delivered => {
-                info!(event = %inbound.event_id, "the reply to this event was delivered already; nothing to do");
-                return Ok(());
-            }
-            Reply::Recorded(id) => {
-                // An earlier attempt recorded the final: it is delivered (or reconciled) before
-                // the event is completed, never produced a second time.
-                info!(event = %inbound.event_id, intent = %id, "the final of this event is recorded; finishing its delivery");
-                return self.await_reply(&id).await;
-            }
-        };
-        let (argv, cwd) = self
-            .agents
-            .get(&channel.agent_id)
-            .cloned()
-            .ok_or_else(|| format!("no agent {:?} configured", channel.agent_id))?;
-        let handle = self
-            .acpx
-            .ensure_session(EnsureInput {
-                session_key: session.clone(),
-                agent_id: channel.agent_id.clone(),
-                owner_session_key: session.clone(),
-                spawned_by: None,
-                adapter: argv,
-                cwd,
-                now: now_ms(),
-            })
-            .await
-            .map_err(|e| e.to_string())?;
-
-        let reply = reply_message(channel, &inbound, &reply_key, "");
-        let options = SendOptions {
-            durability: self.config.durability.policy.to_policy(),
-            idempotency_key: Some(reply_key.clone()),
-            time_to_live_ms: None,
-        };
-        let prompt = inbound
-            .message
-            .body
-            .as_ref()
-            .map(|b| b.text.clone())
-            .unwrap_or_default();
-        // Previews need a durable intent (a preview must never be orphaned): without one the
-        // reply is sent once, at the end.
-        let mut live = match options.durability {
-            MessageDurabilityPolicy::Disabled => None,
-            policy => match self
-                .messenger
-                .begin_live(reply.clone(), options.clone(), LiveOptions::default())
-                .await
-            {
-                Ok(live) => Some(live),
-                Err(e) if policy == MessageDurabilityPolicy::BestEffort => {
-                    warn!(error = %e, "no durable intent for the reply (best_effort): no preview, sending at the end");
-                    None
-                }
-                Err(e) => return Err(e.to_string()),
-            },
-        };
-
-        // The agent streams chunks; the preview shows the text so far (edits coalesced by the
-        // live context to the platform's rate).
-        let (text_tx, mut text_rx) = mpsc::unbounded_channel::<String>();
-        let mut so_far = String::new();
-        let prompt_turn = self.acpx.prompt(&handle, &prompt, move |chunk| {
-            so_far.push_str(chunk);
-            let _ = text_tx.send(so_far.clone());
+        let handler = Arc::new(TurnHandler {
+            gateway: self.clone(),
+            channel: channel.clone(),
+            receiver,
         });
-        let preview = async {
-            let mut error = None;
-            while let Some(mut text) = text_rx.recv().await {
-                while let Ok(newer) = text_rx.try_recv() {
-                    text = newer;
-                }
-                if let Some(live) = live.as_mut()
-                    && error.is_none()
-                    && let Err(e) = live.update(&text).await
-                {
-                    error = Some(e.to_string());
-                }
-            }
-            error
-        };
-        let (outcome, preview_error) = tokio::join!(prompt_turn, preview);
-        let outcome = match outcome {
-            Ok(outcome) => outcome,
-            Err(e) => {
-                if let Some(live) = live {
-                    let _ = live.abandon().await;
-                }
-                return Err(format!("agent turn failed: {e}"));
-            }
-        };
-        if let Some(e) = preview_error {
-            warn!(error = %e, "preview update failed; the final is still delivered");
-        }
-        let mut text = outcome.chunks.concat();
-        if text.trim().is_empty() {
-            text = format!(
-                "(the agent ended its turn without text: {:?})",
-                outcome.stop_reason
-            );
-        }
-        let final_message = reply_message(channel, &inbound, &reply_key, &text);
-        let report = match live {
-            Some(live) => live.finalize(final_message).await,
-            None => self.messenger.send(final_message, options).await,
-        }
-        .map_err(|e| format!("the final could not be recorded or sent: {e}"))?;
-        // The event is completed only once its final is committed: a final that is scheduled
-        // for a retry or being reconciled is waited for here.
-        match (&report.outcome, &report.intent_id) {
-            (
-                SendOutcome::Sent { .. }
-                | SendOutcome::AlreadySent { .. }
-                | SendOutcome::Partial { .. },
-                _,
-            )
-            | (_, None) => {}
-            (_, Some(id)) => self.await_reply(id).await?,
-        }
-        info!(outcome = ?report.outcome, "reply delivered");
-        self.awareness
-            .record(
-                &session,
-                StateChange::run_completed(Actor::agent(&session), "reply delivered")
-                    .with_dedupe_key(format!("reply:{reply_key}")),
-            )
-            .await;
-        Ok(())
+        SourceRunner::new(
+            key,
+            channel.plugin.source.clone(),
+            normalizer,
+            SourceStores {
+                watermarks: self.store.clone(),
+                inbound: self.store.clone(),
+            },
+            self.clock.clone(),
+            handler,
+            self.stop.subscribe(),
+        )
+        .run()
+        .await;
     }
 
-    /// Creates the session row on first contact.
-    async fn register(
-        &self,
-        session: &SessionKey,
-        agent_id: &str,
-        conversation: &str,
-    ) -> Result<(), String> {
-        let known = self
-            .awareness
-            .session(session)
-            .await
-            .map_err(|e| e.to_string())?;
-        if known.is_none() {
-            let mut new = NewSession::new(session.clone());
-            new.agent_id = Some(agent_id.to_owned());
-            new.label = Some(conversation.to_owned());
-            self.awareness
-                .create_session(new, Actor::system("gateway"))
-                .await
-                .map_err(|e| e.to_string())?;
-        }
-        Ok(())
+    /// Whether a stop was requested.
+    pub(crate) fn stopping(&self) -> bool {
+        *self.stop.borrow()
     }
-
-    /// Where this event's reply stands. Generations of one event's reply are keyed
-    /// `<channel>:reply:<event>:<generation>`; a cancelled one (a stream that never produced
-    /// its final) is passed over. A stream an earlier attempt left without a final (a crash,
-    /// a store or platform failure) is ended here first — its preview removed, the intent
-    /// cancelled — so a fresh reply never stands beside it.
-    async fn reply_for(&self, channel: &Channel, event_id: &str) -> Result<Reply, String> {
-        for generation in 0..1_000u32 {
-            let key = format!("{}:reply:{}:{}", channel.name, event_id, generation);
-            let found = self
-                .store
-                .find_intent_by_key(&key)
-                .await
-                .map_err(|e| e.to_string())?;
-            let Some(intent) = found else {
-                return Ok(Reply::New(key));
-            };
-            match intent.status {
-                IntentStatus::Cancelled => continue,
-                IntentStatus::Sent => return Ok(Reply::Delivered),
-                _ if intent.awaits_final() => {
-                    let ended = self
-                        .messenger
-                        .recover_intent(&intent.id)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    if ended.is_some_and(|i| i.status == IntentStatus::Cancelled) {
-                        continue;
-                    }
-                    return Err(format!(
-                        "an earlier reply to event {event_id} (intent {}) is still streaming \
-                         elsewhere or its preview could not be removed yet",
-                        intent.id
-                    ));
-                }
-                _ => return Ok(Reply::Recorded(intent.id)),
-            }
-        }
-        Err(format!(
-            "event {event_id} had 1000 abandoned replies; giving up"
-        ))
-    }
-
-    /// Waits until a recorded final is committed, driving it meanwhile (a retry that is due,
-    /// a reconciliation): `Ok` once it is sent, or handed to an operator (an unknown outcome
-    /// the adapter cannot reconcile, a cancel); an error when it failed for good.
-    async fn await_reply(&self, id: &IntentId) -> Result<(), String> {
-        let mut stop = self.stop.subscribe();
-        loop {
-            let intent = self
-                .messenger
-                .recover_intent(id)
-                .await
-                .map_err(|e| format!("the reply's intent could not be read or worked on: {e}"))?
-                .ok_or_else(|| format!("the reply's intent {id} is gone"))?;
-            match intent.status {
-                IntentStatus::Sent | IntentStatus::Cancelled => return Ok(()),
-                IntentStatus::Failed => {
-                    return Err(format!(
-                        "the reply could not be delivered: {}",
-                        intent
-                            .failure
-                            .as_ref()
-                            .map_or("no failure recorded", |f| f.message.as_str())
-                    ));
-                }
-                IntentStatus::UnknownAfterSend if intent.next_attempt_at.is_none() => {
-                    warn!(intent = %id, "the reply's outcome is unknown and this channel cannot tell; left to an operator (outbox list)");
-                    return Ok(());
-                }
-                _ => {}
-            }
-            if *stop.borrow() {
-                return Err("stopping before the reply was delivered".into());
-            }
-            let wait = intent
-                .next_attempt_at
-                .map_or(250, |at| at.saturating_sub(now_ms()))
-                .clamp(50, 1_000);
-            tokio::select! {
-                _ = stop.changed() => {}
-                _ = tokio::time::sleep(Duration::from_millis(wait.unsigned_abs())) => {}
-            }
-        }
-    }
-}
-
-/// Where one event's reply stands (see [`Gateway::reply_for`]).
-enum Reply {
-    /// None yet: start one under this key.
-    New(String),
-    /// Delivered: nothing to do.
-    Delivered,
-    /// Its final is recorded and not committed yet.
-    Recorded(IntentId),
 }
 
 /// The startup line about the sends an earlier run left unfinished.
@@ -1043,82 +518,32 @@ fn days_before(days: u64) -> i64 {
     now_ms().saturating_sub(i64::try_from(days.saturating_mul(86_400_000)).unwrap_or(i64::MAX))
 }
 
-/// `agent:<agent>:<channel>:<conversation>` (characters a key refuses become `_`).
-pub fn session_key_for(
-    agent_id: &str,
-    channel: &str,
-    conversation: &str,
-) -> Result<SessionKey, String> {
-    let clean: String = conversation
-        .chars()
-        .map(|c| {
-            if c.is_whitespace() || c.is_control() || c == ':' {
-                '_'
-            } else {
-                c
-            }
-        })
-        .collect();
-    SessionKey::for_agent(agent_id, &format!("{channel}:{clean}")).map_err(|e| e.to_string())
-}
-
-fn reply_message(
-    channel: &Channel,
-    inbound: &NormalizedInbound,
-    reply_key: &str,
-    text: &str,
-) -> ChannelMessage {
-    ChannelMessage {
-        // Stable per reply key: the intent and the platform's idempotency key follow it.
-        id: reply_key.to_owned(),
-        channel: channel.name.clone(),
-        account_id: Some(channel.account.clone()),
-        direction: MessageDirection::Outbound,
-        target: inbound.message.target.clone(),
-        sender: None,
-        body: Some(MessageBody {
-            text: text.to_owned(),
-            format: None,
-        }),
-        attachments: vec![],
-        relation: None,
-        origin: None,
-        timestamp: None,
-        raw: None,
-    }
-}
-
-/// Where a state directory's files live.
-pub fn platform_state_file(state: &Path, channel: &str) -> PathBuf {
-    state.join(format!("{channel}-platform.json"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_channel_never_prints_its_token() {
+    #[tokio::test]
+    async fn a_channel_never_prints_its_token() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let plugin = clawgate_channel_sdk::ChannelFactory::build(
+            &clawgate_channel_qa::QaFactory,
+            ChannelSetup::new(0, "qa", "default", serde_json::Value::Null, dir.path()),
+        )
+        .await
+        .expect("an embedded QA channel");
+        let token = plugin
+            .extension::<clawgate_channel_qa::QaHandle>()
+            .and_then(|h| h.platform.as_ref().map(|p| p.token().to_owned()))
+            .expect("embedded platform");
         let channel = Channel {
             name: "qa".into(),
+            kind: "qa".into(),
             account: "default".into(),
             agent_id: "main".into(),
-            adapter: QaAdapter::new("http://127.0.0.1:1", "s3cret-token"),
-            base_url: "http://127.0.0.1:1".into(),
-            platform: None,
-            poll_timeout_ms: 1,
+            plugin,
             max_turn_attempts: 1,
         };
         let printed = format!("{channel:?}");
-        assert!(!printed.contains("s3cret-token"), "{printed}");
-        assert!(printed.contains("redacted"), "{printed}");
-        let adapter = format!("{:?}", channel.adapter);
-        assert!(!adapter.contains("s3cret-token"), "{adapter}");
-    }
-
-    #[test]
-    fn session_keys_are_agent_qualified_and_clean() {
-        let key = session_key_for("main", "qa", "dm web:1").expect("key");
-        assert_eq!(key.as_str(), "agent:main:qa:dm_web_1");
+        assert!(!printed.contains(&token), "{printed}");
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! * [`config`]: the TOML configuration (every key optional) and its validation;
 //! * [`state`]: the state directory, its one-gateway lock and `gateway.json`;
-//! * [`gateway`]: start-up order, the receive lanes and the agent turn;
+//! * [`channels`]: the channel kinds of this build (one cargo feature each);
+//! * [`gateway`]: start-up order, channels, loops and shutdown;
+//! * [`turn`]: one inbound event → agent turn → durable reply;
 //! * [`chat`]: the web chat page (a person on the QA platform);
 //! * [`views`]: the operator views (status, outbox, inbox, leases, sessions, QA), shared by
 //!   the CLI and the control API;
@@ -12,6 +14,7 @@
 //! * [`serve`]: runs it all until Ctrl-C, then shuts down cleanly;
 //! * [`crash_points`]: a test hook that aborts at a chosen durable write or platform call.
 
+pub mod channels;
 pub mod chat;
 pub mod cli;
 pub mod config;
@@ -20,4 +23,5 @@ pub mod crash_points;
 pub mod gateway;
 pub mod serve;
 pub mod state;
+pub mod turn;
 pub mod views;

@@ -25,8 +25,11 @@ pub async fn up(config: Config) -> Result<(), GatewayError> {
     })?;
     let url = format!("http://{addr}");
     let token = random_token().map_err(GatewayError::Random)?;
-    let app = crate::chat::routes()
-        .merge(crate::control::routes(token.clone()))
+    let mut app = crate::control::routes(token.clone());
+    if crate::chat::has_qa_channel(&gateway.channels) {
+        app = app.merge(crate::chat::routes());
+    }
+    let app = app
         .layer(axum::middleware::from_fn(
             move |request: axum::extract::Request, next: axum::middleware::Next| async move {
                 if loopback_host(&request, addr.port()) {
@@ -56,29 +59,23 @@ pub async fn up(config: Config) -> Result<(), GatewayError> {
             .iter()
             .map(|channel| ChannelInfo {
                 name: channel.name.clone(),
-                platform_url: channel.base_url.clone(),
-                embedded: channel.platform.is_some(),
+                platform_url: channel.plugin.platform_url.clone().unwrap_or_default(),
+                embedded: channel.plugin.embedded,
             })
             .collect(),
     })?;
     gateway.run().await;
     println!("clawgate is up");
-    println!("  chat:        {url}/");
+    if crate::chat::has_qa_channel(&gateway.channels) {
+        println!("  chat:        {url}/");
+    }
     println!(
         "  control API: {url}/v1 (token in {}/gateway.json)",
         gateway.state.path().display()
     );
     println!("  state:       {}", gateway.state.path().display());
     for channel in &gateway.channels {
-        let kind = if channel.platform.is_some() {
-            "embedded"
-        } else {
-            "external"
-        };
-        println!(
-            "  channel {}: {kind} QA platform at {}",
-            channel.name, channel.base_url
-        );
+        println!("  channel {}: {}", channel.name, channel.plugin.description);
     }
     println!("Press Ctrl-C to stop.");
 

@@ -1115,7 +1115,8 @@ pub async fn qa_messages<S: IntentStore + ?Sized>(
     conversation: &str,
 ) -> Result<QaConversation, ViewError> {
     valid_conversation(conversation)?;
-    let listed = channel
+    let listed = crate::chat::qa_handle(channel)
+        .map_err(ViewError::BadRequest)?
         .adapter
         .list_messages(conversation)
         .await

@@ -131,15 +131,7 @@ fn message(target: &MessageTarget, id: &str, text: &str) -> ChannelMessage {
 fn context(adapter: &dyn ChannelMessageAdapter, target: &MessageTarget, id: &str) -> SendContext {
     let mut msg = message(target, id, "");
     adapter.channel().clone_into(&mut msg.channel);
-    SendContext {
-        intent_id: None,
-        channel: adapter.channel().to_owned(),
-        account_id: None,
-        message: msg,
-        idempotency_key: format!("conformance:{id}"),
-        attempt: 1,
-        previous_receipt: None,
-    }
+    SendContext::new(msg, format!("conformance:{id}"))
 }
 
 fn unit(index: u32, text: &str) -> RenderedMessageUnit {

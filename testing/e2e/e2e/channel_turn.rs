@@ -5,8 +5,9 @@
 use std::sync::{Arc, Mutex};
 
 use clawgate_channel_qa::InboundRequest;
+use clawgate_channel_sdk::TransportAck;
 use clawgate_messages::channel_turn::{self, TurnDelivery};
-use clawgate_messages::{AckController, ReceiveOptions, ReceiveOutcome, Receiver, TransportAck};
+use clawgate_messages::{AckController, ReceiveOptions, ReceiveOutcome, Receiver};
 use clawgate_store::{InboundStatus, IntentFilter, IntentStore};
 use clawgate_types::{DeliveryStatus, MessageDurabilityPolicy};
 

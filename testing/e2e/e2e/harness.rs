@@ -99,10 +99,9 @@ pub fn message(id: &str, text: &str) -> ChannelMessage {
 pub struct Counting<A> {
     pub inner: A,
     pub renderer: Option<PartsRenderer>,
-    pub after_send_success: AtomicUsize,
     pub after_commit: AtomicUsize,
-    /// Sends whose after_send_success ran and whose after_commit has not yet.
-    awaiting_commit_hook: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The sends whose after_commit ran.
+    committed: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl<A> Counting<A> {
@@ -110,9 +109,8 @@ impl<A> Counting<A> {
         Arc::new(Counting {
             inner,
             renderer: None,
-            after_send_success: AtomicUsize::new(0),
             after_commit: AtomicUsize::new(0),
-            awaiting_commit_hook: std::sync::Mutex::default(),
+            committed: std::sync::Mutex::default(),
         })
     }
 
@@ -121,16 +119,19 @@ impl<A> Counting<A> {
         Arc::new(Counting {
             inner,
             renderer: Some(PartsRenderer),
-            after_send_success: AtomicUsize::new(0),
             after_commit: AtomicUsize::new(0),
-            awaiting_commit_hook: std::sync::Mutex::default(),
+            committed: std::sync::Mutex::default(),
         })
     }
 
+    /// `(after_commit calls, distinct sends they were for)`: equal when it ran once per send.
     pub fn hooks(&self) -> (usize, usize) {
         (
-            self.after_send_success.load(Ordering::SeqCst),
             self.after_commit.load(Ordering::SeqCst),
+            self.committed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .len(),
         )
     }
 }
@@ -168,26 +169,14 @@ impl<A: ChannelMessageAdapter> ChannelMessageAdapter for Counting<A> {
     ) -> Result<Reconciliation, SendError> {
         self.inner.reconcile_unknown_send(ctx, unit).await
     }
-    async fn after_send_success(&self, ctx: &SendContext, receipt: &MessageReceipt) {
-        self.awaiting_commit_hook
+    async fn after_commit(&self, ctx: &SendContext, receipt: &MessageReceipt) {
+        // Per send, not by global counts: concurrent sends interleave their hooks.
+        let first = self
+            .committed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(ctx.idempotency_key.clone());
-        self.after_send_success.fetch_add(1, Ordering::SeqCst);
-        self.inner.after_send_success(ctx, receipt).await;
-    }
-    async fn after_commit(&self, ctx: &SendContext, receipt: &MessageReceipt) {
-        // Per send, not by global counts: concurrent sends interleave their hooks.
-        let was_awaiting = self
-            .awaiting_commit_hook
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&ctx.idempotency_key);
-        assert!(
-            was_awaiting,
-            "after_commit of {} runs once, after its after_send_success",
-            ctx.idempotency_key
-        );
+        assert!(first, "after_commit of {} runs once", ctx.idempotency_key);
         self.after_commit.fetch_add(1, Ordering::SeqCst);
         self.inner.after_commit(ctx, receipt).await;
     }

@@ -85,7 +85,11 @@ async fn run(gaps: Vec<i64>, steps: Vec<Step>) {
                 cursor = open(&store).await;
             }
         }
-        let durable = store.load_watermark(&key()).await.unwrap().unwrap_or(0);
+        let durable = store
+            .load_watermark(&key())
+            .await
+            .unwrap()
+            .map_or(0, |(w, _)| w);
         assert_eq!(
             durable,
             cursor.safe(),
@@ -116,7 +120,11 @@ async fn run(gaps: Vec<i64>, steps: Vec<Step>) {
             cursor.finish(id).await.unwrap();
         }
     }
-    let durable = store.load_watermark(&key()).await.unwrap().unwrap_or(0);
+    let durable = store
+        .load_watermark(&key())
+        .await
+        .unwrap()
+        .map_or(0, |(w, _)| w);
     assert_eq!(
         durable,
         ids.last().copied().unwrap_or(0),

@@ -4,10 +4,9 @@
 use std::sync::{Arc, Mutex};
 
 use clawgate_channel_qa::{InboundRequest, QaAdapter};
+use clawgate_channel_sdk::TransportAck;
 use clawgate_channel_sdk::{MessageReceiveAdapter, NormalizedInbound};
-use clawgate_messages::{
-    AckController, AckState, ReceiveOptions, ReceiveOutcome, Receiver, TransportAck,
-};
+use clawgate_messages::{AckController, AckState, ReceiveOptions, ReceiveOutcome, Receiver};
 use clawgate_store::{InboundStatus, SqliteOptions, SqliteStore};
 use clawgate_types::{GatewayFailureCode, ImmediateAckReason, MessageOrigin, ReceiveAckPolicy};
 

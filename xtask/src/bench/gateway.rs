@@ -69,7 +69,8 @@ async fn bench(root: &Path, binary: &Path) -> anyhow::Result<()> {
         format!(
             "[gateway]\nlisten = \"127.0.0.1:0\"\n\n[[agents]]\nid = \"main\"\n\
              command = [{binary:?}, \"demo-agent\", \"--chunk-ms\", \"{CHUNK_MS}\"]\n\n\
-             [[channels]]\nkind = \"qa\"\nbase_url = \"{}\"\ntoken_env = \"BENCH_QA_TOKEN\"\n",
+             [[channels]]\nkind = \"qa\"\n[channels.settings]\nbase_url = \"{}\"\n\
+             token_env = \"BENCH_QA_TOKEN\"\n",
             platform.base_url()
         ),
     )?;

@@ -6,9 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clawgate_channel_qa::{PlatformMessage, QaAdapter};
-use clawgate_messages::{
-    AckController, ReceiveOptions, ReceiveOutcome, Receiver, SystemClock, TransportAck,
-};
+use clawgate_channel_sdk::TransportAck;
+use clawgate_messages::{AckController, ReceiveOptions, ReceiveOutcome, Receiver, SystemClock};
 use clawgate_store::{SqliteStore, Synchronous};
 
 use super::{open, raw_inserts};

@@ -171,15 +171,9 @@ fn outbound(attachments: Vec<MessageAttachment>, text: &str) -> ChannelMessage {
 }
 
 fn context(message: &ChannelMessage) -> SendContext {
-    SendContext {
-        intent_id: None,
-        channel: "qa".into(),
-        account_id: None,
-        message: message.clone(),
-        idempotency_key: "qa:out-1".into(),
-        attempt: 1,
-        previous_receipt: None,
-    }
+    let mut ctx = SendContext::new(message.clone(), "qa:out-1");
+    "qa".clone_into(&mut ctx.channel);
+    ctx
 }
 
 fn cat() -> MessageAttachment {

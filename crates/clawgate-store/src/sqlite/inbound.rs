@@ -293,16 +293,19 @@ impl InboundStore for SqliteStore {
 
 #[async_trait]
 impl WatermarkStore for SqliteStore {
-    async fn load_watermark(&self, key: &WatermarkKey) -> StoreResult<Option<i64>> {
+    async fn load_watermark(
+        &self,
+        key: &WatermarkKey,
+    ) -> StoreResult<Option<(i64, Option<String>)>> {
         let key = key.clone();
         self.read(move |conn| {
             Ok(conn
                 .prepare_cached(
-                    "SELECT watermark FROM polling_watermarks
+                    "SELECT watermark, checkpoint FROM polling_watermarks
                      WHERE channel = ?1 AND account_id = ?2 AND source = ?3",
                 )?
                 .query_row(params![key.channel, key.account_id, key.source], |r| {
-                    r.get(0)
+                    Ok((r.get(0)?, r.get(1)?))
                 })
                 .optional()?)
         })
@@ -313,19 +316,37 @@ impl WatermarkStore for SqliteStore {
         &self,
         key: &WatermarkKey,
         value: i64,
+        checkpoint: Option<&str>,
         now: UnixMillis,
     ) -> StoreResult<i64> {
         let key = key.clone();
+        let checkpoint = checkpoint.map(str::to_owned);
         self.write(move |conn| {
+            // The checkpoint moves with the watermark only: one valid at a lower position than
+            // the stored one would resume past events not finished there.
             Ok(conn
                 .prepare_cached(
-                    "INSERT INTO polling_watermarks (channel, account_id, source, watermark, updated_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5)
+                    "INSERT INTO polling_watermarks
+                         (channel, account_id, source, watermark, checkpoint, updated_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                      ON CONFLICT (channel, account_id, source) DO UPDATE
-                     SET watermark = MAX(watermark, excluded.watermark), updated_at = excluded.updated_at
+                     SET checkpoint = CASE WHEN excluded.watermark > watermark
+                                           THEN excluded.checkpoint ELSE checkpoint END,
+                         watermark = MAX(watermark, excluded.watermark),
+                         updated_at = excluded.updated_at
                      RETURNING watermark",
                 )?
-                .query_row(params![key.channel, key.account_id, key.source, value, now], |r| r.get(0))?)
+                .query_row(
+                    params![
+                        key.channel,
+                        key.account_id,
+                        key.source,
+                        value,
+                        checkpoint,
+                        now
+                    ],
+                    |r| r.get(0),
+                )?)
         })
         .await
     }

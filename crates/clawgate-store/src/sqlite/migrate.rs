@@ -31,10 +31,15 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "index_predicates_without_in",
         sql: include_str!("../../migrations/0003_index_predicates_without_in.sql"),
     },
+    Migration {
+        version: 4,
+        name: "watermark_checkpoints",
+        sql: include_str!("../../migrations/0004_watermark_checkpoints.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// A migration's state in one database.
 #[derive(Debug, Clone, PartialEq, Eq)]

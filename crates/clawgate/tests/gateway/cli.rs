@@ -354,10 +354,11 @@ fn migrate_creates_and_upgrades_a_state_database() {
     let first = clawgate(&empty, &["migrate"]);
     assert!(first.ok, "{}", first.stderr);
     assert!(
-        first.stdout.contains("schema version 0 -> 3")
+        first.stdout.contains("schema version 0 -> 4")
             && first.stderr.contains("applying migration 0001")
             && first.stderr.contains("applying migration 0002")
-            && first.stderr.contains("applying migration 0003"),
+            && first.stderr.contains("applying migration 0003")
+            && first.stderr.contains("applying migration 0004"),
         "progress and result: {} / {}",
         first.stdout,
         first.stderr
@@ -366,7 +367,7 @@ fn migrate_creates_and_upgrades_a_state_database() {
     let again = clawgate(&empty, &["migrate"]);
     assert!(again.stdout.contains("up to date"), "{}", again.stdout);
     let status: views::StatusView = clawgate(&empty, &["status", "--json"]).json();
-    assert_eq!(status.schema_version, 3);
+    assert_eq!(status.schema_version, 4);
 
     let missing = dir.path().join("missing");
     clawgate(&missing, &["migrate"]).failed_with("--create");

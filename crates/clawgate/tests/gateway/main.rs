@@ -12,6 +12,7 @@ mod dead_agent;
 mod failure;
 mod isolation;
 mod platform_faults;
+mod plugin_channel;
 mod store_faults;
 mod support;
 mod webdriver;

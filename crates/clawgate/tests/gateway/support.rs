@@ -55,14 +55,14 @@ pub(crate) fn config_file_with_agent(
     let mut text = format!(
         "[gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
          [retry]\nbase_delay_ms = 100\nreconcile_delay_ms = 100\n\n\
-         [[agents]]\nid = \"main\"\ncommand = [{command}]\n\n[[channels]]\nkind = \"qa\"\n\
-         poll_timeout_ms = 1000\n"
+         [[agents]]\nid = \"main\"\ncommand = [{command}]\n\n[[channels]]\nkind = \"qa\"\n"
     );
-    if let Some(platform) = platform {
-        text.push_str(&format!(
-            "base_url = \"{}\"\ntoken_env = \"E2E_QA_TOKEN\"\n",
+    match platform {
+        Some(platform) => text.push_str(&format!(
+            "settings = {{ poll_timeout_ms = 1000, base_url = \"{}\", token_env = \"E2E_QA_TOKEN\" }}\n",
             platform.base_url()
-        ));
+        )),
+        None => text.push_str("settings = { poll_timeout_ms = 1000 }\n"),
     }
     let path = dir.join("clawgate.toml");
     std::fs::write(&path, text).expect("config written");
@@ -386,7 +386,7 @@ pub(crate) fn config_file_accounts(
     for spec in accounts {
         text.push_str(&format!(
             "[[channels]]\nkind = \"qa\"\naccount = \"{0}\"\nagent = \"agent-{0}\"\n\
-             poll_timeout_ms = 1000\n\n",
+             settings = {{ poll_timeout_ms = 1000 }}\n\n",
             spec.account
         ));
     }

@@ -175,8 +175,9 @@ async fn turns(
     adapter: QaAdapter,
     boundary: &str,
 ) -> anyhow::Result<()> {
+    use clawgate_channel_sdk::TransportAck;
     use clawgate_messages::{
-        AckController, PollingWatermark, ReceiveOptions, ReceiveOutcome, Receiver, TransportAck,
+        AckController, PollingWatermark, ReceiveOptions, ReceiveOutcome, Receiver,
     };
     struct NoAck;
     impl TransportAck for NoAck {
