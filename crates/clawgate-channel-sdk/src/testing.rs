@@ -73,6 +73,8 @@ struct State {
     next_position: i64,
     /// Calls to let through before the next fault, and the faults to produce.
     faults: VecDeque<(u32, MemoryFault, u32)>,
+    /// Push mode: updates the gateway acked (a platform may still deliver them again).
+    acked: BTreeMap<i64, MemoryMessage>,
     sends: u64,
     connection: u64,
 }
@@ -145,9 +147,20 @@ impl MemoryPlatform {
         self.changed.notify_waiters();
     }
 
-    /// Push mode: delivers every update after the last acked one again, as a platform does
-    /// when its webhook delivery was not acknowledged.
+    /// Push mode: delivers every update not acked yet again, as a platform does when its
+    /// webhook delivery was not acknowledged in time.
     pub fn redeliver_unacked(&self) {
+        self.drop_connection();
+    }
+
+    /// Push mode: delivers every update again, acked ones included, as a platform whose
+    /// retry raced the ack does (Slack retries a delivery it did not see answered in 3 s).
+    pub fn redeliver_all(&self) {
+        {
+            let mut state = self.lock();
+            let acked = std::mem::take(&mut state.acked);
+            state.updates.extend(acked);
+        }
         self.drop_connection();
     }
 
@@ -586,7 +599,10 @@ impl PushedFeed for MemoryChannel {
                 // Each delivery is answered on its own, as webhook requests are.
                 tokio::spawn(async move {
                     if signal.answer(ACK_DEADLINE).await == AckAnswer::Acked {
-                        platform.lock().updates.remove(&position);
+                        let mut state = platform.lock();
+                        if let Some(message) = state.updates.remove(&position) {
+                            state.acked.insert(position, message);
+                        }
                     }
                 });
             }

@@ -23,7 +23,7 @@ use clawgate_messages::{Clock as _, SystemClock};
 use clawgate_store::SqliteStore;
 use clawgate_types::{DurableSendIntent, SessionKey};
 
-use crate::gateway::{Channel, Gateway};
+use crate::gateway::Gateway;
 use crate::views::{self, ViewError};
 
 /// One control route, as the generated reference lists it.

@@ -35,7 +35,7 @@ pub enum TurnError {
     #[error("no agent {0:?} is configured for this channel")]
     NoAgent(String),
     #[error("agent turn failed: {0}")]
-    Agent(#[from] clawgate_acpx::AcpxError),
+    Agent(Box<clawgate_acpx::AcpxError>),
     #[error("the reply's intent could not be recorded: {0}")]
     Recording(clawgate_messages::MessagesError),
     #[error("the final could not be recorded or sent: {0}")]
@@ -55,6 +55,12 @@ pub enum TurnError {
     TooManyReplies(String),
     #[error("stopping before the reply was delivered")]
     Stopping,
+}
+
+impl From<clawgate_acpx::AcpxError> for TurnError {
+    fn from(error: clawgate_acpx::AcpxError) -> TurnError {
+        TurnError::Agent(Box::new(error))
+    }
 }
 
 /// A channel's inbound events, through its receive context, to turns.
@@ -321,7 +327,7 @@ impl Gateway {
                 if let Some(live) = live {
                     let _ = live.abandon().await;
                 }
-                return Err(TurnError::Agent(e));
+                return Err(TurnError::Agent(Box::new(e)));
             }
         };
         if let Some(e) = preview_error {

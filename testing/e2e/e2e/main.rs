@@ -5,7 +5,6 @@
 
 mod awareness_cross_process;
 mod channel_turn;
-mod conformance_qa;
 mod harness;
 mod live;
 mod polling;

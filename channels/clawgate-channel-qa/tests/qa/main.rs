@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used)] // Tests fail loudly by design.
 
 mod attachments;
+mod conformance;
 mod faults;
 mod polling;
 mod restart;

@@ -1,20 +1,20 @@
-//! The adapter contract suite against the QA platform, in both adapter variants.
+//! The channel contract suite against the QA platform, in both adapter variants.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use async_trait::async_trait;
-use clawgate_channel_qa::{Fault, QaAdapter, QaPlatform, QaPlatformConfig};
-use clawgate_channel_sdk::ChannelMessageAdapter;
+use clawgate_channel_qa::{Fault, InboundRequest, QaAdapter, QaFeed, QaPlatform, QaPlatformConfig};
+use clawgate_channel_sdk::{ChannelPlugin, InboundSource};
 use clawgate_conformance::ConformancePeer;
 use clawgate_types::{DeliveryFailureKind, MessageTarget, TargetKind};
 
-pub struct QaPeer {
+pub(crate) struct QaPeer {
     platform: QaPlatform,
     idempotent: bool,
 }
 
 impl QaPeer {
-    pub async fn start(idempotent: bool) -> QaPeer {
+    pub(crate) async fn start(idempotent: bool) -> QaPeer {
         QaPeer {
             platform: QaPlatform::start(QaPlatformConfig::default())
                 .await
@@ -24,15 +24,18 @@ impl QaPeer {
     }
 }
 
-#[async_trait]
+#[clawgate_conformance::async_trait]
 impl ConformancePeer for QaPeer {
-    fn adapter(&self) -> Arc<dyn ChannelMessageAdapter> {
+    fn plugin(&self) -> ChannelPlugin {
         let (url, token) = (self.platform.base_url(), self.platform.token().to_owned());
-        Arc::new(if self.idempotent {
+        let adapter = if self.idempotent {
             QaAdapter::new(&url, &token)
         } else {
             QaAdapter::without_idempotency(&url, &token)
-        })
+        };
+        let feed = QaFeed::new(adapter.clone(), Duration::from_secs(2));
+        ChannelPlugin::new(Arc::new(adapter.clone()))
+            .with_inbound(Arc::new(adapter), InboundSource::Polling(Arc::new(feed)))
     }
 
     fn target(&self, case: &str) -> MessageTarget {
@@ -75,14 +78,38 @@ impl ConformancePeer for QaPeer {
             .map(|m| m.text)
             .collect()
     }
+
+    async fn inject_inbound(
+        &self,
+        target: &MessageTarget,
+        text: &str,
+        bot: bool,
+    ) -> Option<serde_json::Value> {
+        let message = self
+            .platform
+            .inject_inbound(
+                &target.id,
+                InboundRequest {
+                    text: text.to_owned(),
+                    author_id: if bot { "other-bot" } else { "someone" }.to_owned(),
+                    author_is_bot: bot,
+                    thread_id: None,
+                    reply_to_id: None,
+                    metadata: None,
+                },
+            )
+            .ok()?;
+        serde_json::to_value(message).ok()
+    }
+
+    async fn visible_raw(&self, target: &MessageTarget) -> Vec<serde_json::Value> {
+        self.platform
+            .messages(&target.id)
+            .into_iter()
+            .filter_map(|m| serde_json::to_value(m).ok())
+            .collect()
+    }
 }
 
-mod qa_idempotent {
-    use super::QaPeer;
-    clawgate_conformance::adapter_conformance_tests!(QaPeer::start(true).await);
-}
-
-mod qa_without_idempotency {
-    use super::QaPeer;
-    clawgate_conformance::adapter_conformance_tests!(QaPeer::start(false).await);
-}
+clawgate_conformance::conformance_tests!(qa_idempotent, QaPeer::start(true).await);
+clawgate_conformance::conformance_tests!(qa_without_idempotency, QaPeer::start(false).await);

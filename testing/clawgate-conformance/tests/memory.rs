@@ -1,0 +1,100 @@
+//! The suite against the SDK's in-memory channel, polled and pushed: every case that applies
+//! passes, so the suite itself is passable — and the cases that do not apply say why.
+
+use clawgate_channel_sdk::ChannelPlugin;
+use clawgate_channel_sdk::testing::{MemoryChannel, MemoryFault, MemoryPlatform};
+use clawgate_conformance::ConformancePeer;
+use clawgate_types::{DeliveryFailureKind, MessageTarget, TargetKind};
+
+struct MemoryPeer {
+    channel: MemoryChannel,
+}
+
+impl MemoryPeer {
+    fn polling() -> MemoryPeer {
+        MemoryPeer {
+            channel: MemoryChannel::new("memory", MemoryPlatform::new()),
+        }
+    }
+
+    fn pushed() -> MemoryPeer {
+        MemoryPeer {
+            channel: MemoryChannel::new("memory", MemoryPlatform::new()).pushed(),
+        }
+    }
+
+    fn platform(&self) -> &MemoryPlatform {
+        self.channel.platform()
+    }
+}
+
+#[clawgate_conformance::async_trait]
+impl ConformancePeer for MemoryPeer {
+    fn plugin(&self) -> ChannelPlugin {
+        self.channel.plugin()
+    }
+
+    fn target(&self, case: &str) -> MessageTarget {
+        MessageTarget {
+            kind: TargetKind::Group,
+            id: format!("conformance-{case}"),
+            label: None,
+            space_id: None,
+            parent_id: None,
+            thread_id: None,
+            native_channel_id: None,
+        }
+    }
+
+    fn inject_failure(&self, kind: DeliveryFailureKind, count: u32, after: u32) -> bool {
+        if matches!(
+            kind,
+            DeliveryFailureKind::Unknown | DeliveryFailureKind::Cancelled
+        ) {
+            return false;
+        }
+        self.platform()
+            .inject(MemoryFault::Refuse(kind), count, after);
+        true
+    }
+
+    fn inject_lost_answer(&self, after: u32) -> bool {
+        self.platform().inject(MemoryFault::LoseAnswer, 1, after);
+        true
+    }
+
+    async fn visible_texts(&self, target: &MessageTarget) -> Vec<String> {
+        self.platform().texts(&target.id)
+    }
+
+    async fn inject_inbound(
+        &self,
+        target: &MessageTarget,
+        text: &str,
+        bot: bool,
+    ) -> Option<serde_json::Value> {
+        let message = self.platform().write(&target.id, "someone", text, bot);
+        serde_json::to_value(message).ok()
+    }
+
+    async fn visible_raw(&self, target: &MessageTarget) -> Vec<serde_json::Value> {
+        self.platform()
+            .messages(&target.id)
+            .into_iter()
+            .filter_map(|m| serde_json::to_value(m).ok())
+            .collect()
+    }
+
+    fn redeliver_pushed(&self) -> bool {
+        self.platform().redeliver_all();
+        true
+    }
+
+    fn drop_connection(&self) -> bool {
+        self.platform().drop_connection();
+        true
+    }
+}
+
+clawgate_conformance::conformance_tests!(memory_polled, MemoryPeer::polling());
+clawgate_conformance::conformance_tests!(memory_pushed, MemoryPeer::pushed());
