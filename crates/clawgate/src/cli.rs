@@ -1,4 +1,5 @@
-//! The operator CLI: `status`, `outbox`, `inbox`, `sessions`, `leases`, `migrate`, `qa`.
+//! The operator CLI: `status`, `outbox`, `inbox`, `sessions`, `leases`, `migrate` (`qa` is the
+//! QA channel's own, [`crate::qa`]'s).
 //!
 //! Every command works in two modes and says which on stderr:
 //! * a gateway runs on the state directory (it holds the lock and published `gateway.json`):
@@ -12,7 +13,6 @@
 //! otherwise a table. Following commands (`sessions watch`, `qa tail`) print one line (one JSON
 //! object with `--json`) per change until Ctrl-C.
 
-use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,7 +33,7 @@ use crate::state::{StateDir, StateError, StateLock};
 use crate::views::{self, ViewError};
 
 /// How often following commands poll.
-const FOLLOW_INTERVAL: Duration = Duration::from_millis(500);
+pub(crate) const FOLLOW_INTERVAL: Duration = Duration::from_millis(500);
 
 /// The operator commands (`clawgate up` lives in `main.rs`).
 #[derive(Debug, Subcommand)]
@@ -65,11 +65,6 @@ pub enum Command {
         /// Create the state directory if it does not exist.
         #[arg(long)]
         create: bool,
-    },
-    /// Talk to the QA channel from a terminal (needs a running gateway).
-    Qa {
-        #[command(subcommand)]
-        command: QaCommand,
     },
 }
 
@@ -167,29 +162,6 @@ pub enum LeasesCommand {
     Reap,
 }
 
-#[derive(Debug, Subcommand)]
-pub enum QaCommand {
-    /// Write into a QA conversation as a person; the agent answers as usual.
-    Send {
-        #[arg(long)]
-        conversation: String,
-        text: String,
-        /// Author id on the platform (default: operator).
-        #[arg(long)]
-        author: Option<String>,
-        /// Channel name (default: the first configured channel).
-        #[arg(long)]
-        channel: Option<String>,
-    },
-    /// Print a conversation's messages, then new and edited ones as they change (Ctrl-C ends).
-    Tail {
-        #[arg(long)]
-        conversation: String,
-        #[arg(long)]
-        channel: Option<String>,
-    },
-}
-
 /// What an operator command can fail with; each says what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
@@ -247,21 +219,14 @@ impl From<StoreError> for CliError {
     }
 }
 
-type CliResult<T> = Result<T, CliError>;
+pub(crate) type CliResult<T> = Result<T, CliError>;
 
 /// Runs one operator command against `config.state_dir`.
 pub async fn run(config: &Config, command: Command, json: bool) -> CliResult<()> {
     if let Command::Migrate { create } = command {
         return migrate(config, create, json);
     }
-    let backend = Backend::locate(config)?;
-    match &backend {
-        Backend::Running { pid, url, .. } => eprintln!("(via running gateway pid {pid} at {url})"),
-        Backend::Stopped(local) => eprintln!(
-            "(state directory {}, gateway not running)",
-            local.state.path().display()
-        ),
-    }
+    let backend = Backend::connect(config)?;
     match command {
         // Answered above: it needs no backend (and may create the directory).
         Command::Migrate { .. } => Ok(()),
@@ -291,7 +256,6 @@ pub async fn run(config: &Config, command: Command, json: bool) -> CliResult<()>
         },
         Command::Leases { command } => leases(&backend, config, command, json).await,
         Command::Sessions { command } => sessions(&backend, command, json).await,
-        Command::Qa { command } => qa(&backend, command, json).await,
     }
 }
 
@@ -299,7 +263,7 @@ pub async fn run(config: &Config, command: Command, json: bool) -> CliResult<()>
 // Modes
 
 /// Where the command's answers come from.
-enum Backend {
+pub(crate) enum Backend {
     Running {
         api: ControlClient,
         pid: u32,
@@ -309,7 +273,7 @@ enum Backend {
 }
 
 /// A stopped gateway's state, opened by the CLI.
-struct Local {
+pub(crate) struct Local {
     state: StateDir,
     store: Arc<SqliteStore>,
     tools: SessionTools<SqliteStore>,
@@ -332,6 +296,21 @@ fn lock_for_change(state: &StateDir) -> CliResult<StateLock> {
 }
 
 impl Backend {
+    /// Finds the gateway or the state directory of `config` and says which on stderr.
+    pub(crate) fn connect(config: &Config) -> CliResult<Backend> {
+        let backend = Backend::locate(config)?;
+        match &backend {
+            Backend::Running { pid, url, .. } => {
+                eprintln!("(via running gateway pid {pid} at {url})")
+            }
+            Backend::Stopped(local) => eprintln!(
+                "(state directory {}, gateway not running)",
+                local.state.path().display()
+            ),
+        }
+        Ok(backend)
+    }
+
     fn locate(config: &Config) -> CliResult<Backend> {
         let state = StateDir::existing(&config.state_dir)
             .ok_or_else(|| CliError::NoStateDir(config.state_dir.clone()))?;
@@ -380,7 +359,7 @@ impl Backend {
     }
 
     /// The control API, for commands only a running gateway can serve.
-    fn running(&self, what: &'static str) -> CliResult<&ControlClient> {
+    pub(crate) fn running(&self, what: &'static str) -> CliResult<&ControlClient> {
         match self {
             Backend::Running { api, .. } => Ok(api),
             Backend::Stopped(_) => Err(CliError::NeedsGateway(what)),
@@ -408,19 +387,27 @@ fn applied_version(statuses: &[MigrationStatus]) -> i64 {
 }
 
 /// The running gateway's control API.
-struct ControlClient {
+pub(crate) struct ControlClient {
     http: reqwest::Client,
     base: String,
     token: String,
 }
 
 impl ControlClient {
-    async fn get<T: DeserializeOwned>(&self, path: &str, query: &impl Serialize) -> CliResult<T> {
+    pub(crate) async fn get<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &impl Serialize,
+    ) -> CliResult<T> {
         let request = self.http.get(format!("{}{path}", self.base)).query(query);
         self.send(request).await
     }
 
-    async fn post<T: DeserializeOwned>(&self, path: &str, body: &impl Serialize) -> CliResult<T> {
+    pub(crate) async fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> CliResult<T> {
         let request = self.http.post(format!("{}{path}", self.base)).json(body);
         self.send(request).await
     }
@@ -708,85 +695,6 @@ fn event_line(event: &SessionStateEvent, json: bool) -> String {
     )
 }
 
-async fn qa(backend: &Backend, command: QaCommand, json: bool) -> CliResult<()> {
-    match command {
-        QaCommand::Send {
-            conversation,
-            text,
-            author,
-            channel,
-        } => {
-            let api = backend.running("qa send")?;
-            let body = views::QaSendBody {
-                conversation: conversation.clone(),
-                text,
-                author,
-                channel,
-            };
-            let sent: views::QaMessage = api.post("/v1/qa/send", &body).await?;
-            if json {
-                return emit(&sent, true);
-            }
-            print(&format!(
-                "sent {} to conversation {conversation}; `clawgate qa tail --conversation \
-                 {conversation}` shows the answer\n",
-                sent.id
-            ))
-        }
-        QaCommand::Tail {
-            conversation,
-            channel,
-        } => {
-            let api = backend.running("qa tail")?;
-            let params = views::QaMessagesParams {
-                conversation,
-                channel,
-            };
-            let stop = tokio::signal::ctrl_c();
-            tokio::pin!(stop);
-            let mut shown: HashMap<String, views::QaMessage> = HashMap::new();
-            loop {
-                let mut listed: views::QaConversation = api.get("/v1/qa/messages", &params).await?;
-                listed.messages.sort_by_key(|m| m.seq);
-                for message in listed.messages {
-                    if shown.get(&message.id) != Some(&message) {
-                        print(&qa_line(&message, json))?;
-                        shown.insert(message.id.clone(), message);
-                    }
-                }
-                tokio::select! {
-                    _ = &mut stop => return Ok(()),
-                    _ = tokio::time::sleep(FOLLOW_INTERVAL) => {}
-                }
-            }
-        }
-    }
-}
-
-fn qa_line(message: &views::QaMessage, json: bool) -> String {
-    if json {
-        return format!("{}\n", compact(message));
-    }
-    let author = match (&message.author_id, message.from_agent) {
-        (_, true) => "agent".to_owned(),
-        (Some(id), false) => id.clone(),
-        (None, false) => "?".to_owned(),
-    };
-    let mut marks = Vec::new();
-    if message.from_agent {
-        marks.push(wire(&message.state));
-    }
-    if message.edits > 0 {
-        marks.push(format!("edit {}", message.edits));
-    }
-    let marks = if marks.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", marks.join(", "))
-    };
-    format!("[{}] {author}{marks}: {}\n", message.id, message.text)
-}
-
 /// What `migrate --json` prints.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -869,7 +777,7 @@ fn migrate(config: &Config, create: bool, json: bool) -> CliResult<()> {
 // Output
 
 /// Writes to stdout; a closed pipe (`| head`) ends quietly instead of panicking.
-fn print(text: &str) -> CliResult<()> {
+pub(crate) fn print(text: &str) -> CliResult<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
@@ -881,12 +789,12 @@ fn pretty(value: &impl Serialize) -> String {
     serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
-fn compact(value: &impl Serialize) -> String {
+pub(crate) fn compact(value: &impl Serialize) -> String {
     serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
 /// The wire spelling of a unit enum value (`unknown_after_send`).
-fn wire(value: &impl Serialize) -> String {
+pub(crate) fn wire(value: &impl Serialize) -> String {
     match serde_json::to_value(value) {
         Ok(serde_json::Value::String(text)) => text,
         Ok(other) => other.to_string(),
@@ -895,11 +803,11 @@ fn wire(value: &impl Serialize) -> String {
 }
 
 /// A view printed as its wire JSON or as a table.
-trait Render: Serialize {
+pub(crate) trait Render: Serialize {
     fn table(&self) -> String;
 }
 
-fn emit(view: &impl Render, json: bool) -> CliResult<()> {
+pub(crate) fn emit(view: &impl Render, json: bool) -> CliResult<()> {
     if json {
         print(&format!("{}\n", pretty(view)))
     } else {
@@ -1159,12 +1067,6 @@ impl Render for views::SessionsSendResult {
     }
 }
 
-impl Render for views::QaMessage {
-    fn table(&self) -> String {
-        qa_line(self, false)
-    }
-}
-
 fn events_table(events: &[SessionStateEvent]) -> String {
     if events.is_empty() {
         return "no events\n".to_owned();
@@ -1312,25 +1214,5 @@ mod tests {
         assert_eq!(segment("agent:main:qa:room-1"), "agent:main:qa:room-1");
         assert_eq!(segment("a/b?c#d%e"), "a%2Fb%3Fc%23d%25e");
         assert_eq!(segment("é"), "%C3%A9");
-    }
-
-    #[test]
-    fn qa_lines_mark_agent_state_and_edits() {
-        let message = views::QaMessage {
-            id: "m-2".into(),
-            seq: 2,
-            author_id: None,
-            from_agent: true,
-            text: "hi".into(),
-            edits: 3,
-            state: views::QaMessageState::Streaming,
-        };
-        assert_eq!(
-            qa_line(&message, false),
-            "[m-2] agent (streaming, edit 3): hi\n"
-        );
-        let json: serde_json::Value =
-            serde_json::from_str(qa_line(&message, true).trim()).expect("one JSON object");
-        assert_eq!(json["state"], "streaming");
     }
 }

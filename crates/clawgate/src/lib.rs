@@ -4,20 +4,21 @@
 //! * [`config`]: the TOML configuration (every key optional) and its validation;
 //! * [`state`]: the state directory, its one-gateway lock and `gateway.json`;
 //! * [`gateway`]: start-up order, the receive lanes and the agent turn;
-//! * [`chat`]: the web chat page (a person on the QA platform);
-//! * [`views`]: the operator views (status, outbox, inbox, leases, sessions, QA), shared by
-//!   the CLI and the control API;
+//! * [`views`]: the operator views (status, outbox, inbox, leases, sessions), shared by the
+//!   CLI and the control API;
 //! * [`control`]: the local control API (token-protected, loopback only);
 //! * [`cli`]: the operator commands, through a running gateway or on its state directory;
+//! * [`qa`]: the QA platform's extras (web chat page, `/v1/qa/*` routes, `clawgate qa`, session
+//!   delivery into a conversation); only [`serve`] mounts it;
 //! * [`serve`]: runs it all until Ctrl-C, then shuts down cleanly;
 //! * [`crash_points`]: a test hook that aborts at a chosen durable write or platform call.
 
-pub mod chat;
 pub mod cli;
 pub mod config;
 pub mod control;
 pub mod crash_points;
 pub mod gateway;
+pub mod qa;
 pub mod serve;
 pub mod state;
 pub mod views;

@@ -2,10 +2,13 @@
 //! until Ctrl-C (or SIGTERM), then shut down cleanly: polling stops, running turns finish
 //! (bounded), agent sessions and their leases are closed, `gateway.json` is removed.
 
+use std::sync::Arc;
+
 use tracing::{error, info};
 
 use crate::config::Config;
 use crate::gateway::{Gateway, GatewayError, random_token};
+use crate::qa;
 use crate::state::{ChannelInfo, RuntimeInfo};
 
 /// Runs a gateway until a stop signal. Prints where it listens and where the state lives.
@@ -25,8 +28,11 @@ pub async fn up(config: Config) -> Result<(), GatewayError> {
     })?;
     let url = format!("http://{addr}");
     let token = random_token().map_err(GatewayError::Random)?;
-    let app = crate::chat::routes()
-        .merge(crate::control::routes(token.clone()))
+    let shared_token = Arc::new(token.clone());
+    // The QA channel's extras, in one place (a gateway without a QA channel could skip them).
+    let delivery = Arc::new(qa::ConversationDelivery::new(gateway.channels.clone()));
+    let app = crate::control::routes(shared_token.clone(), delivery)
+        .merge(qa::routes(shared_token))
         .layer(axum::middleware::from_fn(
             move |request: axum::extract::Request, next: axum::middleware::Next| async move {
                 if loopback_host(&request, addr.port()) {

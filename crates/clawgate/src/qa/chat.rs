@@ -12,20 +12,19 @@ use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use clawgate_channel_qa::{InboundRequest, PlatformMessage};
 
+use super::views::{self, QaSendBody};
 use crate::control::ApiError;
-use crate::gateway::{Channel, Gateway};
-use crate::views::{self, QaSendBody};
+use crate::gateway::Gateway;
 
-const PAGE: &str = include_str!("../assets/chat.html");
+const PAGE: &str = include_str!("chat.html");
 /// The author id of messages written on the page.
 pub const WEB_AUTHOR: &str = "web-user";
 
-pub fn routes() -> Router<Arc<Gateway>> {
+pub(super) fn routes() -> Router<Arc<Gateway>> {
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
-        .route("/chat/api/messages", get(crate::control::qa_messages))
+        .route("/chat/api/messages", get(super::api::messages))
         .route("/chat/api/send", post(send))
 }
 
@@ -43,26 +42,4 @@ async fn send(State(gateway): State<Arc<Gateway>>, Json(body): Json<QaSendBody>)
         Ok(message) => (StatusCode::CREATED, Json(message)).into_response(),
         Err(e) => ApiError::from(e).into_response(),
     }
-}
-
-/// Writes into a QA conversation as a person (the platform's inbound injection).
-pub async fn inject(
-    channel: &Channel,
-    conversation: &str,
-    author: &str,
-    text: &str,
-) -> Result<PlatformMessage, String> {
-    let request = InboundRequest {
-        text: text.to_owned(),
-        author_id: author.to_owned(),
-        author_is_bot: false,
-        thread_id: None,
-        reply_to_id: None,
-        metadata: None,
-    };
-    channel
-        .adapter
-        .write_as(conversation, &request)
-        .await
-        .map_err(|e| format!("QA platform: {}", e.message))
 }
