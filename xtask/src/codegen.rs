@@ -237,7 +237,7 @@ const SECTIONS: &[Section] = &[
 #[cfg(test)]
 const SCHEMA_SOURCES: &[&str] = &[
     "crates/clawgate-types/src",
-    "crates/clawgate/src/views.rs",
+    "crates/clawgate/src/views",
     "crates/clawgate/src/qa/views.rs",
     // The session tools' wire types, which `clawgate::views` re-exports.
     "crates/clawgate-awareness/src/tools.rs",
