@@ -1,5 +1,6 @@
-//! The operator views: what `clawgate status | outbox | inbox | leases | sessions | qa` show and
-//! change, as plain async functions over the store, the session tools and the lease controller.
+//! The operator views: what `clawgate status | outbox | inbox | leases | sessions` show and
+//! change, as plain async functions over the store, the session tools and the lease controller
+//! (one submodule per family; the QA channel's views are `crate::qa`'s).
 //!
 //! The CLI calls them directly on a stopped gateway's state directory; the control API
 //! ([`crate::control`]) serves the same functions from a running gateway. Both modes therefore
