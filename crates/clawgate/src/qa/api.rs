@@ -10,7 +10,7 @@ use super::views::{self, QaConversation, QaMessage, QaMessagesParams, QaSendBody
 use crate::control::{self, Answer, BodyOf, QueryOf, RouteDoc, bad_request};
 use crate::gateway::Gateway;
 
-/// The QA routes, in the order of [`routes`].
+/// The QA routes of the control API, in the order [`super::routes`] mounts them.
 pub const ROUTES: &[RouteDoc] = &[
     RouteDoc {
         method: "GET",
