@@ -1,9 +1,9 @@
 //! `cargo xtask codegen`: the JSON Schemas of the wire types in `docs/schema/`.
 //!
 //! Owns [`SECTIONS`], the one list of wire types that get a checked-in schema — the vocabulary of
-//! `clawgate-types` and the control API of `clawgate` (`clawgate::views`) — and the rendering
+//! `clawgate-types` and the control API of `clawgate` (`clawgate::views`, `clawgate::qa`) — and the rendering
 //! of `docs/schema/<TypeName>.json` plus the reference page `docs/schema/README.md`, which also
-//! lists the control API's routes (`clawgate::control::ROUTES`). Output is
+//! lists the control API's routes (`clawgate::control::ROUTES`, `clawgate::qa::ROUTES`). Output is
 //! byte-stable: object keys are sorted whatever serde_json features the build unified, so
 //! `--check` compares text.
 //!
@@ -66,8 +66,14 @@ macro_rules! control_types {
     };
 }
 
+macro_rules! qa_types {
+    ($($name:ident),* $(,)?) => {
+        &[$(WireType { name: stringify!($name), schema: schema_of::<clawgate::qa::$name> }),*]
+    };
+}
+
 /// Every public wire type of `clawgate-types` and of the control API (`clawgate::views`, which
-/// re-exports the session tools' types of `clawgate-awareness`). A new
+/// re-exports the session tools' types of `clawgate-awareness`, and `clawgate::qa`). A new
 /// type that derives `JsonSchema` goes here (the `table_covers_every_json_schema_type` test
 /// fails until it does).
 const SECTIONS: &[Section] = &[
@@ -217,7 +223,7 @@ const SECTIONS: &[Section] = &[
     },
     Section {
         title: "Control API: QA channel",
-        types: control_types![
+        types: qa_types![
             QaSendBody,
             QaMessagesParams,
             QaConversation,
@@ -231,10 +237,16 @@ const SECTIONS: &[Section] = &[
 #[cfg(test)]
 const SCHEMA_SOURCES: &[&str] = &[
     "crates/clawgate-types/src",
-    "crates/clawgate/src/views.rs",
+    "crates/clawgate/src/views",
+    "crates/clawgate/src/qa/views.rs",
     // The session tools' wire types, which `clawgate::views` re-exports.
     "crates/clawgate-awareness/src/tools.rs",
 ];
+
+/// The control API's routes: the core ones, then the QA channel's.
+fn control_routes() -> impl Iterator<Item = &'static clawgate::control::RouteDoc> {
+    clawgate::control::ROUTES.iter().chain(clawgate::qa::ROUTES)
+}
 
 fn all_types() -> impl Iterator<Item = &'static WireType> {
     SECTIONS.iter().flat_map(|section| section.types)
@@ -440,7 +452,7 @@ fn routes_section() -> String {
          none does.\n\n",
     );
     out.push_str("| Method | Path | Input | Answer | Description |\n|---|---|---|---|---|\n");
-    for route in clawgate::control::ROUTES {
+    for route in control_routes() {
         let _ = writeln!(
             out,
             "| {} | `{}` | {} | {} | {} |",
@@ -754,7 +766,7 @@ mod tests {
     #[test]
     fn route_types_are_listed() {
         let listed: BTreeSet<&str> = all_types().map(|wire_type| wire_type.name).collect();
-        for route in clawgate::control::ROUTES {
+        for route in control_routes() {
             for name in route.input.into_iter().chain([route.output]) {
                 assert!(
                     listed.contains(name),

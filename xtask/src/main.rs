@@ -36,7 +36,8 @@ commands:
   bench awareness     signal log, changesSince, notice fan-out, pruning beside raw SQLite
   bench acpx          lease verifications/s on live processes, time to reap 100 orphan trees
   bench gateway       the clawgate binary: idle RSS, inbound → committed final p50/p99 vs the agent alone
-  tidy                check the crate layering and the publish metadata of every crate
+  tidy                check the crate layering and the publish metadata of every crate, and
+                      that no crate's modules import each other in a circle
   soak [--kills N] [--seeds A,B,…]
                       the gateway's crash matrix run long on a release build: N SIGKILLs
                       (default 100) per seed (default five fixed seeds), figures added up

@@ -7,6 +7,9 @@
 //! * **Publish metadata.** Every publishable library crate carries the crates.io metadata and
 //!   inherits the workspace lints.
 //!
+//! * **Module circles.** No import circle between the top-level modules of a crate
+//!   ([`modules`]).
+//!
 //! The checks are pure functions over plain data ([`check_layers`], [`check_manifests`]); only
 //! [`workspace`] does I/O (`cargo metadata` and reading manifests).
 
@@ -17,6 +20,8 @@ use anyhow::{Context, bail};
 use serde_json::Value;
 
 use crate::cmd::{cargo, read_stdout};
+
+mod modules;
 
 /// Which crate names a rule applies to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -417,6 +422,7 @@ pub(crate) fn workspace() -> anyhow::Result<Vec<Package>> {
 }
 
 pub(crate) fn run() -> anyhow::Result<()> {
+    modules::run()?;
     let packages = workspace()?;
     let mut violations = check_layers(&packages);
     violations.extend(check_manifests(&packages));

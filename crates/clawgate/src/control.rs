@@ -17,7 +17,7 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use clawgate_awareness::{SessionDelivery, SessionTools};
 use clawgate_messages::{Clock as _, SystemClock};
 use clawgate_store::SqliteStore;
@@ -54,7 +54,7 @@ const fn route(
     }
 }
 
-/// Every control route, in the order of [`routes`].
+/// Every control route, in the order of [`routes`] (the QA channel's follow in `qa::ROUTES`).
 pub const ROUTES: &[RouteDoc] = &[
     route(
         "GET",
@@ -144,26 +144,12 @@ pub const ROUTES: &[RouteDoc] = &[
         "`sessions_send`: the message goes into the session's QA conversation, authored by \
          `session:<from>`; with `watch` the sender watches the receiving session.",
     ),
-    route(
-        "GET",
-        "/v1/qa/messages",
-        Some("QaMessagesParams"),
-        "QaConversation",
-        "What a QA conversation shows, agent messages marked `streaming` or `final`.",
-    ),
-    route(
-        "POST",
-        "/v1/qa/send",
-        Some("QaSendBody"),
-        "QaMessage",
-        "Writes into a QA conversation as a person (the agent answers as usual).",
-    ),
 ];
 
-/// The control routes; `token` guards all of them.
-pub fn routes(token: String) -> Router<Arc<Gateway>> {
-    let token = Arc::new(token);
-    Router::new()
+/// The control routes; `token` guards all of them. `delivery` carries `sessions_send` into the
+/// receiving session's conversation (the channel decides how).
+pub fn routes(token: Arc<String>, delivery: Arc<dyn SessionDelivery>) -> Router<Arc<Gateway>> {
+    let router = Router::new()
         .route("/v1/status", get(status))
         .route("/v1/outbox", get(outbox_list))
         .route("/v1/outbox/{id}", get(outbox_show))
@@ -175,30 +161,36 @@ pub fn routes(token: String) -> Router<Arc<Gateway>> {
         .route("/v1/sessions", get(sessions_list))
         .route("/v1/sessions/{key}", get(session_status))
         .route("/v1/sessions/{key}/history", get(sessions_history))
-        .route("/v1/sessions/{key}/send", post(sessions_send))
-        .route("/v1/qa/messages", get(qa_messages))
-        .route("/v1/qa/send", post(qa_send))
-        .route_layer(axum::middleware::from_fn(
-            move |request: Request, next: Next| {
-                let token = token.clone();
-                async move {
-                    let expected = format!("Bearer {token}");
-                    let given = request
-                        .headers()
-                        .get(axum::http::header::AUTHORIZATION)
-                        .and_then(|v| v.to_str().ok());
-                    if given != Some(expected.as_str()) {
-                        return ApiError(
+        .route("/v1/sessions/{key}/send", post(sessions_send));
+    require_token(router, token).layer(Extension(delivery))
+}
+
+/// Guards every route of `router` (added so far) with the bearer token.
+pub(crate) fn require_token(
+    router: Router<Arc<Gateway>>,
+    token: Arc<String>,
+) -> Router<Arc<Gateway>> {
+    router.route_layer(axum::middleware::from_fn(
+        move |request: Request, next: Next| {
+            let token = token.clone();
+            async move {
+                let expected = format!("Bearer {token}");
+                let given = request
+                    .headers()
+                    .get(axum::http::header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok());
+                if given != Some(expected.as_str()) {
+                    return ApiError(
                         StatusCode::UNAUTHORIZED,
                         "missing or wrong bearer token (see gateway.json in the state directory)"
                             .into(),
                     )
                     .into_response();
-                    }
-                    next.run(request).await
                 }
-            },
-        ))
+                next.run(request).await
+            }
+        },
+    ))
 }
 
 /// `{"error": "..."}` with a status code.
@@ -219,13 +211,13 @@ impl From<ViewError> for ApiError {
     }
 }
 
-fn bad_request(rejection: impl std::fmt::Display) -> ApiError {
+pub(crate) fn bad_request(rejection: impl std::fmt::Display) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, rejection.to_string())
 }
 
-type Answer<T> = Result<Json<T>, ApiError>;
-type QueryOf<T> = Result<Query<T>, QueryRejection>;
-type BodyOf<T> = Result<Json<T>, JsonRejection>;
+pub(crate) type Answer<T> = Result<Json<T>, ApiError>;
+pub(crate) type QueryOf<T> = Result<Query<T>, QueryRejection>;
+pub(crate) type BodyOf<T> = Result<Json<T>, JsonRejection>;
 type PathOf = Result<Path<String>, PathRejection>;
 
 fn now() -> i64 {
@@ -305,14 +297,12 @@ async fn leases_reap(State(gateway): State<Arc<Gateway>>) -> Answer<views::ReapS
     Ok(Json(views::leases_reap(&gateway.acpx, now()).await?))
 }
 
-/// The session tools of the running gateway: sends go into the target's conversation.
-fn tools(gateway: &Arc<Gateway>) -> SessionTools<SqliteStore> {
-    SessionTools::new(
-        gateway.awareness.clone(),
-        Arc::new(ConversationDelivery {
-            gateway: gateway.clone(),
-        }),
-    )
+/// How `sessions_send` reaches the receiving session, as [`routes`] was given it.
+type Delivery = Extension<Arc<dyn SessionDelivery>>;
+
+/// The session tools of the running gateway: sends go through `delivery`.
+fn tools(gateway: &Gateway, Extension(delivery): Delivery) -> SessionTools<SqliteStore> {
+    SessionTools::new(gateway.awareness.clone(), delivery)
 }
 
 fn session_key(path: PathOf) -> Result<SessionKey, ApiError> {
@@ -322,104 +312,56 @@ fn session_key(path: PathOf) -> Result<SessionKey, ApiError> {
 
 async fn sessions_list(
     State(gateway): State<Arc<Gateway>>,
+    delivery: Delivery,
     query: QueryOf<views::SessionsListParams>,
 ) -> Answer<views::SessionsListResult> {
     let Query(params) = query.map_err(bad_request)?;
-    Ok(Json(views::sessions_list(&tools(&gateway), &params).await?))
+    Ok(Json(
+        views::sessions_list(&tools(&gateway, delivery), &params).await?,
+    ))
 }
 
 async fn session_status(
     State(gateway): State<Arc<Gateway>>,
+    delivery: Delivery,
     key: PathOf,
     query: QueryOf<views::SessionStatusParams>,
 ) -> Answer<views::SessionStatusResult> {
     let key = session_key(key)?;
     let Query(params) = query.map_err(bad_request)?;
     Ok(Json(
-        views::session_status(&tools(&gateway), key, &params).await?,
+        views::session_status(&tools(&gateway, delivery), key, &params).await?,
     ))
 }
 
 async fn sessions_history(
     State(gateway): State<Arc<Gateway>>,
+    delivery: Delivery,
     key: PathOf,
     query: QueryOf<views::SessionsHistoryParams>,
 ) -> Answer<views::SessionsHistoryResult> {
     let key = session_key(key)?;
     let Query(params) = query.map_err(bad_request)?;
     Ok(Json(
-        views::sessions_history(&tools(&gateway), key, &params).await?,
+        views::sessions_history(&tools(&gateway, delivery), key, &params).await?,
     ))
 }
 
 async fn sessions_send(
     State(gateway): State<Arc<Gateway>>,
+    delivery: Delivery,
     key: PathOf,
     body: BodyOf<views::SessionsSendBody>,
 ) -> Answer<views::SessionsSendResult> {
     let key = session_key(key)?;
     let Json(body) = body.map_err(bad_request)?;
     Ok(Json(
-        views::sessions_send(&tools(&gateway), &gateway.config.sessions, key, &body).await?,
+        views::sessions_send(
+            &tools(&gateway, delivery),
+            &gateway.config.sessions,
+            key,
+            &body,
+        )
+        .await?,
     ))
-}
-
-/// Also the chat page's view of its conversation (served there without a token).
-pub(crate) async fn qa_messages(
-    State(gateway): State<Arc<Gateway>>,
-    query: QueryOf<views::QaMessagesParams>,
-) -> Answer<views::QaConversation> {
-    let Query(params) = query.map_err(bad_request)?;
-    let channel = views::pick_channel(&gateway.channels, params.channel.as_deref())?;
-    Ok(Json(
-        views::qa_messages(&*gateway.store, channel, &params.conversation).await?,
-    ))
-}
-
-async fn qa_send(
-    State(gateway): State<Arc<Gateway>>,
-    body: BodyOf<views::QaSendBody>,
-) -> Answer<views::QaMessage> {
-    let Json(body) = body.map_err(bad_request)?;
-    let channel = views::pick_channel(&gateway.channels, body.channel.as_deref())?;
-    Ok(Json(views::qa_send(channel, &body).await?))
-}
-
-/// `sessions_send` of a running gateway: the message goes into the session's conversation
-/// through the channel's own send path (any channel kind), and the session's agent gets it
-/// as a turn authored by `session:<from>`, answered into the conversation like any other.
-struct ConversationDelivery {
-    gateway: Arc<Gateway>,
-}
-
-#[async_trait::async_trait]
-impl SessionDelivery for ConversationDelivery {
-    async fn deliver(
-        &self,
-        from: &SessionKey,
-        to: &SessionKey,
-        message: &str,
-    ) -> Result<SessionKey, Box<dyn std::error::Error + Send + Sync>> {
-        let not_ours = || {
-            format!(
-                "session {to} is not a conversation of this gateway's channels (keys look like \
-                 agent:<agent>:<channel>:<conversation>)"
-            )
-        };
-        let (channel_name, conversation) = to
-            .rest()
-            .split_once(':')
-            .filter(|_| to.is_agent_qualified())
-            .ok_or_else(not_ours)?;
-        let channel = self
-            .gateway
-            .channels
-            .iter()
-            .find(|c| c.name == channel_name)
-            .ok_or_else(not_ours)?;
-        self.gateway
-            .deliver_to_session(channel, conversation, from, message)
-            .await?;
-        Ok(to.clone())
-    }
 }

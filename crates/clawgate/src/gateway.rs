@@ -15,23 +15,25 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use clawgate_acpx::{ControllerConfig, LifecycleController, system_table};
 use clawgate_awareness::{Awareness, AwarenessConfig, RetentionPolicy};
-use clawgate_channel_sdk::{ChannelPlugin, ChannelRegistry, ChannelSetup, SetupError};
+use clawgate_channel_sdk::{ChannelRegistry, ChannelSetup, SetupError};
 use clawgate_messages::{
-    Clock, Messenger, ReceiveOptions, Receiver, SourceRunner, SourceStores, SystemClock,
+    Messenger, ReceiveOptions, Receiver, SourceRunner, SourceStores, SystemClock,
 };
 use clawgate_store::{SqliteOptions, SqliteStore, Synchronous, WatermarkKey};
 use clawgate_types::UnixMillis;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
+pub use crate::channels::Channel;
 use crate::config::{Config, ConfigError};
 use crate::state::{StateDir, StateLock};
-use crate::turn::TurnHandler;
+use crate::turn::now_ms;
+use crate::turn::{Counters, TurnHandler, Turns};
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -67,45 +69,6 @@ pub enum GatewayError {
 pub const WRAPPER_SUBCOMMAND: &str = "acpx-wrapper";
 pub const DEMO_AGENT_SUBCOMMAND: &str = "demo-agent";
 
-/// One configured chat account: its channel plugin (built by the channel kind's factory) and
-/// the agent that answers on it.
-pub struct Channel {
-    /// The channel name messages carry (`<kind>`, or `<kind>-<account>` for further accounts).
-    pub name: String,
-    /// The channel kind (`qa`, `telegram`…).
-    pub kind: String,
-    /// The account id.
-    pub account: String,
-    /// The agent that answers.
-    pub agent_id: String,
-    /// Send, receive and source of the channel.
-    pub plugin: ChannelPlugin,
-    max_turn_attempts: u32,
-}
-
-/// The plugin's `Debug` prints no secret (adapters redact their tokens).
-impl std::fmt::Debug for Channel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Channel")
-            .field("name", &self.name)
-            .field("kind", &self.kind)
-            .field("account", &self.account)
-            .field("agent_id", &self.agent_id)
-            .field("plugin", &self.plugin)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Counters shown by `status` and the control API.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub turns_in_flight: AtomicUsize,
-    /// Receive contexts running (a turn and the write that finishes its inbound record).
-    pub receives_in_flight: AtomicUsize,
-    pub turns_completed: AtomicU64,
-    pub turns_failed: AtomicU64,
-}
-
 /// A started gateway.
 pub struct Gateway {
     pub config: Config,
@@ -115,12 +78,13 @@ pub struct Gateway {
     pub awareness: Arc<Awareness<SqliteStore>>,
     pub acpx: Arc<LifecycleController<SqliteStore>>,
     pub channels: Vec<Arc<Channel>>,
-    pub counters: Counters,
+    pub counters: Arc<Counters>,
+    /// Runs the agent turns of every channel.
+    pub turns: Arc<Turns>,
     pub started_at: UnixMillis,
     /// Agent argv per agent id (resolved once: the bundled agent is this binary).
-    pub(crate) agents: HashMap<String, (Vec<String>, PathBuf)>,
     clock: Arc<SystemClock>,
-    pub(crate) stop: watch::Sender<bool>,
+    stop: watch::Sender<bool>,
     _lock: StateLock,
 }
 
@@ -130,10 +94,6 @@ impl std::fmt::Debug for Gateway {
             .field("state", &self.state.path())
             .finish_non_exhaustive()
     }
-}
-
-pub(crate) fn now_ms() -> UnixMillis {
-    SystemClock.now_ms()
 }
 
 /// 32 random bytes from the OS, hex.
@@ -293,7 +253,18 @@ impl Gateway {
             clock.clone(),
             &acpx.instance_id().to_string(),
         );
-        let (stop, _) = watch::channel(false);
+        let (stop, stopped) = watch::channel(false);
+        let counters = Arc::new(Counters::default());
+        let turns = Arc::new(Turns {
+            store: store.clone(),
+            messenger: messenger.clone(),
+            awareness: awareness.clone(),
+            acpx: acpx.clone(),
+            agents,
+            durability: config.durability.policy.to_policy(),
+            counters: counters.clone(),
+            stop: stopped,
+        });
         Ok(Arc::new(Gateway {
             config,
             state,
@@ -302,9 +273,9 @@ impl Gateway {
             awareness,
             acpx,
             channels,
-            counters: Counters::default(),
+            counters,
+            turns,
             started_at: now_ms(),
-            agents,
             clock,
             stop,
             _lock: lock,
@@ -460,7 +431,7 @@ impl Gateway {
             source: "updates".into(),
         };
         let handler = Arc::new(TurnHandler {
-            gateway: self.clone(),
+            turns: self.turns.clone(),
             channel: channel.clone(),
             receiver,
         });
@@ -478,11 +449,6 @@ impl Gateway {
         )
         .run()
         .await;
-    }
-
-    /// Whether a stop was requested.
-    pub(crate) fn stopping(&self) -> bool {
-        *self.stop.borrow()
     }
 }
 

@@ -6,21 +6,25 @@
 //! * [`channels`]: the channel kinds of this build (one cargo feature each);
 //! * [`gateway`]: start-up order, channels, loops and shutdown;
 //! * [`turn`]: one inbound event → agent turn → durable reply;
-//! * [`chat`]: the web chat page (a person on the QA platform);
-//! * [`views`]: the operator views (status, outbox, inbox, leases, sessions, QA), shared by
-//!   the CLI and the control API;
+//! * [`views`]: the operator views (status, outbox, inbox, leases, sessions), shared by the
+//!   CLI and the control API;
+//! * [`relay`]: `sessions_send` into a conversation, through its channel's send path;
 //! * [`control`]: the local control API (token-protected, loopback only);
 //! * [`cli`]: the operator commands, through a running gateway or on its state directory;
+//! * [`qa`]: the QA platform's extras (web chat page, `/v1/qa/*` routes, `clawgate qa`, session
+//!   delivery into a conversation); only [`serve`] mounts it;
 //! * [`serve`]: runs it all until Ctrl-C, then shuts down cleanly;
 //! * [`crash_points`]: a test hook that aborts at a chosen durable write or platform call.
 
 pub mod channels;
-pub mod chat;
 pub mod cli;
 pub mod config;
 pub mod control;
 pub mod crash_points;
 pub mod gateway;
+#[cfg(feature = "channel-qa")]
+pub mod qa;
+pub mod relay;
 pub mod serve;
 pub mod state;
 pub mod turn;

@@ -44,6 +44,12 @@ enum Command {
     },
     #[command(flatten)]
     Operator(clawgate::cli::Command),
+    /// Talk to the QA channel from a terminal (needs a running gateway).
+    #[cfg(feature = "channel-qa")]
+    Qa {
+        #[command(subcommand)]
+        command: clawgate::qa::cli::QaCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -93,6 +99,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             clawgate::serve::up(config).await?;
         }
         Command::Operator(command) => clawgate::cli::run(&config, command, cli.json).await?,
+        #[cfg(feature = "channel-qa")]
+        Command::Qa { command } => clawgate::qa::cli::run(&config, command, cli.json).await?,
     }
     Ok(())
 }

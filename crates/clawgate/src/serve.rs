@@ -2,6 +2,8 @@
 //! until Ctrl-C (or SIGTERM), then shut down cleanly: polling stops, running turns finish
 //! (bounded), agent sessions and their leases are closed, `gateway.json` is removed.
 
+use std::sync::Arc;
+
 use tracing::{error, info};
 
 use crate::config::Config;
@@ -25,9 +27,14 @@ pub async fn up(config: Config) -> Result<(), GatewayError> {
     })?;
     let url = format!("http://{addr}");
     let token = random_token().map_err(GatewayError::Random)?;
-    let mut app = crate::control::routes(token.clone());
-    if crate::chat::has_qa_channel(&gateway.channels) {
-        app = app.merge(crate::chat::routes());
+    let shared_token = Arc::new(token.clone());
+    let delivery = Arc::new(crate::relay::ConversationDelivery::new(gateway.clone()));
+    #[cfg_attr(not(feature = "channel-qa"), allow(unused_mut))]
+    let mut app = crate::control::routes(shared_token.clone(), delivery);
+    // The QA platform's extras only beside a QA channel.
+    #[cfg(feature = "channel-qa")]
+    if crate::qa::has_qa_channel(&gateway.channels) {
+        app = app.merge(crate::qa::routes(shared_token));
     }
     let app = app
         .layer(axum::middleware::from_fn(
@@ -66,7 +73,8 @@ pub async fn up(config: Config) -> Result<(), GatewayError> {
     })?;
     gateway.run().await;
     println!("clawgate is up");
-    if crate::chat::has_qa_channel(&gateway.channels) {
+    #[cfg(feature = "channel-qa")]
+    if crate::qa::has_qa_channel(&gateway.channels) {
         println!("  chat:        {url}/");
     }
     println!(

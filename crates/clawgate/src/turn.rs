@@ -4,7 +4,7 @@
 //! finds the reply an earlier attempt recorded or delivered and never produces a second one.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use clawgate_acpx::EnsureInput;
@@ -22,7 +22,44 @@ use clawgate_types::{
 use tokio::sync::mpsc;
 use tracing::{Instrument, info, warn};
 
-use crate::gateway::{Channel, Gateway, now_ms};
+use crate::channels::Channel;
+
+/// Now, in the clock every durable record uses.
+pub(crate) fn now_ms() -> clawgate_types::UnixMillis {
+    use clawgate_messages::Clock as _;
+    clawgate_messages::SystemClock.now_ms()
+}
+
+/// Counters shown by `status` and the control API.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub turns_in_flight: AtomicUsize,
+    /// Receive contexts running (a turn and the write that finishes its inbound record).
+    pub receives_in_flight: AtomicUsize,
+    pub turns_completed: AtomicU64,
+    pub turns_failed: AtomicU64,
+}
+
+/// What a turn needs of the gateway: the stores, engines and agents, and the stop signal.
+pub struct Turns {
+    pub(crate) store: Arc<clawgate_store::SqliteStore>,
+    pub(crate) messenger: clawgate_messages::Messenger,
+    pub(crate) awareness: Arc<clawgate_awareness::Awareness<clawgate_store::SqliteStore>>,
+    pub(crate) acpx: Arc<clawgate_acpx::LifecycleController<clawgate_store::SqliteStore>>,
+    /// Agent argv and working directory per agent id.
+    pub(crate) agents: std::collections::HashMap<String, (Vec<String>, std::path::PathBuf)>,
+    pub(crate) durability: MessageDurabilityPolicy,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) stop: tokio::sync::watch::Receiver<bool>,
+}
+
+impl std::fmt::Debug for Turns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Turns")
+            .field("agents", &self.agents.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
 
 /// Why a turn did not end with its reply delivered. The event stays unfinished and is tried
 /// again (or dead-lettered once its attempts are spent).
@@ -65,7 +102,7 @@ impl From<clawgate_acpx::AcpxError> for TurnError {
 
 /// A channel's inbound events, through its receive context, to turns.
 pub(crate) struct TurnHandler {
-    pub(crate) gateway: Arc<Gateway>,
+    pub(crate) turns: Arc<Turns>,
     pub(crate) channel: Arc<Channel>,
     pub(crate) receiver: Receiver,
 }
@@ -73,7 +110,7 @@ pub(crate) struct TurnHandler {
 #[async_trait::async_trait]
 impl EventHandler for TurnHandler {
     async fn handle(&self, raw: &serde_json::Value, ack: &AckController, attempt: u32) -> bool {
-        let gateway = &self.gateway;
+        let gateway = &self.turns;
         let channel = &self.channel;
         let span = tracing::info_span!("turn", channel = %channel.name, attempt);
         gateway
@@ -136,7 +173,12 @@ impl EventHandler for TurnHandler {
     }
 }
 
-impl Gateway {
+impl Turns {
+    /// Whether the gateway is stopping.
+    pub(crate) fn stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+
     /// A dead-lettered event gets one visible answer instead of silence: a short notice that the
     /// agent could not answer, marked as gateway-failure output (another gateway in the room
     /// drops it as an echo, by marker). Durable and keyed by the event: sent once. Returns
@@ -163,7 +205,7 @@ impl Gateway {
             clawgate_types::GatewayFailureCode::AgentFailedBeforeReply,
         ));
         let options = SendOptions {
-            durability: self.config.durability.policy.to_policy(),
+            durability: self.durability,
             idempotency_key: Some(key),
             time_to_live_ms: None,
         };
@@ -199,7 +241,11 @@ impl Gateway {
 
     /// One agent turn for an inbound message. Returns an error (retried) when the reply could
     /// not be produced; never sends a second reply for the same event.
-    async fn turn(&self, channel: &Channel, inbound: NormalizedInbound) -> Result<(), TurnError> {
+    pub(crate) async fn turn(
+        &self,
+        channel: &Channel,
+        inbound: NormalizedInbound,
+    ) -> Result<(), TurnError> {
         self.counters.turns_in_flight.fetch_add(1, Ordering::SeqCst);
         let result = self.turn_inner(channel, inbound).await;
         self.counters.turns_in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -269,7 +315,7 @@ impl Gateway {
 
         let reply = reply_message(channel, &inbound, &reply_key, "");
         let options = SendOptions {
-            durability: self.config.durability.policy.to_policy(),
+            durability: self.durability,
             idempotency_key: Some(reply_key.clone()),
             time_to_live_ms: None,
         };
@@ -432,7 +478,7 @@ impl Gateway {
     /// a reconciliation): `Ok` once it is sent, or handed to an operator (an unknown outcome
     /// the adapter cannot reconcile, a cancel); an error when it failed for good.
     async fn await_reply(&self, id: &IntentId) -> Result<(), TurnError> {
-        let mut stop = self.stop.subscribe();
+        let mut stop = self.stop.clone();
         loop {
             let intent = self
                 .messenger
@@ -466,79 +512,6 @@ impl Gateway {
                 _ = tokio::time::sleep(Duration::from_millis(wait.unsigned_abs())) => {}
             }
         }
-    }
-}
-
-impl Gateway {
-    /// `sessions_send` into a conversation of `channel`: the message is sent there through the
-    /// channel's own send path (durable, keyed), then the conversation's agent answers it as a
-    /// turn authored by `session:<from>`. Returns once the message is delivered; the turn runs
-    /// on.
-    pub(crate) async fn deliver_to_session(
-        self: &Arc<Self>,
-        channel: &Arc<Channel>,
-        conversation: &str,
-        from: &SessionKey,
-        text: &str,
-    ) -> Result<(), String> {
-        let author = format!("session:{from}");
-        let target = clawgate_types::MessageTarget {
-            kind: clawgate_types::TargetKind::Group,
-            id: conversation.to_owned(),
-            label: None,
-            space_id: None,
-            parent_id: None,
-            thread_id: None,
-            native_channel_id: None,
-        };
-        let nonce = crate::gateway::random_token()
-            .map_err(|e| format!("cannot read random bytes for the message's key: {e}"))?;
-        let key = format!("{}:session-send:{}", channel.name, &nonce[..24]);
-        let mut relay = ChannelMessage {
-            id: key.clone(),
-            channel: channel.name.clone(),
-            account_id: Some(channel.account.clone()),
-            direction: MessageDirection::Outbound,
-            target: target.clone(),
-            sender: None,
-            body: Some(MessageBody {
-                text: format!("{author}: {text}"),
-                format: None,
-            }),
-            attachments: vec![],
-            relation: None,
-            origin: None,
-            timestamp: None,
-            raw: None,
-        };
-        let options = SendOptions {
-            durability: self.config.durability.policy.to_policy(),
-            idempotency_key: Some(key.clone()),
-            time_to_live_ms: None,
-        };
-        self.messenger
-            .send(relay.clone(), options)
-            .await
-            .map_err(|e| format!("the message could not be sent into {conversation}: {e}"))?;
-        relay.direction = MessageDirection::Inbound;
-        relay.sender = Some(clawgate_types::MessageActor {
-            id: author,
-            display_name: None,
-            is_bot: false,
-        });
-        relay.body = Some(MessageBody {
-            text: text.to_owned(),
-            format: None,
-        });
-        let inbound = NormalizedInbound::new(key, relay);
-        let gateway = self.clone();
-        let channel = channel.clone();
-        tokio::spawn(async move {
-            if let Err(e) = gateway.turn(&channel, inbound).await {
-                warn!(error = %e, "the turn for a session message failed");
-            }
-        });
-        Ok(())
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use clawgate::views;
+use clawgate::{qa, views};
 use clawgate_store::testing::sample_intent;
 use clawgate_store::{
     InboundKey, InboundStatus, InboundStore, InstanceStore, IntentStore, LeaseStore, SqliteOptions,
@@ -540,14 +540,14 @@ fn operator_commands_go_through_a_running_gateway() {
     let own = tail.wait_for(
         Duration::from_secs(30),
         "the person's message",
-        |m: &views::QaMessage| !m.from_agent,
+        |m: &qa::QaMessage| !m.from_agent,
     );
     assert_eq!(own.text, "hello from a terminal");
     assert_eq!(own.author_id.as_deref(), Some("operator"));
     let final_reply = tail.wait_for(
         Duration::from_secs(60),
         "the final reply",
-        |m: &views::QaMessage| m.from_agent && m.state == views::QaMessageState::Final,
+        |m: &qa::QaMessage| m.from_agent && m.state == qa::QaMessageState::Final,
     );
     assert!(
         final_reply.text.starts_with("echo: hello from a terminal"),

@@ -1,0 +1,127 @@
+//! `clawgate leases`: list the agent process leases, reap orphaned ones.
+
+use std::time::Duration;
+
+use clap::Subcommand;
+use clawgate_acpx::{ControllerConfig, LifecycleController, system_table};
+use clawgate_store::LeaseStore as _;
+use clawgate_types::LeaseState;
+
+use crate::config::Config;
+use crate::views::{self, ViewError};
+
+use super::{
+    Backend, CliError, CliResult, Render, Table, emit, fmt_time, more_note, now, opt, opt_time,
+    wire,
+};
+
+#[derive(Debug, Subcommand)]
+pub enum LeasesCommand {
+    /// Agent process leases, oldest first.
+    List {
+        /// Only these states (repeat or comma-separate): open, closing, closed, lost.
+        #[arg(long, value_delimiter = ',')]
+        state: Vec<String>,
+        #[arg(long)]
+        limit: Option<u32>,
+    },
+    /// End the agent processes of unfinished leases no live session owns. Only processes
+    /// verified as this instance's are signalled; anything else is refused and left alone.
+    Reap,
+}
+
+pub(super) async fn leases(
+    backend: &Backend,
+    config: &Config,
+    command: LeasesCommand,
+    json: bool,
+) -> CliResult<()> {
+    match command {
+        LeasesCommand::List { state, limit } => {
+            let params = views::LeasesListParams {
+                state: (!state.is_empty()).then(|| state.join(",")),
+                limit,
+            };
+            let view = match backend {
+                Backend::Running { api, .. } => api.get("/v1/leases", &params).await?,
+                Backend::Stopped(local) => views::leases_list(&*local.store, &params).await?,
+            };
+            emit(&view, json)
+        }
+        LeasesCommand::Reap => {
+            let view = match backend {
+                Backend::Running { api, .. } => {
+                    eprintln!("asking the running gateway to reap orphaned agent processes…");
+                    api.post("/v1/leases/reap", &()).await?
+                }
+                Backend::Stopped(local) => {
+                    let _lock = local.lock_for_change()?;
+                    let exe = std::env::current_exe().map_err(CliError::OwnPath)?;
+                    let mut controller = ControllerConfig::new(exe);
+                    controller.wrapper_args = vec![crate::gateway::WRAPPER_SUBCOMMAND.to_owned()];
+                    controller.retention =
+                        Duration::from_secs(config.retention.lease_days * 24 * 3600);
+                    let controller =
+                        LifecycleController::new(local.store.clone(), system_table(), controller)
+                            .await
+                            .map_err(ViewError::from)?;
+                    let unfinished = local
+                        .store
+                        .list_leases(
+                            Some(controller.instance_id()),
+                            &[LeaseState::Open, LeaseState::Closing],
+                        )
+                        .await?;
+                    eprintln!(
+                        "reaping {} unfinished lease(s) of this instance…",
+                        unfinished.len()
+                    );
+                    views::leases_reap(&controller, now()).await?
+                }
+            };
+            emit(&view, json)
+        }
+    }
+}
+
+impl Render for views::LeaseList {
+    fn table(&self) -> String {
+        if self.leases.is_empty() {
+            return "no leases match\n".to_owned();
+        }
+        let mut t = Table::new(&[
+            "LEASE", "STATE", "SESSION", "PID", "PGID", "STARTED", "ENDED",
+        ]);
+        for l in &self.leases {
+            t.row([
+                l.lease_id.to_string(),
+                l.state.as_str().to_owned(),
+                l.session_key.to_string(),
+                opt(l.root_pid),
+                opt(l.process_group_id),
+                fmt_time(l.started_at),
+                opt_time(l.ended_at),
+            ]);
+        }
+        t.render() + more_note(self.more)
+    }
+}
+
+impl Render for views::ReapSummary {
+    fn table(&self) -> String {
+        let mut out = if self.outcomes.is_empty() {
+            "no unfinished leases to reap\n".to_owned()
+        } else {
+            let mut t = Table::new(&["LEASE", "RESULT", "DETAIL"]);
+            for o in &self.outcomes {
+                t.row([o.lease_id.to_string(), wire(&o.result), o.detail.clone()]);
+            }
+            t.render()
+        };
+        out.push_str(&format!(
+            "{} finished lease(s) removed by retention\n",
+            self.pruned
+        ));
+        out
+    }
+}

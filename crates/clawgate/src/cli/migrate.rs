@@ -1,0 +1,87 @@
+//! `clawgate migrate`: create or upgrade the state database.
+
+use clawgate_store::sqlite::{MigrationStatus, STATE_DB_FILE};
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::state::StateDir;
+
+use super::{CliError, CliResult, applied_version, lock_for_change, pretty, print, store_options};
+
+/// What `migrate --json` prints.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MigrateReport {
+    state_database: String,
+    from_version: i64,
+    to_version: i64,
+    applied: Vec<String>,
+}
+
+pub(super) fn migrate(config: &Config, create: bool, json: bool) -> CliResult<()> {
+    let dir = &config.state_dir;
+    if !dir.is_dir() {
+        if !create {
+            return Err(CliError::NoStateDir(dir.clone()));
+        }
+        StateDir::create(dir)?;
+        eprintln!("created the state directory {}", dir.display());
+    }
+    let state = StateDir::existing(dir).ok_or_else(|| CliError::NoStateDir(dir.clone()))?;
+    if state.is_locked() {
+        eprintln!(
+            "(state directory {}, held by a running gateway: it migrated the database when it \
+             started)",
+            state.path().display()
+        );
+    } else {
+        eprintln!(
+            "(state directory {}, gateway not running)",
+            state.path().display()
+        );
+    }
+    let db = state.path().join(STATE_DB_FILE);
+    let options = store_options(config);
+    let before = clawgate_store::sqlite::migration_status(&db, &options)?;
+    let from_version = applied_version(&before);
+    let pending: Vec<&MigrationStatus> = before.iter().filter(|m| m.applied_at.is_none()).collect();
+    // A running gateway migrated when it started; a stopped one is locked while migrating.
+    let _lock = if state.is_locked() || pending.is_empty() {
+        None
+    } else {
+        Some(lock_for_change(&state)?)
+    };
+    eprintln!("state database {}", db.display());
+    let after = if pending.is_empty() {
+        before.clone()
+    } else {
+        for m in &pending {
+            eprintln!("  applying migration {:04} {}…", m.version, m.name);
+        }
+        clawgate_store::sqlite::migrate_file(&db, &options)?
+    };
+    let report = MigrateReport {
+        state_database: db.display().to_string(),
+        from_version,
+        to_version: applied_version(&after),
+        applied: pending
+            .iter()
+            .map(|m| format!("{:04} {}", m.version, m.name))
+            .collect(),
+    };
+    if json {
+        return print(&format!("{}\n", pretty(&report)));
+    }
+    if report.applied.is_empty() {
+        print(&format!(
+            "up to date: schema version {} (this build writes {})\n",
+            report.to_version,
+            clawgate_store::sqlite::SCHEMA_VERSION
+        ))
+    } else {
+        print(&format!(
+            "migrated: schema version {} -> {}\n",
+            report.from_version, report.to_version
+        ))
+    }
+}

@@ -1,0 +1,167 @@
+//! Reading the file: TOML errors name the dotted key and the line.
+
+use std::path::Path;
+
+use super::{Config, ConfigError};
+
+impl Config {
+    /// Reads `path`, or the embedded defaults when `path` is `None`.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let Some(path) = path else {
+            return Ok(Config::default());
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            file: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates TOML text; `file` names it in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| {
+            let key = e
+                .span()
+                .map(|span| key_at(text, span.start))
+                .unwrap_or_default();
+            let position = e
+                .span()
+                .map(|span| {
+                    let line = text[..span.start].matches('\n').count() + 1;
+                    format!(" (line {line})")
+                })
+                .unwrap_or_default();
+            ConfigError::Invalid {
+                file: file.to_owned(),
+                key: if key.is_empty() { "(file)".into() } else { key },
+                reason: format!("{}{position}", e.message().trim()),
+            }
+        })?;
+        config.validate(file)?;
+        Ok(config)
+    }
+}
+
+/// The dotted key whose line contains byte `offset` (`[section]` + `key = …`), best effort.
+fn key_at(text: &str, offset: usize) -> String {
+    let mut section = String::new();
+    let mut key = String::new();
+    let mut start = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim();
+        if let Some(name) = trimmed
+            .strip_prefix("[[")
+            .and_then(|r| r.strip_suffix("]]"))
+            .or_else(|| trimmed.strip_prefix('[').and_then(|r| r.strip_suffix(']')))
+        {
+            section = name.trim().to_owned();
+            key.clear();
+        } else if let Some((name, _)) = trimmed.split_once('=') {
+            key = name.trim().to_owned();
+        }
+        start += line.len();
+        if start > offset {
+            break;
+        }
+    }
+    match (section.is_empty(), key.is_empty()) {
+        (true, _) => key,
+        (false, true) => section,
+        (false, false) => format!("{section}.{key}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clawgate_types::SessionVisibility;
+    use std::path::PathBuf;
+
+    use crate::config::DurabilityPolicy;
+
+    #[test]
+    fn no_file_means_the_embedded_defaults() {
+        let config = Config::load(None).expect("defaults");
+        assert_eq!(config.state_dir, PathBuf::from(".clawgate"));
+        assert_eq!(config.channels[0].kind, "qa");
+        assert!(config.agents[0].command.is_empty(), "bundled agent");
+        assert_eq!(Config::parse("", "x.toml").expect("empty file"), config);
+    }
+
+    #[test]
+    fn the_documented_reference_is_the_defaults() {
+        let page = include_str!("../../../../docs/configuration.md");
+        let reference = page
+            .split("## Reference")
+            .nth(1)
+            .and_then(|rest| rest.split("```toml").nth(1))
+            .and_then(|block| block.split("```").next())
+            .expect("a toml block under ## Reference");
+        let parsed = Config::parse(reference, "docs/configuration.md").expect("parses");
+        assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn a_full_file_parses() {
+        let config = Config::parse(
+            r#"
+state_dir = "/var/lib/clawgate"
+[gateway]
+listen = "127.0.0.1:0"
+[durability]
+policy = "best_effort"
+sync = "normal"
+[retry]
+max_attempts = 3
+[sessions]
+visibility = "all"
+a2a = { enabled = true, allow = ["ops-*"] }
+[[agents]]
+id = "coder"
+command = ["sh", "--acp"]
+[[channels]]
+kind = "qa"
+account = "bot"
+agent = "coder"
+[channels.settings]
+base_url = "http://127.0.0.1:9000"
+token_env = "QA_TOKEN"
+"#,
+            "clawgate.toml",
+        )
+        .expect("valid");
+        assert_eq!(config.durability.policy, DurabilityPolicy::BestEffort);
+        assert_eq!(config.sessions.visibility, SessionVisibility::All);
+        assert_eq!(config.retry_policy().max_attempts, 3);
+        assert_eq!(config.agent("coder").expect("agent").command[1], "--acp");
+    }
+
+    fn error_of(text: &str) -> String {
+        Config::parse(text, "clawgate.toml")
+            .expect_err("invalid")
+            .to_string()
+    }
+
+    #[test]
+    fn parse_errors_name_the_file_the_key_and_the_reason() {
+        let e = error_of("[retry]\nmax_attempts = \"many\"\n");
+        assert!(e.contains("clawgate.toml"), "{e}");
+        assert!(e.contains("`retry.max_attempts`"), "{e}");
+        assert!(e.contains("line 2"), "{e}");
+
+        let e = error_of("[durability]\npolicy = \"sometimes\"\n");
+        assert!(e.contains("`durability.policy`"), "{e}");
+        assert!(e.contains("sometimes"), "{e}");
+
+        let e = error_of("[gateway]\nlisen = \"127.0.0.1:1\"\n");
+        assert!(e.contains("lisen"), "unknown keys are refused: {e}");
+    }
+
+    #[test]
+    fn a_missing_file_says_which() {
+        let e = Config::load(Some(Path::new("/nonexistent/clawgate.toml")))
+            .expect_err("missing")
+            .to_string();
+        assert!(e.contains("/nonexistent/clawgate.toml"), "{e}");
+    }
+}

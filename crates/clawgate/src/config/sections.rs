@@ -1,0 +1,223 @@
+//! The shape of the configuration file and its defaults, section by section.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clawgate_types::{AgentToAgentPolicy, MessageDurabilityPolicy, SessionVisibility};
+use serde::{Deserialize, Serialize};
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Where the durable state lives (relative paths are relative to the working directory).
+    pub state_dir: PathBuf,
+    pub gateway: GatewaySection,
+    pub durability: DurabilitySection,
+    pub retry: RetrySection,
+    pub retention: RetentionSection,
+    pub sessions: SessionsSection,
+    pub agents: Vec<AgentSection>,
+    pub channels: Vec<ChannelSection>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            state_dir: PathBuf::from(".clawgate"),
+            gateway: GatewaySection::default(),
+            durability: DurabilitySection::default(),
+            retry: RetrySection::default(),
+            retention: RetentionSection::default(),
+            sessions: SessionsSection::default(),
+            agents: vec![AgentSection::default()],
+            channels: vec![ChannelSection::default()],
+        }
+    }
+}
+
+/// `[gateway]`: the loopback HTTP listener (web chat page and control API).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewaySection {
+    /// Loopback address; port 0 picks a free port (the chosen URL is printed and written to
+    /// `<state_dir>/gateway.json`).
+    pub listen: SocketAddr,
+    /// How long Ctrl-C waits for the running turns before closing sessions anyway.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for GatewaySection {
+    fn default() -> Self {
+        GatewaySection {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8640)),
+            shutdown_grace_ms: 5_000,
+        }
+    }
+}
+
+/// `[durability]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DurabilitySection {
+    /// `required` (fail closed), `best_effort` or `disabled`, for every reply.
+    pub policy: DurabilityPolicy,
+    /// SQLite `synchronous`: `full` (survives power loss) or `normal` (survives a crash).
+    pub sync: SyncMode,
+}
+
+impl Default for DurabilitySection {
+    fn default() -> Self {
+        DurabilitySection {
+            policy: DurabilityPolicy::Required,
+            sync: SyncMode::Full,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DurabilityPolicy {
+    Required,
+    BestEffort,
+    Disabled,
+}
+
+impl DurabilityPolicy {
+    pub fn to_policy(self) -> MessageDurabilityPolicy {
+        match self {
+            DurabilityPolicy::Required => MessageDurabilityPolicy::Required,
+            DurabilityPolicy::BestEffort => MessageDurabilityPolicy::BestEffort,
+            DurabilityPolicy::Disabled => MessageDurabilityPolicy::Disabled,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SyncMode {
+    Full,
+    Normal,
+}
+
+/// `[retry]`: how failed sends are retried.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetrySection {
+    pub max_attempts: u32,
+    pub base_delay_ms: u64,
+    pub max_delay_ms: u64,
+    /// A reply older than this is failed with reason `expired` instead of delivered.
+    pub time_to_live_secs: u64,
+    pub reconcile_delay_ms: u64,
+}
+
+impl Default for RetrySection {
+    fn default() -> Self {
+        let policy = clawgate_messages::RetryPolicy::default();
+        RetrySection {
+            max_attempts: policy.max_attempts,
+            base_delay_ms: policy.base_delay_ms.unsigned_abs(),
+            max_delay_ms: policy.max_delay_ms.unsigned_abs(),
+            time_to_live_secs: policy.time_to_live_ms.unsigned_abs() / 1_000,
+            reconcile_delay_ms: policy.reconcile_delay_ms.unsigned_abs(),
+        }
+    }
+}
+
+/// `[retention]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionSection {
+    pub signal_log_days: u64,
+    pub signal_log_max_rows: u64,
+    /// Closed and lost process leases are kept this long.
+    pub lease_days: u64,
+    /// Completed inbound records (the dedupe window) are kept this long.
+    pub inbound_days: u64,
+    /// Finished send intents (`sent`, `cancelled`) are kept this long after their last change:
+    /// the outbound dedupe window. Intents waiting for an operator are kept until handled.
+    pub outbox_days: u64,
+}
+
+impl Default for RetentionSection {
+    fn default() -> Self {
+        RetentionSection {
+            signal_log_days: 30,
+            signal_log_max_rows: 50_000,
+            lease_days: 7,
+            inbound_days: 7,
+            outbox_days: 7,
+        }
+    }
+}
+
+/// `[sessions]`: what the session tools let one session see of others.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SessionsSection {
+    pub visibility: SessionVisibility,
+    pub a2a: AgentToAgentPolicy,
+}
+
+impl Default for SessionsSection {
+    fn default() -> Self {
+        SessionsSection {
+            visibility: SessionVisibility::Tree,
+            a2a: AgentToAgentPolicy::default(),
+        }
+    }
+}
+
+/// `[[agents]]`: an ACP agent, started through the wrapper under a lease.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentSection {
+    pub id: String,
+    /// The ACP adapter command line. Empty = the bundled deterministic demo agent.
+    pub command: Vec<String>,
+    /// Working directory of the agent's sessions (default: the working directory).
+    pub cwd: Option<PathBuf>,
+}
+
+impl Default for AgentSection {
+    fn default() -> Self {
+        AgentSection {
+            id: "main".into(),
+            command: Vec::new(),
+            cwd: None,
+        }
+    }
+}
+
+/// `[[channels]]`: a chat platform account.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChannelSection {
+    /// The channel kind: a factory of this build's registry (`qa`, …).
+    pub kind: String,
+    pub account: String,
+    /// The agent that answers on this account.
+    pub agent: String,
+    /// The channel kind's own settings (`[channels.settings]`), parsed and checked by its
+    /// factory when the gateway starts. Secrets are never written here: a `*_env` key names the
+    /// environment variable holding one.
+    pub settings: toml::Table,
+    /// How many times one inbound message's turn may start before it is set aside
+    /// (dead-lettered, the person told once). Counted when each start begins, so a message
+    /// whose turn kills the gateway every time is set aside too; a gateway that crash-loops
+    /// for other reasons uses up the in-flight messages' starts as well.
+    pub max_turn_attempts: u32,
+}
+
+impl Default for ChannelSection {
+    fn default() -> Self {
+        ChannelSection {
+            kind: "qa".into(),
+            account: "default".into(),
+            agent: "main".into(),
+            settings: toml::Table::new(),
+            max_turn_attempts: 5,
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! What serde cannot check: loopback only, sane retry and retention bounds, agents and
+//! channels that exist, are unique and can run.
+
+use std::path::Path;
+
+use super::{Config, ConfigError};
+
+impl Config {
+    pub(super) fn validate(&self, file: &str) -> Result<(), ConfigError> {
+        let invalid = |key: &str, reason: String| ConfigError::Invalid {
+            file: file.to_owned(),
+            key: key.to_owned(),
+            reason,
+        };
+        if !self.gateway.listen.ip().is_loopback() {
+            return Err(invalid(
+                "gateway.listen",
+                format!(
+                    "{} is not a loopback address; the control API and chat page are served on \
+                     127.0.0.1 or ::1 only",
+                    self.gateway.listen
+                ),
+            ));
+        }
+        if self.retry.max_attempts == 0 {
+            return Err(invalid("retry.max_attempts", "must be at least 1".into()));
+        }
+        if self.retry.max_delay_ms < self.retry.base_delay_ms {
+            return Err(invalid(
+                "retry.max_delay_ms",
+                "must not be below retry.base_delay_ms".into(),
+            ));
+        }
+        if self.retention.outbox_days < self.retention.inbound_days {
+            // An event still deduplicated by its inbound record must still find its reply, or
+            // a redelivery handled again would answer twice.
+            return Err(invalid(
+                "retention.outbox_days",
+                format!(
+                    "{} is below retention.inbound_days ({}): replies must be kept at least as \
+                     long as the events they answer",
+                    self.retention.outbox_days, self.retention.inbound_days
+                ),
+            ));
+        }
+        if self.agents.is_empty() {
+            return Err(invalid("agents", "at least one [[agents]] entry".into()));
+        }
+        for (n, agent) in self.agents.iter().enumerate() {
+            let key = format!("agents[{n}].id");
+            if agent.id.is_empty()
+                || !agent
+                    .id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return Err(invalid(
+                    &key,
+                    format!("{:?} must be letters, digits, `-` or `_`", agent.id),
+                ));
+            }
+            if self.agents[..n].iter().any(|a| a.id == agent.id) {
+                return Err(invalid(
+                    &key,
+                    format!("agent {:?} is defined twice", agent.id),
+                ));
+            }
+            if let Some(program) = agent.command.first() {
+                if program.is_empty() {
+                    return Err(invalid(
+                        &format!("agents[{n}].command"),
+                        "the program (first element) is empty".into(),
+                    ));
+                }
+                if find_program(program).is_none() {
+                    return Err(invalid(
+                        &format!("agents[{n}].command"),
+                        format!(
+                            "the agent program {program:?} was not found (no such executable \
+                             file, nor on PATH); install it or fix the command"
+                        ),
+                    ));
+                }
+            }
+        }
+        for (n, channel) in self.channels.iter().enumerate() {
+            // Whether this build has the kind is the registry's answer, at start.
+            if channel.kind.is_empty() {
+                return Err(invalid(
+                    &format!("channels[{n}].kind"),
+                    "must name a channel kind (`qa`, …)".into(),
+                ));
+            }
+            if channel.account.is_empty() || channel.account.contains(':') {
+                return Err(invalid(
+                    &format!("channels[{n}].account"),
+                    "must be non-empty and without `:`".into(),
+                ));
+            }
+            if !self.agents.iter().any(|a| a.id == channel.agent) {
+                return Err(invalid(
+                    &format!("channels[{n}].agent"),
+                    format!("no [[agents]] entry with id {:?}", channel.agent),
+                ));
+            }
+            if self.channels[..n]
+                .iter()
+                .any(|c| c.kind == channel.kind && c.account == channel.account)
+            {
+                return Err(invalid(
+                    &format!("channels[{n}].account"),
+                    format!("{}/{} is configured twice", channel.kind, channel.account),
+                ));
+            }
+            if channel.max_turn_attempts == 0 {
+                return Err(invalid(
+                    &format!("channels[{n}].max_turn_attempts"),
+                    "must be at least 1".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where `program` would be run from: a path as given, a bare name through `PATH`.
+fn find_program(program: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let executable = |path: &Path| {
+        std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let path = Path::new(program);
+        return executable(path).then(|| path.to_path_buf());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|candidate| executable(candidate))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error_of(text: &str) -> String {
+        Config::parse(text, "clawgate.toml")
+            .expect_err("invalid")
+            .to_string()
+    }
+
+    #[test]
+    fn validation_errors_name_the_file_the_key_and_the_reason() {
+        let e = error_of("[gateway]\nlisten = \"0.0.0.0:80\"\n");
+        assert!(e.contains("clawgate.toml"), "{e}");
+        assert!(
+            e.contains("`gateway.listen`") && e.contains("loopback"),
+            "{e}"
+        );
+
+        let e = error_of("[[channels]]\nkind = \"\"\n");
+        assert!(e.contains("`channels[0].kind`"), "{e}");
+
+        let e = error_of("[[channels]]\nagent = \"ghost\"\n");
+        assert!(
+            e.contains("`channels[0].agent`") && e.contains("ghost"),
+            "{e}"
+        );
+
+        let e = error_of("[[channels]]\nbase_url = \"http://127.0.0.1:1\"\n");
+        assert!(
+            e.contains("base_url"),
+            "platform keys live in the kind's own settings table: {e}"
+        );
+
+        let e = error_of("[[channels]]\nmax_turn_attempts = 0\n");
+        assert!(
+            e.contains("`channels[0].max_turn_attempts`") && e.contains("at least 1"),
+            "{e}"
+        );
+
+        let e = error_of("[[agents]]\ncommand = [\"/nonexistent/agent\", \"--acp\"]\n");
+        assert!(
+            e.contains("`agents[0].command`") && e.contains("/nonexistent/agent"),
+            "a missing agent binary stops the start: {e}"
+        );
+        let e = error_of("[[agents]]\ncommand = [\"no-such-agent-program\"]\n");
+        assert!(e.contains("not found"), "{e}");
+
+        let e = error_of("[[agents]]\nid = \"a\"\n[[agents]]\nid = \"a\"\n");
+        assert!(e.contains("`agents[1].id`") && e.contains("twice"), "{e}");
+
+        let e = error_of("[retention]\ninbound_days = 14\noutbox_days = 7\n");
+        assert!(
+            e.contains("`retention.outbox_days`") && e.contains("inbound_days (14)"),
+            "replies outlive the events they answer: {e}"
+        );
+    }
+}

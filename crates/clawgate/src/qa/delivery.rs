@@ -1,0 +1,46 @@
+//! Writing into a QA conversation as a person: the platform's inbound injection, which the
+//! operator's `qa send` and the chat page go through.
+
+use std::sync::Arc;
+
+use clawgate_channel_qa::{InboundRequest, PlatformMessage, QaHandle};
+
+use crate::gateway::Channel;
+
+/// Writes into a QA conversation as a person (the platform's inbound injection).
+pub async fn inject(
+    channel: &Channel,
+    conversation: &str,
+    author: &str,
+    text: &str,
+) -> Result<PlatformMessage, String> {
+    let request = InboundRequest {
+        text: text.to_owned(),
+        author_id: author.to_owned(),
+        author_is_bot: false,
+        thread_id: None,
+        reply_to_id: None,
+        metadata: None,
+    };
+    qa_handle(channel)?
+        .adapter
+        .write_as(conversation, &request)
+        .await
+        .map_err(|e| format!("QA platform: {}", e.message))
+}
+
+/// The QA side of a channel: its adapter and platform, when the channel is of kind `qa`.
+pub fn qa_handle(channel: &Channel) -> Result<Arc<QaHandle>, String> {
+    channel.plugin.extension::<QaHandle>().ok_or_else(|| {
+        format!(
+            "channel {} is not a QA channel (kind {}): the QA views and the chat page need one",
+            channel.name, channel.kind
+        )
+    })
+}
+
+/// Whether any configured channel is a QA channel (the chat page and `/v1/qa` are mounted
+/// only then).
+pub fn has_qa_channel(channels: &[Arc<Channel>]) -> bool {
+    channels.iter().any(|c| qa_handle(c).is_ok())
+}

@@ -1,0 +1,242 @@
+//! `clawgate sessions`, `/v1/sessions`: the session tools, with the operator as requester.
+
+use std::sync::Arc;
+
+use clawgate_awareness::{self as aw, AwarenessStore, Requester, SessionTools};
+use clawgate_store::SqliteStore;
+use clawgate_types::{AgentToAgentPolicy, SessionKey, SessionVisibility, StateVersion};
+use serde::{Deserialize, Serialize};
+
+use crate::config::SessionsSection;
+
+use super::{OPERATOR_SESSION_KEY, ViewError};
+
+/// The operator as a session-tools requester: visibility `all`, every agent allowed, not
+/// sandboxed. `from` lets it act as a session (a watch needs an agent-qualified watcher).
+pub fn operator_requester(from: Option<SessionKey>) -> Requester {
+    let session_key = from.unwrap_or_else(|| {
+        SessionKey::parse(OPERATOR_SESSION_KEY).expect("the operator key is a valid session key")
+    });
+    Requester {
+        session_key,
+        visibility: SessionVisibility::All,
+        a2a_policy: AgentToAgentPolicy {
+            enabled: true,
+            allow: vec!["*".into()],
+        },
+        sandboxed: false,
+    }
+}
+
+/// The session tools' own wire types, which the control API serves as they are.
+pub use clawgate_awareness::{
+    SendStatus, SessionListEntry, SessionStatusResult, SessionsHistoryResult, SessionsListParams,
+    SessionsListResult, SessionsSendResult, StateChanges,
+};
+
+// The tools' parameters name their session; the control API takes it from the path, so its
+// query and body types below are the parameters without the key.
+
+/// `GET /v1/sessions/{key}/history` query (`sessions_history` without the key).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionsHistoryParams {
+    /// The newest this many retained events (capped by the gateway, 200 by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// `GET /v1/sessions/{key}` query (`session_status` without the key).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionStatusParams {
+    /// With a version: the typed events after it (`stateChanges`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changes_since: Option<u64>,
+}
+
+/// `POST /v1/sessions/{key}/send` body (`sessions_send` without the key, with the sender).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionsSendBody {
+    pub message: String,
+    /// After the send, the sender watches the receiving session (needs an agent-qualified
+    /// `from`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<bool>,
+    /// The session sending it (default: `operator`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<SessionKey>,
+}
+
+pub fn parse_session_key(text: &str) -> Result<SessionKey, ViewError> {
+    SessionKey::parse(text).map_err(|e| ViewError::BadRequest(e.to_string()))
+}
+
+pub async fn sessions_list<S: AwarenessStore + 'static>(
+    tools: &SessionTools<S>,
+    params: &SessionsListParams,
+) -> Result<SessionsListResult, ViewError> {
+    Ok(tools
+        .sessions_list(&operator_requester(None), params)
+        .await?)
+}
+
+pub async fn sessions_history<S: AwarenessStore + 'static>(
+    tools: &SessionTools<S>,
+    key: SessionKey,
+    params: &SessionsHistoryParams,
+) -> Result<SessionsHistoryResult, ViewError> {
+    Ok(tools
+        .sessions_history(
+            &operator_requester(None),
+            &aw::SessionsHistoryParams {
+                session_key: key,
+                limit: params.limit,
+            },
+        )
+        .await?)
+}
+
+pub async fn session_status<S: AwarenessStore + 'static>(
+    tools: &SessionTools<S>,
+    key: SessionKey,
+    params: &SessionStatusParams,
+) -> Result<SessionStatusResult, ViewError> {
+    Ok(tools
+        .session_status(
+            &operator_requester(None),
+            &aw::SessionStatusParams {
+                session_key: key,
+                changes_since: params.changes_since.map(StateVersion),
+            },
+        )
+        .await?)
+}
+
+/// Who sends: the operator when `from` is absent; a session (`from`) sends under the
+/// configured visibility and agent-to-agent policy, like any session-tool call of that session.
+pub fn sender_requester(from: Option<SessionKey>, policy: &SessionsSection) -> Requester {
+    match from {
+        None => operator_requester(None),
+        Some(session_key) => Requester {
+            session_key,
+            visibility: policy.visibility,
+            a2a_policy: policy.a2a.clone(),
+            sandboxed: false,
+        },
+    }
+}
+
+pub async fn sessions_send<S: AwarenessStore + 'static>(
+    tools: &SessionTools<S>,
+    policy: &SessionsSection,
+    key: SessionKey,
+    body: &SessionsSendBody,
+) -> Result<SessionsSendResult, ViewError> {
+    if body.message.trim().is_empty() {
+        return Err(ViewError::BadRequest("the message is empty".into()));
+    }
+    Ok(tools
+        .sessions_send(
+            &sender_requester(body.from.clone(), policy),
+            &aw::SessionsSendParams {
+                session_key: key,
+                message: body.message.clone(),
+                watch: body.watch,
+            },
+        )
+        .await?)
+}
+
+/// The delivery of a stopped gateway: there is nobody to deliver to.
+#[derive(Debug)]
+pub struct NoDelivery;
+
+#[async_trait::async_trait]
+impl aw::SessionDelivery for NoDelivery {
+    async fn deliver(
+        &self,
+        _from: &SessionKey,
+        _to: &SessionKey,
+        _message: &str,
+    ) -> Result<SessionKey, Box<dyn std::error::Error + Send + Sync>> {
+        Err(NEEDS_GATEWAY_TO_SEND.into())
+    }
+}
+
+pub const NEEDS_GATEWAY_TO_SEND: &str = "sending into a session needs a running gateway (it \
+     delivers through the session's conversation): start one with `clawgate up`";
+
+/// The session tools over a store, for a stopped gateway (reads only; sends are refused).
+pub fn offline_tools(store: Arc<SqliteStore>) -> SessionTools<SqliteStore> {
+    let awareness = Arc::new(aw::Awareness::builder(store).build());
+    SessionTools::new(awareness, Arc::new(NoDelivery))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // Tests fail loudly by design.
+    use super::*;
+
+    #[test]
+    fn a_session_sends_under_the_configured_visibility() {
+        let row = clawgate_store::SessionRow {
+            session_key: SessionKey::parse("agent:other:qa:room").unwrap(),
+            agent_id: "other".into(),
+            owner_session_key: None,
+            spawned_by: None,
+            parent_session_key: None,
+            label: None,
+            acp_owner: None,
+            lease_id: None,
+            created_at: 0,
+            updated_at: 0,
+            reset_at: None,
+            deleted_at: None,
+        };
+        let from = Some(SessionKey::parse("agent:main:qa:dm-1").unwrap());
+        let tree = crate::config::SessionsSection::default();
+        assert!(
+            !sender_requester(from.clone(), &tree).can_see(&row),
+            "tree: another agent's session is out of reach"
+        );
+        let all = crate::config::SessionsSection {
+            visibility: SessionVisibility::All,
+            a2a: AgentToAgentPolicy {
+                enabled: true,
+                allow: vec!["oth*".into()],
+            },
+        };
+        assert!(
+            sender_requester(from, &all).can_see(&row),
+            "all + a2a allow"
+        );
+        assert!(
+            sender_requester(None, &tree).can_see(&row),
+            "the operator sees every session whatever the policy"
+        );
+    }
+
+    #[test]
+    fn the_operator_sees_every_session() {
+        let requester = operator_requester(None);
+        let row = |key: &str, agent: &str| clawgate_store::SessionRow {
+            session_key: SessionKey::parse(key).unwrap(),
+            agent_id: agent.into(),
+            owner_session_key: None,
+            spawned_by: None,
+            parent_session_key: None,
+            label: None,
+            acp_owner: None,
+            lease_id: None,
+            created_at: 0,
+            updated_at: 0,
+            reset_at: None,
+            deleted_at: None,
+        };
+        assert!(requester.can_see(&row("agent:main:qa:room", "main")));
+        assert!(requester.can_see(&row("agent:other:x", "other")));
+        assert!(requester.can_see(&row("legacy", "main")));
+    }
+}
