@@ -22,6 +22,39 @@
 //! needs a wildcard arm; it should do the conservative thing (treat an unknown failure class as
 //! a possible platform side effect, an unknown part kind as unsupported), never claim success.
 //!
+//! ```
+//! use clawgate_types::{
+//!     ChannelMessage, LiveCapabilities, MessageCapabilities, MessagePartKind,
+//!     MessageReceiptPart, MessageRelation, MessageTarget, RenderedMessageUnit,
+//! };
+//!
+//! let reply = ChannelMessage::outbound(
+//!     "qa:reply:m-1",
+//!     "qa",
+//!     MessageTarget::group("room-1").with_thread_id(Some("t-1")),
+//!     "on it",
+//! )
+//! .with_account_id("bot")
+//! .with_relation(MessageRelation::reply_to_inbound("m-1"));
+//! assert_eq!(reply.body.as_ref().map(|b| b.text.as_str()), Some("on it"));
+//!
+//! let unit = RenderedMessageUnit::text(0, "on it");
+//! let part = MessageReceiptPart::new("p-42", MessagePartKind::Text, unit.index)
+//!     .with_thread_id("t-1")
+//!     .with_edit_token("tok");
+//! assert_eq!(
+//!     serde_json::to_value(&part).unwrap(),
+//!     serde_json::json!({
+//!         "platformMessageId": "p-42", "kind": "text", "index": 0,
+//!         "threadId": "t-1", "editToken": "tok",
+//!     })
+//! );
+//!
+//! let capabilities = MessageCapabilities::default()
+//!     .with_live(LiveCapabilities::default().with_edit(true).with_delete(true));
+//! assert!(capabilities.live.is_some_and(|live| live.edit));
+//! ```
+//!
 //! Non-exhaustive: [`ChannelMessage`], [`MessageTarget`], [`MessageActor`], [`MessageBody`],
 //! [`MessageAttachment`], [`MessageQuote`], [`MessageRelation`] (and its variants),
 //! [`MessageOrigin`], [`MessageReceiptPart`], [`MessageReceipt`], [`RenderedMessageUnit`],
