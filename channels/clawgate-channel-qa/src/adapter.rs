@@ -82,37 +82,41 @@ impl QaAdapter {
             base_url: base_url.trim_end_matches('/').to_owned(),
             token: token.to_owned(),
             http,
-            capabilities: MessageCapabilities {
-                text: TextCapabilities {
-                    max_length: Some(4_000),
-                    chunking: true,
-                },
+            capabilities: MessageCapabilities::default()
+                .with_text(
+                    TextCapabilities::default()
+                        .with_max_length(4_000)
+                        .with_chunking(true),
+                )
                 // Files travel by URL (the platform fetches them); nothing is uploaded.
-                attachments: Some(AttachmentCapabilities {
-                    upload: false,
-                    remote_url: true,
-                    voice: true,
-                }),
-                threads: Some(ThreadCapabilities {
-                    reply: true,
-                    topic: false,
-                    native_thread: true,
-                }),
-                live: Some(LiveCapabilities {
-                    edit: true,
-                    delete: true,
-                    native_stream: false,
-                    progress: false,
-                    max_edits_per_second: Some(5),
-                }),
-                delivery: Some(DeliveryCapabilities {
-                    idempotency_key: idempotent,
-                    retry_after: true,
-                    receipt_required: true,
-                    reconcile_unknown_send: idempotent,
-                    duplicates_acceptable: false,
-                }),
-            },
+                .with_attachments(
+                    AttachmentCapabilities::default()
+                        .with_upload(false)
+                        .with_remote_url(true)
+                        .with_voice(true),
+                )
+                .with_threads(
+                    ThreadCapabilities::default()
+                        .with_reply(true)
+                        .with_topic(false)
+                        .with_native_thread(true),
+                )
+                .with_live(
+                    LiveCapabilities::default()
+                        .with_edit(true)
+                        .with_delete(true)
+                        .with_native_stream(false)
+                        .with_progress(false)
+                        .with_max_edits_per_second(5),
+                )
+                .with_delivery(
+                    DeliveryCapabilities::default()
+                        .with_idempotency_key(idempotent)
+                        .with_retry_after(true)
+                        .with_receipt_required(true)
+                        .with_reconcile_unknown_send(idempotent)
+                        .with_duplicates_acceptable(false),
+                ),
             idempotent,
         }
     }
@@ -183,17 +187,10 @@ impl QaAdapter {
     }
 
     fn part(message: &PlatformMessage, index: u32, kind: MessagePartKind) -> MessageReceiptPart {
-        MessageReceiptPart {
-            platform_message_id: message.id.clone(),
-            kind,
-            index,
-            thread_id: message.thread_id.clone(),
-            reply_to_id: message.reply_to_id.clone(),
-            edit_token: None,
-            delete_token: None,
-            url: None,
-            raw: None,
-        }
+        let mut part = MessageReceiptPart::new(message.id.clone(), kind, index);
+        part.thread_id = message.thread_id.clone();
+        part.reply_to_id = message.reply_to_id.clone();
+        part
     }
 
     /// Turns a transport failure into a classified error: nothing happened if we never connected;
@@ -455,57 +452,34 @@ impl MessageReceiveAdapter for QaAdapter {
         } else {
             clawgate_types::TargetKind::Group
         };
-        let relation = message
-            .reply_to_id
+        let relation = message.reply_to_id.clone().map(|reply_to| {
+            MessageRelation::reply_to(reply_to).with_thread_id(message.thread_id.clone())
+        });
+        let target = clawgate_types::MessageTarget::new(kind, message.conversation_id.clone())
+            .with_thread_id(message.thread_id.clone());
+        let mut normalized =
+            clawgate_types::ChannelMessage::inbound(message.id.clone(), &self.channel, target)
+                .with_text(message.text.clone())
+                .with_attachments(
+                    message
+                        .attachments
+                        .iter()
+                        .map(|a| {
+                            let mut attachment =
+                                MessageAttachment::new(a.kind).with_url(a.url.clone());
+                            attachment.mime_type = a.mime_type.clone();
+                            attachment.file_name = a.file_name.clone();
+                            attachment
+                        })
+                        .collect(),
+                )
+                .with_raw(raw.clone());
+        normalized.sender = message
+            .author_id
             .clone()
-            .map(|reply_to| MessageRelation::Reply {
-                inbound_message_id: None,
-                reply_to_id: Some(reply_to),
-                thread_id: message.thread_id.clone(),
-                quote: None,
-            });
-        let normalized = clawgate_types::ChannelMessage {
-            id: message.id.clone(),
-            channel: self.channel.clone(),
-            account_id: None,
-            direction: clawgate_types::MessageDirection::Inbound,
-            target: clawgate_types::MessageTarget {
-                kind,
-                id: message.conversation_id.clone(),
-                label: None,
-                space_id: None,
-                parent_id: None,
-                thread_id: message.thread_id.clone(),
-                native_channel_id: None,
-            },
-            sender: message
-                .author_id
-                .clone()
-                .map(|id| clawgate_types::MessageActor {
-                    id,
-                    display_name: None,
-                    is_bot: message.author_is_bot,
-                }),
-            body: Some(clawgate_types::MessageBody {
-                text: message.text.clone(),
-                format: None,
-            }),
-            attachments: message
-                .attachments
-                .iter()
-                .map(|a| MessageAttachment {
-                    kind: a.kind,
-                    url: Some(a.url.clone()),
-                    mime_type: a.mime_type.clone(),
-                    file_name: a.file_name.clone(),
-                    size_bytes: None,
-                })
-                .collect(),
-            relation,
-            origin: QaOrigin.decode(raw),
-            timestamp: None,
-            raw: Some(raw.clone()),
-        };
+            .map(|id| clawgate_types::MessageActor::new(id).with_is_bot(message.author_is_bot));
+        normalized.relation = relation;
+        normalized.origin = QaOrigin.decode(raw);
         Ok(NormalizedInbound::new(message.id.clone(), normalized).by_bot(message.author_is_bot))
     }
 }

@@ -93,25 +93,24 @@ impl MessageRenderAdapter for DefaultRenderer {
         if units.is_empty() {
             return Err(RenderError::Empty);
         }
-        Ok(RenderedMessageBatch {
-            units: units
+        Ok(RenderedMessageBatch::new(
+            units
                 .into_iter()
                 .enumerate()
                 .map(|(index, (kind, mut payload))| {
                     if let (Some(origin), Some(map)) = (&origin, payload.as_object_mut()) {
                         map.insert("origin".into(), origin.clone());
                     }
-                    RenderedMessageUnit {
-                        index: u32::try_from(index).unwrap_or(u32::MAX),
+                    RenderedMessageUnit::new(
+                        u32::try_from(index).unwrap_or(u32::MAX),
                         kind,
                         payload,
-                        required: true,
-                    }
+                    )
                 })
                 .collect(),
-            atomicity: BatchAtomicity::AllOrRetryRemaining,
-            idempotency_key: idempotency_key.to_owned(),
-        })
+            BatchAtomicity::AllOrRetryRemaining,
+            idempotency_key,
+        ))
     }
 
     fn render_fallback(

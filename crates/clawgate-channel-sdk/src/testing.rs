@@ -18,8 +18,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use clawgate_types::{
     ChannelMessage, DeliveryCapabilities, DeliveryFailureKind, LiveCapabilities, MessageActor,
-    MessageBody, MessageCapabilities, MessageDirection, MessageOrigin, MessagePartKind,
-    MessageReceiptPart, MessageTarget, RenderedMessageUnit, TargetKind, TextCapabilities,
+    MessageCapabilities, MessageOrigin, MessagePartKind, MessageReceiptPart, MessageTarget,
+    RenderedMessageUnit, TargetKind, TextCapabilities,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
@@ -243,28 +243,28 @@ pub struct MemoryChannel {
 }
 
 fn capabilities() -> MessageCapabilities {
-    MessageCapabilities {
-        text: TextCapabilities {
-            max_length: Some(2_000),
-            chunking: true,
-        },
-        attachments: None,
-        threads: None,
-        live: Some(LiveCapabilities {
-            edit: true,
-            delete: true,
-            native_stream: false,
-            progress: false,
-            max_edits_per_second: Some(20),
-        }),
-        delivery: Some(DeliveryCapabilities {
-            idempotency_key: true,
-            retry_after: false,
-            receipt_required: true,
-            reconcile_unknown_send: true,
-            duplicates_acceptable: false,
-        }),
-    }
+    MessageCapabilities::default()
+        .with_text(
+            TextCapabilities::default()
+                .with_max_length(2_000)
+                .with_chunking(true),
+        )
+        .with_live(
+            LiveCapabilities::default()
+                .with_edit(true)
+                .with_delete(true)
+                .with_native_stream(false)
+                .with_progress(false)
+                .with_max_edits_per_second(20),
+        )
+        .with_delivery(
+            DeliveryCapabilities::default()
+                .with_idempotency_key(true)
+                .with_retry_after(false)
+                .with_receipt_required(true)
+                .with_reconcile_unknown_send(true)
+                .with_duplicates_acceptable(false),
+        )
 }
 
 fn failure(kind: DeliveryFailureKind) -> SendError {
@@ -490,35 +490,18 @@ impl MessageReceiveAdapter for MemoryChannel {
         } else {
             TargetKind::Group
         };
-        let inbound = ChannelMessage {
-            id: message.id.clone(),
-            channel: self.name.clone(),
-            account_id: None,
-            direction: MessageDirection::Inbound,
-            target: MessageTarget {
-                kind,
-                id: message.conversation.clone(),
-                label: None,
-                space_id: None,
-                parent_id: None,
-                thread_id: None,
-                native_channel_id: None,
-            },
-            sender: message.author.clone().map(|id| MessageActor {
-                id,
-                display_name: None,
-                is_bot: message.author_is_bot,
-            }),
-            body: Some(MessageBody {
-                text: message.text.clone(),
-                format: None,
-            }),
-            attachments: vec![],
-            relation: None,
-            origin: self.decode(raw),
-            timestamp: None,
-            raw: Some(raw.clone()),
-        };
+        let mut inbound = ChannelMessage::inbound(
+            message.id.clone(),
+            &self.name,
+            MessageTarget::new(kind, message.conversation.clone()),
+        )
+        .with_text(message.text.clone())
+        .with_raw(raw.clone());
+        inbound.sender = message
+            .author
+            .clone()
+            .map(|id| MessageActor::new(id).with_is_bot(message.author_is_bot));
+        inbound.origin = self.decode(raw);
         Ok(NormalizedInbound::new(message.id, inbound).by_bot(message.author_is_bot))
     }
 }

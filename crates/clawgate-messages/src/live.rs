@@ -85,12 +85,11 @@ impl std::fmt::Debug for LivePreview {
 }
 
 fn text_unit(text: &str) -> RenderedMessageUnit {
-    RenderedMessageUnit {
-        index: 0,
-        kind: MessagePartKind::Preview,
-        payload: serde_json::json!({ "text": text }),
-        required: true,
-    }
+    RenderedMessageUnit::new(
+        0,
+        MessagePartKind::Preview,
+        serde_json::json!({ "text": text }),
+    )
 }
 
 fn invalid(message: String) -> MessagesError {
@@ -251,20 +250,21 @@ impl LivePreview {
                 .live
                 .as_ref()
                 .is_some_and(|l| l.edit);
-            self.intent.live_state = Some(LiveMessageState {
-                mode: LiveMode::Partial,
-                receipt: Some(MessageReceipt::from_parts(vec![part], now)),
-                visible_since: Some(now),
-                can_finalize_in_place: can_edit,
-                last_rendered_hash: Some(hash(text)),
-                stale_after_ms: Some(self.options.stale_after_ms),
-                streamed_media: self
-                    .intent
-                    .live_state
-                    .take()
-                    .map(|s| s.streamed_media)
-                    .unwrap_or_default(),
-            });
+            let streamed_media = self
+                .intent
+                .live_state
+                .take()
+                .map(|s| s.streamed_media)
+                .unwrap_or_default();
+            self.intent.live_state = Some(
+                LiveMessageState::empty(LiveMode::Partial)
+                    .with_receipt(MessageReceipt::from_parts(vec![part], now))
+                    .with_visible_since(now)
+                    .with_can_finalize_in_place(can_edit)
+                    .with_last_rendered_hash(hash(text))
+                    .with_stale_after_ms(self.options.stale_after_ms)
+                    .with_streamed_media(streamed_media),
+            );
             // The preview exists on the platform: record it before anything else can happen.
             self.persist().await?;
             self.shown = Some(text.to_owned());
@@ -312,22 +312,14 @@ impl LivePreview {
             if let Some(part) = state.receipt.as_ref().and_then(|r| r.parts.first()) {
                 let _ = remove_preview(&self.adapter, &ctx, part, LiveCancelReason::Aborted).await;
             }
-            state = LiveMessageState {
-                mode: LiveMode::Block,
-                receipt: None,
-                can_finalize_in_place: false,
-                ..state
-            };
+            state.mode = LiveMode::Block;
+            state.receipt = None;
+            state.can_finalize_in_place = false;
             self.shown = None;
             self.waiting = None;
         }
         let index = state.receipt.as_ref().map_or(0, |r| r.parts.len());
-        let unit = RenderedMessageUnit {
-            index: u32::try_from(index).unwrap_or(u32::MAX),
-            kind: MessagePartKind::Text,
-            payload: serde_json::json!({ "text": text }),
-            required: true,
-        };
+        let unit = RenderedMessageUnit::text(u32::try_from(index).unwrap_or(u32::MAX), text);
         // Blocks get keys of their own: the final's units must not collide with them.
         let mut block_ctx = ctx.clone();
         block_ctx.idempotency_key = format!("{}~block", ctx.idempotency_key);
@@ -406,10 +398,8 @@ impl LivePreview {
                 batch.units.len()
             )));
         };
-        let unit = RenderedMessageUnit {
-            index: u32::try_from(streamed).unwrap_or(u32::MAX),
-            ..unit.clone()
-        };
+        let mut unit = unit.clone();
+        unit.index = u32::try_from(streamed).unwrap_or(u32::MAX);
         let part = self
             .adapter
             .send_unit(&ctx, &unit)
@@ -659,11 +649,11 @@ impl LivePreview {
         let now = inner.clock.now_ms();
         // Recorded first, with an empty batch: recovery then commits the streamed media
         // instead of treating the intent as an unfinished stream.
-        self.intent.batch = Some(RenderedMessageBatch {
-            units: Vec::new(),
-            atomicity: BatchAtomicity::AllOrRetryRemaining,
-            idempotency_key: self.intent.idempotency_key.clone(),
-        });
+        self.intent.batch = Some(RenderedMessageBatch::new(
+            Vec::new(),
+            BatchAtomicity::AllOrRetryRemaining,
+            self.intent.idempotency_key.clone(),
+        ));
         self.intent.message = final_message;
         self.intent.partial_receipt = receipt_of(streamed_parts(streamed, 0), now);
         self.persist().await?;
@@ -732,11 +722,11 @@ impl LivePreview {
             }
             // An empty batch: the final is recorded (nothing of its own to send), so a crash
             // before the commit is committed by recovery, not cancelled as a stream without one.
-            self.intent.batch = Some(RenderedMessageBatch {
-                units: Vec::new(),
-                atomicity: BatchAtomicity::AllOrRetryRemaining,
-                idempotency_key: self.intent.idempotency_key.clone(),
-            });
+            self.intent.batch = Some(RenderedMessageBatch::new(
+                Vec::new(),
+                BatchAtomicity::AllOrRetryRemaining,
+                self.intent.idempotency_key.clone(),
+            ));
             self.intent.attempt += 1;
             inner
                 .save(&mut self.intent, IntentStatus::Sending, true)
@@ -928,44 +918,36 @@ mod tests {
     use clawgate_types::MessageBody;
 
     fn attachment(url: Option<&str>, file_name: Option<&str>) -> MessageAttachment {
-        MessageAttachment {
-            kind: MessagePartKind::Media,
-            url: url.map(str::to_owned),
-            mime_type: None,
-            file_name: file_name.map(str::to_owned),
-            size_bytes: None,
-        }
+        let mut attachment = MessageAttachment::new(MessagePartKind::Media);
+        attachment.url = url.map(str::to_owned);
+        attachment.file_name = file_name.map(str::to_owned);
+        attachment
     }
 
     fn part(index: u32, id: &str) -> MessageReceiptPart {
-        MessageReceiptPart {
-            kind: MessagePartKind::Media,
-            ..clawgate_store::testing::part(index, id)
-        }
+        MessageReceiptPart::new(id, MessagePartKind::Media, index)
     }
 
     fn state(streamed: &[(&str, u32, &str)]) -> LiveMessageState {
-        LiveMessageState {
-            can_finalize_in_place: true,
-            streamed_media: streamed
-                .iter()
-                .map(|(identity, index, id)| ((*identity).to_owned(), part(*index, id)))
-                .collect(),
-            ..LiveMessageState::empty(LiveMode::Partial)
-        }
+        LiveMessageState::empty(LiveMode::Partial)
+            .with_can_finalize_in_place(true)
+            .with_streamed_media(
+                streamed
+                    .iter()
+                    .map(|(identity, index, id)| ((*identity).to_owned(), part(*index, id)))
+                    .collect(),
+            )
     }
 
     fn message(text: Option<&str>, attachments: Vec<MessageAttachment>) -> ChannelMessage {
-        let mut message: ChannelMessage = serde_json::from_value(serde_json::json!({
-            "id": "out-1", "channel": "qa", "direction": "outbound",
-            "target": { "kind": "group", "id": "room-1" }
-        }))
-        .expect("a minimal outbound message");
-        message.body = text.map(|text| MessageBody {
-            text: text.into(),
-            format: None,
-        });
-        message.attachments = attachments;
+        let mut message = ChannelMessage::outbound(
+            "out-1",
+            "qa",
+            clawgate_types::MessageTarget::group("room-1"),
+            "",
+        )
+        .with_attachments(attachments);
+        message.body = text.map(MessageBody::new);
         message
     }
 

@@ -82,6 +82,9 @@ pub fn disposition(kind: DeliveryFailureKind) -> Disposition {
         DeliveryFailureKind::Conflict => Disposition::Reconcile,
         DeliveryFailureKind::NotFound => Disposition::Fail(FailureReason::Permanent),
         DeliveryFailureKind::Cancelled => Disposition::Fail(FailureReason::OperatorCancelled),
+        // A class newer than this build: unclassifiable to it, so handled as `Unknown` (retried
+        // within the attempt budget), never as delivered.
+        _ => Disposition::Retry,
     }
 }
 

@@ -15,10 +15,9 @@ use std::collections::BTreeSet;
 
 use clawgate_types::{
     AcpxProcessLease, ActorType, BatchAtomicity, ChannelMessage, DurableSendIntent,
-    GatewayInstanceId, IntentId, IntentStatus, LeaseId, LeaseState, MessageBody, MessageDirection,
-    MessageOrigin, MessagePartKind, MessageReceipt, MessageReceiptPart, MessageTarget,
-    RenderedMessageBatch, RenderedMessageUnit, RunOutcome, SessionKey, SessionStateEventKind,
-    StateVersion, TargetKind,
+    GatewayInstanceId, IntentId, IntentStatus, LeaseId, LeaseState, MessageBody, MessageOrigin,
+    MessagePartKind, MessageReceipt, MessageReceiptPart, MessageTarget, RenderedMessageBatch,
+    RenderedMessageUnit, RunOutcome, SessionKey, SessionStateEventKind, StateVersion,
 };
 
 use crate::{
@@ -83,62 +82,32 @@ fn intent_id(n: u64) -> IntentId {
 
 /// A realistic outbound reply with an origin marker and a two-unit batch.
 pub fn sample_intent(n: u64, created_at: i64) -> DurableSendIntent {
-    let message = ChannelMessage {
-        id: format!("msg-{n}"),
-        channel: "qa".into(),
-        account_id: Some("bot".into()),
-        direction: MessageDirection::Outbound,
-        target: MessageTarget {
-            kind: TargetKind::Group,
-            id: "room-1".into(),
-            label: None,
-            space_id: None,
-            parent_id: None,
-            thread_id: Some("thread-9".into()),
-            native_channel_id: None,
-        },
-        sender: None,
-        body: Some(MessageBody {
-            text: format!("reply {n}"),
-            format: Some("markdown".into()),
-        }),
-        attachments: vec![],
-        relation: None,
-        origin: Some(MessageOrigin::gateway_failure(
-            clawgate_types::GatewayFailureCode::AgentFailedBeforeReply,
-        )),
-        timestamp: Some(created_at),
-        raw: None,
-    };
+    let message = ChannelMessage::outbound(
+        format!("msg-{n}"),
+        "qa",
+        MessageTarget::group("room-1").with_thread_id(Some("thread-9")),
+        "",
+    )
+    .with_account_id("bot")
+    .with_body(MessageBody::new(format!("reply {n}")).with_format("markdown"))
+    .with_origin(MessageOrigin::gateway_failure(
+        clawgate_types::GatewayFailureCode::AgentFailedBeforeReply,
+    ))
+    .with_timestamp(created_at);
     let mut intent = DurableSendIntent::new(intent_id(n), format!("key-{n}"), message, created_at);
-    intent.batch = Some(RenderedMessageBatch {
-        units: (0..2)
-            .map(|i| RenderedMessageUnit {
-                index: i,
-                kind: MessagePartKind::Text,
-                payload: serde_json::json!({ "text": format!("part {i}") }),
-                required: true,
-            })
+    intent.batch = Some(RenderedMessageBatch::new(
+        (0..2)
+            .map(|i| RenderedMessageUnit::text(i, format!("part {i}")))
             .collect(),
-        atomicity: BatchAtomicity::AllOrRetryRemaining,
-        idempotency_key: format!("key-{n}"),
-    });
+        BatchAtomicity::AllOrRetryRemaining,
+        format!("key-{n}"),
+    ));
     intent
 }
 
 /// A text unit's receipt part with platform id `id`.
 pub fn part(index: u32, id: &str) -> MessageReceiptPart {
-    MessageReceiptPart {
-        platform_message_id: id.into(),
-        kind: MessagePartKind::Text,
-        index,
-        thread_id: None,
-        reply_to_id: None,
-        edit_token: None,
-        delete_token: None,
-        url: None,
-        raw: None,
-    }
+    MessageReceiptPart::new(id, MessagePartKind::Text, index)
 }
 
 fn claim(token: &str, now: i64) -> Claim {

@@ -9,6 +9,7 @@ use crate::{GatewayInstanceId, LeaseId, SessionKey, UnixMillis};
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum AcpBackend {
+    /// The ACPX process-group wrapper.
     Acpx,
 }
 
@@ -18,15 +19,23 @@ pub enum AcpBackend {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AcpSessionOwner {
+    /// The spawned ACP session.
     pub session_key: SessionKey,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The session whose tool call spawned it.
     pub spawned_by: Option<SessionKey>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The session it hangs under in the session tree.
     pub parent_session_key: Option<SessionKey>,
+    /// The session that owns it (sees it, may steer and close it).
     pub owner_session_key: SessionKey,
+    /// The agent the session runs.
     pub agent_id: String,
+    /// The process backend it runs on.
     pub backend: AcpBackend,
+    /// The gateway instance that spawned it.
     pub gateway_instance_id: GatewayInstanceId,
+    /// When it was spawned.
     pub created_at: UnixMillis,
 }
 
@@ -46,6 +55,7 @@ pub enum LeaseState {
 }
 
 impl LeaseState {
+    /// The wire spelling, also the stored column value.
     pub fn as_str(self) -> &'static str {
         match self {
             LeaseState::Open => "open",
@@ -55,6 +65,7 @@ impl LeaseState {
         }
     }
 
+    /// Parses the wire spelling.
     pub fn parse(text: &str) -> Option<LeaseState> {
         [
             LeaseState::Open,
@@ -84,10 +95,15 @@ impl std::fmt::Display for LeaseState {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AcpxProcessLease {
+    /// The lease's id.
     pub lease_id: LeaseId,
+    /// The gateway instance the process tree belongs to.
     pub gateway_instance_id: GatewayInstanceId,
+    /// The session the process tree serves.
     pub session_key: SessionKey,
+    /// The directory the wrapper runs in.
     pub wrapper_root: String,
+    /// The wrapper binary that was started.
     pub wrapper_path: String,
     /// Unknown until the wrapper has started (the lease is written first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -99,10 +115,15 @@ pub struct AcpxProcessLease {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The wrapper's process group, once it has started.
     pub process_group_id: Option<u32>,
+    /// Hash of the command line, to recognise the process again.
     pub command_hash: String,
+    /// When the lease was written.
     pub started_at: UnixMillis,
+    /// Where the lease is in its life.
     pub state: LeaseState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When the lease was closed or found lost.
     pub ended_at: Option<UnixMillis>,
 }

@@ -21,10 +21,18 @@ pub enum MessageDurabilityPolicy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum ImmediateAckReason {
+    /// The platform's webhook times out before processing could finish.
     WebhookTimeout,
+    /// The platform's API requires acknowledging on receipt.
     PlatformContract,
 }
+
+known_variants!(ImmediateAckReason {
+    WebhookTimeout,
+    PlatformContract
+});
 
 /// When the transport (or polling offset) acknowledgement may be given for an inbound event.
 ///
@@ -32,10 +40,18 @@ pub enum ImmediateAckReason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum ReceiveAckPolicy {
-    Immediate { reason: ImmediateAckReason },
+    /// Acknowledge on receipt, before the event is recorded.
+    Immediate {
+        /// Why the ack cannot wait.
+        reason: ImmediateAckReason,
+    },
+    /// Acknowledge once the event is durably recorded.
     AfterRecord,
+    /// Acknowledge once the reply's durable send is recorded.
     AfterDurableSend,
+    /// The adapter acknowledges on its own.
     Manual,
 }
 

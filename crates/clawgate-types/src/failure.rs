@@ -8,6 +8,7 @@ use crate::UnixMillis;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum DeliveryFailureKind {
     /// Network blip, 5xx: try again with backoff.
     Transient,
@@ -28,6 +29,18 @@ pub enum DeliveryFailureKind {
     /// Not classifiable: treated as a possible platform side effect.
     Unknown,
 }
+
+known_variants!(DeliveryFailureKind {
+    Transient,
+    RateLimit,
+    Auth,
+    Permission,
+    NotFound,
+    InvalidPayload,
+    Conflict,
+    Cancelled,
+    Unknown,
+});
 
 impl DeliveryFailureKind {
     /// Whether the same payload may simply be tried again later.
@@ -69,15 +82,19 @@ pub enum FailureReason {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DeliveryFailure {
+    /// The failure class.
     pub kind: DeliveryFailureKind,
     /// Human-readable description from the adapter (never message content).
     pub message: String,
+    /// Why the intent ended up failed, once it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<FailureReason>,
+    /// How long the platform asked to wait before a retry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<u64>,
     /// Platform status or error code, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub platform_code: Option<String>,
+    /// When the attempt failed.
     pub at: UnixMillis,
 }

@@ -8,8 +8,11 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {kind} {value:?}: {reason}")]
 pub struct ParseIdError {
+    /// What kind of id it was meant to be (`intent id`, `lease id`…).
     pub kind: &'static str,
+    /// The rejected text.
     pub value: String,
+    /// What rule it broke.
     pub reason: &'static str,
 }
 

@@ -46,7 +46,9 @@ pub const ALL_INTENT_STATUSES: [IntentStatus; 7] = [
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("illegal intent transition {from:?} -> {to:?}")]
 pub struct IllegalTransition {
+    /// The status the intent had.
     pub from: IntentStatus,
+    /// The status that was asked for.
     pub to: IntentStatus,
 }
 
@@ -128,11 +130,14 @@ impl std::fmt::Display for IntentStatus {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DurableSendIntent {
+    /// The intent's id.
     pub id: IntentId,
     /// Stable across retries and restarts; a second intent with the same key is a duplicate.
     pub idempotency_key: String,
+    /// The channel that delivers it.
     pub channel: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The platform account it is sent from.
     pub account_id: Option<String>,
     /// Everything needed to rebuild the send context after a restart (target, thread, origin…).
     pub message: ChannelMessage,
@@ -140,22 +145,30 @@ pub struct DurableSendIntent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<RenderedMessageBatch>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The live preview's state, for a streamed reply.
     pub live_state: Option<LiveMessageState>,
+    /// Where it is in its lifecycle.
     pub status: IntentStatus,
+    /// How many send attempts were made.
     pub attempt: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When the next attempt is due, for a pending intent.
     pub next_attempt_at: Option<UnixMillis>,
     /// After this instant the intent is failed with reason `expired` instead of delivered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<UnixMillis>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The committed receipt, once sent.
     pub receipt: Option<MessageReceipt>,
     /// Receipts of the units that landed so far; those units are never sent again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partial_receipt: Option<MessageReceipt>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The last attempt's classified failure.
     pub failure: Option<DeliveryFailure>,
+    /// When it was recorded.
     pub created_at: UnixMillis,
+    /// When it last changed.
     pub updated_at: UnixMillis,
 }
 

@@ -10,6 +10,7 @@ use crate::{MessageAttachment, MessageReceipt, MessageReceiptPart, UnixMillis};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum LiveMode {
     /// A draft edited in place with partial text.
     Partial,
@@ -21,17 +22,30 @@ pub enum LiveMode {
     Native,
 }
 
+known_variants!(LiveMode {
+    Partial,
+    Block,
+    Progress,
+    Native
+});
+
 /// Durable-enough state of a live message: enough to finalize, clean up or suppress a duplicate
 /// after a restart.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct LiveMessageState {
+    /// How the message is shown while it is produced.
     pub mode: LiveMode,
+    /// The receipt of the preview on the platform, once one is visible.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<MessageReceipt>,
+    /// When the preview first became visible.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub visible_since: Option<UnixMillis>,
+    /// Whether the final may replace the preview by an edit (else the preview is cleaned up
+    /// and a fresh final sent).
     pub can_finalize_in_place: bool,
     /// Hash of the last text shown, so an identical update is not sent again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -59,6 +73,27 @@ impl LiveMessageState {
             stale_after_ms: None,
             streamed_media: BTreeMap::new(),
         }
+    }
+
+    setters! {
+        /// Sets whether the final may replace the preview by an edit.
+        with_can_finalize_in_place => can_finalize_in_place: bool;
+        /// Replaces the attachments already streamed, by identity.
+        with_streamed_media => streamed_media: BTreeMap<String, MessageReceiptPart>;
+    }
+
+    setters! { opt into
+        /// Sets the hash of the last text shown.
+        with_last_rendered_hash => last_rendered_hash: String;
+    }
+
+    setters! { opt
+        /// Sets the receipt of the visible preview.
+        with_receipt => receipt: MessageReceipt;
+        /// Sets when the preview became visible.
+        with_visible_since => visible_since: UnixMillis;
+        /// Sets the age after which the preview is not finalized in place.
+        with_stale_after_ms => stale_after_ms: u64;
     }
 
     /// Whether the preview is too old to be finalized in place at `now`.
@@ -94,25 +129,68 @@ impl LiveMessageState {
     rename_all = "snake_case",
     rename_all_fields = "camelCase"
 )]
+#[non_exhaustive]
 pub enum LiveMessageUpdate {
     /// The whole text so far (replaces the preview).
-    Partial { text: String },
+    Partial {
+        /// The text so far.
+        text: String,
+    },
     /// One completed block, appended.
-    Block { index: u32, text: String },
+    Block {
+        /// The block's position in the message.
+        index: u32,
+        /// The block's text.
+        text: String,
+    },
     /// A progress line, optionally with a completed fraction in `0.0..=1.0`.
     Progress {
+        /// What is in progress.
         label: String,
+        /// How much is done, in `0.0..=1.0`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         fraction: Option<f64>,
     },
     /// A platform-native stream chunk, opaque to the core.
-    Native { payload: serde_json::Value },
+    Native {
+        /// The chunk, as the adapter's platform takes it.
+        payload: serde_json::Value,
+    },
+}
+
+impl LiveMessageUpdate {
+    /// The whole text so far.
+    pub fn partial(text: impl Into<String>) -> Self {
+        LiveMessageUpdate::Partial { text: text.into() }
+    }
+
+    /// Completed block `index`.
+    pub fn block(index: u32, text: impl Into<String>) -> Self {
+        LiveMessageUpdate::Block {
+            index,
+            text: text.into(),
+        }
+    }
+
+    /// A progress line, with the completed fraction when known.
+    pub fn progress(label: impl Into<String>, fraction: Option<f64>) -> Self {
+        LiveMessageUpdate::Progress {
+            label: label.into(),
+            fraction,
+        }
+    }
+
+    /// A platform-native stream chunk.
+    pub fn native(payload: serde_json::Value) -> Self {
+        LiveMessageUpdate::Native { payload }
+    }
 }
 
 /// Why a live preview is cancelled (and cleaned up) instead of finalized in place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum LiveCancelReason {
     /// The final carries media the preview cannot become.
     Media,
@@ -125,3 +203,11 @@ pub enum LiveCancelReason {
     /// The turn was aborted.
     Aborted,
 }
+
+known_variants!(LiveCancelReason {
+    Media,
+    Error,
+    ReplyTargetMismatch,
+    Stale,
+    Aborted
+});

@@ -10,12 +10,17 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "source", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum MessageOrigin {
     /// Output the gateway itself produced (structured, versioned marker).
     Clawgate(GatewayOrigin),
+    /// A person wrote it.
     User,
+    /// A bot other than this gateway wrote it.
     ExternalBot,
+    /// The platform itself produced it (joins, pins, service notices).
     Platform,
+    /// Nothing says who produced it.
     Unknown,
 }
 
@@ -26,8 +31,11 @@ pub enum MessageOrigin {
 pub struct GatewayOrigin {
     /// Version of this marker's shape; readers ignore markers of versions they do not know.
     pub schema_version: u32,
+    /// What kind of gateway output it is.
     pub kind: GatewayOriginKind,
+    /// Why the gateway produced it.
     pub code: GatewayFailureCode,
+    /// What to do when it comes back in as input.
     pub echo_policy: EchoPolicy,
 }
 
@@ -36,6 +44,7 @@ pub struct GatewayOrigin {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum GatewayOriginKind {
+    /// A notice that something failed.
     GatewayFailure,
 }
 
@@ -44,8 +53,11 @@ pub enum GatewayOriginKind {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum GatewayFailureCode {
+    /// The agent failed before it produced a reply.
     AgentFailedBeforeReply,
+    /// The model provider's API key is not configured.
     MissingApiKey,
+    /// The model provider's login has expired.
     ModelLoginExpired,
 }
 

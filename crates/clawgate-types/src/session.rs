@@ -9,12 +9,16 @@ use crate::UnixMillis;
 /// A session key could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SessionKeyError {
+    /// The text is empty.
     #[error("session key is empty")]
     Empty,
+    /// The text contains whitespace or control characters.
     #[error("session key {0:?} contains whitespace or control characters")]
     BadCharacter(String),
+    /// A `:`-separated segment is empty, or `agent:<id>` names no session.
     #[error("session key {0:?} has an empty segment (expected `agent:<agentId>:<name>`)")]
     EmptySegment(String),
+    /// The text is longer than 512 bytes.
     #[error("session key {0:?} is longer than 512 bytes")]
     TooLong(String),
 }
@@ -75,6 +79,7 @@ impl SessionKey {
         }
     }
 
+    /// The key as text.
     pub fn as_str(&self) -> &str {
         &self.raw
     }
@@ -92,10 +97,12 @@ impl SessionKey {
         }
     }
 
+    /// Whether the key has the `agent:<agentId>:<rest>` shape.
     pub fn is_agent_qualified(&self) -> bool {
         self.agent.is_some()
     }
 
+    /// Whether this is the global-scope key.
     pub fn is_global(&self) -> bool {
         self.raw == GLOBAL_SESSION_KEY
     }
@@ -203,8 +210,11 @@ impl SessionStateEventKind {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ActorType {
+    /// A person.
     Human,
+    /// An agent session.
     Agent,
+    /// The gateway itself.
     System,
 }
 
@@ -213,8 +223,11 @@ pub enum ActorType {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RunOutcome {
+    /// The run was cancelled.
     Cancelled,
+    /// The run ran out of time.
     Timeout,
+    /// The run failed with an error.
     Error,
 }
 
@@ -223,12 +236,16 @@ pub enum RunOutcome {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionStateEvent {
+    /// The event's position in the session's log (the state version it creates).
     pub sequence: u64,
+    /// What changed.
     pub kind: SessionStateEventKind,
+    /// Who caused it.
     pub actor_type: ActorType,
     /// The acting session key, user id or subsystem; used to suppress self-notification.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor_id: Option<String>,
+    /// A one-line summary, never message content.
     pub summary: String,
     /// Present on `run_failed`: cancelled, timeout or error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -237,5 +254,6 @@ pub struct SessionStateEvent {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub child_session_key: Option<SessionKey>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When it happened.
     pub created_at: Option<UnixMillis>,
 }

@@ -25,6 +25,7 @@ pub enum SessionVisibility {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct AgentToAgentPolicy {
+    /// Whether sessions of other agents may be reached at all.
     pub enabled: bool,
     /// Agent id patterns: `*` wildcards match case-insensitively, exact names case-sensitively;
     /// blank patterns match nothing.
@@ -37,13 +38,18 @@ pub struct AgentToAgentPolicy {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct VisibilityRow {
+    /// The row's session key.
     pub key: SessionKey,
+    /// The agent the row's session runs.
     pub agent_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The session that owns the row.
     pub owner_session_key: Option<SessionKey>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The session that spawned the row.
     pub spawned_by: Option<SessionKey>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The row's parent in the session tree.
     pub parent_session_key: Option<SessionKey>,
 }
 
@@ -52,9 +58,13 @@ pub struct VisibilityRow {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionVisibilityInput {
+    /// The session asking to see the row.
     pub requester_session_key: SessionKey,
+    /// The row's metadata.
     pub row: VisibilityRow,
+    /// How far the requester may see.
     pub visibility: SessionVisibility,
+    /// The agent-to-agent policy in force.
     pub a2a_policy: AgentToAgentPolicy,
     /// Sandboxed requesters are clamped to `tree`.
     #[serde(default)]

@@ -11,23 +11,33 @@ pub enum WireError {
     /// The text is not JSON at all, or is truncated.
     #[error("malformed JSON for {type_name} at line {line}, column {column}: {message}")]
     Malformed {
+        /// The type being decoded.
         type_name: &'static str,
+        /// Line of the error in the text.
         line: usize,
+        /// Column of the error in the text.
         column: usize,
+        /// serde's description of the error.
         message: String,
     },
     /// The JSON is well formed but does not match the shape (missing field, unknown variant…).
     #[error("invalid {type_name}: {message} (line {line}, column {column})")]
     Invalid {
+        /// The type being decoded.
         type_name: &'static str,
+        /// Line of the error in the text.
         line: usize,
+        /// Column of the error in the text.
         column: usize,
+        /// serde's description, naming the field and value.
         message: String,
     },
     /// A value could not be encoded (only possible for maps with non-string keys).
     #[error("cannot encode {type_name}: {message}")]
     Encode {
+        /// The type being encoded.
         type_name: &'static str,
+        /// serde's description of the error.
         message: String,
     },
 }

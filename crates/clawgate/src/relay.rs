@@ -70,35 +70,17 @@ impl Gateway {
         text: &str,
     ) -> Result<(), String> {
         let author = format!("session:{from}");
-        let target = clawgate_types::MessageTarget {
-            kind: clawgate_types::TargetKind::Group,
-            id: conversation.to_owned(),
-            label: None,
-            space_id: None,
-            parent_id: None,
-            thread_id: None,
-            native_channel_id: None,
-        };
+        let target = clawgate_types::MessageTarget::group(conversation);
         let nonce = crate::gateway::random_token()
             .map_err(|e| format!("cannot read random bytes for the message's key: {e}"))?;
         let key = format!("{}:session-send:{}", channel.name, &nonce[..24]);
-        let mut relay = ChannelMessage {
-            id: key.clone(),
-            channel: channel.name.clone(),
-            account_id: Some(channel.account.clone()),
-            direction: MessageDirection::Outbound,
-            target: target.clone(),
-            sender: None,
-            body: Some(MessageBody {
-                text: format!("{author}: {text}"),
-                format: None,
-            }),
-            attachments: vec![],
-            relation: None,
-            origin: None,
-            timestamp: None,
-            raw: None,
-        };
+        let mut relay = ChannelMessage::outbound(
+            &key,
+            &channel.name,
+            target.clone(),
+            format!("{author}: {text}"),
+        )
+        .with_account_id(&channel.account);
         let options = SendOptions {
             durability: self.turns.durability,
             idempotency_key: Some(key.clone()),
@@ -109,15 +91,8 @@ impl Gateway {
             .await
             .map_err(|e| format!("the message could not be sent into {conversation}: {e}"))?;
         relay.direction = MessageDirection::Inbound;
-        relay.sender = Some(clawgate_types::MessageActor {
-            id: author,
-            display_name: None,
-            is_bot: false,
-        });
-        relay.body = Some(MessageBody {
-            text: text.to_owned(),
-            format: None,
-        });
+        relay.sender = Some(clawgate_types::MessageActor::new(author));
+        relay.body = Some(MessageBody::new(text));
         let inbound = NormalizedInbound::new(key, relay);
         let gateway = self.clone();
         let channel = channel.clone();

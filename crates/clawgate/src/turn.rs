@@ -15,10 +15,7 @@ use clawgate_messages::{
     SendOutcome,
 };
 use clawgate_store::IntentStore;
-use clawgate_types::{
-    ChannelMessage, IntentId, IntentStatus, MessageBody, MessageDirection, MessageDurabilityPolicy,
-    SessionKey,
-};
+use clawgate_types::{ChannelMessage, IntentId, IntentStatus, MessageDurabilityPolicy, SessionKey};
 use tokio::sync::mpsc;
 use tracing::{Instrument, info, warn};
 
@@ -551,24 +548,14 @@ pub(crate) fn reply_message(
     reply_key: &str,
     text: &str,
 ) -> ChannelMessage {
-    ChannelMessage {
-        // Stable per reply key: the intent and the platform's idempotency key follow it.
-        id: reply_key.to_owned(),
-        channel: channel.name.clone(),
-        account_id: Some(channel.account.clone()),
-        direction: MessageDirection::Outbound,
-        target: inbound.message.target.clone(),
-        sender: None,
-        body: Some(MessageBody {
-            text: text.to_owned(),
-            format: None,
-        }),
-        attachments: vec![],
-        relation: None,
-        origin: None,
-        timestamp: None,
-        raw: None,
-    }
+    // Stable per reply key: the intent and the platform's idempotency key follow it.
+    ChannelMessage::outbound(
+        reply_key,
+        &channel.name,
+        inbound.message.target.clone(),
+        text,
+    )
+    .with_account_id(&channel.account)
 }
 
 #[cfg(test)]

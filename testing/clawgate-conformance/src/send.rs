@@ -509,13 +509,12 @@ pub async fn remote_attachments_are_delivered_when_declared(
     let target = peer.target("attachments");
     let url = "https://files.example/conformance.png";
     let mut picture = addressed(peer, &target, "attachments", "a picture");
-    picture.attachments = vec![clawgate_types::MessageAttachment {
-        kind: MessagePartKind::Media,
-        url: Some(url.into()),
-        mime_type: Some("image/png".into()),
-        file_name: Some("conformance.png".into()),
-        size_bytes: None,
-    }];
+    picture.attachments = vec![
+        clawgate_types::MessageAttachment::new(MessagePartKind::Media)
+            .with_url(url)
+            .with_mime_type("image/png")
+            .with_file_name("conformance.png"),
+    ];
     let report = messenger
         .send(picture, SendOptions::default())
         .await

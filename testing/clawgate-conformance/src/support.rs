@@ -5,31 +5,12 @@ use std::sync::Arc;
 use clawgate_channel_sdk::{ChannelMessageAdapter, SendContext};
 use clawgate_messages::{ManualClock, Messenger, RetryPolicy};
 use clawgate_store::{SqliteOptions, SqliteStore};
-use clawgate_types::{
-    ChannelMessage, MessageBody, MessageDirection, MessagePartKind, MessageTarget,
-    RenderedMessageUnit,
-};
+use clawgate_types::{ChannelMessage, MessageTarget, RenderedMessageUnit};
 
 use crate::ConformancePeer;
 
 pub(crate) fn message(target: &MessageTarget, id: &str, text: &str) -> ChannelMessage {
-    ChannelMessage {
-        id: id.into(),
-        channel: String::new(),
-        account_id: None,
-        direction: MessageDirection::Outbound,
-        target: target.clone(),
-        sender: None,
-        body: Some(MessageBody {
-            text: text.into(),
-            format: None,
-        }),
-        attachments: vec![],
-        relation: None,
-        origin: None,
-        timestamp: None,
-        raw: None,
-    }
+    ChannelMessage::outbound(id, String::new(), target.clone(), text)
 }
 
 pub(crate) fn context(
@@ -43,12 +24,7 @@ pub(crate) fn context(
 }
 
 pub(crate) fn unit(index: u32, text: &str) -> RenderedMessageUnit {
-    RenderedMessageUnit {
-        index,
-        kind: MessagePartKind::Text,
-        payload: serde_json::json!({ "text": text }),
-        required: true,
-    }
+    RenderedMessageUnit::text(index, text)
 }
 
 pub(crate) fn engine(

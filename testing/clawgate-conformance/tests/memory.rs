@@ -4,7 +4,7 @@
 use clawgate_channel_sdk::ChannelPlugin;
 use clawgate_channel_sdk::testing::{MemoryChannel, MemoryFault, MemoryPlatform};
 use clawgate_conformance::ConformancePeer;
-use clawgate_types::{DeliveryFailureKind, MessageTarget, TargetKind};
+use clawgate_types::{DeliveryFailureKind, MessageTarget};
 
 struct MemoryPeer {
     channel: MemoryChannel,
@@ -35,15 +35,7 @@ impl ConformancePeer for MemoryPeer {
     }
 
     fn target(&self, case: &str) -> MessageTarget {
-        MessageTarget {
-            kind: TargetKind::Group,
-            id: format!("conformance-{case}"),
-            label: None,
-            space_id: None,
-            parent_id: None,
-            thread_id: None,
-            native_channel_id: None,
-        }
+        MessageTarget::group(format!("conformance-{case}"))
     }
 
     fn inject_failure(&self, kind: DeliveryFailureKind, count: u32, after: u32) -> bool {

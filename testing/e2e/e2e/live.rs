@@ -158,12 +158,7 @@ async fn a_reply_target_mismatch_cancels_the_preview_and_delivers_normally() {
     live.update("draft").await.unwrap();
     let preview = h.platform.messages("room-1")[1].id.clone();
     let mut reply = message("r", "the answer, as a reply");
-    reply.relation = Some(MessageRelation::Reply {
-        inbound_message_id: Some(question.id.clone()),
-        reply_to_id: Some(question.id.clone()),
-        thread_id: None,
-        quote: None,
-    });
+    reply.relation = Some(MessageRelation::reply_to_inbound(question.id.clone()));
     let report = live.finalize(reply).await.unwrap();
     assert!(
         matches!(report.outcome, SendOutcome::Sent { .. }),
@@ -282,13 +277,11 @@ const CAT: &str = "https://files.example/cat.png";
 const DOG: &str = "https://files.example/dog.png";
 
 fn image(url: &str) -> MessageAttachment {
-    MessageAttachment {
-        kind: MessagePartKind::Media,
-        url: Some(url.into()),
-        mime_type: Some("image/png".into()),
-        file_name: url.rsplit('/').next().map(str::to_owned),
-        size_bytes: None,
-    }
+    let mut attachment = MessageAttachment::new(MessagePartKind::Media)
+        .with_url(url)
+        .with_mime_type("image/png");
+    attachment.file_name = url.rsplit('/').next().map(str::to_owned);
+    attachment
 }
 
 fn with_images(mut message: ChannelMessage, urls: &[&str]) -> ChannelMessage {

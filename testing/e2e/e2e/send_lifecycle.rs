@@ -764,12 +764,10 @@ async fn replies_land_in_the_thread_of_an_inbound_message() {
         (Some("alice"), false)
     );
     let mut reply = message("r", "answer.");
-    reply.relation = Some(clawgate_types::MessageRelation::Reply {
-        inbound_message_id: Some(injected.message.id.clone()),
-        reply_to_id: Some(injected.message.id.clone()),
-        thread_id: Some("t-1".into()),
-        quote: None,
-    });
+    reply.relation = Some(
+        clawgate_types::MessageRelation::reply_to_inbound(injected.message.id.clone())
+            .with_thread_id(Some("t-1")),
+    );
     let report = messenger.send(reply, opts()).await.unwrap();
     let receipt = report.outcome.receipt().unwrap().clone();
     let landed = h.platform.messages("room-1");
@@ -788,12 +786,7 @@ async fn replies_land_in_the_thread_of_an_inbound_message() {
     assert_eq!(receipt.thread_id.as_deref(), Some("t-1"));
 
     let mut orphan = message("o", "to nowhere");
-    orphan.relation = Some(clawgate_types::MessageRelation::Reply {
-        inbound_message_id: None,
-        reply_to_id: Some("m-404".into()),
-        thread_id: None,
-        quote: None,
-    });
+    orphan.relation = Some(clawgate_types::MessageRelation::reply_to("m-404"));
     let report = messenger.send(orphan, opts()).await.unwrap();
     let SendOutcome::Failed { failure, .. } = report.outcome else {
         panic!("{report:?}")

@@ -36,13 +36,8 @@ impl InstantPlatform {
     /// Remembers what it accepted and answers "did this land?": the engine records the intent
     /// with its first attempt started, so every send is `sending`, `sent`.
     fn reconciling() -> InstantPlatform {
-        let capabilities = MessageCapabilities {
-            delivery: Some(DeliveryCapabilities {
-                reconcile_unknown_send: true,
-                ..DeliveryCapabilities::default()
-            }),
-            ..MessageCapabilities::default()
-        };
+        let capabilities = MessageCapabilities::default()
+            .with_delivery(DeliveryCapabilities::default().with_reconcile_unknown_send(true));
         InstantPlatform {
             capabilities,
             landed: Some(Mutex::default()),

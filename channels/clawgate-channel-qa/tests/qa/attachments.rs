@@ -10,8 +10,8 @@ use clawgate_channel_sdk::{
     SendContext, SideEffect,
 };
 use clawgate_types::{
-    ChannelMessage, DeliveryFailureKind, MessageAttachment, MessageBody, MessageDirection,
-    MessagePartKind, MessageTarget, RenderedMessageUnit, TargetKind,
+    ChannelMessage, DeliveryFailureKind, MessageAttachment, MessagePartKind, MessageTarget,
+    RenderedMessageUnit,
 };
 use serde_json::json;
 
@@ -143,31 +143,8 @@ async fn attachments_survive_a_restart_and_an_old_state_file_still_loads() {
 }
 
 fn outbound(attachments: Vec<MessageAttachment>, text: &str) -> ChannelMessage {
-    ChannelMessage {
-        id: "out-1".into(),
-        channel: "qa".into(),
-        account_id: None,
-        direction: MessageDirection::Outbound,
-        target: MessageTarget {
-            kind: TargetKind::Group,
-            id: "c1".into(),
-            label: None,
-            space_id: None,
-            parent_id: None,
-            thread_id: None,
-            native_channel_id: None,
-        },
-        sender: None,
-        body: Some(MessageBody {
-            text: text.into(),
-            format: None,
-        }),
-        attachments,
-        relation: None,
-        origin: None,
-        timestamp: None,
-        raw: None,
-    }
+    ChannelMessage::outbound("out-1", "qa", MessageTarget::group("c1"), text)
+        .with_attachments(attachments)
 }
 
 fn context(message: &ChannelMessage) -> SendContext {
@@ -177,13 +154,11 @@ fn context(message: &ChannelMessage) -> SendContext {
 }
 
 fn cat() -> MessageAttachment {
-    MessageAttachment {
-        kind: MessagePartKind::Media,
-        url: Some(IMAGE.into()),
-        mime_type: Some("image/png".into()),
-        file_name: Some("cat.png".into()),
-        size_bytes: Some(1_024),
-    }
+    MessageAttachment::new(MessagePartKind::Media)
+        .with_url(IMAGE)
+        .with_mime_type("image/png")
+        .with_file_name("cat.png")
+        .with_size_bytes(1_024)
 }
 
 #[tokio::test]
@@ -226,12 +201,11 @@ async fn the_adapter_declares_attachments_and_sends_a_media_unit_as_its_own_mess
     assert_eq!(platform.messages("c1")[2].text, "a cat");
 
     // Without a URL there is nothing the platform could fetch: refused before any I/O.
-    let upload = RenderedMessageUnit {
-        index: 3,
-        kind: MessagePartKind::Media,
-        payload: json!({ "kind": "media", "fileName": "local.png" }),
-        required: true,
-    };
+    let upload = RenderedMessageUnit::new(
+        3,
+        MessagePartKind::Media,
+        json!({ "kind": "media", "fileName": "local.png" }),
+    );
     let error = adapter.send_unit(&ctx, &upload).await.unwrap_err();
     assert_eq!(
         (error.kind, error.side_effect),
@@ -244,9 +218,10 @@ async fn the_adapter_declares_attachments_and_sends_a_media_unit_as_its_own_mess
     let inbound = adapter.normalize(&raw).unwrap();
     assert_eq!(
         inbound.message.attachments,
-        vec![MessageAttachment {
-            size_bytes: None,
-            ..cat()
+        vec![{
+            let mut received = cat();
+            received.size_bytes = None;
+            received
         }]
     );
 }

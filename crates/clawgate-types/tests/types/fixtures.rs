@@ -5,11 +5,11 @@ use clawgate_types::{
     AttachmentCapabilities, BatchAtomicity, ChannelMessage, DeliveryCapabilities, DeliveryFailure,
     DeliveryFailureKind, DurableSendIntent, FailureReason, GatewayFailureCode, GatewayInstanceId,
     IntentId, IntentStatus, LeaseId, LeaseState, LiveCapabilities, LiveMessageState, LiveMode,
-    MessageActor, MessageAttachment, MessageBody, MessageCapabilities, MessageDirection,
-    MessageOrigin, MessagePartKind, MessageQuote, MessageReceipt, MessageReceiptPart,
-    MessageRelation, MessageTarget, RenderedMessageBatch, RenderedMessageUnit, RunOutcome,
-    SessionKey, SessionStateEvent, SessionStateEventKind, SessionVisibility,
-    SessionVisibilityInput, TargetKind, TextCapabilities, ThreadCapabilities, VisibilityRow,
+    MessageActor, MessageAttachment, MessageBody, MessageCapabilities, MessageOrigin,
+    MessagePartKind, MessageQuote, MessageReceipt, MessageReceiptPart, MessageRelation,
+    MessageTarget, RenderedMessageBatch, RenderedMessageUnit, RunOutcome, SessionKey,
+    SessionStateEvent, SessionStateEventKind, SessionVisibility, SessionVisibilityInput,
+    TextCapabilities, ThreadCapabilities, VisibilityRow,
 };
 use serde_json::json;
 
@@ -30,75 +30,54 @@ pub(crate) fn gateway_instance_id() -> GatewayInstanceId {
 }
 
 pub(crate) fn target() -> MessageTarget {
-    MessageTarget {
-        kind: TargetKind::Thread,
-        id: "C123:1700000000.0001".into(),
-        label: Some("#ops".into()),
-        space_id: Some("T0001".into()),
-        parent_id: Some("C123".into()),
-        thread_id: Some("1700000000.0001".into()),
-        native_channel_id: Some("C123".into()),
-    }
+    MessageTarget::thread("C123:1700000000.0001")
+        .with_label("#ops")
+        .with_space_id("T0001")
+        .with_parent_id("C123")
+        .with_thread_id(Some("1700000000.0001"))
+        .with_native_channel_id("C123")
 }
 
 pub(crate) fn actor() -> MessageActor {
-    MessageActor {
-        id: "U42".into(),
-        display_name: Some("Ada".into()),
-        is_bot: true,
-    }
+    MessageActor::bot("U42").with_display_name("Ada")
 }
 
 pub(crate) fn body() -> MessageBody {
-    MessageBody {
-        text: "Build **green**".into(),
-        format: Some("markdown".into()),
-    }
+    MessageBody::new("Build **green**").with_format("markdown")
 }
 
 pub(crate) fn attachment() -> MessageAttachment {
-    MessageAttachment {
-        kind: MessagePartKind::Media,
-        url: Some("https://files.example/report.png".into()),
-        mime_type: Some("image/png".into()),
-        file_name: Some("report.png".into()),
-        size_bytes: Some(48_213),
-    }
+    MessageAttachment::new(MessagePartKind::Media)
+        .with_url("https://files.example/report.png")
+        .with_mime_type("image/png")
+        .with_file_name("report.png")
+        .with_size_bytes(48_213)
 }
 
 pub(crate) fn quote() -> MessageQuote {
-    MessageQuote {
-        text: "is the build green?".into(),
-        author_id: Some("U7".into()),
-    }
+    MessageQuote::new("is the build green?").with_author_id("U7")
 }
 
 pub(crate) fn relation_reply() -> MessageRelation {
-    MessageRelation::Reply {
-        inbound_message_id: Some("in-1".into()),
-        reply_to_id: Some("1700000000.0002".into()),
-        thread_id: Some("1700000000.0001".into()),
-        quote: Some(quote()),
-    }
+    MessageRelation::reply_to("1700000000.0002")
+        .with_inbound_message_id("in-1")
+        .with_thread_id(Some("1700000000.0001"))
+        .with_quote(quote())
 }
 
 pub(crate) fn relation_followup() -> MessageRelation {
-    MessageRelation::Followup {
-        session_key: Some("agent:main:subagent:child".into()),
-        previous_message_id: Some("out-9".into()),
-    }
+    MessageRelation::followup(
+        Some("agent:main:subagent:child".into()),
+        Some("out-9".into()),
+    )
 }
 
 pub(crate) fn relation_broadcast() -> MessageRelation {
-    MessageRelation::Broadcast {
-        reason: Some("maintenance window".into()),
-    }
+    MessageRelation::broadcast(Some("maintenance window".into()))
 }
 
 pub(crate) fn relation_system() -> MessageRelation {
-    MessageRelation::System {
-        reason: clawgate_types::SystemReason::ControlUi,
-    }
+    MessageRelation::system(clawgate_types::SystemReason::ControlUi)
 }
 
 pub(crate) fn gateway_failure_origin() -> MessageOrigin {
@@ -106,115 +85,82 @@ pub(crate) fn gateway_failure_origin() -> MessageOrigin {
 }
 
 pub(crate) fn channel_message() -> ChannelMessage {
-    ChannelMessage {
-        id: "out-10".into(),
-        channel: "slack".into(),
-        account_id: Some("acct-1".into()),
-        direction: MessageDirection::Outbound,
-        target: target(),
-        sender: Some(actor()),
-        body: Some(body()),
-        attachments: vec![attachment()],
-        relation: Some(relation_reply()),
-        origin: Some(gateway_failure_origin()),
-        timestamp: Some(1_700_000_000_123),
-        raw: Some(json!({ "ts": "1700000000.0003", "blocks": [1, true, null] })),
-    }
+    ChannelMessage::outbound("out-10", "slack", target(), "Build **green**")
+        .with_account_id("acct-1")
+        .with_sender(actor())
+        .with_body(body())
+        .with_attachment(attachment())
+        .with_relation(relation_reply())
+        .with_origin(gateway_failure_origin())
+        .with_timestamp(1_700_000_000_123)
+        .with_raw(json!({ "ts": "1700000000.0003", "blocks": [1, true, null] }))
 }
 
 pub(crate) fn receipt_part(index: u32, id: &str) -> MessageReceiptPart {
-    MessageReceiptPart {
-        platform_message_id: id.into(),
-        kind: MessagePartKind::Text,
-        index,
-        thread_id: None,
-        reply_to_id: None,
-        edit_token: None,
-        delete_token: None,
-        url: None,
-        raw: None,
-    }
+    MessageReceiptPart::new(id, MessagePartKind::Text, index)
 }
 
 pub(crate) fn receipt_part_full() -> MessageReceiptPart {
-    MessageReceiptPart {
-        platform_message_id: "1700000000.0003".into(),
-        kind: MessagePartKind::Text,
-        index: 0,
-        thread_id: Some("1700000000.0001".into()),
-        reply_to_id: Some("1700000000.0002".into()),
-        edit_token: Some("edit-0".into()),
-        delete_token: Some("del-0".into()),
-        url: Some("https://chat.example/p/0003".into()),
-        raw: Some(json!({ "ok": true })),
-    }
+    MessageReceiptPart::new("1700000000.0003", MessagePartKind::Text, 0)
+        .with_thread_id("1700000000.0001")
+        .with_reply_to_id("1700000000.0002")
+        .with_edit_token("edit-0")
+        .with_delete_token("del-0")
+        .with_url("https://chat.example/p/0003")
+        .with_raw(json!({ "ok": true }))
 }
 
 pub(crate) fn receipt() -> MessageReceipt {
-    let second = MessageReceiptPart {
-        platform_message_id: "1700000000.0004".into(),
-        kind: MessagePartKind::Media,
-        index: 1,
-        edit_token: Some("edit-1".into()),
-        delete_token: Some("del-1".into()),
-        url: Some("https://chat.example/p/0004".into()),
-        raw: None,
-        ..receipt_part_full()
-    };
-    MessageReceipt {
-        edit_token: Some("edit-0".into()),
-        delete_token: Some("del-0".into()),
-        url: Some("https://chat.example/p/0003".into()),
-        raw: Some(json!({ "batch": 2 })),
-        ..MessageReceipt::from_parts(vec![receipt_part_full(), second], 1_700_000_000_500)
-    }
+    let second = MessageReceiptPart::new("1700000000.0004", MessagePartKind::Media, 1)
+        .with_thread_id("1700000000.0001")
+        .with_reply_to_id("1700000000.0002")
+        .with_edit_token("edit-1")
+        .with_delete_token("del-1")
+        .with_url("https://chat.example/p/0004");
+    MessageReceipt::from_parts(vec![receipt_part_full(), second], 1_700_000_000_500)
+        .with_edit_token("edit-0")
+        .with_delete_token("del-0")
+        .with_url("https://chat.example/p/0003")
+        .with_raw(json!({ "batch": 2 }))
 }
 
 pub(crate) fn batch_unit(index: u32) -> RenderedMessageUnit {
-    RenderedMessageUnit {
-        index,
-        kind: MessagePartKind::Text,
-        payload: json!({ "text": format!("chunk {index}") }),
-        required: true,
-    }
+    RenderedMessageUnit::text(index, format!("chunk {index}"))
 }
 
 pub(crate) fn batch() -> RenderedMessageBatch {
-    RenderedMessageBatch {
-        units: vec![
+    RenderedMessageBatch::new(
+        vec![
             batch_unit(0),
-            RenderedMessageUnit {
-                index: 1,
-                kind: MessagePartKind::Media,
-                payload: json!({ "url": "https://files.example/report.png" }),
-                required: false,
-            },
+            RenderedMessageUnit::new(
+                1,
+                MessagePartKind::Media,
+                json!({ "url": "https://files.example/report.png" }),
+            )
+            .with_required(false),
         ],
-        atomicity: BatchAtomicity::AllOrRetryRemaining,
-        idempotency_key: "slack:out-10".into(),
-    }
+        BatchAtomicity::AllOrRetryRemaining,
+        "slack:out-10",
+    )
 }
 
 pub(crate) fn live_state() -> LiveMessageState {
-    LiveMessageState {
-        mode: LiveMode::Partial,
-        receipt: Some(MessageReceipt::from_parts(
+    LiveMessageState::empty(LiveMode::Partial)
+        .with_receipt(MessageReceipt::from_parts(
             vec![receipt_part(0, "preview-1")],
             1_700_000_000_200,
-        )),
-        visible_since: Some(1_700_000_000_200),
-        can_finalize_in_place: true,
-        last_rendered_hash: Some("sha256:4f2a".into()),
-        stale_after_ms: Some(600_000),
-        streamed_media: [(
-            "https://files.example/report.png".to_owned(),
-            MessageReceiptPart {
-                kind: MessagePartKind::Media,
-                ..receipt_part(0, "media-1")
-            },
-        )]
-        .into(),
-    }
+        ))
+        .with_visible_since(1_700_000_000_200)
+        .with_can_finalize_in_place(true)
+        .with_last_rendered_hash("sha256:4f2a")
+        .with_stale_after_ms(600_000)
+        .with_streamed_media(
+            [(
+                "https://files.example/report.png".to_owned(),
+                MessageReceiptPart::new("media-1", MessagePartKind::Media, 0),
+            )]
+            .into(),
+        )
 }
 
 pub(crate) fn delivery_failure() -> DeliveryFailure {
@@ -253,36 +199,40 @@ pub(crate) fn durable_send_intent() -> DurableSendIntent {
 }
 
 pub(crate) fn capabilities() -> MessageCapabilities {
-    MessageCapabilities {
-        text: TextCapabilities {
-            max_length: Some(4000),
-            chunking: true,
-        },
-        attachments: Some(AttachmentCapabilities {
-            upload: true,
-            remote_url: true,
-            voice: true,
-        }),
-        threads: Some(ThreadCapabilities {
-            reply: true,
-            topic: true,
-            native_thread: true,
-        }),
-        live: Some(LiveCapabilities {
-            edit: true,
-            delete: true,
-            native_stream: true,
-            progress: true,
-            max_edits_per_second: Some(1),
-        }),
-        delivery: Some(DeliveryCapabilities {
-            idempotency_key: true,
-            retry_after: true,
-            receipt_required: true,
-            reconcile_unknown_send: true,
-            duplicates_acceptable: true,
-        }),
-    }
+    MessageCapabilities::default()
+        .with_text(
+            TextCapabilities::default()
+                .with_max_length(4000)
+                .with_chunking(true),
+        )
+        .with_attachments(
+            AttachmentCapabilities::default()
+                .with_upload(true)
+                .with_remote_url(true)
+                .with_voice(true),
+        )
+        .with_threads(
+            ThreadCapabilities::default()
+                .with_reply(true)
+                .with_topic(true)
+                .with_native_thread(true),
+        )
+        .with_live(
+            LiveCapabilities::default()
+                .with_edit(true)
+                .with_delete(true)
+                .with_native_stream(true)
+                .with_progress(true)
+                .with_max_edits_per_second(1),
+        )
+        .with_delivery(
+            DeliveryCapabilities::default()
+                .with_idempotency_key(true)
+                .with_retry_after(true)
+                .with_receipt_required(true)
+                .with_reconcile_unknown_send(true)
+                .with_duplicates_acceptable(true),
+        )
 }
 
 pub(crate) fn event_run_failed() -> SessionStateEvent {

@@ -8,6 +8,7 @@ mod fixtures;
 mod strategies;
 mod variants;
 
+mod constructors;
 mod errors;
 mod helpers;
 mod intent_transitions;

@@ -119,12 +119,7 @@ fn relation_accessors() {
         fixtures::relation_reply().thread_id(),
         Some("1700000000.0001")
     );
-    let bare_reply = MessageRelation::Reply {
-        inbound_message_id: Some("in".into()),
-        reply_to_id: None,
-        thread_id: None,
-        quote: None,
-    };
+    let bare_reply = MessageRelation::reply().with_inbound_message_id("in");
     for other in [
         bare_reply,
         fixtures::relation_followup(),

@@ -26,16 +26,12 @@ fn indices(receipt: &MessageReceipt) -> Vec<u32> {
 
 #[test]
 fn from_parts_orders_ids_and_picks_the_first_as_primary() {
-    let first = MessageReceiptPart {
-        thread_id: Some("t1".into()),
-        reply_to_id: Some("r1".into()),
-        ..receipt_part(0, "m0")
-    };
-    let second = MessageReceiptPart {
-        thread_id: Some("t2".into()),
-        reply_to_id: Some("r2".into()),
-        ..receipt_part(1, "m1")
-    };
+    let first = receipt_part(0, "m0")
+        .with_thread_id("t1")
+        .with_reply_to_id("r1");
+    let second = receipt_part(1, "m1")
+        .with_thread_id("t2")
+        .with_reply_to_id("r2");
     let receipt = MessageReceipt::from_parts(vec![first.clone(), second.clone()], 500);
     assert_eq!(receipt.primary_platform_message_id.as_deref(), Some("m0"));
     assert_eq!(ids(&receipt), ["m0", "m1"]);
@@ -167,9 +163,10 @@ proptest! {
         (key_a, index_a) in ("[k1#]{0,3}", 0u32..13),
         (key_b, index_b) in ("[k1#]{0,3}", 0u32..13),
     ) {
-        let batch = |key: &str| clawgate_types::RenderedMessageBatch {
-            idempotency_key: key.to_owned(),
-            ..fixtures::batch()
+        let batch = |key: &str| {
+            let mut batch = fixtures::batch();
+            key.clone_into(&mut batch.idempotency_key);
+            batch
         };
         let a = batch(&key_a).unit_idempotency_key(index_a);
         let b = batch(&key_b).unit_idempotency_key(index_b);
@@ -220,20 +217,15 @@ fn unit_idempotency_keys_are_distinct_and_stable() {
         .collect();
     assert_eq!(again, keys);
     // Distinct from another batch's keys.
-    let other = clawgate_types::RenderedMessageBatch {
-        idempotency_key: "slack:out-11".into(),
-        ..batch
-    };
+    let mut other = batch;
+    other.idempotency_key = "slack:out-11".into();
     assert_ne!(other.unit_idempotency_key(0), keys[0]);
 }
 
 fn live(visible_since: Option<UnixMillis>, stale_after_ms: Option<u64>) -> LiveMessageState {
-    LiveMessageState {
-        visible_since,
-        can_finalize_in_place: true,
-        stale_after_ms,
-        ..LiveMessageState::empty(LiveMode::Partial)
-    }
+    let mut state = LiveMessageState::empty(LiveMode::Partial).with_can_finalize_in_place(true);
+    (state.visible_since, state.stale_after_ms) = (visible_since, stale_after_ms);
+    state
 }
 
 /// (name, visible_since, stale_after_ms, now, is_stale)
@@ -276,13 +268,10 @@ fn stale_boundaries() {
 }
 
 fn attachment(url: Option<&str>, file_name: Option<&str>) -> MessageAttachment {
-    MessageAttachment {
-        kind: MessagePartKind::Media,
-        url: url.map(str::to_owned),
-        mime_type: Some("image/png".into()),
-        file_name: file_name.map(str::to_owned),
-        size_bytes: None,
-    }
+    let mut attachment = MessageAttachment::new(MessagePartKind::Media).with_mime_type("image/png");
+    attachment.url = url.map(str::to_owned);
+    attachment.file_name = file_name.map(str::to_owned);
+    attachment
 }
 
 /// (name, url, file name, identity)

@@ -97,20 +97,27 @@ prop_compose! {
         (label, space_id, parent_id) in (opt_text(), opt_text(), opt_text()),
         (thread_id, native_channel_id) in (opt_text(), opt_text()),
     ) -> MessageTarget {
-        MessageTarget { kind, id, label, space_id, parent_id, thread_id, native_channel_id }
+        let mut target = MessageTarget::new(kind, id);
+        (target.label, target.space_id, target.parent_id) = (label, space_id, parent_id);
+        (target.thread_id, target.native_channel_id) = (thread_id, native_channel_id);
+        target
     }
 }
 
 prop_compose! {
     pub(crate) fn actor()(id in text(), display_name in opt_text(), is_bot in any::<bool>())
         -> MessageActor {
-        MessageActor { id, display_name, is_bot }
+        let mut actor = MessageActor::new(id).with_is_bot(is_bot);
+        actor.display_name = display_name;
+        actor
     }
 }
 
 prop_compose! {
     pub(crate) fn body()(text in text(), format in opt_text()) -> MessageBody {
-        MessageBody { text, format }
+        let mut body = MessageBody::new(text);
+        body.format = format;
+        body
     }
 }
 
@@ -120,34 +127,43 @@ prop_compose! {
         (url, mime_type, file_name) in (opt_text(), opt_text(), opt_text()),
         size_bytes in maybe(any::<u64>()),
     ) -> MessageAttachment {
-        MessageAttachment { kind, url, mime_type, file_name, size_bytes }
+        let mut attachment = MessageAttachment::new(kind);
+        (attachment.url, attachment.mime_type) = (url, mime_type);
+        (attachment.file_name, attachment.size_bytes) = (file_name, size_bytes);
+        attachment
     }
 }
 
 prop_compose! {
     pub(crate) fn quote()(text in text(), author_id in opt_text()) -> MessageQuote {
-        MessageQuote { text, author_id }
+        let mut quote = MessageQuote::new(text);
+        quote.author_id = author_id;
+        quote
     }
 }
 
 pub(crate) fn relation() -> impl Strategy<Value = MessageRelation> {
     prop_oneof![
         (opt_text(), opt_text(), opt_text(), maybe(quote())).prop_map(
-            |(inbound_message_id, reply_to_id, thread_id, quote)| MessageRelation::Reply {
-                inbound_message_id,
-                reply_to_id,
-                thread_id,
-                quote,
+            |(inbound_message_id, reply_to_id, thread_id, quote)| {
+                let mut reply = MessageRelation::reply().with_thread_id(thread_id);
+                if let MessageRelation::Reply {
+                    inbound_message_id: inbound,
+                    reply_to_id: to,
+                    quote: quoted,
+                    ..
+                } = &mut reply
+                {
+                    (*inbound, *to, *quoted) = (inbound_message_id, reply_to_id, quote);
+                }
+                reply
             }
         ),
         (opt_text(), opt_text()).prop_map(|(session_key, previous_message_id)| {
-            MessageRelation::Followup {
-                session_key,
-                previous_message_id,
-            }
+            MessageRelation::followup(session_key, previous_message_id)
         }),
-        opt_text().prop_map(|reason| MessageRelation::Broadcast { reason }),
-        one_of(SYSTEM_REASONS).prop_map(|reason| MessageRelation::System { reason }),
+        opt_text().prop_map(MessageRelation::broadcast),
+        one_of(SYSTEM_REASONS).prop_map(MessageRelation::system),
     ]
 }
 
@@ -182,10 +198,15 @@ prop_compose! {
         (relation, origin) in (maybe(relation()), maybe(origin())),
         (timestamp, raw) in (maybe(any::<i64>()), opt_raw()),
     ) -> ChannelMessage {
-        ChannelMessage {
-            id, channel, account_id, direction, target, sender, body, attachments, relation,
-            origin, timestamp, raw,
+        let mut message = match direction {
+            clawgate_types::MessageDirection::Inbound => ChannelMessage::inbound(id, channel, target),
+            clawgate_types::MessageDirection::Outbound => ChannelMessage::outbound(id, channel, target, ""),
         }
+        .with_attachments(attachments);
+        (message.account_id, message.sender, message.body) = (account_id, sender, body);
+        (message.relation, message.origin) = (relation, origin);
+        (message.timestamp, message.raw) = (timestamp, raw);
+        message
     }
 }
 
@@ -196,10 +217,11 @@ prop_compose! {
         (edit_token, delete_token, url) in (opt_text(), opt_text(), opt_text()),
         raw in opt_raw(),
     ) -> MessageReceiptPart {
-        MessageReceiptPart {
-            platform_message_id, kind, index, thread_id, reply_to_id, edit_token, delete_token,
-            url, raw,
-        }
+        let mut part = MessageReceiptPart::new(platform_message_id, kind, index);
+        (part.thread_id, part.reply_to_id) = (thread_id, reply_to_id);
+        (part.edit_token, part.delete_token, part.url) = (edit_token, delete_token, url);
+        part.raw = raw;
+        part
     }
 }
 
@@ -212,10 +234,14 @@ prop_compose! {
         (edit_token, delete_token, url) in (opt_text(), opt_text(), opt_text()),
         (sent_at, raw) in (any::<i64>(), opt_raw()),
     ) -> MessageReceipt {
-        MessageReceipt {
-            primary_platform_message_id, platform_message_ids, parts, thread_id, reply_to_id,
-            edit_token, delete_token, url, sent_at, raw,
-        }
+        // Arbitrary, not derived from the parts: decoding must keep whatever the wire says.
+        let mut receipt = MessageReceipt::from_parts(parts, sent_at);
+        receipt.primary_platform_message_id = primary_platform_message_id;
+        receipt.platform_message_ids = platform_message_ids;
+        (receipt.thread_id, receipt.reply_to_id) = (thread_id, reply_to_id);
+        (receipt.edit_token, receipt.delete_token, receipt.url) = (edit_token, delete_token, url);
+        receipt.raw = raw;
+        receipt
     }
 }
 
@@ -226,7 +252,7 @@ prop_compose! {
         payload in json_value(),
         required in any::<bool>(),
     ) -> RenderedMessageUnit {
-        RenderedMessageUnit { index, kind, payload, required }
+        RenderedMessageUnit::new(index, kind, payload).with_required(required)
     }
 }
 
@@ -236,7 +262,7 @@ prop_compose! {
         atomicity in one_of(BATCH_ATOMICITIES),
         idempotency_key in text(),
     ) -> RenderedMessageBatch {
-        RenderedMessageBatch { units, atomicity, idempotency_key }
+        RenderedMessageBatch::new(units, atomicity, idempotency_key)
     }
 }
 
@@ -250,29 +276,28 @@ prop_compose! {
         stale_after_ms in maybe(any::<u64>()),
         streamed_media in proptest::collection::btree_map(text(), receipt_part(), 0..3),
     ) -> LiveMessageState {
-        LiveMessageState {
-            mode, receipt, visible_since, can_finalize_in_place, last_rendered_hash,
-            stale_after_ms, streamed_media,
-        }
+        let mut state = LiveMessageState::empty(mode)
+            .with_can_finalize_in_place(can_finalize_in_place)
+            .with_streamed_media(streamed_media);
+        (state.receipt, state.visible_since) = (receipt, visible_since);
+        (state.last_rendered_hash, state.stale_after_ms) = (last_rendered_hash, stale_after_ms);
+        state
     }
 }
 
 pub(crate) fn live_update() -> impl Strategy<Value = LiveMessageUpdate> {
     prop_oneof![
-        text().prop_map(|text| LiveMessageUpdate::Partial { text }),
-        (any::<u32>(), text()).prop_map(|(index, text)| LiveMessageUpdate::Block { index, text }),
+        text().prop_map(LiveMessageUpdate::partial),
+        (any::<u32>(), text()).prop_map(|(index, text)| LiveMessageUpdate::block(index, text)),
         (text(), maybe(0.0f64..=1.0))
-            .prop_map(|(label, fraction)| LiveMessageUpdate::Progress { label, fraction }),
+            .prop_map(|(label, fraction)| LiveMessageUpdate::progress(label, fraction)),
         // Exact ends and tiny values, which the uniform range rarely hits.
         (
             text(),
             select(vec![0.0, 1.0, f64::MIN_POSITIVE, 1e-300, 0.1, 1.0 / 3.0])
         )
-            .prop_map(|(label, f)| LiveMessageUpdate::Progress {
-                label,
-                fraction: Some(f)
-            }),
-        json_value().prop_map(|payload| LiveMessageUpdate::Native { payload }),
+            .prop_map(|(label, f)| LiveMessageUpdate::progress(label, Some(f))),
+        json_value().prop_map(LiveMessageUpdate::native),
     ]
 }
 
@@ -321,29 +346,47 @@ prop_compose! {
 prop_compose! {
     pub(crate) fn capabilities()(
         text in (maybe(any::<u32>()), any::<bool>())
-            .prop_map(|(max_length, chunking)| TextCapabilities { max_length, chunking }),
+            .prop_map(|(max_length, chunking)| {
+                let mut text = TextCapabilities::default().with_chunking(chunking);
+                text.max_length = max_length;
+                text
+            }),
         attachments in maybe(any::<(bool, bool, bool)>().prop_map(|(upload, remote_url, voice)| {
-            AttachmentCapabilities { upload, remote_url, voice }
+            AttachmentCapabilities::default()
+                .with_upload(upload)
+                .with_remote_url(remote_url)
+                .with_voice(voice)
         })),
         threads in maybe(any::<(bool, bool, bool)>().prop_map(|(reply, topic, native_thread)| {
-            ThreadCapabilities { reply, topic, native_thread }
+            ThreadCapabilities::default()
+                .with_reply(reply)
+                .with_topic(topic)
+                .with_native_thread(native_thread)
         })),
         live in maybe((any::<(bool, bool, bool, bool)>(), maybe(any::<u32>())).prop_map(
-            |((edit, delete, native_stream, progress), max_edits_per_second)| LiveCapabilities {
-                edit, delete, native_stream, progress, max_edits_per_second,
+            |((edit, delete, native_stream, progress), max_edits_per_second)| {
+                let mut live = LiveCapabilities::default()
+                    .with_edit(edit)
+                    .with_delete(delete)
+                    .with_native_stream(native_stream)
+                    .with_progress(progress);
+                live.max_edits_per_second = max_edits_per_second;
+                live
             },
         )),
         delivery in maybe(any::<(bool, bool, bool, bool, bool)>().prop_map(|(a, b, c, d, e)| {
-            DeliveryCapabilities {
-                idempotency_key: a,
-                retry_after: b,
-                receipt_required: c,
-                reconcile_unknown_send: d,
-                duplicates_acceptable: e,
-            }
+            DeliveryCapabilities::default()
+                .with_idempotency_key(a)
+                .with_retry_after(b)
+                .with_receipt_required(c)
+                .with_reconcile_unknown_send(d)
+                .with_duplicates_acceptable(e)
         })),
     ) -> MessageCapabilities {
-        MessageCapabilities { text, attachments, threads, live, delivery }
+        let mut capabilities = MessageCapabilities::default().with_text(text);
+        (capabilities.attachments, capabilities.threads) = (attachments, threads);
+        (capabilities.live, capabilities.delivery) = (live, delivery);
+        capabilities
     }
 }
 

@@ -1,7 +1,9 @@
 //! Every variant of every field-less wire enum, listed once.
 //!
 //! Each list is paired with an exhaustive `match`: adding a variant to the crate breaks the
-//! build here until the list (and so every table and strategy built from it) is updated.
+//! build here until the list (and so every table and strategy built from it) is updated. The
+//! `#[non_exhaustive]` enums cannot be matched exhaustively outside the crate: their lists are
+//! the crate's `KNOWN` constants, which carry the same guard inside the crate.
 
 use clawgate_types::{
     AcpBackend, ActorType, BatchAtomicity, DeliveryFailureKind, DeliveryStatus, EchoPolicy,
@@ -21,31 +23,19 @@ macro_rules! all_variants {
 
 all_variants! {
     MESSAGE_DIRECTIONS: MessageDirection { Inbound, Outbound }
-    TARGET_KINDS: TargetKind { Direct, Group, Channel, Thread }
-    SYSTEM_REASONS: SystemReason {
-        Approval, Task, Hook, Cron, Subagent, MessageTool, Cli, ControlUi, Automation, Error,
-    }
-    PART_KINDS: MessagePartKind { Text, Media, Voice, Card, Preview, Unknown }
     BATCH_ATOMICITIES: BatchAtomicity { AllOrRetryRemaining, BestEffortParts }
     GATEWAY_FAILURE_CODES: GatewayFailureCode {
         AgentFailedBeforeReply, MissingApiKey, ModelLoginExpired,
     }
     GATEWAY_ORIGIN_KINDS: GatewayOriginKind { GatewayFailure }
     ECHO_POLICIES: EchoPolicy { DropBotRoomEcho }
-    FAILURE_KINDS: DeliveryFailureKind {
-        Transient, RateLimit, Auth, Permission, NotFound, InvalidPayload, Conflict, Cancelled,
-        Unknown,
-    }
     FAILURE_REASONS: FailureReason {
         Expired, MaxAttemptsExceeded, Permanent, AwaitingConfiguration, OperatorCancelled,
     }
     DURABILITY_POLICIES: MessageDurabilityPolicy { Required, BestEffort, Disabled }
-    IMMEDIATE_ACK_REASONS: ImmediateAckReason { WebhookTimeout, PlatformContract }
     DELIVERY_STATUSES: DeliveryStatus {
         HandledVisible, HandledNoSend, Unsupported, NotApplicable, Failed,
     }
-    LIVE_MODES: LiveMode { Partial, Block, Progress, Native }
-    LIVE_CANCEL_REASONS: LiveCancelReason { Media, Error, ReplyTargetMismatch, Stale, Aborted }
     SESSION_EVENT_KINDS: SessionStateEventKind {
         Created, HumanDirectMessage, GoalChanged, ChildSpawned, RunCompleted, RunFailed,
         Compacted,
@@ -56,3 +46,11 @@ all_variants! {
     LEASE_STATES: LeaseState { Open, Closing, Closed, Lost }
     SESSION_VISIBILITIES: SessionVisibility { OwnSession, Tree, Agent, All }
 }
+
+pub(crate) const TARGET_KINDS: &[TargetKind] = TargetKind::KNOWN;
+pub(crate) const SYSTEM_REASONS: &[SystemReason] = SystemReason::KNOWN;
+pub(crate) const PART_KINDS: &[MessagePartKind] = MessagePartKind::KNOWN;
+pub(crate) const FAILURE_KINDS: &[DeliveryFailureKind] = DeliveryFailureKind::KNOWN;
+pub(crate) const IMMEDIATE_ACK_REASONS: &[ImmediateAckReason] = ImmediateAckReason::KNOWN;
+pub(crate) const LIVE_MODES: &[LiveMode] = LiveMode::KNOWN;
+pub(crate) const LIVE_CANCEL_REASONS: &[LiveCancelReason] = LiveCancelReason::KNOWN;
