@@ -25,10 +25,11 @@ use clawgate_awareness::{
 use clawgate_channel_qa::{QaAdapter, QaPlatform, QaPlatformConfig, Update};
 use clawgate_channel_sdk::NormalizedInbound;
 use clawgate_messages::{
-    AckController, Clock, DispatchError, LiveOptions, Messenger, PollingWatermark, ReceiveOptions,
-    ReceiveOutcome, Receiver, SendOptions, SendOutcome, SystemClock, TransportAck,
+    AckController, DispatchError, LiveOptions, Messenger, PollingWatermark, ReceiveOptions,
+    ReceiveOutcome, Receiver, SendOptions, SendOutcome, TransportAck,
 };
 use clawgate_store::{IntentStore, SqliteOptions, SqliteStore, Synchronous, WatermarkKey};
+use clawgate_types::clock::{Clock, SystemClock};
 use clawgate_types::{
     ChannelMessage, IntentId, IntentStatus, MessageBody, MessageDirection, MessageDurabilityPolicy,
     SessionKey, UnixMillis,

@@ -13,8 +13,9 @@ use async_trait::async_trait;
 use clawgate_channel_sdk::{
     ChannelMessageAdapter, MessageReceiveAdapter, Reconciliation, SendContext, SideEffect,
 };
-use clawgate_messages::{ManualClock, Messenger, RetryPolicy, SendOptions, SendOutcome};
+use clawgate_messages::{Messenger, RetryPolicy, SendOptions, SendOutcome};
 use clawgate_store::{IntentFilter, IntentStore, SqliteOptions, SqliteStore};
+use clawgate_types::clock::ManualClock;
 use clawgate_types::{
     ChannelMessage, DeliveryFailureKind, IntentStatus, MessageBody, MessageDirection,
     MessagePartKind, MessageTarget, RenderedMessageUnit,

@@ -9,8 +9,9 @@ use clawgate_channel_sdk::{
     ChannelMessageAdapter, MessageOriginAdapter, MessageRenderAdapter, Reconciliation, SendContext,
     SendError,
 };
-use clawgate_messages::{ManualClock, Messenger, RetryPolicy};
+use clawgate_messages::{Messenger, RetryPolicy};
 use clawgate_store::{IntentFilter, IntentStore, SqliteOptions, SqliteStore};
+use clawgate_types::clock::ManualClock;
 use clawgate_types::{
     ChannelMessage, DurableSendIntent, IntentStatus, MessageCapabilities, MessageReceipt,
     MessageReceiptPart, RenderedMessageUnit,

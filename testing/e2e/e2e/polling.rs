@@ -5,8 +5,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use clawgate_messages::{ManualClock, PollingWatermark};
+use clawgate_messages::PollingWatermark;
 use clawgate_store::{SqliteOptions, SqliteStore, WatermarkKey, WatermarkStore};
+use clawgate_types::clock::ManualClock;
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]

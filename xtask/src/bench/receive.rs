@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clawgate_channel_qa::{PlatformMessage, QaAdapter};
-use clawgate_messages::{
-    AckController, ReceiveOptions, ReceiveOutcome, Receiver, SystemClock, TransportAck,
-};
+use clawgate_messages::{AckController, ReceiveOptions, ReceiveOutcome, Receiver, TransportAck};
 use clawgate_store::{SqliteStore, Synchronous};
+use clawgate_types::clock::SystemClock;
 
 use super::{open, raw_inserts};
 
