@@ -14,7 +14,7 @@ use clawgate_channel_sdk::{
     ChannelMessageAdapter, MessageReceiveAdapter, Reconciliation, SendContext, SideEffect,
 };
 use clawgate_messages::{Messenger, RetryPolicy, SendOptions, SendOutcome};
-use clawgate_store::{IntentFilter, IntentStore, SqliteOptions, SqliteStore};
+use clawgate_store::{IntentFilter, IntentStore, SqliteStore};
 use clawgate_types::clock::ManualClock;
 use clawgate_types::{
     ChannelMessage, DeliveryFailureKind, IntentStatus, MessageBody, MessageDirection,
@@ -168,8 +168,7 @@ fn engine(
 /// An engine on a fresh state directory (kept alive by the returned guard) and a driven clock.
 fn fresh_engine(peer: &dyn ConformancePeer) -> (tempfile::TempDir, Messenger, Arc<ManualClock>) {
     let dir = tempfile::tempdir().unwrap();
-    let store =
-        Arc::new(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
+    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
     let clock = Arc::new(ManualClock::new(1_000));
     let messenger = engine(peer, store, clock.clone());
     (dir, messenger, clock)
@@ -468,8 +467,7 @@ pub async fn recovery_after_restart(peer: &impl ConformancePeer) {
     let clock = Arc::new(ManualClock::new(1_000));
     let target = peer.target("restart");
     {
-        let store =
-            Arc::new(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
+        let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
         let messenger = engine(peer, store, clock.clone());
         let report = messenger
             .send(
@@ -484,8 +482,7 @@ pub async fn recovery_after_restart(peer: &impl ConformancePeer) {
         );
     }
     clock.advance(60_000);
-    let store =
-        Arc::new(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
+    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
     let messenger = engine(peer, store.clone(), clock.clone());
     messenger.recover().await.unwrap();
     assert_eq!(

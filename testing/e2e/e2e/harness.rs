@@ -37,7 +37,10 @@ impl Harness {
             .await
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(SqliteStore::open_state_dir(dir.path(), options).unwrap());
+        let store = Arc::new(clawgate_store::testing::open_store_with(
+            dir.path(),
+            options,
+        ));
         Harness {
             platform,
             store,
