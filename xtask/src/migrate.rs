@@ -99,9 +99,7 @@ mod tests {
         );
         assert!(fully_applied(dir.path()));
         // Usable: the store opens it and writes.
-        let store =
-            clawgate_store::SqliteStore::open_state_dir(dir.path(), SqliteOptions::default())
-                .unwrap();
+        let store = clawgate_store::testing::open_store(dir.path());
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -22,6 +22,7 @@ use std::sync::{Arc, OnceLock, mpsc as std_mpsc};
 use std::time::Duration;
 
 use clawgate_store::{InstanceStore, LeaseStore, SessionRow, SessionStore, StoreError};
+use clawgate_types::clock::{Clock as _, SystemClock};
 use clawgate_types::{
     AcpBackend, AcpSessionOwner, AcpxProcessLease, GatewayInstanceId, LeaseId, LeaseState,
     SessionKey, UnixMillis,
@@ -563,7 +564,7 @@ where
             && let Some(dead) = live.remove(&handle.session_key)
         {
             let why = format!("the ACP connection closed during {step}");
-            self.retire(dead, &why, now_ms()).await;
+            self.retire(dead, &why, SystemClock.now_ms()).await;
         }
     }
 
@@ -755,14 +756,6 @@ where
         let cutoff = now.saturating_sub(self.config.retention.as_millis() as i64);
         Ok(self.store.prune_finished_leases(cutoff).await?)
     }
-}
-
-fn now_ms() -> UnixMillis {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| {
-            UnixMillis::try_from(d.as_millis()).unwrap_or(UnixMillis::MAX)
-        })
 }
 
 fn parse_report(json: &str, wrapper_pid: u32) -> Result<u32, String> {

@@ -1,14 +1,15 @@
 //! ACPX process leases (layer 2): the gateway's claim on the agent processes it starts.
 //!
 //! * [`table`]: the process-table seam (`/proc` on Linux, "cannot tell" elsewhere) with handles
-//!   bound to one process; [`sim`]: a simulated table for tests.
+//!   bound to one process; `sim` (feature `testing`): a simulated table for tests.
 //! * [`verify`]: [`verify_owned_tree`] compares a lease with live evidence only, answering
 //!   owned tree / not ours / cannot tell.
 //! * [`terminate`]: children first, TERM, grace, re-verification, KILL — through bound handles.
 //! * [`controller`]: the lifecycle controller (`ensure_session`, `cancel_turn`, `close_session`,
 //!   `reap_startup_orphans`, retention), writing leases before wrappers start.
 //! * [`acp`]: the ACP client runtime over the wrapper's stdio.
-//! * [`demo_agent`]: the bundled deterministic ACP agent (echoes prompts word by word).
+//! * `demo_agent` (feature `demo-agent`): the bundled deterministic ACP agent (echoes prompts
+//!   word by word).
 //!
 //! Invariants:
 //! * no signal without live evidence matching a lease of *this* gateway instance;
@@ -20,8 +21,10 @@
 
 pub mod acp;
 pub mod controller;
+#[cfg(feature = "demo-agent")]
 pub mod demo_agent;
 pub mod evidence;
+#[cfg(feature = "testing")]
 pub mod sim;
 pub mod table;
 pub mod terminate;

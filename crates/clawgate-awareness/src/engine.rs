@@ -10,9 +10,9 @@ use clawgate_store::{
     SignalLogStore, WatchCursor, WatchCursorStore,
 };
 use clawgate_types::SessionKey;
+use clawgate_types::clock::{Clock, SystemClock};
 use tracing::{debug, warn};
 
-use crate::clock::{Clock, SystemClock};
 use crate::error::AwarenessResult;
 use crate::events::StateChange;
 use crate::notice::{HeartbeatHook, NoHeartbeat, Notice, NoticeQueue};

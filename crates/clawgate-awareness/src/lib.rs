@@ -17,9 +17,9 @@
 //! [`Awareness::follow_external_changes`], retention); a watcher is never notified of its own
 //! events; global-scope sessions get the log and `changesSince` but no notices; visibility is
 //! the pure [`can_see_session_row`] for every tool. Storage is reached only through the
-//! `clawgate-store` ports ([`AwarenessStore`]); time only through a [`Clock`].
+//! `clawgate-store` ports ([`AwarenessStore`]); time only through a
+//! [`Clock`](clawgate_types::clock::Clock).
 
-mod clock;
 mod engine;
 mod error;
 mod events;
@@ -28,7 +28,6 @@ mod registry;
 mod tools;
 mod visibility;
 
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{
     Awareness, AwarenessBuilder, AwarenessConfig, AwarenessStore, RetentionPolicy, ServesWatcher,
 };

@@ -12,7 +12,7 @@ use clawgate_store::{Claim, ClaimToken, InsertIntentOutcome, IntentStore};
 use clawgate_types::{
     BatchAtomicity, ChannelMessage, DeliveryFailure, DurableSendIntent, FailureReason, IntentId,
     IntentStatus, MessageDurabilityPolicy, MessageReceipt, MessageReceiptPart,
-    RenderedMessageBatch, RenderedMessageUnit,
+    RenderedMessageBatch,
 };
 use tracing::{Instrument as _, info, info_span, warn};
 
@@ -473,19 +473,6 @@ impl Inner {
         Ok(())
     }
 
-    fn missing_units(intent: &DurableSendIntent) -> Vec<RenderedMessageUnit> {
-        let delivered: Vec<u32> = intent
-            .partial_receipt
-            .as_ref()
-            .map(|r| r.delivered_indices().collect())
-            .unwrap_or_default();
-        intent
-            .batch
-            .as_ref()
-            .map(|b| b.missing_units(&delivered).cloned().collect())
-            .unwrap_or_default()
-    }
-
     /// Records a landed unit: in memory always, durably when more units remain (the last one's
     /// part travels with the commit).
     async fn add_part(
@@ -551,7 +538,7 @@ impl Inner {
         let mut fallback_used = false;
         loop {
             let ctx = self.context(intent);
-            let missing = Self::missing_units(intent);
+            let missing: Vec<_> = intent.missing_units().cloned().collect();
             let mut failed = None;
             for (n, unit) in missing.iter().enumerate() {
                 match adapter.send_unit(&ctx, unit).await {

@@ -12,7 +12,6 @@
 //! * an intent is worked on by one claim holder at a time (two processes never send it twice).
 
 pub mod channel_turn;
-mod clock;
 mod engine;
 mod error;
 mod live;
@@ -25,7 +24,8 @@ mod receive;
 mod recovery;
 mod source;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+// The engine's modules name the one clock `crate::Clock`.
+pub(crate) use clawgate_types::clock::Clock;
 pub use engine::{Boundary, LifecycleProbe, Messenger, OutboundContext, SendOptions};
 pub use error::MessagesError;
 pub use live::{

@@ -333,18 +333,7 @@ impl Inner {
         let ctx = self.context(intent);
         let mut not_sent = 0;
         let mut unresolved = false;
-        let missing: Vec<_> = {
-            let delivered: Vec<u32> = intent
-                .partial_receipt
-                .as_ref()
-                .map(|r| r.delivered_indices().collect())
-                .unwrap_or_default();
-            intent
-                .batch
-                .as_ref()
-                .map(|b| b.missing_units(&delivered).cloned().collect())
-                .unwrap_or_default()
-        };
+        let missing: Vec<_> = intent.missing_units().cloned().collect();
         for unit in &missing {
             match adapter.reconcile_unknown_send(&ctx, unit).await {
                 Ok(Reconciliation::Sent(part)) => {

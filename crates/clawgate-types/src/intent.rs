@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     ChannelMessage, DeliveryFailure, IntentId, LiveMessageState, MessageReceipt,
-    RenderedMessageBatch, UnixMillis,
+    RenderedMessageBatch, RenderedMessageUnit, UnixMillis,
 };
 
 /// Where a durable send intent is in its lifecycle.
@@ -198,6 +198,20 @@ impl DurableSendIntent {
             created_at: now,
             updated_at: now,
         }
+    }
+
+    /// The units of its batch that its partial receipt does not cover yet, in order: what a
+    /// retry or a recovery still has to send (none before the batch is rendered).
+    pub fn missing_units(&self) -> impl Iterator<Item = &RenderedMessageUnit> + '_ {
+        let delivered = |index: u32| {
+            self.partial_receipt
+                .as_ref()
+                .is_some_and(|r| r.delivered_indices().any(|i| i == index))
+        };
+        self.batch
+            .iter()
+            .flat_map(|b| &b.units)
+            .filter(move |u| !delivered(u.index))
     }
 
     /// Whether this intent has no final to send: a live reply whose stream never produced its

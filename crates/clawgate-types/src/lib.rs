@@ -4,7 +4,9 @@
 //! is defined here and serializes to the camelCase JSON shapes of the design pages, so peers in
 //! other languages can read it. Invariants of this crate:
 //!
-//! * no I/O and no async runtime: only data, parsing and pure decisions;
+//! * no I/O and no async runtime: only data, parsing and pure decisions (time is read only
+//!   through the [`clock::Clock`] trait, whose wall-clock implementation lives here so every
+//!   layer shares one);
 //! * decoding never panics: malformed JSON and unknown enum values become [`WireError`];
 //! * the legal [`IntentStatus`] transitions live in one table ([`IntentStatus::can_transition_to`]).
 //!
@@ -129,6 +131,7 @@ macro_rules! known_variants {
 mod acp;
 mod batch;
 mod capabilities;
+pub mod clock;
 mod delivery;
 mod failure;
 mod ids;

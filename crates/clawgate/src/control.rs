@@ -19,8 +19,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use clawgate_awareness::{SessionDelivery, SessionTools};
-use clawgate_messages::{Clock as _, SystemClock};
 use clawgate_store::SqliteStore;
+use clawgate_types::clock::{Clock as _, SystemClock};
 use clawgate_types::{DurableSendIntent, SessionKey};
 
 use crate::gateway::Gateway;

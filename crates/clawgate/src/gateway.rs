@@ -21,11 +21,10 @@ use std::time::Duration;
 use clawgate_acpx::{ControllerConfig, LifecycleController, system_table};
 use clawgate_awareness::{Awareness, AwarenessConfig, RetentionPolicy};
 use clawgate_channel_sdk::{ChannelRegistry, ChannelSetup, SetupError};
-use clawgate_messages::{
-    Messenger, ReceiveOptions, Receiver, SourceRunner, SourceStores, SystemClock,
-};
+use clawgate_messages::{Messenger, ReceiveOptions, Receiver, SourceRunner, SourceStores};
 use clawgate_store::{SqliteOptions, SqliteStore, Synchronous, WatermarkKey};
 use clawgate_types::UnixMillis;
+use clawgate_types::clock::SystemClock;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 

@@ -23,8 +23,8 @@ use crate::channels::Channel;
 
 /// Now, in the clock every durable record uses.
 pub(crate) fn now_ms() -> clawgate_types::UnixMillis {
-    use clawgate_messages::Clock as _;
-    clawgate_messages::SystemClock.now_ms()
+    use clawgate_types::clock::Clock as _;
+    clawgate_types::clock::SystemClock.now_ms()
 }
 
 /// Counters shown by `status` and the control API.

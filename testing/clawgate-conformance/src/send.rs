@@ -4,8 +4,9 @@
 use std::sync::Arc;
 
 use clawgate_channel_sdk::{Reconciliation, SideEffect};
-use clawgate_messages::{ManualClock, SendOptions, SendOutcome};
-use clawgate_store::{IntentFilter, IntentStore, SqliteOptions, SqliteStore};
+use clawgate_messages::{SendOptions, SendOutcome};
+use clawgate_store::{IntentFilter, IntentStore};
+use clawgate_types::clock::ManualClock;
 use clawgate_types::{DeliveryFailureKind, IntentStatus, MessagePartKind};
 
 use crate::support::{addressed, context, engine, fresh_engine, unit};
@@ -334,8 +335,7 @@ pub async fn recovery_after_restart(peer: &impl ConformancePeer) -> Outcome {
     let clock = Arc::new(ManualClock::new(1_000));
     let target = peer.target("restart");
     {
-        let store =
-            Arc::new(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
+        let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
         let messenger = engine(peer, store, clock.clone());
         let report = messenger
             .send(
@@ -350,8 +350,7 @@ pub async fn recovery_after_restart(peer: &impl ConformancePeer) -> Outcome {
         );
     }
     clock.advance(60_000);
-    let store =
-        Arc::new(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
+    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
     let messenger = engine(peer, store.clone(), clock.clone());
     messenger.recover().await.unwrap();
     assert_eq!(

@@ -10,9 +10,10 @@ use async_trait::async_trait;
 use clawgate_channel_sdk::{ChannelPlugin, InboundSource};
 use clawgate_messages::{
     AckController, EventHandler, ReceiveOptions, ReceiveOutcome, Receiver, SourceRunner,
-    SourceStores, SystemClock,
+    SourceStores,
 };
-use clawgate_store::{SqliteOptions, SqliteStore, WatermarkKey};
+use clawgate_store::{SqliteStore, WatermarkKey};
+use clawgate_types::clock::SystemClock;
 use tokio::sync::watch;
 
 use crate::support::{addressed, fresh_engine};
@@ -175,7 +176,7 @@ async fn until(what: &str, mut check: impl FnMut() -> bool) {
 }
 
 fn store_in(dir: &tempfile::TempDir) -> Arc<SqliteStore> {
-    Arc::new(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap())
+    Arc::new(clawgate_store::testing::open_store(dir.path()))
 }
 
 pub async fn polling_source_never_passes_an_unfinished_event(

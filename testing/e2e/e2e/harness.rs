@@ -9,8 +9,9 @@ use clawgate_channel_sdk::{
     ChannelMessageAdapter, MessageOriginAdapter, MessageRenderAdapter, Reconciliation, SendContext,
     SendError,
 };
-use clawgate_messages::{ManualClock, Messenger, RetryPolicy};
+use clawgate_messages::{Messenger, RetryPolicy};
 use clawgate_store::{IntentFilter, IntentStore, SqliteOptions, SqliteStore};
+use clawgate_types::clock::ManualClock;
 use clawgate_types::{
     ChannelMessage, DurableSendIntent, IntentStatus, MessageCapabilities, MessageReceipt,
     MessageReceiptPart, RenderedMessageUnit,
@@ -36,7 +37,10 @@ impl Harness {
             .await
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(SqliteStore::open_state_dir(dir.path(), options).unwrap());
+        let store = Arc::new(clawgate_store::testing::open_store_with(
+            dir.path(),
+            options,
+        ));
         Harness {
             platform,
             store,

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use clawgate_store::{IntentStore, SqliteOptions, SqliteStore};
+use clawgate_store::IntentStore;
 use clawgate_types::IntentId;
 
 const WRITER: &str = env!("CARGO_BIN_EXE_intent-writer");
@@ -83,7 +83,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 async fn assert_all_present(dir: &std::path::Path, ids: &[String]) {
-    let store = SqliteStore::open_state_dir(dir, SqliteOptions::default()).unwrap();
+    let store = clawgate_store::testing::open_store(dir);
     for id in ids {
         let id = IntentId::parse(id.as_str()).unwrap();
         assert!(
@@ -124,7 +124,7 @@ fn acknowledged_writes_survive_sigkill_mid_group_commit() {
 fn two_processes_share_one_database() {
     let dir = tempfile::tempdir().unwrap();
     // Create the schema first so both processes start on a migrated file.
-    drop(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
+    drop(clawgate_store::testing::open_store(dir.path()));
     let a = start(dir.path(), "a", 600, 8);
     let b = start(dir.path(), "b", 600, 8);
     let mut acked = Vec::new();
@@ -138,7 +138,7 @@ fn two_processes_share_one_database() {
     integrity_ok(dir.path());
     runtime().block_on(async {
         assert_all_present(dir.path(), &acked).await;
-        let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
+        let store = clawgate_store::testing::open_store(dir.path());
         let total: u64 = store
             .count_intents_by_status()
             .await

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clawgate_awareness::{
-    Actor, Awareness, AwarenessConfig, Clock as _, NewSession, Requester, RetentionPolicy,
-    SessionStatusParams, SessionTools, StateChange,
+    Actor, Awareness, AwarenessConfig, NewSession, Requester, RetentionPolicy, SessionStatusParams,
+    SessionTools, StateChange,
 };
 use clawgate_store::{NewSessionEvent, SignalLogStore, Synchronous, WatchCursorStore};
+use clawgate_types::clock::{Clock as _, SystemClock};
 use clawgate_types::{
     ActorType, AgentToAgentPolicy, SessionKey, SessionStateEventKind, SessionVisibility,
     StateVersion,
@@ -36,7 +37,7 @@ fn new_event(session: &SessionKey, n: usize) -> NewSessionEvent {
         child_session_key: None,
         dedupe_key: None,
         // Recent (wall clock) so the age rule keeps them; the row cap is what prunes.
-        created_at: clawgate_awareness::SystemClock.now_ms() + n as i64,
+        created_at: SystemClock.now_ms() + n as i64,
     }
 }
 

@@ -1,5 +1,5 @@
 //! The process table seam: the same verification runs against the live `/proc` ([`linux`]) and
-//! against a simulated table ([`crate::sim`]).
+//! against a simulated table (`crate::sim`, feature `testing`).
 //!
 //! A [`ProcessHandle`] is bound to one process (on Linux an fd of `/proc/PID`): reading through
 //! it after the process was reaped reports it gone, and signalling through it can never reach

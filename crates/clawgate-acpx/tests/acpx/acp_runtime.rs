@@ -28,7 +28,7 @@ async fn cancel_keeps_the_session_and_processes_close_ends_them() {
         "--words".into(),
         "200".into(),
     ];
-    let input = ensure_input("cancel", adapter);
+    let input = ensure_input("cancel", adapter, dir.path());
     let handle = gateway.ensure_session(input.clone()).await.unwrap();
 
     // A long streamed turn; cancel it once the first chunks arrived.
@@ -98,8 +98,9 @@ async fn load_session_replays_history_without_leaking_it_into_the_next_turn() {
     )
     .await
     .unwrap();
-    let cwd = std::env::temp_dir();
-    let session = client.new_session(&cwd).await.unwrap();
+    let cwd = tempfile::tempdir().unwrap();
+    let cwd = cwd.path();
+    let session = client.new_session(cwd).await.unwrap();
     let first = client
         .prompt(&session, "remember me", |_| {})
         .await
@@ -107,7 +108,7 @@ async fn load_session_replays_history_without_leaking_it_into_the_next_turn() {
     assert_eq!(first.stop_reason, StopReason::EndTurn);
 
     let history = client
-        .load_session(&session, &cwd)
+        .load_session(&session, cwd)
         .await
         .unwrap()
         .expect("the agent advertises loadSession");
@@ -123,7 +124,7 @@ async fn load_session_replays_history_without_leaking_it_into_the_next_turn() {
         "history does not leak into the next turn"
     );
 
-    let unknown = client.load_session("sess-999", &cwd).await;
+    let unknown = client.load_session("sess-999", cwd).await;
     assert!(
         unknown.is_err(),
         "an unknown session is refused: {unknown:?}"

@@ -41,7 +41,7 @@ async fn adapter_killed_between_turns_the_next_turn_runs_on_a_new_lease() {
     let dir = tempfile::tempdir().unwrap();
     let store = store(dir.path());
     let gateway = controller(store.clone(), system_table(), &wrapper_bin(), timing()).await;
-    let input = ensure_input("killed-between", vec![test_agent()]);
+    let input = ensure_input("killed-between", vec![test_agent()], dir.path());
     let first = gateway.ensure_session(input.clone()).await.unwrap();
     let turn = gateway.prompt(&first, "one", |_| {}).await.unwrap();
     assert_eq!(turn.chunks.concat(), "echo: one");
@@ -89,7 +89,7 @@ async fn adapter_killed_mid_prompt_fails_the_turn_as_agent_exited_and_the_next_t
         "--words".into(),
         "200".into(),
     ];
-    let input = ensure_input("killed-mid-prompt", adapter);
+    let input = ensure_input("killed-mid-prompt", adapter, dir.path());
     let first = gateway.ensure_session(input.clone()).await.unwrap();
 
     let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();

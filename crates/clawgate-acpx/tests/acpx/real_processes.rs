@@ -34,14 +34,15 @@ fn read_pid_file(path: &std::path::Path) -> Option<u32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-pub(crate) fn ensure_input(name: &str, adapter: Vec<String>) -> EnsureInput {
+/// `cwd` is the agent's working directory: a test's own temp dir, never a shared one.
+pub(crate) fn ensure_input(name: &str, adapter: Vec<String>, cwd: &std::path::Path) -> EnsureInput {
     EnsureInput {
         session_key: key(&format!("agent:codex:acp:{name}")),
         agent_id: "codex".into(),
         owner_session_key: key("agent:main:main"),
         spawned_by: Some(key("agent:main:main")),
         adapter,
-        cwd: std::env::temp_dir(),
+        cwd: cwd.to_path_buf(),
         now: 1,
     }
 }
@@ -58,7 +59,7 @@ async fn close_ends_wrapper_adapter_and_grandchild() {
         "--grandchild-pid-file".into(),
         pid_file.display().to_string(),
     ];
-    let input = ensure_input("close", adapter);
+    let input = ensure_input("close", adapter, dir.path());
     let handle = gateway.ensure_session(input.clone()).await.unwrap();
     // The lease was recorded with the live identity, and the row carries the lease id.
     let lease = store.load_lease(&handle.lease_id).await.unwrap().unwrap();
@@ -126,7 +127,7 @@ async fn a_second_gateway_never_signals_the_first_ones_tree() {
     )
     .await;
     assert_ne!(a.instance_id(), b.instance_id());
-    let input = ensure_input("two-gateways", vec![test_agent()]);
+    let input = ensure_input("two-gateways", vec![test_agent()], dir_a.path());
     let handle = a.ensure_session(input.clone()).await.unwrap();
     let lease_a = store_a.load_lease(&handle.lease_id).await.unwrap().unwrap();
     // Gateway B holds a lease naming A's live wrapper pid, start time and group — its own

@@ -5,10 +5,11 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use clawgate_awareness::{
-    Actor, Awareness, AwarenessConfig, HeartbeatHook, ManualClock, NewSession, Requester,
-    SessionDelivery, SessionTools, SpawnChild, Spawned, StateChange,
+    Actor, Awareness, AwarenessConfig, HeartbeatHook, NewSession, Requester, SessionDelivery,
+    SessionTools, SpawnChild, Spawned, StateChange,
 };
-use clawgate_store::{SqliteOptions, SqliteStore};
+use clawgate_store::SqliteStore;
+use clawgate_types::clock::ManualClock;
 use clawgate_types::{AgentToAgentPolicy, SessionKey, SessionVisibility};
 
 pub(crate) const T0: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
@@ -88,8 +89,7 @@ impl Harness {
 
     pub(crate) fn with_config(config: AwarenessConfig) -> Harness {
         let dir = tempfile::tempdir().unwrap();
-        let store =
-            Arc::new(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
+        let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
         Harness::on(dir, store, config)
     }
 

@@ -25,7 +25,7 @@ async fn changes_since_json_matches_the_page_shape() {
         .await
         .row
         .session_key;
-    h.clock.advance(std::time::Duration::from_secs(60));
+    h.clock.advance(60_000);
     h.human(&child).await;
     h.awareness
         .record(

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use clawgate_awareness::AwarenessConfig;
-use clawgate_store::{SqliteOptions, SqliteStore};
 
 use crate::helpers::Harness;
 
@@ -56,8 +55,7 @@ async fn exactly_the_pending_notices_come_back_once_after_a_restart() {
     drop(tools);
     drop(awareness);
     drop(store);
-    let store =
-        Arc::new(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
+    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
     let h = Harness::on(dir, store, AwarenessConfig::default());
     assert!(
         h.awareness.all_pending_notices().is_empty(),

@@ -28,7 +28,7 @@ async fn age_pruning_keeps_heads_monotonic_and_expires_idle_cursors() {
         .session_key;
     h.human(&child).await;
     let head = h.store.session_head(&child).await.unwrap().state_version;
-    h.clock.advance(Duration::from_secs(31 * 24 * 3600));
+    h.clock.advance(31 * 24 * 3_600_000);
     let report = h.awareness.apply_retention().await.unwrap();
     assert!(report.events_deleted >= 2, "events past 30 days are gone");
     assert_eq!(

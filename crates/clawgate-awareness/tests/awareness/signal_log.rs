@@ -1,7 +1,7 @@
 //! The signal log: actors, one-line summaries, run outcomes, dedupe, stateVersion, best effort.
 
 use clawgate_awareness::{Actor, AwarenessConfig, StateChange, one_line};
-use clawgate_store::{SessionStore, SignalLogStore, SqliteOptions, SqliteStore};
+use clawgate_store::{SessionStore, SignalLogStore, SqliteOptions};
 use clawgate_types::{
     ActorType, RunOutcome, SessionStateEventKind, SessionVisibility, StateVersion,
 };
@@ -158,7 +158,7 @@ async fn state_version_is_listed_once_there_are_changes_and_status_always_report
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_append_is_swallowed_and_never_fails_the_turn() {
     let dir = tempfile::tempdir().unwrap();
-    drop(SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap());
+    drop(clawgate_store::testing::open_store(dir.path()));
     let pages = std::fs::metadata(dir.path().join("state.db"))
         .unwrap()
         .len()
@@ -168,7 +168,10 @@ async fn a_failing_append_is_swallowed_and_never_fails_the_turn() {
         max_page_count: Some(pages),
         ..SqliteOptions::default()
     };
-    let store = Arc::new(SqliteStore::open_state_dir(dir.path(), options).unwrap());
+    let store = Arc::new(clawgate_store::testing::open_store_with(
+        dir.path(),
+        options,
+    ));
     let h = Harness::on(dir, store, AwarenessConfig::default());
     let s = key("agent:main:main");
     let mut outcomes = Vec::new();

@@ -806,8 +806,8 @@ mod tests {
         list_query, update_sql,
     };
     use crate::IntentFilter;
+    use crate::sqlite::MIGRATIONS;
     use crate::sqlite::inbound::COMPLETED_BEFORE;
-    use crate::sqlite::{MIGRATIONS, SqliteOptions, SqliteStore};
 
     /// The partial indexes are usable only by queries that repeat their predicates verbatim.
     #[test]
@@ -823,7 +823,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_writes_of_a_send_build_no_temporary_btree() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
+        let store = crate::testing::open_store(dir.path());
         let writes = [ClaimWrite::Keep, ClaimWrite::Release, ClaimWrite::Take];
         let updates = writes
             .into_iter()
@@ -857,7 +857,7 @@ mod tests {
     async fn listings_use_their_index() {
         use IntentStatus::*;
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
+        let store = crate::testing::open_store(dir.path());
         let cases: [(&[IntentStatus], &str, bool); 5] = [
             (&[], "send_intents_created", false),
             (&[Sent], "send_intents_created", false),
@@ -895,7 +895,7 @@ mod tests {
             assert_eq!(named, status.is_terminal(), "{status}");
         }
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
+        let store = crate::testing::open_store(dir.path());
         let cases = [
             (FINISHED_BEFORE, "send_intents_created"),
             (COMPLETED_BEFORE, "inbound_records_status"),

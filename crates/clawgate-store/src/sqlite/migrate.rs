@@ -1,6 +1,7 @@
 //! Numbered SQL migrations embedded in the binary, each applied in its own transaction and
 //! recorded in `schema_migrations`. A database written by a newer build is refused.
 
+use clawgate_types::clock::{Clock as _, SystemClock};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::errors::{DbResult, ErrorContext, Phase};
@@ -56,13 +57,6 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     applied_at INTEGER NOT NULL
 ) STRICT";
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
-
 fn applied_version(conn: &Connection) -> DbResult<i64> {
     let exists: Option<String> = conn
         .query_row(
@@ -107,7 +101,7 @@ pub(crate) fn migrate(conn: &mut Connection, ctx: &ErrorContext) -> StoreResult<
             tx.execute_batch(migration.sql)?;
             tx.execute(
                 "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)",
-                params![migration.version, migration.name, now_ms()],
+                params![migration.version, migration.name, SystemClock.now_ms()],
             )?;
             Ok(())
         };

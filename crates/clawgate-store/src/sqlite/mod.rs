@@ -402,7 +402,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_writer_commits_a_transaction_in_a_few_writes() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
+        let store = crate::testing::open_store(dir.path());
         let before = store
             .write_statement(|conn| {
                 let before = wal_vfs::tests::write_calls();
@@ -439,7 +439,7 @@ mod tests {
             }))),
             ..SqliteOptions::default()
         };
-        let store = SqliteStore::open_state_dir(dir.path(), options).unwrap();
+        let store = crate::testing::open_store_with(dir.path(), options);
         let before = seen.lock().unwrap().len();
         for n in 0..2 {
             store
@@ -484,7 +484,7 @@ mod tests {
             }))),
             ..SqliteOptions::default()
         };
-        let store = SqliteStore::open_state_dir(dir.path(), options).unwrap();
+        let store = crate::testing::open_store_with(dir.path(), options);
         let insert = |key: &'static str| {
             store.write_statement(move |conn| {
                 conn.execute(
@@ -534,7 +534,7 @@ mod tests {
             wal_size_limit: LIMIT,
             ..SqliteOptions::default()
         };
-        let store = SqliteStore::open_state_dir(dir.path(), options).unwrap();
+        let store = crate::testing::open_store_with(dir.path(), options);
         let wal = wal_path(store.path());
         let mut sizes = Vec::new();
         // Well past the 1,000 frames that trigger an automatic checkpoint.
@@ -580,7 +580,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failed_wal_sync_fails_the_write_and_every_later_one() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
+        let store = crate::testing::open_store(dir.path());
         store.write(put("probe-1")).await.unwrap();
         // SQLite keeps writing to the file it has open; the sync thread can no longer find it.
         std::fs::remove_file(wal_path(store.path())).unwrap();
@@ -606,7 +606,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_acked_at_commit_does_not_wait_for_the_sync_it_depends_on() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
+        let store = crate::testing::open_store(dir.path());
         store.write(put("probe-1")).await.unwrap();
         std::fs::remove_file(wal_path(store.path())).unwrap();
         for key in ["probe-2", "probe-3"] {
@@ -631,7 +631,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_statement_write_that_fails_after_changing_rows_commits_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open_state_dir(dir.path(), SqliteOptions::default()).unwrap();
+        let store = crate::testing::open_store(dir.path());
         let broken = store
             .write_statement(|conn| -> DbResult<()> {
                 conn.execute(

@@ -8,7 +8,7 @@ mod migrations;
 use clawgate_store::{SqliteOptions, SqliteStore};
 
 fn open_file(dir: &std::path::Path) -> SqliteStore {
-    SqliteStore::open_state_dir(dir, SqliteOptions::default()).unwrap()
+    clawgate_store::testing::open_store(dir)
 }
 
 fn open_memory(_: &std::path::Path) -> SqliteStore {

@@ -193,6 +193,34 @@ fn missing_units_after_a_partial_delivery() {
 }
 
 #[test]
+fn an_intent_misses_the_units_its_partial_receipt_does_not_cover() {
+    let mut intent = fixtures::durable_send_intent();
+    let indices = |intent: &clawgate_types::DurableSendIntent| -> Vec<u32> {
+        intent.missing_units().map(|u| u.index).collect()
+    };
+    intent.batch = None;
+    intent.partial_receipt = None;
+    assert_eq!(indices(&intent), Vec::<u32>::new(), "nothing rendered yet");
+
+    let mut batch = fixtures::batch();
+    batch.units = (0..4).map(fixtures::batch_unit).collect();
+    intent.batch = Some(batch);
+    assert_eq!(indices(&intent), [0, 1, 2, 3], "no receipt: every unit");
+
+    intent.partial_receipt = Some(MessageReceipt::from_parts(
+        vec![receipt_part(2, "m2"), receipt_part(0, "m0")],
+        0,
+    ));
+    assert_eq!(indices(&intent), [1, 3]);
+
+    intent.partial_receipt = Some(MessageReceipt::from_parts(
+        (0..4).map(|i| receipt_part(i, &format!("m{i}"))).collect(),
+        0,
+    ));
+    assert_eq!(indices(&intent), Vec::<u32>::new(), "all delivered");
+}
+
+#[test]
 fn unit_idempotency_keys_are_distinct_and_stable() {
     let mut batch = fixtures::batch();
     batch.units = (0..5).map(fixtures::batch_unit).collect();

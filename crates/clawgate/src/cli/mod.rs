@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Subcommand;
-use clawgate_messages::{Clock as _, SystemClock};
 use clawgate_store::StoreError;
+use clawgate_types::clock::{Clock as _, SystemClock};
 
 use crate::config::Config;
 use crate::state::StateError;

@@ -24,14 +24,14 @@ async fn the_chat_page_shows_the_preview_streaming_then_the_final() {
         .await
         .expect("page loads");
     let header = browser.find("#conversation").await.expect("header");
-    assert_eq!(browser.text(&header).await.expect("text"), "dm-browser");
+    assert_eq!(header.text().await.expect("text"), "dm-browser");
     let input = browser.find("#text").await.expect("message box");
-    browser
-        .send_keys(&input, "hello from the browser")
+    input
+        .send_keys("hello from the browser")
         .await
         .expect("typing");
     let send = browser.find("#send").await.expect("send button");
-    browser.click(&send).await.expect("click");
+    send.click().await.expect("click");
 
     browser
         .wait_for(
@@ -75,7 +75,7 @@ async fn the_chat_page_shows_the_preview_streaming_then_the_final() {
     let agent_messages = browser
         .execute(
             "return document.querySelectorAll('#messages li.bot').length;",
-            &[],
+            vec![],
         )
         .await
         .expect("count");

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 use clawgate::{qa, views};
 use clawgate_store::testing::sample_intent;
 use clawgate_store::{
-    InboundKey, InboundStatus, InboundStore, InstanceStore, IntentStore, LeaseStore, SqliteOptions,
-    SqliteStore,
+    InboundKey, InboundStatus, InboundStore, InstanceStore, IntentStore, LeaseStore, SqliteStore,
 };
 use clawgate_types::{
     AcpxProcessLease, DeliveryFailure, DeliveryFailureKind, DurableSendIntent, FailureReason,
@@ -72,7 +71,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 fn open(state: &Path) -> SqliteStore {
     std::fs::create_dir_all(state).expect("state dir");
-    SqliteStore::open_state_dir(state, SqliteOptions::default()).expect("store opens")
+    clawgate_store::testing::open_store(state)
 }
 
 /// Records intent `n` and walks it to `status` through legal moves.

@@ -65,11 +65,7 @@ async fn a_dead_letter_whose_notice_a_crash_cut_off_gets_it_when_the_update_come
         .expect("inbound");
     {
         std::fs::create_dir_all(&state).expect("state dir");
-        let store = clawgate_store::SqliteStore::open_state_dir(
-            &state,
-            clawgate_store::SqliteOptions::default(),
-        )
-        .expect("store");
+        let store = clawgate_store::testing::open_store(&state);
         let key = InboundKey {
             channel: "qa".into(),
             // The QA adapter's events carry no account.

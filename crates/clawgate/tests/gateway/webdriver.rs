@@ -1,18 +1,20 @@
-//! A minimal async W3C WebDriver client for browser tests of the web chat page.
+//! Browser tests of the web chat page: Debian's headless Chromium driven through chromedriver
+//! (`apt-get install chromium chromium-driver`; `.ci/run` installs them) with the `fantoccini`
+//! WebDriver client.
 //!
-//! It drives Debian's headless Chromium through chromedriver's HTTP API
-//! (`apt-get install chromium chromium-driver`; `.ci/run` installs them).
-//! Only the handful of commands our tests use are here; everything talks to
-//! 127.0.0.1 only.
+//! What is ours here is the setup: finding and starting chromedriver on a free 127.0.0.1 port,
+//! the Chromium binary and its flags for an offline, root, headless CI machine, a fresh profile
+//! per session, and shutting both down in order. Everything talks to 127.0.0.1 only.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use reqwest::Method;
+use fantoccini::error::CmdError;
+use fantoccini::{Client, ClientBuilder, Locator, elements::Element};
+use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{Value, json};
 
 /// How long `find` waits for an element and `Chromedriver::start` for the driver:
@@ -22,11 +24,9 @@ pub(crate) const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 /// Polling interval for every bounded wait here.
 const POLL: Duration = Duration::from_millis(50);
 
-/// Per-request cap, so a hung browser fails the test instead of hanging CI.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The W3C key under which an element reference travels in JSON.
-const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
+/// Cap on a page load or a script, enforced by chromedriver, so a hung page fails the test
+/// instead of hanging CI.
+const BROWSER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Chromium flags for a root, offline, headless CI machine. `--no-sandbox` is
 /// required as root. Without the background-networking ones Chromium keeps
@@ -50,25 +50,6 @@ const CHROMIUM_ARGS: &[&str] = &[
 const INSTALL_HINT: &str =
     "install Debian's chromium and chromium-driver with apt-get (.ci/run does)";
 
-/// An error reported by the WebDriver server (`value.error` + `value.message`).
-#[derive(Debug, Clone)]
-pub(crate) struct WebDriverError {
-    pub(crate) error: String,
-    pub(crate) message: String,
-}
-
-impl std::fmt::Display for WebDriverError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "webdriver error `{}`: {}", self.error, self.message)
-    }
-}
-
-impl std::error::Error for WebDriverError {}
-
-/// A reference to an element in the current page.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ElementId(pub(crate) String);
-
 /// A running chromedriver on a free 127.0.0.1 port; killed when the last
 /// handle (this or a `Session` from it) is dropped.
 #[derive(Debug)]
@@ -81,10 +62,9 @@ pub(crate) struct Chromedriver {
 #[derive(Debug)]
 struct Driver {
     base: String,
-    http: reqwest::Client,
     child: std::sync::Mutex<Child>,
     // Holds driver.log: the driver's stdout + stderr.
-    dir: TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Drop for Driver {
@@ -110,8 +90,11 @@ impl Chromedriver {
             .and_then(|l| l.local_addr())
             .context("picking a free port for chromedriver")?
             .port();
-        let dir = TempDir::new("clawgate-chromedriver")?;
-        let log_path = dir.0.join("driver.log");
+        let dir = tempfile::Builder::new()
+            .prefix("clawgate-chromedriver-")
+            .tempdir()
+            .context("creating chromedriver's log directory")?;
+        let log_path = dir.path().join("driver.log");
         let log = std::fs::File::create(&log_path)
             .with_context(|| format!("creating {}", log_path.display()))?;
         // A file rather than a pipe: nobody has to drain it, and it survives for
@@ -123,15 +106,8 @@ impl Chromedriver {
             .stderr(log)
             .spawn()
             .with_context(|| format!("starting {}", exe.display()))?;
-        let http = reqwest::Client::builder()
-            // Loopback only: never route through a proxy from the environment.
-            .no_proxy()
-            .timeout(REQUEST_TIMEOUT)
-            .build()
-            .context("building the HTTP client")?;
         let driver = Driver {
             base: format!("http://127.0.0.1:{port}"),
-            http,
             child: std::sync::Mutex::new(child),
             dir,
         };
@@ -151,34 +127,43 @@ impl Chromedriver {
         if !binary.is_file() {
             bail!("Chromium not found at {}: {INSTALL_HINT}", binary.display());
         }
-        let profile = TempDir::new("clawgate-chromium")?;
+        let profile = tempfile::Builder::new()
+            .prefix("clawgate-chromium-")
+            .tempdir()
+            .context("creating Chromium's profile directory")?;
         let mut args: Vec<String> = CHROMIUM_ARGS.iter().map(|s| s.to_string()).collect();
-        args.push(format!("--user-data-dir={}", profile.0.display()));
+        args.push(format!("--user-data-dir={}", profile.path().display()));
+        let timeout_ms = u64::try_from(BROWSER_TIMEOUT.as_millis()).unwrap_or(u64::MAX);
         let caps = json!({
-            "capabilities": { "alwaysMatch": {
-                "browserName": "chrome",
-                "goog:chromeOptions": { "binary": binary, "args": args },
-            }}
+            "browserName": "chrome",
+            "goog:chromeOptions": { "binary": binary, "args": args },
+            "timeouts": { "pageLoad": timeout_ms, "script": timeout_ms, "implicit": 0 },
         });
-        let value = self
-            .inner
-            .request(Method::POST, "/session", Some(caps))
+        let Value::Object(caps) = caps else {
+            unreachable!("json! of an object literal is an object")
+        };
+        // Plain HTTP to the loopback driver: no TLS, and no proxy from the environment.
+        let client = ClientBuilder::new(HttpConnector::new())
+            .capabilities(caps)
+            .connect(&self.inner.base)
             .await
             // The cause first, then what chromedriver said about it.
             .map_err(|err| {
                 anyhow::anyhow!(
-                    "starting a Chromium session: {err:#}\n{}",
+                    "starting a Chromium session: {err}\n{}",
                     self.inner.output()
                 )
             })?;
-        let id = value
-            .get("sessionId")
-            .and_then(Value::as_str)
-            .with_context(|| format!("new session reply without sessionId: {value}"))?;
+        let id = client
+            .session_id()
+            .await
+            .context("reading the new session's id")?
+            .context("chromedriver answered a new session without an id")?;
         Ok(Session {
-            driver: Arc::clone(&self.inner),
-            path: format!("/session/{id}"),
+            url: format!("{}/session/{id}", self.inner.base),
+            client,
             open: true,
+            _driver: Arc::clone(&self.inner),
             _profile: profile,
         })
     }
@@ -186,7 +171,7 @@ impl Chromedriver {
 
 impl Driver {
     fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.0.join("driver.log")).unwrap_or_default()
+        std::fs::read_to_string(self.dir.path().join("driver.log")).unwrap_or_default()
     }
 
     /// The log, labelled, for error messages.
@@ -198,6 +183,12 @@ impl Driver {
     }
 
     async fn wait_ready(&self, exe: &Path) -> anyhow::Result<()> {
+        let http = reqwest::Client::builder()
+            // Loopback only: never route through a proxy from the environment.
+            .no_proxy()
+            .timeout(DEFAULT_WAIT)
+            .build()
+            .context("building the HTTP client")?;
         let deadline = Instant::now() + DEFAULT_WAIT;
         loop {
             if let Ok(mut child) = self.child.lock()
@@ -209,8 +200,8 @@ impl Driver {
                     self.output()
                 );
             }
-            let last = match self.request(Method::GET, "/status", None).await {
-                Ok(value) if value.get("ready") == Some(&Value::Bool(true)) => return Ok(()),
+            let last = match status(&http, &self.base).await {
+                Ok(value) if value["value"]["ready"] == Value::Bool(true) => return Ok(()),
                 Ok(value) => value.to_string(),
                 Err(err) => format!("{err:#}"),
             };
@@ -225,127 +216,46 @@ impl Driver {
             tokio::time::sleep(POLL).await;
         }
     }
-
-    /// One WebDriver command; returns the reply's `value`, or its error.
-    async fn request(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> anyhow::Result<Value> {
-        let what = format!("{method} {path}");
-        let mut req = self.http.request(method, format!("{}{path}", self.base));
-        if let Some(body) = body {
-            req = req.json(&body);
-        }
-        let resp = req.send().await.with_context(|| what.clone())?;
-        let status = resp.status();
-        let reply: Value = resp
-            .json()
-            .await
-            .with_context(|| format!("{what}: reading the {status} reply"))?;
-        let value = reply.get("value").cloned().unwrap_or(Value::Null);
-        if let Some(error) = value.get("error").and_then(Value::as_str) {
-            let message = value
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            return Err(anyhow::Error::new(WebDriverError {
-                error: error.to_owned(),
-                message: message.to_owned(),
-            })
-            .context(what));
-        }
-        if !status.is_success() {
-            bail!("{what}: HTTP {status}: {reply}");
-        }
-        Ok(value)
-    }
 }
 
-/// One browser (a headless Chromium) under a `Chromedriver`. Dropping it deletes
-/// the WebDriver session, which closes Chromium, then removes its profile.
+/// chromedriver's `/status` reply (a WebDriver command that needs no session).
+async fn status(http: &reqwest::Client, base: &str) -> anyhow::Result<Value> {
+    let reply = http.get(format!("{base}/status")).send().await?;
+    Ok(reply.json().await?)
+}
+
+/// One browser (a headless Chromium) under a `Chromedriver`: the fantoccini client of its
+/// session. Dropping it deletes the WebDriver session, which closes Chromium, then removes
+/// its profile.
 #[derive(Debug)]
 pub(crate) struct Session {
-    driver: Arc<Driver>,
-    /// `/session/{id}`.
-    path: String,
+    client: Client,
+    /// `{driver}/session/{id}`, for the delete on drop.
+    url: String,
     open: bool,
+    _driver: Arc<Driver>,
     // Dropped after `Drop::drop` has closed Chromium, which writes into it until then.
-    _profile: TempDir,
+    _profile: tempfile::TempDir,
+}
+
+impl std::ops::Deref for Session {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
 }
 
 impl Session {
-    /// Navigates and waits for the page load (the W3C "normal" strategy).
-    pub(crate) async fn goto(&self, url: &str) -> anyhow::Result<()> {
-        self.cmd(Method::POST, "/url", Some(json!({ "url": url })))
-            .await?;
-        Ok(())
-    }
-
     /// The first element matching `css`, waiting up to `DEFAULT_WAIT` for one.
-    pub(crate) async fn find(&self, css: &str) -> anyhow::Result<ElementId> {
-        self.find_within(css, DEFAULT_WAIT).await
-    }
-
-    /// The first element matching `css`, waiting up to `timeout` for one.
-    pub(crate) async fn find_within(
-        &self,
-        css: &str,
-        timeout: Duration,
-    ) -> anyhow::Result<ElementId> {
-        let deadline = Instant::now() + timeout;
-        let body = json!({ "using": "css selector", "value": css });
-        loop {
-            match self.cmd(Method::POST, "/element", Some(body.clone())).await {
-                Ok(value) => {
-                    let id = value
-                        .get(ELEMENT_KEY)
-                        .and_then(Value::as_str)
-                        .with_context(|| {
-                            format!("find `{css}`: no element reference in {value}")
-                        })?;
-                    return Ok(ElementId(id.to_owned()));
-                }
-                Err(err)
-                    if wd_error(&err) == Some("no such element") && Instant::now() < deadline => {}
-                Err(err) => {
-                    return Err(err.context(format!("finding `{css}` (waited up to {timeout:?})")));
-                }
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    /// Types `text` into the element (focusing it first, as a user would).
-    pub(crate) async fn send_keys(&self, el: &ElementId, text: &str) -> anyhow::Result<()> {
-        let path = format!("/element/{}/value", el.0);
-        self.cmd(Method::POST, &path, Some(json!({ "text": text })))
-            .await?;
-        Ok(())
-    }
-
-    /// Clicks the element's center as a user would (an error if it is covered).
-    pub(crate) async fn click(&self, el: &ElementId) -> anyhow::Result<()> {
-        let path = format!("/element/{}/click", el.0);
-        self.cmd(Method::POST, &path, Some(json!({}))).await?;
-        Ok(())
-    }
-
-    /// The element's rendered text (`innerText`-like: hidden text excluded).
-    pub(crate) async fn text(&self, el: &ElementId) -> anyhow::Result<String> {
-        let path = format!("/element/{}/text", el.0);
-        let value = self.cmd(Method::GET, &path, None).await?;
-        value
-            .as_str()
-            .map(str::to_owned)
-            .with_context(|| format!("element text is not a string: {value}"))
-    }
-
-    /// Runs `js` as a function body (use `return`); `args` are its `arguments`.
-    pub(crate) async fn execute(&self, js: &str, args: &[Value]) -> anyhow::Result<Value> {
-        let body = json!({ "script": js, "args": args });
-        self.cmd(Method::POST, "/execute/sync", Some(body)).await
+    pub(crate) async fn find(&self, css: &str) -> anyhow::Result<Element> {
+        self.client
+            .wait()
+            .at_most(DEFAULT_WAIT)
+            .every(POLL)
+            .for_element(Locator::Css(css))
+            .await
+            .with_context(|| format!("finding `{css}` (waited up to {DEFAULT_WAIT:?})"))
     }
 
     /// Polls the JS expression `expr` every 50 ms until it is truthy and returns
@@ -360,11 +270,13 @@ impl Session {
         let script = format!("return ({expr});");
         let deadline = Instant::now() + timeout;
         loop {
-            let last = match self.execute(&script, &[]).await {
+            let last = match self.client.execute(&script, vec![]).await {
                 Ok(value) if truthy(&value) => return Ok(value),
                 Ok(value) => value.to_string(),
-                Err(err) if wd_error(&err) == Some("javascript error") => format!("{err:#}"),
-                Err(err) => return Err(err.context(format!("waiting for {what}"))),
+                Err(err @ CmdError::Standard(_)) if err.is_javascript_error() => err.to_string(),
+                Err(err) => {
+                    return Err(anyhow::Error::new(err).context(format!("waiting for {what}")));
+                }
             };
             if Instant::now() >= deadline {
                 bail!(
@@ -378,15 +290,11 @@ impl Session {
     /// Deletes the session (closing Chromium) and reports any error, unlike Drop.
     pub(crate) async fn close(mut self) -> anyhow::Result<()> {
         self.open = false;
-        self.driver
-            .request(Method::DELETE, &self.path, None)
-            .await?;
-        Ok(())
-    }
-
-    async fn cmd(&self, method: Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
-        let full = format!("{}{path}", self.path);
-        self.driver.request(method, &full, body).await
+        self.client
+            .clone()
+            .close()
+            .await
+            .context("closing the browser session")
     }
 }
 
@@ -395,10 +303,10 @@ impl Drop for Session {
         if !self.open {
             return;
         }
-        // Drop cannot await, and may run inside a runtime (where block_on
-        // panics): delete on a scoped thread with its own small runtime and
-        // client, so Chromium is gone before the profile dir is removed.
-        let url = format!("{}{}", self.driver.base, self.path);
+        // Drop cannot await, and the client's own shutdown runs on the test's runtime,
+        // which may be going away (a failed test): delete on a scoped thread with its own
+        // small runtime and client, so Chromium is gone before the profile dir is removed.
+        let url = &self.url;
         std::thread::scope(|s| {
             s.spawn(|| {
                 let Ok(rt) = tokio::runtime::Builder::new_current_thread()
@@ -413,18 +321,12 @@ impl Drop for Session {
                         .timeout(Duration::from_secs(10))
                         .build()
                     {
-                        let _ = http.delete(&url).send().await;
+                        let _ = http.delete(url).send().await;
                     }
                 });
             });
         });
     }
-}
-
-/// The WebDriver error code (`value.error`) carried by `err`, if any.
-fn wd_error(err: &anyhow::Error) -> Option<&str> {
-    err.downcast_ref::<WebDriverError>()
-        .map(|e| e.error.as_str())
 }
 
 /// JavaScript truthiness of a JSON-returned value (undefined and NaN arrive as null).
@@ -460,30 +362,4 @@ fn find_chromedriver() -> anyhow::Result<PathBuf> {
                 "chromedriver not found (CLAWGATE_CHROMEDRIVER, /usr/bin, PATH): {INSTALL_HINT}"
             )
         })
-}
-
-/// A fresh directory under the system temp dir, removed (best-effort) on drop.
-#[derive(Debug)]
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(prefix: &str) -> anyhow::Result<TempDir> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or_default();
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("{prefix}-{}-{nanos}-{n}", std::process::id()));
-        // create_dir (not _all) fails if it exists: the dir is ours alone.
-        std::fs::create_dir(&path).with_context(|| format!("creating {}", path.display()))?;
-        Ok(TempDir(path))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }

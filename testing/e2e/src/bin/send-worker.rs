@@ -17,10 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clawgate_channel_qa::QaAdapter;
-use clawgate_messages::{
-    Boundary, LifecycleProbe, Messenger, RetryPolicy, SendOptions, SystemClock,
-};
+use clawgate_messages::{Boundary, LifecycleProbe, Messenger, RetryPolicy, SendOptions};
 use clawgate_store::{IntentFilter, IntentStore, SqliteOptions, SqliteStore};
+use clawgate_types::clock::SystemClock;
 use clawgate_types::{IntentId, IntentStatus};
 
 struct StopAt(String);
