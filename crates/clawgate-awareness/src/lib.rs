@@ -19,6 +19,11 @@
 //! the pure [`can_see_session_row`] for every tool. Storage is reached only through the
 //! `clawgate-store` ports ([`AwarenessStore`]); time only through a [`Clock`].
 
+// The README's example is compiled and run as a doctest, so the packaged README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
+
 mod clock;
 mod engine;
 mod error;

@@ -8,6 +8,11 @@
 //! * decoding never panics: malformed JSON and unknown enum values become [`WireError`];
 //! * the legal [`IntentStatus`] transitions live in one table ([`IntentStatus::can_transition_to`]).
 
+// The README's example is compiled and run as a doctest, so the packaged README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
+
 mod acp;
 mod batch;
 mod capabilities;
