@@ -10,6 +10,7 @@ mod ci;
 mod cmd;
 mod codegen;
 mod conformance;
+mod doc_pages;
 mod migrate;
 mod setup;
 mod soak;
