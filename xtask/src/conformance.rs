@@ -106,7 +106,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    use crate::tidy::{DepKind, Manifest};
+    use crate::tidy::{DepKind, LICENSE_FILES, Manifest};
 
     fn package(name: &str, deps: &[(&str, DepKind)]) -> Package {
         Package {
@@ -123,7 +123,9 @@ mod tests {
                 repository: true,
                 readme: true,
                 keywords: true,
+                documentation: true,
                 workspace_lints: true,
+                license_files: LICENSE_FILES.to_vec(),
             },
         }
     }

@@ -7,8 +7,8 @@
 //!   deliberately while one more channel crate needs no new row. Normal and build dependencies
 //!   follow a row's `arrows`; dev-dependencies follow its `dev_arrows` as well, since tests may
 //!   use testing crates and lower crates the product code does not.
-//! * **Publish metadata.** Every publishable library crate carries the crates.io metadata and
-//!   inherits the workspace lints.
+//! * **Publish metadata.** Every publishable library crate carries the crates.io metadata
+//!   (docs.rs link included), ships both license texts and inherits the workspace lints.
 //!
 //! The checks are pure functions over plain data ([`check_layers`], [`check_manifests`]); only
 //! [`workspace`] does I/O (`cargo metadata` and reading manifests).
@@ -250,9 +250,17 @@ pub(crate) struct Manifest {
     pub(crate) repository: bool,
     pub(crate) readme: bool,
     pub(crate) keywords: bool,
+    /// `documentation` (the crate's docs.rs page).
+    pub(crate) documentation: bool,
     /// `[lints] workspace = true` in its Cargo.toml.
     pub(crate) workspace_lints: bool,
+    /// The license texts of [`LICENSE_FILES`] beside its Cargo.toml (copies or symlinks), which
+    /// is what puts them into its package.
+    pub(crate) license_files: Vec<&'static str>,
 }
+
+/// The license texts every publishable crate ships (the workspace is `MIT OR Apache-2.0`).
+pub(crate) const LICENSE_FILES: [&str; 2] = ["LICENSE-MIT", "LICENSE-APACHE"];
 
 /// A broken invariant, worded so the reader knows what to change.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -271,6 +279,10 @@ pub(crate) enum Violation {
     },
     LintsNotInherited {
         name: String,
+    },
+    MissingLicenseFile {
+        name: String,
+        file: &'static str,
     },
 }
 
@@ -303,6 +315,11 @@ impl fmt::Display for Violation {
             Violation::LintsNotInherited { name } => {
                 write!(f, "{name}'s Cargo.toml lacks `[lints] workspace = true`")
             }
+            Violation::MissingLicenseFile { name, file } => write!(
+                f,
+                "{name} is publishable but its directory has no {file}, so its package would \
+                 not carry the license text: add a symlink to the workspace root's {file}"
+            ),
         }
     }
 }
@@ -348,6 +365,7 @@ pub(crate) fn check_manifests(packages: &[Package]) -> Vec<Violation> {
             ("repository", manifest.repository),
             ("readme", manifest.readme),
             ("keywords", manifest.keywords),
+            ("documentation", manifest.documentation),
         ];
         for (field, present) in fields {
             if !present {
@@ -361,6 +379,14 @@ pub(crate) fn check_manifests(packages: &[Package]) -> Vec<Violation> {
             violations.push(Violation::LintsNotInherited {
                 name: package.name.clone(),
             });
+        }
+        for file in LICENSE_FILES {
+            if !manifest.license_files.contains(&file) {
+                violations.push(Violation::MissingLicenseFile {
+                    name: package.name.clone(),
+                    file,
+                });
+            }
         }
     }
     violations
@@ -448,7 +474,17 @@ pub(crate) fn workspace() -> anyhow::Result<Vec<Package>> {
             keywords: package["keywords"]
                 .as_array()
                 .is_some_and(|k| !k.is_empty()),
+            documentation: set("documentation"),
             workspace_lints: inherits_workspace_lints(&manifest_text),
+            // `is_file` follows symlinks: a dangling one would package nothing.
+            license_files: LICENSE_FILES
+                .into_iter()
+                .filter(|file| {
+                    manifest_path
+                        .parent()
+                        .is_some_and(|dir| dir.join(file).is_file())
+                })
+                .collect(),
         };
         result.push(Package {
             name,
@@ -491,7 +527,9 @@ mod tests {
             repository: true,
             readme: true,
             keywords: true,
+            documentation: true,
             workspace_lints: true,
+            license_files: LICENSE_FILES.to_vec(),
         }
     }
 
@@ -734,6 +772,8 @@ mod tests {
         incomplete.manifest.keywords = false;
         incomplete.manifest.readme = false;
         incomplete.manifest.workspace_lints = false;
+        incomplete.manifest.documentation = false;
+        incomplete.manifest.license_files = vec!["LICENSE-MIT"];
         let mut private = package("clawgate-e2e", &[]);
         private.manifest = Manifest {
             publishable: false,
@@ -758,7 +798,15 @@ mod tests {
                     name: name.clone(),
                     field: "keywords"
                 },
-                Violation::LintsNotInherited { name },
+                Violation::MissingField {
+                    name: name.clone(),
+                    field: "documentation"
+                },
+                Violation::LintsNotInherited { name: name.clone() },
+                Violation::MissingLicenseFile {
+                    name,
+                    file: "LICENSE-APACHE"
+                },
             ]
         );
     }
