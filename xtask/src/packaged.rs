@@ -194,6 +194,56 @@ fn remove_dir(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Extracts each `.crate` into `workspace`, and answers how many were extracted.
+///
+/// `cargo package` writes every file with one fixed old mtime (reproducible archives), and cargo
+/// decides whether a path dependency is fresh by mtimes: extracted with those, a changed crate
+/// would look unchanged to the previous run's builds. So files are extracted with the current
+/// time (`tar -m`), and a crate whose `.crate` is byte-identical to the one extracted last time
+/// (the archives are reproducible) is kept as it is, so its builds are reused.
+fn extract(members: &[Publishable], archives: &Path, workspace: &Path) -> anyhow::Result<usize> {
+    let kept = workspace.join(".crates");
+    std::fs::create_dir_all(&kept).with_context(|| format!("cannot create {}", kept.display()))?;
+    // Crates no longer published (or renamed) leave no member behind.
+    let wanted: Vec<String> = members.iter().map(Publishable::dir_name).collect();
+    for entry in std::fs::read_dir(workspace)
+        .with_context(|| format!("cannot list {}", workspace.display()))?
+    {
+        let path = entry
+            .with_context(|| format!("cannot list {}", workspace.display()))?
+            .path();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        if path.is_dir() && name.is_some_and(|n| n != ".crates" && !wanted.contains(&n)) {
+            remove_dir(&path)?;
+        }
+    }
+    let mut extracted = 0;
+    for member in members {
+        let file = format!("{}.crate", member.dir_name());
+        let archive = archives.join(&file);
+        let bytes = std::fs::read(&archive).with_context(|| {
+            format!(
+                "`cargo package` did not write {} for {}",
+                archive.display(),
+                member.name
+            )
+        })?;
+        let dir = workspace.join(member.dir_name());
+        let previous = kept.join(&file);
+        if dir.is_dir() && std::fs::read(&previous).is_ok_and(|old| old == bytes) {
+            continue;
+        }
+        remove_dir(&dir)?;
+        let mut tar = Command::new("tar");
+        tar.arg("-xzmf").arg(&archive).arg("-C").arg(workspace);
+        run_command(&mut tar).with_context(|| format!("extracting {}", member.name))?;
+        std::fs::write(&previous, &bytes)
+            .with_context(|| format!("cannot write {}", previous.display()))?;
+        extracted += 1;
+    }
+    Ok(extracted)
+}
+
 /// The command line the ci step prints.
 pub(crate) fn line() -> String {
     "cargo package --no-verify (every publishable crate), then `cargo test -p <crate> \
@@ -226,24 +276,8 @@ pub(crate) fn run(dirty: bool) -> anyhow::Result<()> {
     package.env("CARGO_TARGET_DIR", &packaged);
     run_command(&mut package)?;
 
-    remove_dir(&workspace)?;
-    std::fs::create_dir_all(&workspace)
-        .with_context(|| format!("cannot create {}", workspace.display()))?;
-    for member in &members {
-        let archive = packaged
-            .join("package")
-            .join(format!("{}.crate", member.dir_name()));
-        if !archive.is_file() {
-            bail!(
-                "`cargo package` did not write {} for {}",
-                archive.display(),
-                member.name
-            );
-        }
-        let mut tar = Command::new("tar");
-        tar.arg("-xzf").arg(&archive).arg("-C").arg(&workspace);
-        run_command(&mut tar).with_context(|| format!("extracting {}", member.name))?;
-    }
+    let archives = packaged.join("package");
+    let extracted = extract(&members, &archives, &workspace)?;
     let root = project_root();
     let root_manifest = std::fs::read_to_string(root.join("Cargo.toml"))
         .context("cannot read the workspace Cargo.toml")?;
@@ -253,7 +287,8 @@ pub(crate) fn run(dirty: bool) -> anyhow::Result<()> {
     std::fs::copy(root.join("Cargo.lock"), workspace.join("Cargo.lock"))
         .context("cannot copy Cargo.lock into the packaged crates' workspace")?;
     println!(
-        "packaged crates: {} crates packaged and extracted into {} in {:.1}s",
+        "packaged crates: {} crates packaged into {}, {extracted} of them changed since the \
+         last run and extracted again, in {:.1}s",
         members.len(),
         workspace.display(),
         started.elapsed().as_secs_f64()
@@ -309,6 +344,81 @@ mod tests {
 
     fn names(members: &[Publishable]) -> Vec<&str> {
         members.iter().map(|member| member.name.as_str()).collect()
+    }
+
+    /// Writes `<dir>/archives/clawgate-x-0.1.0.crate` holding `src/lib.rs` = `text`, with the
+    /// fixed old mtime `cargo package` gives every file.
+    fn write_crate(dir: &Path, text: &str) {
+        let source = dir.join("source");
+        let root = source.join("clawgate-x-0.1.0");
+        std::fs::create_dir_all(root.join("src")).expect("source dir");
+        std::fs::write(root.join("src/lib.rs"), text).expect("source file");
+        std::fs::create_dir_all(dir.join("archives")).expect("archive dir");
+        let mut tar = Command::new("tar");
+        tar.arg("--mtime=@1153704088")
+            .arg("-czf")
+            .arg(dir.join("archives/clawgate-x-0.1.0.crate"))
+            .arg("-C")
+            .arg(&source)
+            .arg("clawgate-x-0.1.0");
+        run_command(&mut tar).expect("tar writes the archive");
+        std::fs::remove_dir_all(&source).expect("source removed");
+    }
+
+    #[test]
+    fn extraction_gives_fresh_mtimes_and_keeps_unchanged_crates() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (archives, workspace) = (dir.path().join("archives"), dir.path().join("workspace"));
+        std::fs::create_dir_all(&workspace).expect("workspace dir");
+        std::fs::create_dir_all(workspace.join("clawgate-gone-0.1.0")).expect("stale member");
+        let members = [member("clawgate-x", &[])];
+        let lib = workspace.join("clawgate-x-0.1.0/src/lib.rs");
+        let mtime = |path: &Path| {
+            std::fs::metadata(path)
+                .and_then(|meta| meta.modified())
+                .expect("mtime")
+        };
+
+        write_crate(dir.path(), "pub fn one() {}");
+        let before = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        assert_eq!(
+            extract(&members, &archives, &workspace).expect("extracts"),
+            1
+        );
+        assert_eq!(
+            std::fs::read_to_string(&lib).expect("extracted"),
+            "pub fn one() {}"
+        );
+        assert!(
+            mtime(&lib) > before,
+            "extracted with the current time, not the archive's"
+        );
+        assert!(
+            !workspace.join("clawgate-gone-0.1.0").exists(),
+            "a crate no longer packaged is removed"
+        );
+
+        let first = mtime(&lib);
+        write_crate(dir.path(), "pub fn one() {}");
+        assert_eq!(
+            extract(&members, &archives, &workspace).expect("extracts"),
+            0
+        );
+        assert_eq!(
+            mtime(&lib),
+            first,
+            "an identical .crate keeps its extracted files"
+        );
+
+        write_crate(dir.path(), "pub fn two() {}");
+        assert_eq!(
+            extract(&members, &archives, &workspace).expect("extracts"),
+            1
+        );
+        assert_eq!(
+            std::fs::read_to_string(&lib).expect("extracted"),
+            "pub fn two() {}"
+        );
     }
 
     #[test]
