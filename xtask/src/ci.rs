@@ -1,7 +1,8 @@
 //! `cargo xtask ci`: everything CI runs, in order, stopping at the first failure.
 //!
-//! The order puts cheap, common failures first (formatting, lints) and the slow publish check
-//! last. First, the test tools a fresh machine lacks are installed (cargo-deny, Debian's
+//! The order puts cheap, common failures first (formatting, lints, docs) and the slow publish
+//! check last: every publishable crate's own tests, built from its packaged `.crate`
+//! ([`packaged`]). First, the test tools a fresh machine lacks are installed (cargo-deny, Debian's
 //! Chromium and chromedriver: see `setup`); without cargo-nextest the tests run under
 //! `cargo test`.
 
@@ -13,16 +14,19 @@ use anyhow::bail;
 use crate::cmd::{
     cargo, display, project_root, read_stdout, run as run_command, succeeds, term_color,
 };
-use crate::{codegen, conformance, tidy};
+use crate::{codegen, conformance, packaged, tidy};
 
 /// What a step does.
 enum Action {
-    /// `cargo <args>` with inherited stdio.
-    Cargo(Vec<String>),
-    /// `cargo package` of every publishable crate; whether the tree is dirty (and so whether
-    /// `--allow-dirty` is needed) is decided when the step starts, as earlier steps may have
-    /// touched files such as Cargo.lock.
-    Package { unpublishable: Vec<String> },
+    /// `cargo <args>` with inherited stdio and these environment variables set.
+    Cargo {
+        args: Vec<String>,
+        env: Vec<(&'static str, &'static str)>,
+    },
+    /// [`packaged::run`]; whether the tree is dirty (and so whether `--allow-dirty` is needed)
+    /// is decided when the step starts, as earlier steps may have touched files such as
+    /// Cargo.lock.
+    PackagedCrates,
     /// One of our own commands, in this process.
     Xtask {
         line: &'static str,
@@ -42,23 +46,14 @@ struct Step {
 struct Environment {
     nextest: bool,
     deny: bool,
-    /// Workspace members with `publish = false`: not packaged.
-    unpublishable: Vec<String>,
 }
 
 impl Environment {
-    fn probe() -> anyhow::Result<Self> {
-        let mut unpublishable: Vec<String> = tidy::workspace()?
-            .into_iter()
-            .filter(|package| !package.manifest.publishable)
-            .map(|package| package.name)
-            .collect();
-        unpublishable.sort();
-        Ok(Environment {
+    fn probe() -> Self {
+        Environment {
             nextest: succeeds(&mut cargo(["nextest", "--version"])),
             deny: succeeds(&mut cargo(["deny", "--version"])),
-            unpublishable,
-        })
+        }
     }
 }
 
@@ -73,7 +68,10 @@ fn git_tree_is_dirty() -> bool {
 fn cargo_step(name: &'static str, args: &[&str]) -> Step {
     Step {
         name,
-        action: Action::Cargo(args.iter().map(|arg| (*arg).to_owned()).collect()),
+        action: Action::Cargo {
+            args: args.iter().map(|arg| (*arg).to_owned()).collect(),
+            env: Vec::new(),
+        },
     }
 }
 
@@ -93,6 +91,16 @@ fn plan(env: &Environment) -> Vec<Step> {
                 "warnings",
             ],
         ),
+        Step {
+            name: "docs",
+            action: Action::Cargo {
+                args: ["doc", "--workspace", "--no-deps", "--all-features"]
+                    .map(str::to_owned)
+                    .to_vec(),
+                // Broken intra-doc links and malformed doc comments fail, as lints do.
+                env: vec![("RUSTDOCFLAGS", "-D warnings")],
+            },
+        },
     ];
     if env.nextest {
         steps.push(cargo_step(
@@ -148,34 +156,27 @@ fn plan(env: &Environment) -> Vec<Step> {
         },
     });
     steps.push(Step {
-        name: "package",
-        action: Action::Package {
-            unpublishable: env.unpublishable.clone(),
-        },
+        name: "packaged crates",
+        action: Action::PackagedCrates,
     });
     steps
 }
 
-/// `cargo package` arguments: the whole workspace but the `publish = false` members, in
-/// dependency order (cargo verifies each against the ones packaged before it).
-fn package_args(unpublishable: &[String], dirty: bool) -> Vec<String> {
-    let mut args = vec!["package".to_owned(), "--workspace".to_owned()];
-    for name in unpublishable {
-        args.extend(["--exclude".to_owned(), name.clone()]);
-    }
-    if dirty {
-        args.push("--allow-dirty".to_owned());
-    }
-    args
+/// `NAME="value" cargo <args>`, as a user would type it.
+fn cargo_line(args: &[String], env: &[(&str, &str)]) -> String {
+    let mut line: Vec<String> = env
+        .iter()
+        .map(|(name, value)| format!("{name}={value:?}"))
+        .collect();
+    line.push(display(&cargo(args)));
+    line.join(" ")
 }
 
 impl Step {
     fn line(&self) -> String {
         match &self.action {
-            Action::Cargo(args) => display(&cargo(args)),
-            Action::Package { unpublishable } => {
-                display(&cargo(package_args(unpublishable, git_tree_is_dirty())))
-            }
+            Action::Cargo { args, env } => cargo_line(args, env),
+            Action::PackagedCrates => packaged::line(),
             Action::Xtask { line, .. } => (*line).to_owned(),
             Action::Skip(reason) => (*reason).to_owned(),
         }
@@ -183,81 +184,46 @@ impl Step {
 
     fn run(&self) -> anyhow::Result<()> {
         match &self.action {
-            Action::Cargo(args) => run_command(&mut cargo(args)),
-            Action::Package { unpublishable } => {
-                forget_packaged_sources()?;
-                let mut package = cargo(package_args(unpublishable, git_tree_is_dirty()));
-                // A target directory of its own, emptied first: cargo treats our packaged crates
-                // as immutable registry crates and would reuse an earlier run's builds of them.
-                package.env("CARGO_TARGET_DIR", package_target_dir());
-                run_command(&mut package)
+            Action::Cargo { args, env } => {
+                let mut command = cargo(args);
+                command.envs(env.iter().copied());
+                run_command(&mut command)
             }
+            Action::PackagedCrates => packaged::run(git_tree_is_dirty()),
             Action::Xtask { run, .. } => run(),
             Action::Skip(_) => Ok(()),
         }
     }
 }
 
-/// `cargo package` verifies each crate against the ones packaged before it through a local
-/// registry, and cargo extracts registry crates into `$CARGO_HOME/registry/src` once per version:
-/// an earlier run's copy of `clawgate-store 0.1.0` would be used instead of today's sources.
-/// Our crates are not on crates.io, so every extracted `clawgate-*` copy is such a leftover.
-fn package_target_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| crate::cmd::project_root().join("target"))
-        .join("package-verify")
-}
-
-fn forget_packaged_sources() -> anyhow::Result<()> {
-    let home = std::env::var_os("CARGO_HOME")
-        .map(std::path::PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")));
-    let verify = package_target_dir();
-    if verify.is_dir() {
-        std::fs::remove_dir_all(&verify)
-            .map_err(|e| anyhow::anyhow!("cannot remove {}: {e}", verify.display()))?;
-    }
-    let Some(home) = home else { return Ok(()) };
-    for area in ["src", "cache"] {
-        let Ok(registries) = std::fs::read_dir(home.join("registry").join(area)) else {
-            continue;
-        };
-        for registry in registries.flatten() {
-            let Ok(entries) = std::fs::read_dir(registry.path()) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                if entry.file_name().to_string_lossy().starts_with("clawgate-") {
-                    let path = entry.path();
-                    let removed = if path.is_dir() {
-                        std::fs::remove_dir_all(&path)
-                    } else {
-                        std::fs::remove_file(&path)
-                    };
-                    removed.map_err(|e| {
-                        anyhow::anyhow!(
-                            "cannot remove the stale packaged copy {}: {e}",
-                            path.display()
-                        )
-                    })?;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
 fn seconds(duration: Duration) -> String {
     format!("{:.1}s", duration.as_secs_f64())
 }
 
-pub(crate) fn run() -> anyhow::Result<()> {
+/// A step's name as `--step` takes it: `packaged crates` is `packaged-crates`.
+fn slug(name: &str) -> String {
+    name.to_lowercase().replace(' ', "-")
+}
+
+/// The steps to run: all of them, or the one `--step` names.
+fn select(steps: Vec<Step>, only: Option<&str>) -> anyhow::Result<Vec<Step>> {
+    let Some(only) = only else { return Ok(steps) };
+    let names: Vec<String> = steps.iter().map(|step| slug(step.name)).collect();
+    match steps.into_iter().find(|step| slug(step.name) == slug(only)) {
+        Some(step) => Ok(vec![step]),
+        None => bail!(
+            "`cargo xtask ci --step {only}`: no such step (steps: {})",
+            names.join(", ")
+        ),
+    }
+}
+
+pub(crate) fn run(only: Option<&str>) -> anyhow::Result<()> {
     let started = Instant::now();
     let color = term_color();
     crate::setup::ensure_test_tools()?;
-    let env = Environment::probe()?;
-    let steps = plan(&env);
+    let env = Environment::probe();
+    let steps = select(plan(&env), only)?;
     println!(
         "ci: {} steps (nextest: {}, cargo-deny: {}, CARGO_TERM_COLOR={color})",
         steps.len(),
@@ -279,9 +245,10 @@ pub(crate) fn run() -> anyhow::Result<()> {
         if let Err(error) = result {
             bail!(
                 "ci failed at step {position} `{}` after {}: {error:#}\n\
-                 rerun it alone with: {}",
+                 rerun it alone with: cargo xtask ci --step {} ({})",
                 step.name,
                 seconds(elapsed),
+                slug(step.name),
                 step.line()
             );
         }
@@ -291,7 +258,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
     println!("\nci: all steps passed in {}", seconds(started.elapsed()));
     for (name, elapsed) in timings {
         println!(
-            "  {name:<12} {}",
+            "  {name:<16} {}",
             elapsed.map_or("skipped".to_owned(), seconds)
         );
     }
@@ -306,19 +273,11 @@ fn yes_no(value: bool) -> &'static str {
 mod tests {
     use super::*;
 
-    /// Each step as `name: command line`, the package step as if the tree were clean.
+    /// Each step as `name: command line`.
     fn lines(env: &Environment) -> Vec<String> {
         plan(env)
             .iter()
-            .map(|step| {
-                let line = match &step.action {
-                    Action::Package { unpublishable } => {
-                        display(&cargo(package_args(unpublishable, false)))
-                    }
-                    _ => step.line(),
-                };
-                format!("{}: {line}", step.name)
-            })
+            .map(|step| format!("{}: {}", step.name, step.line()))
             .collect()
     }
 
@@ -327,21 +286,48 @@ mod tests {
         let env = Environment {
             nextest: true,
             deny: true,
-            unpublishable: vec!["clawgate-e2e".into(), "xtask".into()],
         };
         assert_eq!(
             lines(&env),
             [
                 "fmt: cargo fmt --all -- --check",
                 "clippy: cargo clippy --workspace --all-targets --all-features -- -D warnings",
+                "docs: RUSTDOCFLAGS=\"-D warnings\" cargo doc --workspace --no-deps --all-features",
                 "tests: cargo nextest run --workspace --all-features --no-fail-fast",
                 "doctests: cargo test --doc --workspace --all-features",
                 "codegen: cargo xtask codegen --check",
                 "tidy: cargo xtask tidy",
                 "deny: cargo deny check bans licenses sources",
                 "conformance: cargo xtask conformance",
-                "package: cargo package --workspace --exclude clawgate-e2e --exclude xtask",
+                &format!("packaged crates: {}", packaged::line()),
             ]
+        );
+    }
+
+    #[test]
+    fn one_step_is_selected_by_its_name() {
+        let env = Environment::default();
+        let only = |name| {
+            select(plan(&env), Some(name))
+                .map(|steps| steps.iter().map(|step| step.name).collect::<Vec<_>>())
+        };
+        assert_eq!(only("docs").expect("a step"), ["docs"]);
+        assert_eq!(
+            only("packaged-crates").expect("a step"),
+            ["packaged crates"]
+        );
+        assert_eq!(
+            only("packaged crates").expect("a step"),
+            ["packaged crates"]
+        );
+        let error = only("lint").expect_err("no such step").to_string();
+        assert!(
+            error.contains("no such step") && error.contains("packaged-crates"),
+            "{error}"
+        );
+        assert_eq!(
+            select(plan(&env), None).expect("all").len(),
+            plan(&env).len()
         );
     }
 
@@ -354,28 +340,11 @@ mod tests {
             "{lines:?}"
         );
         assert!(lines.contains(&"deny: cargo-deny not installed: skipped".to_owned()));
-        assert_eq!(
-            lines.last().map(String::as_str),
-            Some("package: cargo package --workspace")
-        );
-    }
-
-    #[test]
-    fn a_dirty_tree_allows_dirty_packaging() {
-        let unpublishable = ["xtask".to_owned()];
-        assert_eq!(
-            package_args(&unpublishable, true),
-            [
-                "package",
-                "--workspace",
-                "--exclude",
-                "xtask",
-                "--allow-dirty"
-            ]
-        );
-        assert_eq!(
-            package_args(&unpublishable, false),
-            ["package", "--workspace", "--exclude", "xtask"]
+        assert!(
+            lines
+                .last()
+                .is_some_and(|line| line.starts_with("packaged crates: ")),
+            "{lines:?}"
         );
     }
 }

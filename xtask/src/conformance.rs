@@ -7,23 +7,30 @@
 use anyhow::bail;
 
 use crate::cmd::{cargo, display, read_stdout, run as run_command};
+use crate::tidy::{self, CONFORMANCE, Package};
 
 /// One conformance suite.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Suite {
-    name: &'static str,
+    name: String,
     /// `cargo` arguments up to the test binary's own arguments (the `--`).
-    cargo_args: &'static [&'static str],
+    cargo_args: Vec<String>,
     /// The libtest filter that selects the suite's tests.
     filter: &'static str,
 }
 
-/// Every suite: the store suite on every backend, and the adapter contract suite on every
-/// adapter with its peer (the QA platform, in both adapter variants).
-const SUITES: &[Suite] = &[
-    Suite {
-        name: "store",
-        cargo_args: &[
+/// The filter of every suite: the suites' macros generate their tests in `mod conformance`.
+const FILTER: &str = "conformance";
+
+/// Every suite: the store suite on every backend, and the adapter contract suite in every
+/// package that (dev-)depends on `clawgate-conformance` (channel crates running it against their
+/// platform, the e2e package against the QA platform), so a new channel crate's suite runs
+/// without being listed here.
+fn suites(packages: &[Package]) -> Vec<Suite> {
+    let args = |args: &[&str]| args.iter().map(|arg| (*arg).to_owned()).collect();
+    let mut suites = vec![Suite {
+        name: "store".into(),
+        cargo_args: args(&[
             "test",
             "-p",
             "clawgate-store",
@@ -31,19 +38,27 @@ const SUITES: &[Suite] = &[
             "testing",
             "--test",
             "store",
-        ],
-        filter: "conformance",
-    },
-    Suite {
-        name: "adapter (QA platform)",
-        cargo_args: &["test", "-p", "clawgate-e2e", "--test", "e2e"],
-        filter: "conformance_qa",
-    },
-];
+        ]),
+        filter: FILTER,
+    }];
+    let mut adapters: Vec<&str> = packages
+        .iter()
+        .filter(|package| package.deps.iter().any(|(dep, _)| dep == CONFORMANCE))
+        .map(|package| package.name.as_str())
+        .collect();
+    adapters.sort_unstable();
+    adapters.dedup();
+    suites.extend(adapters.into_iter().map(|name| Suite {
+        name: format!("adapter ({name})"),
+        cargo_args: args(&["test", "-p", name, "--all-features"]),
+        filter: FILTER,
+    }));
+    suites
+}
 
 impl Suite {
     fn command(&self, extra: &[&str]) -> std::process::Command {
-        let mut command = cargo(self.cargo_args);
+        let mut command = cargo(&self.cargo_args);
         command.arg("--").arg(self.filter).args(extra);
         command
     }
@@ -55,8 +70,9 @@ fn count_listed(list: &str) -> usize {
 }
 
 pub(crate) fn run() -> anyhow::Result<()> {
+    let suites = suites(&tidy::workspace()?);
     let mut failed = Vec::new();
-    for suite in SUITES {
+    for suite in &suites {
         let listed = count_listed(&read_stdout(&mut suite.command(&["--list"]))?);
         println!("conformance: suite `{}`: {listed} tests", suite.name);
         if listed == 0 {
@@ -68,11 +84,11 @@ pub(crate) fn run() -> anyhow::Result<()> {
             failed.push(format!("{}: {error}", suite.name));
         }
     }
-    let names: Vec<&str> = SUITES.iter().map(|suite| suite.name).collect();
+    let names: Vec<&str> = suites.iter().map(|suite| suite.name.as_str()).collect();
     if failed.is_empty() {
         println!(
             "conformance: all {} suites passed ({})",
-            SUITES.len(),
+            suites.len(),
             names.join(", ")
         );
         return Ok(());
@@ -80,7 +96,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
     bail!(
         "{} of {} conformance suites failed (ran: {}):\n  {}",
         failed.len(),
-        SUITES.len(),
+        suites.len(),
         names.join(", "),
         failed.join("\n  ")
     )
@@ -90,15 +106,71 @@ pub(crate) fn run() -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_store_suite_runs_the_documented_command() {
-        let store = SUITES
+    use crate::tidy::{DepKind, LICENSE_FILES, Manifest};
+
+    fn package(name: &str, deps: &[(&str, DepKind)]) -> Package {
+        Package {
+            name: name.to_owned(),
+            deps: deps
+                .iter()
+                .map(|(dep, kind)| ((*dep).to_owned(), *kind))
+                .collect(),
+            manifest: Manifest {
+                publishable: true,
+                is_lib: true,
+                description: true,
+                license: true,
+                repository: true,
+                readme: true,
+                keywords: true,
+                documentation: true,
+                workspace_lints: true,
+                license_files: LICENSE_FILES.to_vec(),
+            },
+        }
+    }
+
+    fn lines(suites: &[Suite]) -> Vec<String> {
+        suites
             .iter()
-            .find(|suite| suite.name == "store")
-            .expect("store suite");
+            .map(|suite| format!("{}: {}", suite.name, display(&suite.command(&[]))))
+            .collect()
+    }
+
+    #[test]
+    fn every_package_using_the_conformance_suite_is_a_suite() {
+        use DepKind::*;
+        let packages = [
+            package("clawgate-types", &[]),
+            package("clawgate-channel-sdk", &[("clawgate-types", Normal)]),
+            package(CONFORMANCE, &[("clawgate-channel-sdk", Normal)]),
+            package(
+                "clawgate-channel-matrix",
+                &[("clawgate-channel-sdk", Normal), (CONFORMANCE, Dev)],
+            ),
+            package("clawgate-e2e", &[(CONFORMANCE, Normal), (CONFORMANCE, Dev)]),
+            package("clawgate-channel-qa", &[("clawgate-channel-sdk", Normal)]),
+        ];
         assert_eq!(
-            display(&store.command(&[])),
-            "cargo test -p clawgate-store --features testing --test store -- conformance"
+            lines(&suites(&packages)),
+            [
+                "store: cargo test -p clawgate-store --features testing --test store -- conformance",
+                "adapter (clawgate-channel-matrix): cargo test -p clawgate-channel-matrix \
+                 --all-features -- conformance",
+                "adapter (clawgate-e2e): cargo test -p clawgate-e2e --all-features -- conformance",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_real_workspace_runs_the_qa_suite() {
+        let suites = suites(&tidy::workspace().expect("cargo metadata runs"));
+        assert!(
+            suites
+                .iter()
+                .any(|suite| suite.name == "adapter (clawgate-e2e)"),
+            "{:?}",
+            lines(&suites)
         );
     }
 

@@ -10,7 +10,9 @@ mod ci;
 mod cmd;
 mod codegen;
 mod conformance;
+mod doc_pages;
 mod migrate;
+mod packaged;
 mod setup;
 mod soak;
 mod tidy;
@@ -42,8 +44,9 @@ commands:
                       the gateway's crash matrix run long on a release build: N SIGKILLs
                       (default 100) per seed (default five fixed seeds), figures added up
   conformance         run every conformance suite (store backends, adapters)
-  ci                  run what CI runs: fmt, clippy, tests, codegen --check, tidy,
-                      cargo-deny, conformance, cargo package
+  ci [--step NAME]    run what CI runs: fmt, clippy, docs, tests, codegen --check, tidy,
+                      cargo-deny, conformance, the packaged crates' own tests;
+                      --step runs that one step alone (e.g. --step docs, --step packaged-crates)
   help                print this text
 ";
 
@@ -56,7 +59,7 @@ enum Command {
     Tidy,
     Soak(soak::Soak),
     Conformance,
-    Ci,
+    Ci(Option<String>),
     Help,
 }
 
@@ -172,7 +175,7 @@ fn parse(args: &[String]) -> Result<Command, ArgError> {
             Command::Soak(soak::Soak { seeds, kills })
         }
         "conformance" => Command::Conformance,
-        "ci" => Command::Ci,
+        "ci" => Command::Ci(rest.value("--step")?),
         "help" | "-h" | "--help" => Command::Help,
         other => return Err(ArgError::UnknownCommand(other.to_owned())),
     };
@@ -239,7 +242,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Tidy => tidy::run(),
         Command::Soak(soak) => soak::run(&soak),
         Command::Conformance => conformance::run(),
-        Command::Ci => ci::run(),
+        Command::Ci(step) => ci::run(step.as_deref()),
         Command::Help => {
             print!("{USAGE}");
             Ok(())
@@ -335,7 +338,11 @@ mod tests {
                     value: "many".into(),
                 }),
             ),
-            ("ci", Ok(Command::Ci)),
+            ("ci", Ok(Command::Ci(None))),
+            (
+                "ci --step packaged-crates",
+                Ok(Command::Ci(Some("packaged-crates".into()))),
+            ),
             ("help", Ok(Command::Help)),
             ("--help", Ok(Command::Help)),
             ("", Err(ArgError::MissingCommand)),

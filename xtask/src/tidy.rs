@@ -1,11 +1,14 @@
 //! `cargo xtask tidy`: the mechanical checks of the architecture's invariants.
 //!
 //! * **Layering.** [`RULES`] encodes the crate layers of `docs/architecture.md`: which of our
-//!   crates each crate may depend on. Every dependency between workspace crates (normal, build
-//!   and dev) must be an allowed arrow, and every workspace crate must have a row, so a new crate
-//!   is placed in a layer deliberately.
-//! * **Publish metadata.** Every publishable library crate carries the crates.io metadata and
-//!   inherits the workspace lints.
+//!   crates each crate may depend on. Every dependency between workspace crates must be an
+//!   allowed arrow, and every workspace crate must have a row (exact, or a prefix row such as the
+//!   one for every `clawgate-channel-*` crate), so a new kind of crate is placed in a layer
+//!   deliberately while one more channel crate needs no new row. Normal and build dependencies
+//!   follow a row's `arrows`; dev-dependencies follow its `dev_arrows` as well, since tests may
+//!   use testing crates and lower crates the product code does not.
+//! * **Publish metadata.** Every publishable library crate carries the crates.io metadata
+//!   (docs.rs link included), ships both license texts and inherits the workspace lints.
 //!
 //! * **Module circles.** No import circle between the top-level modules of a crate
 //!   ([`modules`]).
@@ -36,6 +39,9 @@ enum Pattern {
 enum Layer {
     /// A product layer, 0 (vocabulary) to 4 (the gateway binary).
     Product(u8),
+    /// Test suites other crates' tests run (the adapter conformance suite): above every product
+    /// layer, so product code never depends on one, while tests may.
+    Testing,
     /// Tools and tests (xtask, the e2e package): above everything, never depended upon.
     Tool,
 }
@@ -44,6 +50,7 @@ impl fmt::Display for Layer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Layer::Product(n) => write!(f, "layer {n}"),
+            Layer::Testing => f.write_str("testing"),
             Layer::Tool => f.write_str("tools"),
         }
     }
@@ -56,6 +63,9 @@ enum Arrows {
     To(&'static [&'static str]),
     /// Any of our product crates in a strictly lower layer.
     AnyLowerLayer,
+    /// Any of our product crates in a strictly lower layer, and any testing crate (the default
+    /// for dev-dependencies).
+    LowerLayerOrTesting,
     /// Anything in the workspace.
     Any,
 }
@@ -64,78 +74,127 @@ enum Arrows {
 struct Rule {
     pattern: Pattern,
     layer: Layer,
+    /// Normal and build dependencies.
     arrows: Arrows,
+    /// Dev-dependencies, in addition to `arrows`.
+    dev_arrows: Arrows,
+}
+
+impl Rule {
+    /// A row whose tests may use any lower product crate and any testing crate.
+    const fn new(pattern: Pattern, layer: Layer, arrows: Arrows) -> Rule {
+        Rule {
+            pattern,
+            layer,
+            arrows,
+            dev_arrows: Arrows::LowerLayerOrTesting,
+        }
+    }
+
+    /// The arrows a dependency of `kind` may follow.
+    fn allows(&self, dep: &str, kind: DepKind) -> bool {
+        self.arrows.allow(self.layer, dep)
+            || (kind == DepKind::Dev && self.dev_arrows.allow(self.layer, dep))
+    }
+
+    fn allowed_text(&self, kind: DepKind) -> String {
+        match kind {
+            DepKind::Dev if self.arrows != self.dev_arrows => format!(
+                "{}; in tests also {}",
+                self.arrows.text(),
+                self.dev_arrows.text()
+            ),
+            _ => self.arrows.text(),
+        }
+    }
+}
+
+impl Arrows {
+    fn allow(self, layer: Layer, dep: &str) -> bool {
+        match self {
+            Arrows::Any => true,
+            Arrows::To(names) => names.contains(&dep),
+            Arrows::AnyLowerLayer => rule_for(dep).is_some_and(|target| {
+                matches!(target.layer, Layer::Product(_)) && target.layer < layer
+            }),
+            Arrows::LowerLayerOrTesting => rule_for(dep).is_some_and(|target| match target.layer {
+                Layer::Product(_) => target.layer < layer,
+                Layer::Testing => true,
+                Layer::Tool => false,
+            }),
+        }
+    }
+
+    fn text(self) -> String {
+        match self {
+            Arrows::To([]) => "none of our crates".into(),
+            Arrows::To(names) => names.join(", "),
+            Arrows::AnyLowerLayer => "any crate of a lower layer".into(),
+            Arrows::LowerLayerOrTesting => "any crate of a lower layer, any testing crate".into(),
+            Arrows::Any => "anything".into(),
+        }
+    }
 }
 
 const TYPES: &str = "clawgate-types";
 const STORE: &str = "clawgate-store";
 const SDK: &str = "clawgate-channel-sdk";
 const MESSAGES: &str = "clawgate-messages";
+pub(crate) const CONFORMANCE: &str = "clawgate-conformance";
+/// Every channel crate's name starts with this.
+const CHANNEL_PREFIX: &str = "clawgate-channel-";
 
 /// The layers of `docs/architecture.md`. Change this table and that page together.
 const RULES: &[Rule] = &[
-    Rule {
-        pattern: Pattern::Exact(TYPES),
-        layer: Layer::Product(0),
-        arrows: Arrows::To(&[]),
-    },
-    Rule {
-        pattern: Pattern::Exact(STORE),
-        layer: Layer::Product(1),
-        arrows: Arrows::To(&[TYPES]),
-    },
-    Rule {
-        pattern: Pattern::Exact(SDK),
-        layer: Layer::Product(1),
-        arrows: Arrows::To(&[TYPES]),
-    },
-    Rule {
-        pattern: Pattern::Exact(MESSAGES),
-        layer: Layer::Product(2),
-        arrows: Arrows::To(&[TYPES, STORE, SDK]),
-    },
-    Rule {
-        pattern: Pattern::Exact("clawgate-awareness"),
-        layer: Layer::Product(2),
-        arrows: Arrows::To(&[TYPES, STORE]),
-    },
-    Rule {
-        pattern: Pattern::Exact("clawgate-acpx"),
-        layer: Layer::Product(2),
-        arrows: Arrows::To(&[TYPES, STORE]),
-    },
+    Rule::new(Pattern::Exact(TYPES), Layer::Product(0), Arrows::To(&[])),
+    Rule::new(
+        Pattern::Exact(STORE),
+        Layer::Product(1),
+        Arrows::To(&[TYPES]),
+    ),
+    Rule::new(Pattern::Exact(SDK), Layer::Product(1), Arrows::To(&[TYPES])),
+    Rule::new(
+        Pattern::Exact(MESSAGES),
+        Layer::Product(2),
+        Arrows::To(&[TYPES, STORE, SDK]),
+    ),
+    Rule::new(
+        Pattern::Exact("clawgate-awareness"),
+        Layer::Product(2),
+        Arrows::To(&[TYPES, STORE]),
+    ),
+    Rule::new(
+        Pattern::Exact("clawgate-acpx"),
+        Layer::Product(2),
+        Arrows::To(&[TYPES, STORE]),
+    ),
     // The wrapper binary stays tiny: none of our crates.
+    Rule::new(
+        Pattern::Exact("clawgate-acpx-wrapper"),
+        Layer::Product(2),
+        Arrows::To(&[]),
+    ),
+    // Every channel crate (the QA one included): adapters see the SDK, never the engine; their
+    // tests run the conformance suite, which drives the engine over a store.
     Rule {
-        pattern: Pattern::Exact("clawgate-acpx-wrapper"),
-        layer: Layer::Product(2),
-        arrows: Arrows::To(&[]),
-    },
-    // Adapters (and the QA adapter) see the SDK, never the engine.
-    Rule {
-        pattern: Pattern::Prefix("clawgate-channel-"),
+        pattern: Pattern::Prefix(CHANNEL_PREFIX),
         layer: Layer::Product(3),
         arrows: Arrows::To(&[TYPES, SDK]),
+        dev_arrows: Arrows::To(&[CONFORMANCE, MESSAGES, STORE]),
     },
-    Rule {
-        pattern: Pattern::Exact("clawgate-conformance"),
-        layer: Layer::Product(3),
-        arrows: Arrows::To(&[TYPES, SDK, MESSAGES, STORE]),
-    },
-    Rule {
-        pattern: Pattern::Exact("clawgate"),
-        layer: Layer::Product(4),
-        arrows: Arrows::AnyLowerLayer,
-    },
-    Rule {
-        pattern: Pattern::Exact("xtask"),
-        layer: Layer::Tool,
-        arrows: Arrows::Any,
-    },
-    Rule {
-        pattern: Pattern::Exact("clawgate-e2e"),
-        layer: Layer::Tool,
-        arrows: Arrows::Any,
-    },
+    Rule::new(
+        Pattern::Exact(CONFORMANCE),
+        Layer::Testing,
+        Arrows::To(&[TYPES, SDK, MESSAGES, STORE]),
+    ),
+    // The binary may use any channel crate (they are all layer 3).
+    Rule::new(
+        Pattern::Exact("clawgate"),
+        Layer::Product(4),
+        Arrows::AnyLowerLayer,
+    ),
+    Rule::new(Pattern::Exact("xtask"), Layer::Tool, Arrows::Any),
+    Rule::new(Pattern::Exact("clawgate-e2e"), Layer::Tool, Arrows::Any),
 ];
 
 /// The rule for a crate: its exact row, else the longest matching prefix row.
@@ -196,9 +255,17 @@ pub(crate) struct Manifest {
     pub(crate) repository: bool,
     pub(crate) readme: bool,
     pub(crate) keywords: bool,
+    /// `documentation` (the crate's docs.rs page).
+    pub(crate) documentation: bool,
     /// `[lints] workspace = true` in its Cargo.toml.
     pub(crate) workspace_lints: bool,
+    /// The license texts of [`LICENSE_FILES`] beside its Cargo.toml (copies or symlinks), which
+    /// is what puts them into its package.
+    pub(crate) license_files: Vec<&'static str>,
 }
+
+/// The license texts every publishable crate ships (the workspace is `MIT OR Apache-2.0`).
+pub(crate) const LICENSE_FILES: [&str; 2] = ["LICENSE-MIT", "LICENSE-APACHE"];
 
 /// A broken invariant, worded so the reader knows what to change.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,6 +284,10 @@ pub(crate) enum Violation {
     },
     LintsNotInherited {
         name: String,
+    },
+    MissingLicenseFile {
+        name: String,
+        file: &'static str,
     },
 }
 
@@ -238,7 +309,7 @@ impl fmt::Display for Violation {
                     "{from} ({}) must not depend on {to} ({}) ({kind}); allowed: {}",
                     layer(from_rule),
                     layer(to_rule),
-                    from_rule.map_or("see RULES".into(), |rule| allowed_text(rule.arrows)),
+                    from_rule.map_or("see RULES".into(), |rule| rule.allowed_text(*kind)),
                 )
             }
             Violation::MissingField { name, field } => write!(
@@ -249,16 +320,12 @@ impl fmt::Display for Violation {
             Violation::LintsNotInherited { name } => {
                 write!(f, "{name}'s Cargo.toml lacks `[lints] workspace = true`")
             }
+            Violation::MissingLicenseFile { name, file } => write!(
+                f,
+                "{name} is publishable but its directory has no {file}, so its package would \
+                 not carry the license text: add a symlink to the workspace root's {file}"
+            ),
         }
-    }
-}
-
-fn allowed_text(arrows: Arrows) -> String {
-    match arrows {
-        Arrows::To([]) => "none of our crates".into(),
-        Arrows::To(names) => names.join(", "),
-        Arrows::AnyLowerLayer => "any crate of a lower layer".into(),
-        Arrows::Any => "anything".into(),
     }
 }
 
@@ -277,14 +344,7 @@ pub(crate) fn check_layers(packages: &[Package]) -> Vec<Violation> {
             if *kind == DepKind::Dev && *dep == package.name {
                 continue;
             }
-            let allowed = match rule.arrows {
-                Arrows::Any => true,
-                Arrows::To(names) => names.contains(&dep.as_str()),
-                Arrows::AnyLowerLayer => rule_for(dep).is_some_and(|target| {
-                    matches!(target.layer, Layer::Product(_)) && target.layer < rule.layer
-                }),
-            };
-            if !allowed {
+            if !rule.allows(dep, *kind) {
                 violations.push(Violation::ForbiddenArrow {
                     from: package.name.clone(),
                     to: dep.clone(),
@@ -310,6 +370,7 @@ pub(crate) fn check_manifests(packages: &[Package]) -> Vec<Violation> {
             ("repository", manifest.repository),
             ("readme", manifest.readme),
             ("keywords", manifest.keywords),
+            ("documentation", manifest.documentation),
         ];
         for (field, present) in fields {
             if !present {
@@ -323,6 +384,14 @@ pub(crate) fn check_manifests(packages: &[Package]) -> Vec<Violation> {
             violations.push(Violation::LintsNotInherited {
                 name: package.name.clone(),
             });
+        }
+        for file in LICENSE_FILES {
+            if !manifest.license_files.contains(&file) {
+                violations.push(Violation::MissingLicenseFile {
+                    name: package.name.clone(),
+                    file,
+                });
+            }
         }
     }
     violations
@@ -410,7 +479,17 @@ pub(crate) fn workspace() -> anyhow::Result<Vec<Package>> {
             keywords: package["keywords"]
                 .as_array()
                 .is_some_and(|k| !k.is_empty()),
+            documentation: set("documentation"),
             workspace_lints: inherits_workspace_lints(&manifest_text),
+            // `is_file` follows symlinks: a dangling one would package nothing.
+            license_files: LICENSE_FILES
+                .into_iter()
+                .filter(|file| {
+                    manifest_path
+                        .parent()
+                        .is_some_and(|dir| dir.join(file).is_file())
+                })
+                .collect(),
         };
         result.push(Package {
             name,
@@ -454,7 +533,9 @@ mod tests {
             repository: true,
             readme: true,
             keywords: true,
+            documentation: true,
             workspace_lints: true,
+            license_files: LICENSE_FILES.to_vec(),
         }
     }
 
@@ -539,9 +620,34 @@ mod tests {
                 vec![arrow("clawgate-channel-slack", MESSAGES, Normal)],
             ),
             (
-                "QA adapter -> store, as a dev-dependency",
-                package("clawgate-channel-qa", &[(STORE, Dev)]),
-                vec![arrow("clawgate-channel-qa", STORE, Dev)],
+                "a channel crate -> store, as a normal dependency",
+                package("clawgate-channel-matrix", &[(SDK, Normal), (STORE, Normal)]),
+                vec![arrow("clawgate-channel-matrix", STORE, Normal)],
+            ),
+            (
+                "a channel crate -> awareness, even in tests",
+                package("clawgate-channel-qa", &[("clawgate-awareness", Dev)]),
+                vec![arrow("clawgate-channel-qa", "clawgate-awareness", Dev)],
+            ),
+            (
+                "a channel crate -> the conformance suite, outside tests",
+                package("clawgate-channel-irc", &[(CONFORMANCE, Normal)]),
+                vec![arrow("clawgate-channel-irc", CONFORMANCE, Normal)],
+            ),
+            (
+                "product code -> the conformance suite",
+                package("clawgate", &[(CONFORMANCE, Normal)]),
+                vec![arrow("clawgate", CONFORMANCE, Normal)],
+            ),
+            (
+                "a test -> a higher layer",
+                package(STORE, &[(MESSAGES, Dev)]),
+                vec![arrow(STORE, MESSAGES, Dev)],
+            ),
+            (
+                "a test -> a tool",
+                package(MESSAGES, &[("clawgate-e2e", Dev)]),
+                vec![arrow(MESSAGES, "clawgate-e2e", Dev)],
             ),
             (
                 "store -> sdk (same layer)",
@@ -571,6 +677,48 @@ mod tests {
                 "{case}"
             );
         }
+    }
+
+    #[test]
+    fn tests_may_use_testing_crates_and_lower_crates() {
+        use DepKind::*;
+        let packages = [
+            // Any channel crate, with no row of its own: the conformance suite over the engine.
+            package(
+                "clawgate-channel-discord",
+                &[
+                    (TYPES, Normal),
+                    (SDK, Normal),
+                    (CONFORMANCE, Dev),
+                    (MESSAGES, Dev),
+                    (STORE, Dev),
+                ],
+            ),
+            // A lower crate the product code does not depend on.
+            package("clawgate-awareness", &[(STORE, Normal), (SDK, Dev)]),
+            package(MESSAGES, &[(STORE, Normal), (CONFORMANCE, Dev)]),
+            // The binary may depend on any channel crate.
+            package(
+                "clawgate",
+                &[
+                    ("clawgate-channel-qa", Normal),
+                    ("clawgate-channel-telegram", Normal),
+                    (CONFORMANCE, Dev),
+                ],
+            ),
+        ];
+        assert_eq!(check_layers(&packages), []);
+    }
+
+    #[test]
+    fn a_dev_arrow_message_names_what_tests_may_use() {
+        let text = arrow("clawgate-channel-slack", "clawgate-acpx", DepKind::Dev).to_string();
+        assert_eq!(
+            text,
+            "clawgate-channel-slack (layer 3) must not depend on clawgate-acpx (layer 2) \
+             (dev-dependency); allowed: clawgate-types, clawgate-channel-sdk; in tests also \
+             clawgate-conformance, clawgate-messages, clawgate-store"
+        );
     }
 
     #[test]
@@ -630,6 +778,8 @@ mod tests {
         incomplete.manifest.keywords = false;
         incomplete.manifest.readme = false;
         incomplete.manifest.workspace_lints = false;
+        incomplete.manifest.documentation = false;
+        incomplete.manifest.license_files = vec!["LICENSE-MIT"];
         let mut private = package("clawgate-e2e", &[]);
         private.manifest = Manifest {
             publishable: false,
@@ -654,7 +804,15 @@ mod tests {
                     name: name.clone(),
                     field: "keywords"
                 },
-                Violation::LintsNotInherited { name },
+                Violation::MissingField {
+                    name: name.clone(),
+                    field: "documentation"
+                },
+                Violation::LintsNotInherited { name: name.clone() },
+                Violation::MissingLicenseFile {
+                    name,
+                    file: "LICENSE-APACHE"
+                },
             ]
         );
     }

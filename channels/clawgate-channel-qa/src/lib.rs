@@ -5,6 +5,11 @@
 //! [`QaAdapter`] implements the channel SDK against it and declares its capabilities honestly;
 //! [`QaAdapter::without_idempotency`] is the variant that cannot reconcile unknown outcomes.
 
+// The README's example is compiled and run as a doctest, so the packaged README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
+
 mod adapter;
 mod platform;
 mod plugin;

@@ -20,6 +20,11 @@
 //! `clawgate-store` ports ([`AwarenessStore`]); time only through a
 //! [`Clock`](clawgate_types::clock::Clock).
 
+// The README's example is compiled and run as a doctest, so the packaged README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
+
 mod engine;
 mod error;
 mod events;

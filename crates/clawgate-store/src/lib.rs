@@ -12,6 +12,11 @@
 //! * migrations never delete stored intents; stored payloads carry a format version;
 //! * the store has no clock: callers pass `now`.
 
+// The README's example is compiled and run as a doctest, so the packaged README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
+
 mod error;
 pub mod ids;
 pub mod model;

@@ -128,6 +128,11 @@ macro_rules! known_variants {
     };
 }
 
+// The README's example is compiled and run as a doctest, so the packaged README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
+
 mod acp;
 mod batch;
 mod capabilities;

@@ -89,19 +89,6 @@ mod tests {
     }
 
     #[test]
-    fn the_documented_reference_is_the_defaults() {
-        let page = include_str!("../../../../docs/configuration.md");
-        let reference = page
-            .split("## Reference")
-            .nth(1)
-            .and_then(|rest| rest.split("```toml").nth(1))
-            .and_then(|block| block.split("```").next())
-            .expect("a toml block under ## Reference");
-        let parsed = Config::parse(reference, "docs/configuration.md").expect("parses");
-        assert_eq!(parsed, Config::default());
-    }
-
-    #[test]
     fn a_full_file_parses() {
         let config = Config::parse(
             r#"
