@@ -6,7 +6,7 @@
 
 use anyhow::bail;
 
-use crate::cmd::{cargo, display, read_stdout, run as run_command};
+use crate::cmd::{cargo, display, read_stdout};
 use crate::tidy::{self, CONFORMANCE, Package};
 
 /// One conformance suite.
@@ -41,9 +41,12 @@ fn suites(packages: &[Package]) -> Vec<Suite> {
         ]),
         filter: FILTER,
     }];
+    // The suite's own tests run it against the SDK's in-memory channel.
     let mut adapters: Vec<&str> = packages
         .iter()
-        .filter(|package| package.deps.iter().any(|(dep, _)| dep == CONFORMANCE))
+        .filter(|package| {
+            package.name == CONFORMANCE || package.deps.iter().any(|(dep, _)| dep == CONFORMANCE)
+        })
         .map(|package| package.name.as_str())
         .collect();
     adapters.sort_unstable();
@@ -64,6 +67,41 @@ impl Suite {
     }
 }
 
+/// Runs a suite, its output passed through, and returns the skips its cases reported
+/// (`conformance: <case> skipped: <reason>` lines, see `clawgate_conformance::Outcome`).
+fn run_reporting_skips(command: &mut std::process::Command) -> anyhow::Result<Vec<String>> {
+    use std::io::{BufRead as _, BufReader};
+    let line = display(command);
+    let mut child = command
+        .stdout(std::process::Stdio::inherit())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("could not start `{line}`: {e}"))?;
+    let mut skips = Vec::new();
+    if let Some(stderr) = child.stderr.take() {
+        for text in BufReader::new(stderr).lines() {
+            let text = text?;
+            eprintln!("{text}");
+            if let Some(skip) = skip_of(&text) {
+                skips.push(skip.to_owned());
+            }
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!("`{line}` failed ({status})");
+    }
+    skips.sort_unstable();
+    Ok(skips)
+}
+
+/// `<case>: <reason>` of a skip line.
+fn skip_of(line: &str) -> Option<&str> {
+    line.trim()
+        .strip_prefix("conformance: ")
+        .filter(|rest| rest.contains(" skipped: "))
+}
+
 /// How many tests libtest's `--list` output names.
 fn count_listed(list: &str) -> usize {
     list.lines().filter(|line| line.ends_with(": test")).count()
@@ -80,8 +118,20 @@ pub(crate) fn run() -> anyhow::Result<()> {
             failed.push(format!("{}: `{line}` selects no tests", suite.name));
             continue;
         }
-        if let Err(error) = run_command(&mut suite.command(&[])) {
-            failed.push(format!("{}: {error}", suite.name));
+        match run_reporting_skips(&mut suite.command(&["--nocapture"])) {
+            Ok(skips) => {
+                println!(
+                    "conformance: suite `{}`: {listed} tests, {} passed, {} skipped{}",
+                    suite.name,
+                    listed - skips.len(),
+                    skips.len(),
+                    if skips.is_empty() { "" } else { ":" }
+                );
+                for skip in &skips {
+                    println!("    {skip}");
+                }
+            }
+            Err(error) => failed.push(format!("{}: {error}", suite.name)),
         }
     }
     let names: Vec<&str> = suites.iter().map(|suite| suite.name.as_str()).collect();
@@ -157,21 +207,36 @@ mod tests {
                 "store: cargo test -p clawgate-store --features testing --test store -- conformance",
                 "adapter (clawgate-channel-matrix): cargo test -p clawgate-channel-matrix \
                  --all-features -- conformance",
+                "adapter (clawgate-conformance): cargo test -p clawgate-conformance \
+                 --all-features -- conformance",
                 "adapter (clawgate-e2e): cargo test -p clawgate-e2e --all-features -- conformance",
             ]
         );
     }
 
     #[test]
-    fn the_real_workspace_runs_the_qa_suite() {
+    fn the_real_workspace_runs_the_qa_and_memory_suites() {
         let suites = suites(&tidy::workspace().expect("cargo metadata runs"));
-        assert!(
-            suites
-                .iter()
-                .any(|suite| suite.name == "adapter (clawgate-e2e)"),
-            "{:?}",
-            lines(&suites)
+        for name in [
+            "adapter (clawgate-channel-qa)",
+            "adapter (clawgate-conformance)",
+        ] {
+            assert!(
+                suites.iter().any(|suite| suite.name == name),
+                "{name}: {:?}",
+                lines(&suites)
+            );
+        }
+    }
+
+    #[test]
+    fn skip_lines_are_recognised() {
+        assert_eq!(
+            skip_of("conformance: edit_round_trip skipped: the adapter does not declare live.edit"),
+            Some("edit_round_trip skipped: the adapter does not declare live.edit")
         );
+        assert_eq!(skip_of("conformance: suite `store`: 3 tests"), None);
+        assert_eq!(skip_of("test conformance::a ... ok"), None);
     }
 
     #[test]

@@ -149,7 +149,8 @@ pub const CASES: &[&str] = &[
     "pushed_source_resumes_after_a_dropped_connection",
 ];
 
-/// One generated test per case in a module `$suite` (so one file may run several peers);
+/// One generated test per case, `$suite::conformance::<case>` (so one file may run several
+/// peers);
 /// `$peer` is an async expression building a fresh peer, evaluated once per case. The tests
 /// use the suite's own tokio: the caller needs no tokio dev-dependency.
 #[macro_export]
@@ -169,16 +170,24 @@ macro_rules! conformance_tests {
             pushed_source_resumes_after_a_dropped_connection);
     };
     (@cases $suite:ident, $peer:expr; $($case:ident),+) => {
+        // `<suite>::conformance::<case>`: `cargo xtask conformance` selects the tests by the
+        // `conformance` path segment.
         mod $suite {
             #[allow(unused_imports)]
             use super::*;
-            $(
-                #[$crate::__tokio::test(flavor = "multi_thread", worker_threads = 2, crate = "clawgate_conformance::__tokio")]
-                async fn $case() {
-                    let peer = $peer;
-                    $crate::$case(&peer).await.report(stringify!($case));
-                }
-            )+
+            mod conformance {
+                #[allow(unused_imports)]
+                use super::*;
+                $(
+                    #[$crate::__tokio::test(flavor = "multi_thread", worker_threads = 2, crate = "clawgate_conformance::__tokio")]
+                    async fn $case() {
+                        let peer = $peer;
+                        $crate::$case(&peer)
+                            .await
+                            .report(concat!(module_path!(), "::", stringify!($case)));
+                    }
+                )+
+            }
         }
     };
 }
