@@ -82,7 +82,7 @@ pub trait ChannelMessageAdapter: Send + Sync {
 
     /// Delivers one rendered unit and returns its receipt part (with the unit's index).
     ///
-    /// On failure, return a [`SendError`] whose [`SideEffect`] says whether the platform may
+    /// On failure, return a [`SendError`] whose [`SideEffect`](crate::SideEffect) says whether the platform may
     /// have acted: [`SendError::before_io`] only when nothing can have reached the platform.
     async fn send_unit(
         &self,
@@ -124,7 +124,7 @@ pub trait ChannelMessageAdapter: Send + Sync {
     /// once per committed send, after its receipt is durable, on the recovery path too.
     async fn after_commit(&self, _ctx: &SendContext, _receipt: &MessageReceipt) {}
 
-    /// A custom renderer; the engine uses [`DefaultRenderer`] when `None`.
+    /// A custom renderer; the engine uses [`DefaultRenderer`](crate::DefaultRenderer) when `None`.
     fn render(&self) -> Option<&dyn MessageRenderAdapter> {
         None
     }

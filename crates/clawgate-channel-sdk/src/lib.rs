@@ -15,7 +15,7 @@
 //! ([`MessageRenderAdapter`]), run live previews ([`MessageLiveAdapter`]), map origin markers to
 //! platform metadata ([`MessageOriginAdapter`]) and normalize inbound events
 //! ([`MessageReceiveAdapter`]). The adapter declares what it can do in
-//! [`MessageCapabilities`]; the engine trusts the declaration and the conformance suite checks it.
+//! [`MessageCapabilities`](types::MessageCapabilities); the engine trusts the declaration and the conformance suite checks it.
 //!
 //! The engine (`clawgate-messages`) owns durability: it records the intent before calling the
 //! adapter, records each unit's receipt part, and commits. An adapter never persists anything.
@@ -70,6 +70,11 @@
 //! ```
 
 #![warn(missing_docs)]
+
+// The README's example is compiled and run as a doctest, so the packaged README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
 
 mod adapter;
 mod error;

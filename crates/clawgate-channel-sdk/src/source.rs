@@ -59,8 +59,9 @@ pub enum AckAnswer {
     TimedOut,
 }
 
-/// A [`TransportAck`] a webhook or socket handler awaits: hand [`AckSignal::ack`] to the
-/// [`EventSink`] with the event, then [`AckSignal::answer`] within the platform's deadline.
+/// A [`TransportAck`] a webhook or socket handler awaits: [`AckSignal::new`] gives the ack to
+/// hand the [`EventSink`] with the event, then [`AckSignal::answer`] waits for the engine's
+/// decision within the platform's deadline.
 #[derive(Debug)]
 pub struct AckSignal {
     receiver: tokio::sync::oneshot::Receiver<AckAnswer>,
