@@ -482,33 +482,3 @@ const PRUNE_SLICE: u32 = 500;
 fn days_before(days: u64) -> i64 {
     now_ms().saturating_sub(i64::try_from(days.saturating_mul(86_400_000)).unwrap_or(i64::MAX))
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn a_channel_never_prints_its_token() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let plugin = clawgate_channel_sdk::ChannelFactory::build(
-            &clawgate_channel_qa::QaFactory,
-            ChannelSetup::new(0, "qa", "default", serde_json::Value::Null, dir.path()),
-        )
-        .await
-        .expect("an embedded QA channel");
-        let token = plugin
-            .extension::<clawgate_channel_qa::QaHandle>()
-            .and_then(|h| h.platform.as_ref().map(|p| p.token().to_owned()))
-            .expect("embedded platform");
-        let channel = Channel {
-            name: "qa".into(),
-            kind: "qa".into(),
-            account: "default".into(),
-            agent_id: "main".into(),
-            plugin,
-            max_turn_attempts: 1,
-        };
-        let printed = format!("{channel:?}");
-        assert!(!printed.contains(&token), "{printed}");
-    }
-}

@@ -31,3 +31,46 @@ pub use views::{
 pub fn routes(token: Arc<String>) -> Router<Arc<Gateway>> {
     chat::routes().merge(api::routes(token))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use clawgate_channel_sdk::{ChannelFactory as _, ChannelSetup};
+
+    use crate::channels::Channel;
+
+    #[tokio::test]
+    async fn a_channel_never_prints_its_token() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let plugin = clawgate_channel_qa::QaFactory
+            .build(ChannelSetup::new(
+                0,
+                "qa",
+                "default",
+                serde_json::Value::Null,
+                dir.path(),
+            ))
+            .await
+            .expect("an embedded QA channel");
+        let token = plugin
+            .extension::<clawgate_channel_qa::QaHandle>()
+            .and_then(|h| h.platform.as_ref().map(|p| p.token().to_owned()))
+            .expect("embedded platform");
+        let channel = Channel {
+            name: "qa".into(),
+            kind: "qa".into(),
+            account: "default".into(),
+            agent_id: "main".into(),
+            plugin,
+            max_turn_attempts: 1,
+        };
+        let printed = format!("{channel:?}");
+        assert!(!printed.contains(&token), "{printed}");
+        let channels = [Arc::new(channel)];
+        assert!(
+            super::has_qa_channel(&channels),
+            "the QA wiring finds its channel"
+        );
+    }
+}

@@ -73,6 +73,10 @@ async fn conversation_on(mode: &str) {
         .await
         .expect("a gateway on a test-only channel kind");
     assert_eq!(gateway.channels[0].name, "memory");
+    assert!(
+        !clawgate::qa::has_qa_channel(&gateway.channels),
+        "no QA channel: the chat page and /v1/qa are not mounted"
+    );
     gateway.run().await;
 
     platform.write("dm-ada", "ada", "hello there", false);
