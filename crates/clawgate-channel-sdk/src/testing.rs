@@ -17,18 +17,18 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use clawgate_types::{
-    ChannelMessage, DeliveryCapabilities, DeliveryFailureKind, LiveCapabilities, MessageActor,
-    MessageCapabilities, MessageOrigin, MessagePartKind, MessageReceiptPart, MessageTarget,
-    RenderedMessageUnit, TargetKind, TextCapabilities,
+    ChannelMessage, DeliveryCapabilities, DeliveryFailureKind, LiveCancelReason, LiveCapabilities,
+    MessageActor, MessageCapabilities, MessageOrigin, MessagePartKind, MessageReceiptPart,
+    MessageTarget, RenderedMessageUnit, TargetKind, TextCapabilities,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
 use crate::{
     AckAnswer, AckSignal, ChannelFactory, ChannelMessageAdapter, ChannelPlugin, ChannelSetup,
-    EventSink, InboundSource, MessageOriginAdapter, MessageReceiveAdapter, NormalizedInbound,
-    PollFrom, PollWait, PolledEvent, PollingFeed, PushedEvent, PushedFeed, ReceiveError,
-    Reconciliation, SendContext, SendError, SetupError, SourceError,
+    EventSink, InboundSource, MessageLiveAdapter, MessageOriginAdapter, MessageReceiveAdapter,
+    NormalizedInbound, PollFrom, PollWait, PolledEvent, PollingFeed, PushedEvent, PushedFeed,
+    ReceiveError, Reconciliation, SendContext, SendError, SetupError, SourceError,
 };
 
 /// One message on the memory platform.
@@ -76,6 +76,9 @@ struct State {
     /// Push mode: updates the gateway acked (a platform may still deliver them again).
     acked: BTreeMap<i64, MemoryMessage>,
     sends: u64,
+    /// Calls that came through the channel's live adapter (`show`, `replace`, `finalize`,
+    /// `remove`).
+    live_calls: u64,
     connection: u64,
 }
 
@@ -128,6 +131,12 @@ impl MemoryPlatform {
             .into_iter()
             .map(|m| m.text)
             .collect()
+    }
+
+    /// How many preview operations came through the live adapter (a channel built
+    /// [`MemoryChannel::with_live_stream`]).
+    pub fn live_calls(&self) -> u64 {
+        self.lock().live_calls
     }
 
     /// How many messages the bot account created (sends that landed, lost answers included).
@@ -240,6 +249,7 @@ pub struct MemoryChannel {
     capabilities: MessageCapabilities,
     mode: MemoryMode,
     long_poll: Duration,
+    live_stream: bool,
 }
 
 fn capabilities() -> MessageCapabilities {
@@ -299,7 +309,19 @@ impl MemoryChannel {
             capabilities: capabilities(),
             mode: MemoryMode::Polling,
             long_poll: Duration::from_secs(5),
+            live_stream: false,
         }
+    }
+
+    /// Previews go through this channel's own [`MessageLiveAdapter`] (counted in
+    /// [`MemoryPlatform::live_calls`]), as a platform with a native stream would.
+    pub fn with_live_stream(mut self) -> MemoryChannel {
+        self.live_stream = true;
+        self
+    }
+
+    fn count_live_call(&self) {
+        self.platform.lock().live_calls += 1;
     }
 
     /// Receives by push instead of polling.
@@ -464,6 +486,54 @@ impl ChannelMessageAdapter for MemoryChannel {
 
     fn origin(&self) -> Option<&dyn MessageOriginAdapter> {
         Some(self)
+    }
+
+    fn live(&self) -> Option<&dyn MessageLiveAdapter> {
+        self.live_stream.then_some(self as &dyn MessageLiveAdapter)
+    }
+}
+
+/// A "native stream": the same platform operations, counted, so a test can tell the engine
+/// went through the live adapter.
+#[async_trait]
+impl MessageLiveAdapter for MemoryChannel {
+    async fn show(
+        &self,
+        ctx: &SendContext,
+        unit: &RenderedMessageUnit,
+    ) -> Result<MessageReceiptPart, SendError> {
+        self.count_live_call();
+        self.send_unit(ctx, unit).await
+    }
+
+    async fn replace(
+        &self,
+        ctx: &SendContext,
+        preview: &MessageReceiptPart,
+        unit: &RenderedMessageUnit,
+    ) -> Result<MessageReceiptPart, SendError> {
+        self.count_live_call();
+        self.edit(ctx, preview, unit).await
+    }
+
+    async fn finalize(
+        &self,
+        ctx: &SendContext,
+        preview: &MessageReceiptPart,
+        final_unit: &RenderedMessageUnit,
+    ) -> Result<MessageReceiptPart, SendError> {
+        self.count_live_call();
+        self.edit(ctx, preview, final_unit).await
+    }
+
+    async fn remove(
+        &self,
+        ctx: &SendContext,
+        preview: &MessageReceiptPart,
+        _reason: LiveCancelReason,
+    ) -> Result<(), SendError> {
+        self.count_live_call();
+        self.delete(ctx, preview).await
     }
 }
 

@@ -17,6 +17,12 @@ impl MemoryPeer {
         }
     }
 
+    fn live_stream() -> MemoryPeer {
+        MemoryPeer {
+            channel: MemoryChannel::new("memory", MemoryPlatform::new()).with_live_stream(),
+        }
+    }
+
     fn pushed() -> MemoryPeer {
         MemoryPeer {
             channel: MemoryChannel::new("memory", MemoryPlatform::new()).pushed(),
@@ -90,3 +96,34 @@ impl ConformancePeer for MemoryPeer {
 
 clawgate_conformance::conformance_tests!(memory_polled, MemoryPeer::polling());
 clawgate_conformance::conformance_tests!(memory_pushed, MemoryPeer::pushed());
+clawgate_conformance::conformance_tests!(memory_live_stream, MemoryPeer::live_stream());
+
+/// A declared live adapter is the path previews take: the suite's live cases pass through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn previews_go_through_a_declared_live_adapter() {
+    let peer = MemoryPeer::live_stream();
+    assert_eq!(
+        clawgate_conformance::live_preview_finalizes_in_place_when_declared(&peer).await,
+        clawgate_conformance::Outcome::Passed
+    );
+    let finalized = peer.platform().live_calls();
+    assert!(
+        finalized >= 3,
+        "show, replace and finalize went through the live adapter: {finalized}"
+    );
+    assert_eq!(
+        clawgate_conformance::live_preview_is_removed_when_abandoned(&peer).await,
+        clawgate_conformance::Outcome::Passed
+    );
+    assert!(
+        peer.platform().live_calls() >= finalized + 2,
+        "the abandoned preview was shown and removed through it"
+    );
+    let plain = MemoryPeer::polling();
+    let _ = clawgate_conformance::live_preview_finalizes_in_place_when_declared(&plain).await;
+    assert_eq!(
+        plain.platform().live_calls(),
+        0,
+        "no live adapter, no live calls"
+    );
+}
