@@ -52,6 +52,14 @@ pub trait IntentStore: Send + Sync {
         idempotency_key: &str,
     ) -> StoreResult<Option<DurableSendIntent>>;
 
+    /// Every intent whose idempotency key starts with `prefix` (at most `limit`), in key order,
+    /// in one read: the generations of one reply (`<channel>:reply:<event>:<n>`).
+    async fn find_intents_by_key_prefix(
+        &self,
+        prefix: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<DurableSendIntent>>;
+
     /// Stores `intent` (its new status, attempt, batch, failure, schedule…) if the stored status
     /// is still `expected` and the move `expected -> intent.status` is legal, and no other holder
     /// has a live claim on it at `claim.now`. The claim is kept while the holder still works on

@@ -44,6 +44,7 @@ macro_rules! store_conformance_tests {
     (@every $open:expr; $($extra:ident),* $(,)?) => {
         $crate::store_conformance_tests!(@cases $open;
             intent_insert_and_load, intent_duplicate_key_returns_existing,
+            intents_found_by_key_prefix,
             intent_save_checks_status_and_transitions, intent_commit_receipt_is_atomic,
             intent_partial_receipts_merge, intent_claims_are_exclusive,
             intent_claim_is_kept_while_the_holder_works,
@@ -187,6 +188,51 @@ pub async fn intent_insert_and_load<S: Store>(
         None,
         "unknown id"
     );
+}
+
+pub async fn intents_found_by_key_prefix<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let keys = [
+        "qa:reply:e1:0",
+        "qa:reply:e1:1",
+        "qa:reply:e1:10",
+        "qa:reply:e10:0",
+        "qa:reply:e1",
+        "qa:reply:e2:0",
+        "qa:reply:e%:0",
+    ];
+    for (n, key) in keys.iter().enumerate() {
+        let mut intent = sample_intent(n as u64 + 1, 1_000);
+        (*key).clone_into(&mut intent.idempotency_key);
+        store.insert_intent(&intent, None).await.unwrap();
+    }
+    let found = |prefix: &'static str, limit| {
+        let store = &store;
+        async move {
+            store
+                .find_intents_by_key_prefix(prefix, limit)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|i| i.idempotency_key)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        found("qa:reply:e1:", 10).await,
+        ["qa:reply:e1:0", "qa:reply:e1:1", "qa:reply:e1:10"],
+        "one reply's generations, in key order, not another event's"
+    );
+    assert_eq!(found("qa:reply:e1:", 2).await.len(), 2, "the limit holds");
+    assert_eq!(
+        found("qa:reply:e%:", 10).await,
+        ["qa:reply:e%:0"],
+        "no wildcards"
+    );
+    assert!(found("qa:reply:e3:", 10).await.is_empty());
 }
 
 pub async fn intent_duplicate_key_returns_existing<S: Store>(

@@ -506,6 +506,29 @@ impl IntentStore for SqliteStore {
         .await
     }
 
+    async fn find_intents_by_key_prefix(
+        &self,
+        prefix: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<DurableSendIntent>> {
+        let prefix = prefix.to_owned();
+        self.read(move |conn| {
+            // A range on the key's unique index (`LIKE` would not use it, and would read `%`
+            // and `_` in a key as wildcards).
+            let mut upper = prefix.clone();
+            upper.push(char::MAX);
+            let rows = conn
+                .prepare_cached(&format!(
+                    "{SELECT_INTENT} WHERE idempotency_key >= ?1 AND idempotency_key < ?2 \
+                     ORDER BY idempotency_key LIMIT ?3"
+                ))?
+                .query_map(rusqlite::params![prefix, upper, limit], decode_row)?
+                .collect::<Result<Vec<_>, _>>()?;
+            rows.into_iter().map(decode).collect()
+        })
+        .await
+    }
+
     async fn save_intent(
         &self,
         intent: &DurableSendIntent,
