@@ -6,7 +6,8 @@
 //! published crate. So: `cargo package --no-verify` every publishable crate, extract each
 //! `.crate` into a throwaway workspace whose `[patch.crates-io]` points every one of our crates at
 //! its extracted sibling (they are not on crates.io), and run `cargo test --all-features` for each
-//! crate there. All runs share one target directory, so dependencies build once; the repository's
+//! crate there. The runs share the workspace's target directory, so dependencies the test step
+//! built are reused (only what a crate's own features change builds again); the repository's
 //! `Cargo.lock` is copied in, so the tests build against the same dependency versions.
 
 use std::collections::BTreeMap;
@@ -267,7 +268,11 @@ pub(crate) fn run(dirty: bool) -> anyhow::Result<()> {
     let work = work_dir();
     let packaged = work.join("package-target");
     let workspace = work.join("workspace");
-    let target = work.join("target");
+    // The workspace's own target directory: the dependencies the test step built are reused
+    // (the extracted crates are other packages to cargo, so their own artifacts do not collide
+    // with the workspace's).
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| project_root().join("target"), std::path::PathBuf::from);
 
     // Packaged into a directory of their own, emptied first, so no `.crate` of an earlier run
     // (or a crate no longer published) is extracted.

@@ -5,17 +5,9 @@
 //! answers, write into conversations and show what landed. [`conformance_tests!`] then generates
 //! one `#[tokio::test]` per case in a module of the name you give it (call it once per peer):
 //!
-//! ```ignore
-//! // tests/conformance.rs of a channel crate; dev-dependencies: clawgate-conformance.
-//! use clawgate_conformance::ConformancePeer;
-//!
-//! struct MyPeer { /* the platform simulator and the channel */ }
-//! #[clawgate_conformance::async_trait]
-//! impl ConformancePeer for MyPeer { /* … */ }
-//!
-//! clawgate_conformance::conformance_tests!(my_channel, MyPeer::start().await);
-//! ```
-//!
+//! `clawgate_conformance::conformance_tests!(my_channel, MyPeer::start().await);` in a test
+//! file of the channel crate (dev-dependency: `clawgate-conformance`, nothing else) is the whole
+//! wiring; the peer implements this crate's [`ConformancePeer`] with [`async_trait`].
 //! `docs/channels.md` in the repository shows a whole channel crate with its peer.
 //!
 //! Every case either passes, fails with a message naming the broken contract, or is **skipped
