@@ -19,10 +19,6 @@ mod tidy;
 
 use std::process::ExitCode;
 
-/// The benches measure memory as a gateway would see it: with the allocator our binaries use.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 const USAGE: &str = "\
 usage: cargo xtask <command> [options]
 
@@ -38,6 +34,8 @@ commands:
   bench awareness     signal log, changesSince, notice fan-out, pruning beside raw SQLite
   bench acpx          lease verifications/s on live processes, time to reap 100 orphan trees
   bench gateway       the clawgate binary: idle RSS, inbound → committed final p50/p99 vs the agent alone
+                      (each suite is `clawgate-bench <suite>` of clawgate-benchmarks, run from a
+                      release build; `bench <suite> --help` prints its usage)
   tidy                check the crate layering and the publish metadata of every crate, and
                       that no crate's modules import each other in a circle
   soak [--kills N] [--seeds A,B,…]
@@ -55,7 +53,7 @@ commands:
 enum Command {
     Codegen(codegen::Mode),
     Migrate(migrate::Migrate),
-    Bench(bench::Suite),
+    Bench(bench::Bench),
     Tidy,
     Soak(soak::Soak),
     Conformance,
@@ -113,7 +111,8 @@ impl std::fmt::Display for ArgError {
             ArgError::UnknownSuite(name) => {
                 write!(
                     f,
-                    "unknown benchmark suite `{name}` (known: store, send, receive, awareness, acpx, gateway)"
+                    "unknown benchmark suite `{name}` (known: {})",
+                    bench::SUITES.join(", ")
                 )
             }
         }
@@ -151,7 +150,14 @@ fn parse(args: &[String]) -> Result<Command, ArgError> {
             let suite = rest
                 .positional()
                 .ok_or_else(|| ArgError::UnknownSuite(String::new()))?;
-            Command::Bench(bench::Suite::parse(&suite).ok_or(ArgError::UnknownSuite(suite))?)
+            if !bench::SUITES.contains(&suite.as_str()) {
+                return Err(ArgError::UnknownSuite(suite));
+            }
+            // The rest is the suite's own (`--help` included): clawgate-bench checks it.
+            Command::Bench(bench::Bench {
+                suite,
+                args: std::mem::take(&mut rest.rest),
+            })
         }
         "tidy" => Command::Tidy,
         "soak" => {
@@ -238,7 +244,7 @@ fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Codegen(mode) => codegen::run(mode),
         Command::Migrate(args) => migrate::run(&args),
-        Command::Bench(suite) => bench::run(suite),
+        Command::Bench(args) => bench::run(&args),
         Command::Tidy => tidy::run(),
         Command::Soak(soak) => soak::run(&soak),
         Command::Conformance => conformance::run(),
@@ -271,6 +277,13 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn bench(suite: &str, args: &[&str]) -> Command {
+        Command::Bench(bench::Bench {
+            suite: suite.into(),
+            args: args.iter().map(|arg| (*arg).to_owned()).collect(),
+        })
+    }
 
     fn parse_str(line: &str) -> Result<Command, ArgError> {
         let args: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
@@ -314,13 +327,11 @@ mod tests {
                     option: "--state-dir".into(),
                 }),
             ),
-            ("bench store", Ok(Command::Bench(bench::Suite::Store))),
-            (
-                "bench awareness",
-                Ok(Command::Bench(bench::Suite::Awareness)),
-            ),
-            ("bench acpx", Ok(Command::Bench(bench::Suite::Acpx))),
-            ("bench gateway", Ok(Command::Bench(bench::Suite::Gateway))),
+            ("bench store", Ok(bench("store", &[]))),
+            ("bench awareness", Ok(bench("awareness", &[]))),
+            ("bench acpx", Ok(bench("acpx", &[]))),
+            ("bench gateway", Ok(bench("gateway", &[]))),
+            ("bench send --help", Ok(bench("send", &["--help"]))),
             ("bench warp", Err(ArgError::UnknownSuite("warp".into()))),
             ("conformance", Ok(Command::Conformance)),
             (

@@ -42,7 +42,8 @@ enum Layer {
     /// Test suites other crates' tests run (the adapter conformance suite): above every product
     /// layer, so product code never depends on one, while tests may.
     Testing,
-    /// Tools and tests (xtask, the e2e package): above everything, never depended upon.
+    /// Tools and tests (xtask, the benchmarks, the e2e package): above everything, never depended
+    /// upon.
     Tool,
 }
 
@@ -195,6 +196,12 @@ const RULES: &[Rule] = &[
     ),
     Rule::new(Pattern::Exact("xtask"), Layer::Tool, Arrows::Any),
     Rule::new(Pattern::Exact("clawgate-e2e"), Layer::Tool, Arrows::Any),
+    // The benchmark suites `cargo xtask bench` runs.
+    Rule::new(
+        Pattern::Exact("clawgate-benchmarks"),
+        Layer::Tool,
+        Arrows::Any,
+    ),
 ];
 
 /// The rule for a crate: its exact row, else the longest matching prefix row.
@@ -598,6 +605,14 @@ mod tests {
             ),
             package("xtask", &[(TYPES, Normal), ("clawgate", Normal)]),
             package("clawgate-e2e", &[("clawgate", Dev), (STORE, Normal)]),
+            package(
+                "clawgate-benchmarks",
+                &[
+                    (STORE, Normal),
+                    (MESSAGES, Normal),
+                    ("clawgate-channel-qa", Normal),
+                ],
+            ),
         ];
         assert_eq!(check_layers(&packages), []);
     }

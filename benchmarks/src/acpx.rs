@@ -19,25 +19,13 @@ use clawgate_acpx::{
 use clawgate_store::{LeaseStore, SqliteOptions, SqliteStore};
 use clawgate_types::{AcpxProcessLease, LeaseId, LeaseState, SessionKey};
 
-use crate::cmd::{cargo, project_root, run as run_command};
-
 const ADAPTER: &[&str] = &["sh", "-c", "sleep 600 & exec sleep 601"];
 
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     if !cfg!(target_os = "linux") {
         bail!("bench acpx needs Linux /proc (elsewhere verification always says cannot tell)");
     }
-    run_command(&mut cargo([
-        "build",
-        "--release",
-        "--quiet",
-        "--package",
-        "clawgate-acpx-wrapper",
-    ]))?;
-    let wrapper = project_root()
-        .join("target")
-        .join("release")
-        .join("clawgate-acpx-wrapper");
+    let wrapper = crate::release::binary("clawgate-acpx-wrapper", "clawgate-acpx-wrapper")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -14,25 +14,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clawgate_channel_qa::{InboundRequest, QaPlatform, QaPlatformConfig};
 
-use crate::cmd::{cargo, project_root, run as run_command};
-
 const MESSAGES: usize = 1_000;
 /// The bundled agent streams each word after this delay (the gateway default is 40 ms; 0
 /// measures the gateway, not a pretend model's typing speed).
 const CHUNK_MS: &str = "0";
 
 pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
-    run_command(&mut cargo([
-        "build",
-        "--release",
-        "--quiet",
-        "--package",
-        "clawgate",
-    ]))?;
-    let binary = project_root()
-        .join("target")
-        .join("release")
-        .join("clawgate");
+    let binary = crate::release::binary("clawgate", "clawgate")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
