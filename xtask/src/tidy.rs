@@ -187,6 +187,19 @@ const RULES: &[Rule] = &[
         Layer::Testing,
         Arrows::To(&[TYPES, SDK, MESSAGES, STORE]),
     ),
+    // The turn engine composes the layer-2 engines; it knows no channel crate.
+    Rule::new(
+        Pattern::Exact("clawgate-turns"),
+        Layer::Product(3),
+        Arrows::To(&[
+            TYPES,
+            STORE,
+            SDK,
+            MESSAGES,
+            "clawgate-awareness",
+            "clawgate-acpx",
+        ]),
+    ),
     // The binary may use any channel crate (they are all layer 3).
     Rule::new(
         Pattern::Exact("clawgate"),
