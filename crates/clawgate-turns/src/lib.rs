@@ -15,17 +15,15 @@
 //!   is parked for an operator);
 //! * a dead-lettered event gets one failure notice, keyed by the event ([`failure_key`]).
 //!
-//! ```rust,ignore
-//! // Needs a state directory, an ACP agent and a channel: see the `clawgate` binary's gateway.
-//! let turns = Arc::new(Turns::new(store, messenger, awareness, acpx, agents,
-//!     MessageDurabilityPolicy::Required, Arc::new(Counters::default()), stopped));
-//! let handler = Arc::new(TurnHandler::new(turns.clone(), channel.clone(), receiver));
-//! SourceRunner::new(key, channel.plugin.source.clone(), normalizer, stores, clock, handler, stop)
-//!     .run()
-//!     .await;
-//! ```
+//! The crate README's example composes the engine over a state directory and the SDK's
+//! in-memory channel.
 
 #![warn(missing_docs)]
+
+// The README's example is compiled and run as a doctest, so the packaged README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
 
 mod channel;
 mod engine;
