@@ -23,6 +23,7 @@ use clawgate_awareness::{Awareness, AwarenessConfig, RetentionPolicy};
 use clawgate_channel_sdk::{ChannelRegistry, ChannelSetup, SetupError};
 use clawgate_messages::{Messenger, ReceiveOptions, Receiver, SourceRunner, SourceStores};
 use clawgate_store::{SqliteOptions, SqliteStore, Synchronous, WatermarkKey};
+use clawgate_turns::{AgentCommand, Counters, TurnHandler, Turns};
 use clawgate_types::UnixMillis;
 use clawgate_types::clock::SystemClock;
 use tokio::sync::watch;
@@ -31,7 +32,6 @@ use tracing::{error, info, warn};
 pub use crate::channels::Channel;
 use crate::config::{Config, ConfigError};
 use crate::state::{StateDir, StateLock};
-use clawgate_turns::{AgentCommand, Counters, TurnHandler, Turns};
 
 /// Now, in the clock every durable record uses.
 pub(crate) fn now_ms() -> UnixMillis {
