@@ -188,6 +188,19 @@ const RULES: &[Rule] = &[
         Layer::Testing,
         Arrows::To(&[TYPES, SDK, MESSAGES, STORE]),
     ),
+    // The turn engine composes the layer-2 engines; it knows no channel crate.
+    Rule::new(
+        Pattern::Exact("clawgate-turns"),
+        Layer::Product(3),
+        Arrows::To(&[
+            TYPES,
+            STORE,
+            SDK,
+            MESSAGES,
+            "clawgate-awareness",
+            "clawgate-acpx",
+        ]),
+    ),
     // The binary may use any channel crate (they are all layer 3).
     Rule::new(
         Pattern::Exact("clawgate"),
@@ -600,8 +613,21 @@ mod tests {
                 &[(SDK, Normal), (MESSAGES, Normal), (STORE, Dev)],
             ),
             package(
+                "clawgate-turns",
+                &[
+                    (MESSAGES, Normal),
+                    ("clawgate-awareness", Normal),
+                    ("clawgate-acpx", Normal),
+                    (SDK, Dev),
+                ],
+            ),
+            package(
                 "clawgate",
-                &[(MESSAGES, Normal), ("clawgate-channel-qa", Normal)],
+                &[
+                    (MESSAGES, Normal),
+                    ("clawgate-channel-qa", Normal),
+                    ("clawgate-turns", Normal),
+                ],
             ),
             package("xtask", &[(TYPES, Normal), ("clawgate", Normal)]),
             package("clawgate-e2e", &[("clawgate", Dev), (STORE, Normal)]),
@@ -673,6 +699,19 @@ mod tests {
                 "wrapper -> types",
                 package("clawgate-acpx-wrapper", &[(TYPES, Normal)]),
                 vec![arrow("clawgate-acpx-wrapper", TYPES, Normal)],
+            ),
+            (
+                "the turn engine -> a channel crate (same layer)",
+                package(
+                    "clawgate-turns",
+                    &[(MESSAGES, Normal), ("clawgate-channel-qa", Normal)],
+                ),
+                vec![arrow("clawgate-turns", "clawgate-channel-qa", Normal)],
+            ),
+            (
+                "the turn engine -> the binary",
+                package("clawgate-turns", &[("clawgate", Dev)]),
+                vec![arrow("clawgate-turns", "clawgate", Dev)],
             ),
             (
                 "binary -> a tool",

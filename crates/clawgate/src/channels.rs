@@ -3,7 +3,7 @@
 //! from them. A configuration entry's `kind` picks the factory; nothing else in the gateway
 //! knows a platform.
 
-use clawgate_channel_sdk::{ChannelPlugin, ChannelRegistry};
+use clawgate_channel_sdk::ChannelRegistry;
 
 /// Every channel kind compiled into this build.
 pub fn registry() -> ChannelRegistry {
@@ -14,31 +14,5 @@ pub fn registry() -> ChannelRegistry {
     registry
 }
 
-/// One configured chat account: its channel plugin (built by the channel kind's factory) and
-/// the agent that answers on it.
-pub struct Channel {
-    /// The channel name messages carry (`<kind>`, or `<kind>-<account>` for further accounts).
-    pub name: String,
-    /// The channel kind (`qa`, `telegram`…).
-    pub kind: String,
-    /// The account id.
-    pub account: String,
-    /// The agent that answers.
-    pub agent_id: String,
-    /// Send, receive and source of the channel.
-    pub plugin: ChannelPlugin,
-    pub(crate) max_turn_attempts: u32,
-}
-
-/// The plugin's `Debug` prints no secret (adapters redact their tokens).
-impl std::fmt::Debug for Channel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Channel")
-            .field("name", &self.name)
-            .field("kind", &self.kind)
-            .field("account", &self.account)
-            .field("agent_id", &self.agent_id)
-            .field("plugin", &self.plugin)
-            .finish_non_exhaustive()
-    }
-}
+/// One configured chat account (the turn engine's type: it is what a turn runs on).
+pub use clawgate_turns::Channel;

@@ -23,6 +23,7 @@ use clawgate_awareness::{Awareness, AwarenessConfig, RetentionPolicy};
 use clawgate_channel_sdk::{ChannelRegistry, ChannelSetup, SetupError};
 use clawgate_messages::{Messenger, ReceiveOptions, Receiver, SourceRunner, SourceStores};
 use clawgate_store::{SqliteOptions, SqliteStore, Synchronous, WatermarkKey};
+use clawgate_turns::{AgentCommand, Counters, TurnHandler, Turns};
 use clawgate_types::UnixMillis;
 use clawgate_types::clock::SystemClock;
 use tokio::sync::watch;
@@ -31,8 +32,12 @@ use tracing::{error, info, warn};
 pub use crate::channels::Channel;
 use crate::config::{Config, ConfigError};
 use crate::state::{StateDir, StateLock};
-use crate::turn::now_ms;
-use crate::turn::{Counters, TurnHandler, Turns};
+
+/// Now, in the clock every durable record uses.
+pub(crate) fn now_ms() -> UnixMillis {
+    use clawgate_types::clock::Clock as _;
+    SystemClock.now_ms()
+}
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -79,7 +84,7 @@ pub struct Gateway {
     pub channels: Vec<Arc<Channel>>,
     pub counters: Arc<Counters>,
     /// Runs the agent turns of every channel.
-    pub turns: Arc<Turns>,
+    pub turns: Arc<Turns<SqliteStore>>,
     pub started_at: UnixMillis,
     /// Agent argv per agent id (resolved once: the bundled agent is this binary).
     clock: Arc<SystemClock>,
@@ -188,7 +193,7 @@ impl Gateway {
                 Some(dir) => dir.clone(),
                 None => std::env::current_dir().map_err(GatewayError::WorkingDir)?,
             };
-            agents.insert(agent.id.clone(), (argv, cwd));
+            agents.insert(agent.id.clone(), AgentCommand::new(argv, cwd));
         }
 
         let mut channels = Vec::new();
@@ -234,14 +239,14 @@ impl Gateway {
                     ),
                 )));
             }
-            channels.push(Arc::new(Channel {
+            channels.push(Arc::new(Channel::new(
                 name,
-                kind: section.kind.clone(),
-                account: section.account.clone(),
-                agent_id: section.agent.clone(),
+                section.kind.clone(),
+                section.account.clone(),
+                section.agent.clone(),
                 plugin,
-                max_turn_attempts: section.max_turn_attempts,
-            }));
+                section.max_turn_attempts,
+            )));
         }
 
         let clock = Arc::new(SystemClock);
@@ -254,16 +259,16 @@ impl Gateway {
         );
         let (stop, stopped) = watch::channel(false);
         let counters = Arc::new(Counters::default());
-        let turns = Arc::new(Turns {
-            store: store.clone(),
-            messenger: messenger.clone(),
-            awareness: awareness.clone(),
-            acpx: acpx.clone(),
+        let turns = Arc::new(Turns::new(
+            store.clone(),
+            messenger.clone(),
+            awareness.clone(),
+            acpx.clone(),
             agents,
-            durability: config.durability.policy.to_policy(),
-            counters: counters.clone(),
-            stop: stopped,
-        });
+            config.durability.policy.to_policy(),
+            counters.clone(),
+            stopped,
+        ));
         Ok(Arc::new(Gateway {
             config,
             state,
@@ -429,11 +434,11 @@ impl Gateway {
             account_id: channel.account.clone(),
             source: "updates".into(),
         };
-        let handler = Arc::new(TurnHandler {
-            turns: self.turns.clone(),
-            channel: channel.clone(),
+        let handler = Arc::new(TurnHandler::new(
+            self.turns.clone(),
+            channel.clone(),
             receiver,
-        });
+        ));
         SourceRunner::new(
             key,
             channel.plugin.source.clone(),

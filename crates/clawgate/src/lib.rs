@@ -5,10 +5,10 @@
 //! * [`state`]: the state directory, its one-gateway lock and `gateway.json`;
 //! * [`channels`]: the channel kinds of this build (one cargo feature each);
 //! * [`gateway`]: start-up order, channels, loops and shutdown;
-//! * [`turn`]: one inbound event → agent turn → durable reply;
 //! * [`views`]: the operator views (status, outbox, inbox, leases, sessions), shared by the
 //!   CLI and the control API;
-//! * [`relay`]: `sessions_send` into a conversation, through its channel's send path;
+//! * [`relay`]: `sessions_send` into a conversation of this gateway's channels (the turn engine,
+//!   `clawgate-turns`, sends it and runs the turn);
 //! * [`control`]: the local control API (token-protected, loopback only);
 //! * [`cli`]: the operator commands, through a running gateway or on its state directory;
 //! * [`qa`]: the QA platform's extras (web chat page, `/v1/qa/*` routes, `clawgate qa`, session
@@ -27,5 +27,4 @@ pub mod qa;
 pub mod relay;
 pub mod serve;
 pub mod state;
-pub mod turn;
 pub mod views;

@@ -57,14 +57,7 @@ mod tests {
             .extension::<clawgate_channel_qa::QaHandle>()
             .and_then(|h| h.platform.as_ref().map(|p| p.token().to_owned()))
             .expect("embedded platform");
-        let channel = Channel {
-            name: "qa".into(),
-            kind: "qa".into(),
-            account: "default".into(),
-            agent_id: "main".into(),
-            plugin,
-            max_turn_attempts: 1,
-        };
+        let channel = Channel::new("qa", "qa", "default", "main", plugin, 1);
         let printed = format!("{channel:?}");
         assert!(!printed.contains(&token), "{printed}");
         let channels = [Arc::new(channel)];

@@ -1,25 +1,23 @@
-//! One turn: an inbound event → the conversation's session and signal log → the agent's prompt
-//! through the leased ACP runtime → live preview edits → the durable final → receipt. Every
-//! reply is keyed by its event (`<channel>:reply:<event>:<generation>`), so a replayed event
-//! finds the reply an earlier attempt recorded or delivered and never produces a second one.
+//! The turn engine: what a turn needs of its host (the stores, engines, agents and the stop
+//! signal), and one turn from an inbound event to its committed final.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use clawgate_acpx::EnsureInput;
-use clawgate_awareness::{Actor, NewSession, StateChange};
+use clawgate_acpx::{EnsureInput, LifecycleController};
+use clawgate_awareness::{Actor, Awareness, AwarenessStore, NewSession, StateChange};
 use clawgate_channel_sdk::NormalizedInbound;
-use clawgate_messages::{
-    AckController, DispatchError, EventHandler, LiveOptions, ReceiveOutcome, Receiver, SendOptions,
-    SendOutcome,
-};
-use clawgate_store::IntentStore;
-use clawgate_types::{ChannelMessage, IntentId, IntentStatus, MessageDurabilityPolicy, SessionKey};
-use tokio::sync::mpsc;
-use tracing::{Instrument, info, warn};
+use clawgate_messages::{LiveOptions, Messenger, SendOptions, SendOutcome};
+use clawgate_store::{InstanceStore, IntentStore, LeaseStore};
+use clawgate_types::{IntentId, IntentStatus, MessageDurabilityPolicy, SessionKey};
+use tokio::sync::{mpsc, watch};
+use tracing::{info, warn};
 
-use crate::channels::Channel;
+use crate::keys::{failure_key, reply_key, reply_message, session_key_for};
+use crate::{Channel, TurnError};
 
 /// Now, in the clock every durable record uses.
 pub(crate) fn now_ms() -> clawgate_types::UnixMillis {
@@ -27,30 +25,63 @@ pub(crate) fn now_ms() -> clawgate_types::UnixMillis {
     clawgate_types::clock::SystemClock.now_ms()
 }
 
+/// What a turn stores through: the reply intents, the session registry and signal log, and the
+/// agents' leases.
+pub trait TurnStore: IntentStore + AwarenessStore + LeaseStore + InstanceStore + 'static {}
+
+impl<T> TurnStore for T where T: IntentStore + AwarenessStore + LeaseStore + InstanceStore + 'static {}
+
 /// Counters shown by `status` and the control API.
 #[derive(Debug, Default)]
 pub struct Counters {
+    /// Agent turns running.
     pub turns_in_flight: AtomicUsize,
     /// Receive contexts running (a turn and the write that finishes its inbound record).
     pub receives_in_flight: AtomicUsize,
+    /// Turns that ended with their reply delivered (or left to an operator).
     pub turns_completed: AtomicU64,
+    /// Turns that ended with an error (their events are tried again).
     pub turns_failed: AtomicU64,
 }
 
-/// What a turn needs of the gateway: the stores, engines and agents, and the stop signal.
-pub struct Turns {
-    pub(crate) store: Arc<clawgate_store::SqliteStore>,
-    pub(crate) messenger: clawgate_messages::Messenger,
-    pub(crate) awareness: Arc<clawgate_awareness::Awareness<clawgate_store::SqliteStore>>,
-    pub(crate) acpx: Arc<clawgate_acpx::LifecycleController<clawgate_store::SqliteStore>>,
-    /// Agent argv and working directory per agent id.
-    pub(crate) agents: std::collections::HashMap<String, (Vec<String>, std::path::PathBuf)>,
-    pub(crate) durability: MessageDurabilityPolicy,
-    pub(crate) counters: Arc<Counters>,
-    pub(crate) stop: tokio::sync::watch::Receiver<bool>,
+/// How one agent is started: its ACP adapter's argv and working directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AgentCommand {
+    /// The adapter's program and arguments.
+    pub argv: Vec<String>,
+    /// The directory it runs in.
+    pub cwd: PathBuf,
 }
 
-impl std::fmt::Debug for Turns {
+impl AgentCommand {
+    /// The adapter `argv`, run in `cwd`.
+    pub fn new(argv: Vec<String>, cwd: impl Into<PathBuf>) -> AgentCommand {
+        AgentCommand {
+            argv,
+            cwd: cwd.into(),
+        }
+    }
+}
+
+/// Runs the agent turns of every channel of one host: the stores, engines and agents a turn
+/// needs, and the host's stop signal.
+pub struct Turns<S> {
+    pub(crate) store: Arc<S>,
+    pub(crate) messenger: Messenger,
+    awareness: Arc<Awareness<S>>,
+    acpx: Arc<LifecycleController<S>>,
+    /// Agent command per agent id.
+    agents: HashMap<String, AgentCommand>,
+    pub(crate) durability: MessageDurabilityPolicy,
+    pub(crate) counters: Arc<Counters>,
+    stop: watch::Receiver<bool>,
+}
+
+/// How many replies of one event may be abandoned before the event is given up.
+const MAX_REPLY_GENERATIONS: u32 = 1_000;
+
+impl<S> std::fmt::Debug for Turns<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Turns")
             .field("agents", &self.agents.keys().collect::<Vec<_>>())
@@ -58,120 +89,39 @@ impl std::fmt::Debug for Turns {
     }
 }
 
-/// Why a turn did not end with its reply delivered. The event stays unfinished and is tried
-/// again (or dead-lettered once its attempts are spent).
-#[derive(Debug, thiserror::Error)]
-pub enum TurnError {
-    #[error("state database: {0}")]
-    Store(#[from] clawgate_store::StoreError),
-    #[error("session registry: {0}")]
-    Session(String),
-    #[error("no agent {0:?} is configured for this channel")]
-    NoAgent(String),
-    #[error("agent turn failed: {0}")]
-    Agent(Box<clawgate_acpx::AcpxError>),
-    #[error("the reply's intent could not be recorded: {0}")]
-    Recording(clawgate_messages::MessagesError),
-    #[error("the final could not be recorded or sent: {0}")]
-    Final(clawgate_messages::MessagesError),
-    #[error("the reply's intent could not be read or worked on: {0}")]
-    Recovery(clawgate_messages::MessagesError),
-    #[error("the reply's intent {0} is gone")]
-    IntentGone(IntentId),
-    #[error("the reply could not be delivered: {0}")]
-    Undelivered(String),
-    #[error(
-        "an earlier reply to event {event} (intent {intent}) is still streaming elsewhere or its \
-         preview could not be removed yet"
-    )]
-    StreamStillOpen { event: String, intent: IntentId },
-    #[error("event {0} had 1000 abandoned replies; giving up")]
-    TooManyReplies(String),
-    #[error("stopping before the reply was delivered")]
-    Stopping,
-}
-
-impl From<clawgate_acpx::AcpxError> for TurnError {
-    fn from(error: clawgate_acpx::AcpxError) -> TurnError {
-        TurnError::Agent(Box::new(error))
-    }
-}
-
-/// A channel's inbound events, through its receive context, to turns.
-pub(crate) struct TurnHandler {
-    pub(crate) turns: Arc<Turns>,
-    pub(crate) channel: Arc<Channel>,
-    pub(crate) receiver: Receiver,
-}
-
-#[async_trait::async_trait]
-impl EventHandler for TurnHandler {
-    async fn handle(&self, raw: &serde_json::Value, ack: &AckController, attempt: u32) -> bool {
-        let gateway = &self.turns;
-        let channel = &self.channel;
-        let span = tracing::info_span!("turn", channel = %channel.name, attempt);
-        gateway
-            .counters
-            .receives_in_flight
-            .fetch_add(1, Ordering::SeqCst);
-        let outcome = self
-            .receiver
-            .receive_or_settle(
-                raw,
-                ack,
-                |inbound| async move {
-                    // A turn cut short by a stop is not the message's failure: its attempt is
-                    // given back.
-                    gateway.turn(channel, inbound).await.map_err(|e| {
-                        if gateway.stopping() {
-                            DispatchError::interrupted(e.to_string())
-                        } else {
-                            DispatchError::from(e.to_string())
-                        }
-                    })
-                },
-                |inbound| async move { gateway.settle(channel, inbound).await },
-            )
-            .instrument(span)
-            .await;
-        gateway
-            .counters
-            .receives_in_flight
-            .fetch_sub(1, Ordering::SeqCst);
-        match &outcome {
-            Ok(ReceiveOutcome::Failed {
-                dead_lettered: false,
-                error,
-                ..
-            }) => {
-                warn!(%error, attempt, "turn failed; retrying");
-                false
-            }
-            Ok(ReceiveOutcome::Failed {
-                dead_lettered: true,
-                error,
-                ..
-            }) => gateway.tell_of_failure(channel, raw, error).await,
-            // Dead-lettered by an earlier run that may have died before its notice was
-            // recorded: the notice is keyed by the event, so this sends it at most once.
-            Ok(ReceiveOutcome::Duplicate {
-                status: clawgate_store::InboundStatus::DeadLettered,
-            }) => {
-                gateway
-                    .tell_of_failure(channel, raw, "dead-lettered by an earlier run")
-                    .await
-            }
-            Ok(_) => true,
-            Err(e) => {
-                warn!(error = %e, attempt, "receive failed; retrying");
-                false
-            }
+impl<S: TurnStore> Turns<S> {
+    /// The engine over `store` (the same one `messenger`, `awareness` and `acpx` use): replies
+    /// are sent through `messenger` with `durability`, agents started through `acpx` from
+    /// `agents` (by agent id), progress counted in `counters`. Once `stop` turns `true`, a turn
+    /// waiting for its final gives up ([`TurnError::Stopping`]) and its attempt is given back.
+    pub fn new(
+        store: Arc<S>,
+        messenger: Messenger,
+        awareness: Arc<Awareness<S>>,
+        acpx: Arc<LifecycleController<S>>,
+        agents: HashMap<String, AgentCommand>,
+        durability: MessageDurabilityPolicy,
+        counters: Arc<Counters>,
+        stop: watch::Receiver<bool>,
+    ) -> Turns<S> {
+        Turns {
+            store,
+            messenger,
+            awareness,
+            acpx,
+            agents,
+            durability,
+            counters,
+            stop,
         }
     }
-}
 
-impl Turns {
-    /// Whether the gateway is stopping.
+    /// The counters this engine updates.
+    pub fn counters(&self) -> &Arc<Counters> {
+        &self.counters
+    }
+
+    /// Whether the host is stopping.
     pub(crate) fn stopping(&self) -> bool {
         *self.stop.borrow()
     }
@@ -181,7 +131,7 @@ impl Turns {
     /// drops it as an echo, by marker). Durable and keyed by the event: sent once. Returns
     /// whether the notice is recorded (else the update stays unfinished and this is asked
     /// again).
-    async fn tell_of_failure(
+    pub(crate) async fn tell_of_failure(
         &self,
         channel: &Channel,
         raw: &serde_json::Value,
@@ -190,7 +140,7 @@ impl Turns {
         let Some(Ok(inbound)) = channel.plugin.receiver.as_ref().map(|r| r.normalize(raw)) else {
             return true;
         };
-        let key = format!("{}:failure:{}", channel.name, inbound.event_id);
+        let key = failure_key(&channel.name, &inbound.event_id);
         let mut notice = reply_message(
             channel,
             &inbound,
@@ -226,7 +176,11 @@ impl Turns {
     /// An event whose attempts all died with the process: no agent runs again, but a reply an
     /// attempt delivered (or recorded) before dying is finished and completes the event, and a
     /// stream it left without a final is ended (its preview removed) before the notice goes out.
-    async fn settle(&self, channel: &Channel, inbound: NormalizedInbound) -> Result<(), String> {
+    pub(crate) async fn settle(
+        &self,
+        channel: &Channel,
+        inbound: NormalizedInbound,
+    ) -> Result<(), String> {
         let settled = match self.reply_for(channel, &inbound.event_id).await {
             Ok(Reply::Delivered) => Ok(()),
             Ok(Reply::Recorded(id)) => self.await_reply(&id).await,
@@ -236,9 +190,9 @@ impl Turns {
         settled.map_err(|e| e.to_string())
     }
 
-    /// One agent turn for an inbound message. Returns an error (retried) when the reply could
-    /// not be produced; never sends a second reply for the same event.
-    pub(crate) async fn turn(
+    /// One agent turn for an inbound message on `channel`. Returns an error (retried) when the
+    /// reply could not be produced; never sends a second reply for the same event.
+    pub async fn turn(
         &self,
         channel: &Channel,
         inbound: NormalizedInbound,
@@ -292,7 +246,7 @@ impl Turns {
                 return self.await_reply(&id).await;
             }
         };
-        let (argv, cwd) = self
+        let AgentCommand { argv, cwd } = self
             .agents
             .get(&channel.agent_id)
             .cloned()
@@ -442,10 +396,23 @@ impl Turns {
     /// a store or platform failure) is ended here first — its preview removed, the intent
     /// cancelled — so a fresh reply never stands beside it.
     async fn reply_for(&self, channel: &Channel, event_id: &str) -> Result<Reply, TurnError> {
-        for generation in 0..1_000u32 {
-            let key = format!("{}:reply:{}:{}", channel.name, event_id, generation);
-            let found = self.store.find_intent_by_key(&key).await?;
-            let Some(intent) = found else {
+        // Every generation in one read of the key index (not one read per generation).
+        let prefix = reply_key(&channel.name, event_id, 0);
+        let prefix = prefix.strip_suffix('0').unwrap_or(&prefix);
+        let mut generations: std::collections::HashMap<u32, _> = self
+            .store
+            .find_intents_by_key_prefix(prefix, MAX_REPLY_GENERATIONS + 1)
+            .await?
+            .into_iter()
+            .filter_map(|intent| {
+                // Another event whose id extends this one (`e1:x`) has no number here.
+                let generation = intent.idempotency_key.strip_prefix(prefix)?.parse().ok()?;
+                Some((generation, intent))
+            })
+            .collect();
+        for generation in 0..MAX_REPLY_GENERATIONS {
+            let key = reply_key(&channel.name, event_id, generation);
+            let Some(intent) = generations.remove(&generation) else {
                 return Ok(Reply::New(key));
             };
             match intent.status {
@@ -512,7 +479,7 @@ impl Turns {
     }
 }
 
-/// Where one event's reply stands (see [`Gateway::reply_for`]).
+/// Where one event's reply stands (see [`Turns::reply_for`]).
 enum Reply {
     /// None yet: start one under this key.
     New(String),
@@ -520,51 +487,4 @@ enum Reply {
     Delivered,
     /// Its final is recorded and not committed yet.
     Recorded(IntentId),
-}
-
-/// `agent:<agent>:<channel>:<conversation>` (characters a key refuses become `_`).
-pub fn session_key_for(
-    agent_id: &str,
-    channel: &str,
-    conversation: &str,
-) -> Result<SessionKey, TurnError> {
-    let clean: String = conversation
-        .chars()
-        .map(|c| {
-            if c.is_whitespace() || c.is_control() || c == ':' {
-                '_'
-            } else {
-                c
-            }
-        })
-        .collect();
-    SessionKey::for_agent(agent_id, &format!("{channel}:{clean}"))
-        .map_err(|e| TurnError::Session(e.to_string()))
-}
-
-pub(crate) fn reply_message(
-    channel: &Channel,
-    inbound: &NormalizedInbound,
-    reply_key: &str,
-    text: &str,
-) -> ChannelMessage {
-    // Stable per reply key: the intent and the platform's idempotency key follow it.
-    ChannelMessage::outbound(
-        reply_key,
-        &channel.name,
-        inbound.message.target.clone(),
-        text,
-    )
-    .with_account_id(&channel.account)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn session_keys_are_agent_qualified_and_clean() {
-        let key = session_key_for("main", "qa", "dm web:1").expect("key");
-        assert_eq!(key.as_str(), "agent:main:qa:dm_web_1");
-    }
 }
