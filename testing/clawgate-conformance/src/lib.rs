@@ -7,7 +7,7 @@
 //!
 //! `clawgate_conformance::conformance_tests!(my_channel, MyPeer::start().await);` in a test
 //! file of the channel crate (dev-dependency: `clawgate-conformance`, nothing else) is the whole
-//! wiring; the peer implements this crate's [`ConformancePeer`] with [`async_trait`].
+//! wiring; the peer implements this crate's [`ConformancePeer`] with [`async_trait`](macro@async_trait).
 //! `docs/channels.md` in the repository shows a whole channel crate with its peer.
 //!
 //! Every case either passes, fails with a message naming the broken contract, or is **skipped
