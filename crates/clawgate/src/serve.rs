@@ -27,26 +27,7 @@ pub async fn up(config: Config) -> Result<(), GatewayError> {
     })?;
     let url = format!("http://{addr}");
     let token = random_token().map_err(GatewayError::Random)?;
-    let shared_token = Arc::new(token.clone());
-    let delivery = Arc::new(crate::relay::ConversationDelivery::new(gateway.clone()));
-    #[cfg_attr(not(feature = "channel-qa"), allow(unused_mut))]
-    let mut app = crate::control::routes(shared_token.clone(), delivery);
-    // The QA platform's extras only beside a QA channel.
-    #[cfg(feature = "channel-qa")]
-    if crate::qa::has_qa_channel(&gateway.channels) {
-        app = app.merge(crate::qa::routes(shared_token));
-    }
-    let app = app
-        .layer(axum::middleware::from_fn(
-            move |request: axum::extract::Request, next: axum::middleware::Next| async move {
-                if loopback_host(&request, addr.port()) {
-                    next.run(request).await
-                } else {
-                    misdirected()
-                }
-            },
-        ))
-        .with_state(gateway.clone());
+    let app = app(&gateway, &token, addr.port());
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         let serve = axum::serve(listener, app).with_graceful_shutdown(async {
@@ -97,6 +78,29 @@ pub async fn up(config: Config) -> Result<(), GatewayError> {
     println!("stopped cleanly");
     drop(gateway);
     Ok(())
+}
+
+/// Everything `clawgate up` serves for `gateway` on loopback port `port`: the control API under
+/// `/v1` (bearer `token`), and, only beside a QA channel, the chat page and `/v1/qa/*`.
+pub fn app(gateway: &Arc<Gateway>, token: &str, port: u16) -> axum::Router {
+    let shared_token = Arc::new(token.to_owned());
+    let delivery = Arc::new(crate::relay::ConversationDelivery::new(gateway.clone()));
+    #[cfg_attr(not(feature = "channel-qa"), allow(unused_mut))]
+    let mut app = crate::control::routes(shared_token.clone(), delivery);
+    #[cfg(feature = "channel-qa")]
+    if crate::qa::has_qa_channel(&gateway.channels) {
+        app = app.merge(crate::qa::routes(shared_token));
+    }
+    app.layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| async move {
+            if loopback_host(&request, port) {
+                next.run(request).await
+            } else {
+                misdirected()
+            }
+        },
+    ))
+    .with_state(gateway.clone())
 }
 
 /// Whether the request names this server by a loopback name. A web page elsewhere that

@@ -131,6 +131,62 @@ async fn a_test_only_pushed_channel_kind_carries_a_conversation() {
     conversation_on("pushed").await;
 }
 
+/// Serves `gateway` as `clawgate up` does; answers the status of `GET path` with the token.
+async fn status_of(gateway: &Arc<Gateway>, path: &str) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("loopback port");
+    let port = listener.local_addr().expect("address").port();
+    let app = clawgate::serve::app(gateway, "test-token", port);
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let status = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{port}{path}"))
+        .bearer_auth("test-token")
+        .send()
+        .await
+        .expect("the gateway answers")
+        .status()
+        .as_u16();
+    server.abort();
+    status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chat_page_and_qa_routes_are_served_only_beside_a_qa_channel() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut registry = ChannelRegistry::new();
+    registry.register(Arc::new(MemoryFactory::default()));
+    let memory_only = Gateway::start_with(config(dir.path(), "polling"), &registry, program())
+        .await
+        .expect("a memory-only gateway");
+    assert_eq!(status_of(&memory_only, "/v1/status").await, 200);
+    assert_eq!(status_of(&memory_only, "/").await, 404, "no chat page");
+    assert_eq!(
+        status_of(&memory_only, "/v1/qa/messages?conversation=dm-a").await,
+        404,
+        "no QA routes"
+    );
+    memory_only.shutdown().await;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        "state_dir = {:?}\n[gateway]\nlisten = \"127.0.0.1:0\"\n[[agents]]\nid = \"main\"\n\
+         [[channels]]\nkind = \"qa\"\n",
+        dir.path()
+    );
+    let config = Config::parse(&text, "qa.toml").expect("valid configuration");
+    let with_qa = Gateway::start_with(config, &clawgate::channels::registry(), program())
+        .await
+        .expect("a gateway with an embedded QA channel");
+    assert_eq!(status_of(&with_qa, "/").await, 200, "the chat page");
+    assert_eq!(
+        status_of(&with_qa, "/v1/qa/messages?conversation=dm-a").await,
+        200,
+        "the QA routes"
+    );
+    with_qa.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_kind_or_a_bad_setting_stops_the_start_naming_the_key() {
     let dir = tempfile::tempdir().expect("tempdir");
