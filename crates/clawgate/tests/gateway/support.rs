@@ -83,6 +83,8 @@ impl GatewayProcess {
         config: &Path,
         env: &[(&str, &str)],
     ) -> Result<GatewayProcess, String> {
+        // The log file collects every start on this state directory: an error shows this one's.
+        let log_start = std::fs::metadata(state.with_extension("log")).map_or(0, |m| m.len());
         let mut command = Command::new(BIN);
         command
             .arg("--state-dir")
@@ -131,9 +133,13 @@ impl GatewayProcess {
             Err(_) => {
                 let _ = child.kill();
                 let status = child.wait().expect("reaped");
+                let log = std::fs::read(state.with_extension("log")).unwrap_or_default();
+                let this_start = log
+                    .get(usize::try_from(log_start).unwrap_or(0)..)
+                    .unwrap_or_default();
                 Err(format!(
-                    "gateway did not print its URL within 30 s ({status}); log: {}",
-                    std::fs::read_to_string(state.with_extension("log")).unwrap_or_default()
+                    "gateway did not print its URL within 30 s ({status}); this start's log: {}",
+                    String::from_utf8_lossy(this_start)
                 ))
             }
         }
