@@ -251,6 +251,10 @@ impl<S: TurnStore> Turns<S> {
             .get(&channel.agent_id)
             .cloned()
             .ok_or_else(|| TurnError::NoAgent(channel.agent_id.clone()))?;
+        // No agent session is opened once the gateway stops (its sessions are being closed).
+        if self.stopping() {
+            return Err(TurnError::Stopping);
+        }
         let handle = self
             .acpx
             .ensure_session(EnsureInput {

@@ -334,6 +334,23 @@ impl Gateway {
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        self.close_agent_sessions().await;
+        // The turns the closed sessions cut short end now: let each record what became of its
+        // event (an interrupted attempt is given back) before the process exits.
+        let deadline = tokio::time::Instant::now() + RECEIVE_SETTLE;
+        while self.counters.receives_in_flight.load(Ordering::SeqCst) > 0
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // A receive context that was recording its event when the stop came may have opened a
+        // session after the first pass (its turn refuses to once it sees the stop, but the
+        // check and the open are not one step): close what is open now too.
+        self.close_agent_sessions().await;
+    }
+
+    /// Closes every live agent session through the controller (verified, lease closed).
+    async fn close_agent_sessions(&self) {
         for key in self.acpx.live_sessions().await {
             match self
                 .acpx
@@ -343,14 +360,6 @@ impl Gateway {
                 Ok(outcome) => info!(session = %key, ?outcome, "agent session closed"),
                 Err(e) => warn!(session = %key, error = %e, "agent session not closed"),
             }
-        }
-        // The turns the closed sessions cut short end now: let each record what became of its
-        // event (an interrupted attempt is given back) before the process exits.
-        let deadline = tokio::time::Instant::now() + RECEIVE_SETTLE;
-        while self.counters.receives_in_flight.load(Ordering::SeqCst) > 0
-            && tokio::time::Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
