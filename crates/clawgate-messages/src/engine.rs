@@ -559,13 +559,7 @@ impl Inner {
             };
             warn!(unit = unit.index, kind = ?error.kind, side_effect = ?error.side_effect, error = %error.message, "unit send failed");
             let rule = disposition(error.kind);
-            if rule == Disposition::Reconcile
-                && adapter
-                    .capabilities()
-                    .delivery
-                    .as_ref()
-                    .is_some_and(|d| d.reconcile_unknown_send)
-            {
+            if rule == Disposition::Reconcile && adapter.capabilities().reconciles_unknown_sends() {
                 // A conflict means the platform may already hold this unit: ask it.
                 if let Ok(Reconciliation::Sent(part)) =
                     adapter.reconcile_unknown_send(&ctx, &unit).await

@@ -244,12 +244,7 @@ impl LivePreview {
                     return Ok(false);
                 }
             };
-            let can_edit = self
-                .adapter
-                .capabilities()
-                .live
-                .as_ref()
-                .is_some_and(|l| l.edit);
+            let can_edit = self.adapter.capabilities().can_edit();
             let streamed_media = self
                 .intent
                 .live_state
@@ -614,12 +609,7 @@ impl LivePreview {
         let ctx = preview_context(&self.inner().context(&self.intent));
         match find_preview(&self.adapter, &ctx).await {
             PreviewProbe::Landed(part) => {
-                let can_edit = self
-                    .adapter
-                    .capabilities()
-                    .live
-                    .as_ref()
-                    .is_some_and(|l| l.edit);
+                let can_edit = self.adapter.capabilities().can_edit();
                 let state = self
                     .intent
                     .live_state
@@ -781,11 +771,7 @@ pub(crate) async fn find_preview(
     adapter: &Arc<dyn ChannelMessageAdapter>,
     preview_ctx: &clawgate_channel_sdk::SendContext,
 ) -> PreviewProbe {
-    let reconciles = adapter
-        .capabilities()
-        .delivery
-        .as_ref()
-        .is_some_and(|d| d.reconcile_unknown_send);
+    let reconciles = adapter.capabilities().reconciles_unknown_sends();
     if !reconciles {
         return PreviewProbe::Unknown;
     }

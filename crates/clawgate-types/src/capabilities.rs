@@ -185,6 +185,33 @@ pub struct MessageCapabilities {
 }
 
 impl MessageCapabilities {
+    /// A sent message can be edited (`live.edit`).
+    pub fn can_edit(&self) -> bool {
+        self.live.as_ref().is_some_and(|l| l.edit)
+    }
+
+    /// A sent message can be deleted (`live.delete`).
+    pub fn can_delete(&self) -> bool {
+        self.live.as_ref().is_some_and(|l| l.delete)
+    }
+
+    /// The platform deduplicates sends by idempotency key (`delivery.idempotencyKey`).
+    pub fn dedupes_by_key(&self) -> bool {
+        self.delivery.as_ref().is_some_and(|d| d.idempotency_key)
+    }
+
+    /// Rate-limit errors carry a retry-after (`delivery.retryAfter`).
+    pub fn reports_retry_after(&self) -> bool {
+        self.delivery.as_ref().is_some_and(|d| d.retry_after)
+    }
+
+    /// The adapter can reconcile an unknown send (`delivery.reconcileUnknownSend`).
+    pub fn reconciles_unknown_sends(&self) -> bool {
+        self.delivery
+            .as_ref()
+            .is_some_and(|d| d.reconcile_unknown_send)
+    }
+
     setters! {
         /// Sets how it takes text.
         with_text => text: TextCapabilities;

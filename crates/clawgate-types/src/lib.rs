@@ -54,7 +54,7 @@
 //!
 //! let capabilities = MessageCapabilities::default()
 //!     .with_live(LiveCapabilities::default().with_edit(true).with_delete(true));
-//! assert!(capabilities.live.is_some_and(|live| live.edit));
+//! assert!(capabilities.can_edit());
 //! ```
 //!
 //! Non-exhaustive: [`ChannelMessage`], [`MessageTarget`], [`MessageActor`], [`MessageBody`],

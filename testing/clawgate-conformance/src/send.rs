@@ -31,7 +31,7 @@ pub async fn send_round_trip(peer: &impl ConformancePeer) -> Outcome {
 
 pub async fn edit_round_trip(peer: &impl ConformancePeer) -> Outcome {
     let adapter = peer.plugin().sender;
-    if !adapter.capabilities().live.as_ref().is_some_and(|l| l.edit) {
+    if !adapter.capabilities().can_edit() {
         return Outcome::skipped("the adapter does not declare live.edit");
     }
     let target = peer.target("edit");
@@ -52,12 +52,7 @@ pub async fn edit_round_trip(peer: &impl ConformancePeer) -> Outcome {
 
 pub async fn delete_round_trip(peer: &impl ConformancePeer) -> Outcome {
     let adapter = peer.plugin().sender;
-    if !adapter
-        .capabilities()
-        .live
-        .as_ref()
-        .is_some_and(|l| l.delete)
-    {
+    if !adapter.capabilities().can_delete() {
         return Outcome::skipped("the adapter does not declare live.delete");
     }
     let target = peer.target("delete");
@@ -124,12 +119,7 @@ pub async fn declared_text_limit_and_chunking_work(peer: &impl ConformancePeer) 
 
 pub async fn idempotency_key_dedupes_when_declared(peer: &impl ConformancePeer) -> Outcome {
     let adapter = peer.plugin().sender;
-    if !adapter
-        .capabilities()
-        .delivery
-        .as_ref()
-        .is_some_and(|d| d.idempotency_key)
-    {
+    if !adapter.capabilities().dedupes_by_key() {
         return Outcome::skipped("the adapter does not declare delivery.idempotencyKey");
     }
     let target = peer.target("idem");
@@ -180,13 +170,7 @@ pub async fn failure_classes(peer: &impl ConformancePeer) -> Outcome {
             SideEffect::None,
             "a definite refusal had no side effect: {error:?}"
         );
-        if kind == RateLimit
-            && adapter
-                .capabilities()
-                .delivery
-                .as_ref()
-                .is_some_and(|d| d.retry_after)
-        {
+        if kind == RateLimit && adapter.capabilities().reports_retry_after() {
             assert!(
                 error.retry_after_ms.is_some(),
                 "declared retry-after is reported"
@@ -226,12 +210,7 @@ pub async fn unknown_outcome_is_reconcilable_when_declared(peer: &impl Conforman
         vec!["lost answer"],
         "the peer lost the answer, not the message"
     );
-    if !adapter
-        .capabilities()
-        .delivery
-        .as_ref()
-        .is_some_and(|d| d.reconcile_unknown_send)
-    {
+    if !adapter.capabilities().reconciles_unknown_sends() {
         return Outcome::skipped(
             "the adapter does not declare delivery.reconcileUnknownSend (its unknown outcomes \
              stay with an operator; recovery_after_restart checks that)",
@@ -358,11 +337,7 @@ pub async fn recovery_after_restart(peer: &impl ConformancePeer) -> Outcome {
         vec!["survives"],
         "never sent twice"
     );
-    let reconciles = adapter
-        .capabilities()
-        .delivery
-        .as_ref()
-        .is_some_and(|d| d.reconcile_unknown_send);
+    let reconciles = adapter.capabilities().reconciles_unknown_sends();
     let expected = if reconciles {
         IntentStatus::Sent
     } else {
@@ -459,7 +434,7 @@ pub async fn origin_markers_round_trip(peer: &impl ConformancePeer) -> Outcome {
 
 pub async fn live_preview_finalizes_in_place_when_declared(peer: &impl ConformancePeer) -> Outcome {
     let adapter = peer.plugin().sender;
-    if !adapter.capabilities().live.as_ref().is_some_and(|l| l.edit) {
+    if !adapter.capabilities().can_edit() {
         return Outcome::skipped("the adapter does not declare live.edit");
     }
     let (_dir, messenger, clock) = fresh_engine(peer);

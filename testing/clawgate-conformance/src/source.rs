@@ -295,12 +295,7 @@ pub async fn pushed_source_resumes_after_a_dropped_connection(
 
 pub async fn live_preview_is_removed_when_abandoned(peer: &impl ConformancePeer) -> Outcome {
     let adapter = peer.plugin().sender;
-    if !adapter
-        .capabilities()
-        .live
-        .as_ref()
-        .is_some_and(|l| l.delete)
-    {
+    if !adapter.capabilities().can_delete() {
         return Outcome::skipped("the adapter does not declare live.delete");
     }
     let (_dir, messenger, _clock) = fresh_engine(peer);
