@@ -207,7 +207,8 @@ impl Gateway {
                 GatewayError::Channel(SetupError::new(
                     format!("channels[{n}].kind"),
                     format!(
-                        "no channel kind {:?} in this build; known: {}",
+                        "no channel kind {:?} in this build (known: {}); a kind's channel \
+                         crate is compiled in by clawgate's cargo feature `channel-<kind>`",
                         section.kind,
                         registry.kinds().join(", ")
                     ),
