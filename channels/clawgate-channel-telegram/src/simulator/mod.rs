@@ -1,0 +1,1 @@
+//! A Bot API server on loopback that behaves like Telegram's.
