@@ -131,7 +131,8 @@ impl From<String> for DispatchError {
 /// What happened to one platform event.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ReceiveOutcome {
-    /// The payload could not be normalized (acked: redelivering it would not help).
+    /// The payload could not be normalized, or the channel ignores it
+    /// ([`ReceiveError::Ignored`]); acked: redelivering it would not help.
     Invalid(ReceiveError),
     /// A marked gateway-failure echo from a bot in a shared room: dropped before authorization.
     DroppedEcho,
@@ -245,6 +246,11 @@ impl Receiver {
     {
         let inbound = match self.normalizer.normalize(raw) {
             Ok(inbound) => inbound,
+            Err(error @ ReceiveError::Ignored { .. }) => {
+                info!(%error, "platform event finished without a turn");
+                ack.ack();
+                return Ok(ReceiveOutcome::Invalid(error));
+            }
             Err(error) => {
                 warn!(%error, "malformed platform event dropped");
                 ack.ack();
