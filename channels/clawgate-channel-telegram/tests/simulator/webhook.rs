@@ -1,0 +1,190 @@
+//! Webhook delivery: JSON POSTs with the secret header, retries with backoff, confirmation.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, StatusCode};
+use clawgate_channel_telegram::simulator::{SimulatorConfig, WriteOptions};
+use serde_json::{Value, json};
+
+use crate::{Harness, alice};
+
+/// What the receiver saw: the update, the secret header, when.
+type Seen = Arc<Mutex<Vec<(Value, Option<String>, Instant)>>>;
+
+/// A webhook receiver on loopback answering with the scripted statuses, then 200.
+struct Receiver {
+    url: String,
+    seen: Seen,
+}
+
+async fn receiver(script: Vec<u16>) -> Receiver {
+    let seen: Seen = Arc::default();
+    let script = Arc::new(Mutex::new(script.into_iter()));
+    let app = {
+        let seen = seen.clone();
+        axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |headers: HeaderMap, body: axum::body::Bytes| {
+                let seen = seen.clone();
+                let script = script.clone();
+                async move {
+                    let update: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    let secret = headers
+                        .get("x-telegram-bot-api-secret-token")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
+                    seen.lock()
+                        .expect("lock")
+                        .push((update, secret, Instant::now()));
+                    let status = script.lock().expect("lock").next().unwrap_or(200);
+                    StatusCode::from_u16(status).expect("status")
+                }
+            }),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Receiver { url, seen }
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn config() -> SimulatorConfig {
+    SimulatorConfig {
+        rate_limits: false,
+        webhook_retry_base: Duration::from_millis(50),
+        ..SimulatorConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn delivers_in_order_with_the_secret_and_confirms() {
+    let h = Harness::with(config()).await;
+    let hook = receiver(Vec::new()).await;
+    let chat = h.sim.private_chat(&alice());
+    h.call(
+        "setWebhook",
+        json!({"url": hook.url, "secret_token": "s3cr3t_token-1"}),
+    )
+    .await
+    .result();
+    let sent: Vec<i64> = ["a", "b", "c"]
+        .iter()
+        .map(|t| {
+            h.sim
+                .user_writes(chat, &alice(), t, WriteOptions::default())["update_id"]
+                .as_i64()
+                .expect("id")
+        })
+        .collect();
+    until("three deliveries", || {
+        hook.seen.lock().expect("lock").len() == 3
+    })
+    .await;
+    until("confirmation", || h.sim.pending_updates() == 0).await;
+    let seen = hook.seen.lock().expect("lock").clone();
+    let got: Vec<i64> = seen
+        .iter()
+        .filter_map(|(u, _, _)| u["update_id"].as_i64())
+        .collect();
+    assert_eq!(got, sent);
+    assert!(
+        seen.iter()
+            .all(|(_, secret, _)| secret.as_deref() == Some("s3cr3t_token-1"))
+    );
+    assert_eq!(seen[0].0["message"]["text"], json!("a"));
+    let info = h.call("getWebhookInfo", json!({})).await;
+    assert_eq!(info.result()["url"], json!(hook.url));
+    assert_eq!(info.result()["pending_update_count"], json!(0));
+    h.sim.stop().await;
+}
+
+#[tokio::test]
+async fn failures_are_retried_with_doubling_delays() {
+    let h = Harness::with(config()).await;
+    let hook = receiver(vec![500, 502, 503]).await;
+    let chat = h.sim.private_chat(&alice());
+    h.call("setWebhook", json!({"url": hook.url}))
+        .await
+        .result();
+    let update_id = h
+        .sim
+        .user_writes(chat, &alice(), "retry me", WriteOptions::default())["update_id"]
+        .as_i64()
+        .expect("id");
+    until("a 2xx after three failures", || {
+        h.sim
+            .webhook_deliveries()
+            .iter()
+            .any(|d| d.status == Ok(200))
+    })
+    .await;
+    let deliveries = h.sim.webhook_deliveries();
+    let attempts: Vec<(i64, u32, Result<u16, String>)> = deliveries
+        .iter()
+        .map(|d| (d.update_id, d.attempt, d.status.clone()))
+        .collect();
+    assert_eq!(
+        attempts,
+        [
+            (update_id, 1, Ok(500)),
+            (update_id, 2, Ok(502)),
+            (update_id, 3, Ok(503)),
+            (update_id, 4, Ok(200))
+        ]
+    );
+    let times: Vec<Instant> = hook
+        .seen
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|(_, _, t)| *t)
+        .collect();
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    for (gap, minimum) in gaps.iter().zip([50u64, 100, 200]) {
+        assert!(*gap >= Duration::from_millis(minimum), "gaps {gaps:?}");
+    }
+    until("confirmation", || h.sim.pending_updates() == 0).await;
+    let info = h.call("getWebhookInfo", json!({})).await;
+    assert!(
+        info.result()["last_error_message"]
+            .as_str()
+            .is_some_and(|m| m.contains("503"))
+    );
+    h.sim.stop().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_webhook_is_a_transport_error_and_drop_pending_clears() {
+    let h = Harness::with(config()).await;
+    let chat = h.sim.private_chat(&alice());
+    // Port 9 (discard) on loopback: nothing listens there.
+    h.call("setWebhook", json!({"url": "http://127.0.0.1:9/hook"}))
+        .await
+        .result();
+    h.sim
+        .user_writes(chat, &alice(), "nobody home", WriteOptions::default());
+    until("two failed attempts", || {
+        h.sim.webhook_deliveries().len() >= 2
+    })
+    .await;
+    assert!(h.sim.webhook_deliveries().iter().all(|d| d.status.is_err()));
+    assert_eq!(h.sim.pending_updates(), 1);
+    h.call("deleteWebhook", json!({"drop_pending_updates": true}))
+        .await
+        .result();
+    assert_eq!(h.sim.pending_updates(), 0);
+    h.sim.stop().await;
+}
