@@ -33,6 +33,8 @@ pub const MAX_CAPTION_CHARS: usize = 1024;
 const EDIT_ATTEMPTS: u32 = 3;
 /// The receipt id prefix of a native draft (`sendMessageDraft` creates no message).
 const DRAFT_PREFIX: &str = "draft:";
+/// The suffix the engine gives a preview's key (`clawgate_messages::PREVIEW_KEY_SUFFIX`).
+const PREVIEW_KEY_SUFFIX: &str = "~preview";
 
 /// The Telegram sender: one bot account.
 pub struct TelegramAdapter {
@@ -468,7 +470,10 @@ impl TelegramAdapter {
     /// `sendMessageDraft`. A draft is ephemeral and repeating it with the same id only animates
     /// it, so a lost answer is as good as a delivered one.
     async fn draft(&self, ctx: &SendContext, text: &str) -> Result<MessageReceiptPart, CallError> {
-        let id = draft_id(&ctx.idempotency_key);
+        // The reply's own key: the first preview is shown under `<key>~preview`, later ones
+        // under the reply's key, and all of them are one draft.
+        let key = &ctx.idempotency_key;
+        let id = draft_id(key.strip_suffix(PREVIEW_KEY_SUFFIX).unwrap_or(key));
         let mut params = json!({ "draft_id": id, "text": text });
         if let Some(thread) = ctx
             .message

@@ -163,6 +163,25 @@ impl ChannelFactory for TelegramFactory {
     async fn build(&self, setup: ChannelSetup) -> Result<ChannelPlugin, SetupError> {
         let settings: TelegramSettings = setup.settings()?;
         let token = setup.secret("token_env", &settings.token_env)?;
+        let webhook_secret = match (settings.mode, settings.webhook_secret_env.as_deref()) {
+            (Mode::Webhook, Some(variable)) => Some(setup.secret("webhook_secret_env", variable)?),
+            _ => None,
+        };
+        self.build_with_secrets(&setup, token, webhook_secret).await
+    }
+}
+
+impl TelegramFactory {
+    /// Builds the account of `setup` with its secrets given (the gateway reads them from the
+    /// variables the settings name): the bot `token`, and the webhook's `secret_token` in
+    /// webhook mode.
+    pub async fn build_with_secrets(
+        &self,
+        setup: &ChannelSetup,
+        token: Secret,
+        webhook_secret: Option<Secret>,
+    ) -> Result<ChannelPlugin, SetupError> {
+        let settings: TelegramSettings = setup.settings()?;
         if !(settings.api_base.starts_with("http://") || settings.api_base.starts_with("https://"))
         {
             return Err(setup.invalid(
@@ -185,12 +204,12 @@ impl ChannelFactory for TelegramFactory {
             ))),
             Mode::Webhook => InboundSource::Pushed(Arc::new(WebhookSource::new(
                 api.clone(),
-                webhook_config(&setup, &settings)?,
+                webhook_config(setup, &settings, webhook_secret)?,
             ))),
         };
         let migrations = Migrations::load(setup.state_dir.join("telegram-chat-migrations.json"))
             .map_err(|reason| setup.invalid("", reason))?;
-        let bot = check_token(&setup, &settings, &api).await?;
+        let bot = check_token(setup, &settings, &api).await?;
         let adapter = Arc::new(
             TelegramAdapter::new(&setup.name, api, Arc::new(migrations), settings.drafts)
                 .with_typing(settings.typing),
@@ -221,6 +240,7 @@ impl ChannelFactory for TelegramFactory {
 fn webhook_config(
     setup: &ChannelSetup,
     settings: &TelegramSettings,
+    secret: Option<Secret>,
 ) -> Result<WebhookConfig, SetupError> {
     let needed = |key: &str| {
         setup.invalid(
@@ -235,15 +255,11 @@ fn webhook_config(
         .webhook_url
         .clone()
         .ok_or_else(|| needed("webhook_url"))?;
-    let secret_env = settings
-        .webhook_secret_env
-        .as_deref()
-        .ok_or_else(|| needed("webhook_secret_env"))?;
-    let secret: Secret = setup.secret("webhook_secret_env", secret_env)?;
+    let secret = secret.ok_or_else(|| needed("webhook_secret_env"))?;
     if !valid_webhook_secret(secret.expose()) {
         return Err(setup.invalid(
             "webhook_secret_env",
-            format!("the secret in {secret_env} must be 1-256 characters of A-Z a-z 0-9 _ -"),
+            "the webhook secret must be 1-256 characters of A-Z a-z 0-9 _ -",
         ));
     }
     if !settings.webhook_path.starts_with('/') {
