@@ -517,3 +517,55 @@ async fn typing_is_shown_in_the_conversation_and_its_topic() {
     let quiet_peer = Peer::start(quiet(), json!({ "typing": false })).await;
     assert_eq!(quiet_peer.plugin.sender.typing_interval(), None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projected_array_is_one_intent_delivered_whole_and_a_failure_resends_only_what_is_missing()
+ {
+    // The seed's silent fallback: when an agent's turn ends with no visible text the projected
+    // fallback array (here: two text chunks and two files) is recorded in one intent and
+    // delivered whole — never an intent per payload.
+    let peer = Peer::polling().await;
+    let target = group(&peer, "fallback");
+    let chat = peer.chat(&target);
+    let (_dir, messenger, clock, store) = engine_and_store(&peer);
+    let files = clawgate_conformance::ConformancePeer::attachment_url(&peer);
+    let image = |name: &str| {
+        MessageAttachment::new(MessagePartKind::Media)
+            .with_url(files.replace("conformance.png", name))
+            .with_mime_type("image/png")
+    };
+    let long = "fallback ".repeat(600);
+    let array = ChannelMessage::outbound("f", "telegram", target.clone(), long.trim_end())
+        .with_attachments(vec![image("one.png"), image("two.png")]);
+    // The third platform call (the first image) is refused as a transient failure.
+    peer.sim
+        .inject(Fault::once(FaultKind::error(500, "Internal Server Error: try again")).after(2));
+    let report = messenger.send(array, SendOptions::default()).await.unwrap();
+    assert!(
+        matches!(report.outcome, SendOutcome::RetryScheduled { .. }),
+        "{report:?}"
+    );
+    clock.advance(60_000);
+    messenger.recover().await.unwrap();
+    let intents = clawgate_store::IntentStore::find_intents_by_key_prefix(&*store, "", 10)
+        .await
+        .unwrap();
+    assert_eq!(intents.len(), 1, "one intent for the whole array");
+    assert_eq!(intents[0].status, IntentStatus::Sent);
+    assert_eq!(intents[0].batch.as_ref().unwrap().units.len(), 4);
+    let landed = peer.sim.messages(chat);
+    let shapes: Vec<(bool, Option<String>)> = landed
+        .iter()
+        .map(|m| (m.media.is_some(), m.media.as_ref().map(|x| x.url.clone())))
+        .collect();
+    assert_eq!(landed.len(), 4, "each payload exactly once: {shapes:?}");
+    assert!(landed[0].text.is_some() && landed[1].text.is_some());
+    assert!(landed[2].media.as_ref().unwrap().url.ends_with("one.png"));
+    assert!(landed[3].media.as_ref().unwrap().url.ends_with("two.png"));
+    assert_eq!(
+        calls(&peer, "sendMessage"),
+        vec![200, 200],
+        "the text chunks were not sent again"
+    );
+    assert_eq!(calls(&peer, "sendPhoto"), vec![500, 200, 200]);
+}

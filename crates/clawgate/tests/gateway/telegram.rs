@@ -69,11 +69,19 @@ impl Bot {
 
     /// A person writes into `chat`; returns what the test expects back.
     fn write(&self, chat: i64, text: &str, words: usize) -> Asked {
+        self.write_in(chat, None, text, words)
+    }
+
+    /// As [`Bot::write`], into a forum topic when `topic` is set.
+    fn write_in(&self, chat: i64, topic: Option<i64>, text: &str, words: usize) -> Asked {
         let update = self.sim.user_writes(
             chat,
             &SimUser::person(4242, "Ada"),
             text,
-            WriteOptions::default(),
+            WriteOptions {
+                thread_id: topic,
+                ..WriteOptions::default()
+            },
         );
         Asked {
             chat,
@@ -263,13 +271,18 @@ async fn updates_accepted_but_unfinished_at_a_kill_are_each_answered_once_after_
     )
     .await;
     let gateway = bot.gateway().expect("gateway starts");
-    let chats: Vec<i64> = (0..4)
+    let mut chats: Vec<i64> = (0..3)
         .map(|n| bot.sim.supergroup(&format!("team {n}"), false))
         .collect();
-    let asked: Vec<Asked> = chats
+    // A forum: the reply to a topic message belongs in that topic.
+    let forum = bot.sim.supergroup("forum", true);
+    let topic = bot.sim.create_topic(forum, "deploys");
+    let mut asked: Vec<Asked> = chats
         .iter()
         .map(|chat| bot.write(*chat, &format!("question for {chat}"), WORDS))
         .collect();
+    asked.push(bot.write_in(forum, Some(topic), "question in the topic", WORDS));
+    chats.push(forum);
     // Every reply is streaming (its preview shows) and none is final: the updates are
     // accepted and unfinished.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -301,6 +314,18 @@ async fn updates_accepted_but_unfinished_at_a_kill_are_each_answered_once_after_
         verdict.finals,
         asked.len(),
         "each answered once: {verdict:?}"
+    );
+    let in_topic: Vec<Option<i64>> = bot
+        .sim
+        .messages(forum)
+        .iter()
+        .filter(|m| m.from_bot_self)
+        .map(|m| m.thread_id)
+        .collect();
+    assert_eq!(
+        in_topic,
+        vec![Some(topic)],
+        "the topic's reply is in the topic"
     );
     assert!(status.success(), "clean stop: {status}");
     assert!(leftover_processes(&bot.state()).is_empty());
