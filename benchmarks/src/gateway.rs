@@ -43,7 +43,7 @@ async fn bench(root: &Path, binary: &Path) -> anyhow::Result<()> {
     println!(
         "bench gateway: release binary, embedded SQLite (FULL), bundled agent (--chunk-ms {CHUNK_MS})"
     );
-    let baseline = agent_baseline(binary).await?;
+    let baseline = agent_baseline(binary, MESSAGES).await?;
 
     let platform = QaPlatform::start(QaPlatformConfig {
         token: "bench-token".into(),
@@ -177,7 +177,10 @@ async fn bench(root: &Path, binary: &Path) -> anyhow::Result<()> {
 }
 
 /// The bundled agent alone: spawn it, `session/new`, then the same prompts one at a time.
-async fn agent_baseline(binary: &Path) -> anyhow::Result<Vec<Duration>> {
+pub(crate) async fn agent_baseline(
+    binary: &Path,
+    messages: usize,
+) -> anyhow::Result<Vec<Duration>> {
     let mut child = tokio::process::Command::new(binary)
         .args(["demo-agent", "--chunk-ms", CHUNK_MS])
         .stdin(Stdio::piped())
@@ -190,8 +193,8 @@ async fn agent_baseline(binary: &Path) -> anyhow::Result<Vec<Duration>> {
     let stdout = child.stdout.take().context("agent stdout")?;
     let client = clawgate_acpx::AcpClient::connect(stdin, stdout).await?;
     let session = client.new_session(Path::new("/")).await?;
-    let mut latencies = Vec::with_capacity(MESSAGES);
-    for n in 0..MESSAGES {
+    let mut latencies = Vec::with_capacity(messages);
+    for n in 0..messages {
         let t0 = Instant::now();
         client
             .prompt(&session, &format!("message number {n}"), |_| {})
@@ -202,13 +205,13 @@ async fn agent_baseline(binary: &Path) -> anyhow::Result<Vec<Duration>> {
     Ok(latencies)
 }
 
-fn percentiles(samples: &mut [Duration]) -> (Duration, Duration) {
+pub(crate) fn percentiles(samples: &mut [Duration]) -> (Duration, Duration) {
     samples.sort_unstable();
     let at = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
     (at(0.50), at(0.99))
 }
 
-fn ms(d: Duration) -> String {
+pub(crate) fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1_000.0)
 }
 

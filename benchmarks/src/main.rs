@@ -21,6 +21,7 @@ use crate::release::project_root;
 mod acpx;
 mod awareness;
 mod gateway;
+mod telegram;
 mod receive;
 mod release;
 mod send;
@@ -38,16 +39,18 @@ enum Suite {
     Awareness,
     Acpx,
     Gateway,
+    Telegram,
 }
 
 impl Suite {
-    const ALL: [Suite; 6] = [
+    const ALL: [Suite; 7] = [
         Suite::Store,
         Suite::Send,
         Suite::Receive,
         Suite::Awareness,
         Suite::Acpx,
         Suite::Gateway,
+        Suite::Telegram,
     ];
 
     fn parse(name: &str) -> Option<Suite> {
@@ -58,6 +61,7 @@ impl Suite {
             "awareness" => Some(Suite::Awareness),
             "acpx" => Some(Suite::Acpx),
             "gateway" => Some(Suite::Gateway),
+            "telegram" => Some(Suite::Telegram),
             _ => None,
         }
     }
@@ -70,6 +74,7 @@ impl Suite {
             Suite::Awareness => "awareness",
             Suite::Acpx => "acpx",
             Suite::Gateway => "gateway",
+            Suite::Telegram => "telegram",
         }
     }
 
@@ -87,6 +92,10 @@ impl Suite {
             }
             Suite::Gateway => {
                 "the clawgate binary: idle RSS, inbound → committed final p50/p99 vs the agent alone"
+            }
+            Suite::Telegram => {
+                "a Telegram bot on the Bot API simulator: inbound → final p50/p99, messages/s over \
+                 100 chats"
             }
         }
     }
@@ -192,6 +201,7 @@ fn run(suite: Suite) -> anyhow::Result<()> {
         Suite::Awareness => awareness::run(scratch.path()),
         Suite::Acpx => acpx::run(scratch.path()),
         Suite::Gateway => gateway::run(scratch.path()),
+        Suite::Telegram => telegram::run(scratch.path()),
     }
 }
 

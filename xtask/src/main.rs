@@ -34,6 +34,7 @@ commands:
   bench awareness     signal log, changesSince, notice fan-out, pruning beside raw SQLite
   bench acpx          lease verifications/s on live processes, time to reap 100 orphan trees
   bench gateway       the clawgate binary: idle RSS, inbound → committed final p50/p99 vs the agent alone
+  bench telegram      a Telegram bot on the Bot API simulator: inbound → final p50/p99, messages/s over 100 chats
                       (each suite is `clawgate-bench <suite>` of clawgate-benchmarks, run from a
                       release build; `bench <suite> --help` prints its usage)
   tidy                check the crate layering and the publish metadata of every crate, and

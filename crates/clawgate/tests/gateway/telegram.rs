@@ -315,6 +315,10 @@ async fn updates_accepted_but_unfinished_at_a_kill_are_each_answered_once_after_
         asked.len(),
         "each answered once: {verdict:?}"
     );
+    assert!(
+        bot.sim.chat_actions(chats[0]).iter().any(|a| a == "typing"),
+        "typing… shown while the agent worked"
+    );
     let in_topic: Vec<Option<i64>> = bot
         .sim
         .messages(forum)
@@ -466,4 +470,22 @@ async fn random_sigkills_on_a_polling_bot_never_duplicate_or_silently_lose_a_fin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_sigkills_on_a_webhook_bot_never_duplicate_or_silently_lose_a_final() {
     crash_matrix(Mode::Webhook).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_bot_token_stops_the_start_naming_the_setting() {
+    let bot = Bot::start(quiet_sim(), Mode::Polling, &[]).await;
+    let error = GatewayProcess::try_start(
+        &bot.state(),
+        &bot.config,
+        &[(TOKEN_ENV, "123:not-the-token")],
+    )
+    .err()
+    .expect("the start fails");
+    assert!(
+        error.contains("channels[0].settings.token_env"),
+        "names the setting: {error}"
+    );
+    assert!(error.contains(TOKEN_ENV), "names the variable: {error}");
+    assert!(!error.contains("not-the-token"), "never prints the token: {error}");
 }
