@@ -14,6 +14,7 @@
 //! | `POST /control/advance_clock` | `{"seconds"}` |
 //! | `GET /control/messages/{chat_id}` | the visible messages |
 //! | `GET /control/log` | every call |
+//! | `GET /control/long_poll` | `{"holding"}`: whether a getUpdates is held now |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +45,7 @@ pub(crate) async fn handle(
         ("GET", "log") => Ok(Value::Array(
             inner.with_state(|s| s.log.iter().map(record_json).collect()),
         )),
+        ("GET", "long_poll") => Ok(json!({"holding": inner.with_state(|s| s.long_poll.is_some())})),
         ("GET", path) if path.starts_with("messages/") => path["messages/".len()..]
             .parse::<i64>()
             .map_err(|_| format!("{path}: the chat id is not a number"))
