@@ -12,6 +12,9 @@
 //! | `POST /control/edit` | `{"chat_id","message_id","text"}` → the Update |
 //! | `POST /control/fault` | `{"method"?,"after"?,"count"?,"kind":"error"\|"lose_answer"\|"unreachable"\|"delay","status"?,"description"?,"retry_after"?,"migrate_to_chat_id"?,"delay_ms"?}` |
 //! | `POST /control/advance_clock` | `{"seconds"}` |
+//! | `POST /control/block` | `{"user_id"}`: the user blocks the bot |
+//! | `POST /control/kick` | `{"chat_id"}`: the bot is removed from the chat |
+//! | `POST /control/upgrade` | `{"chat_id"}` (a basic group) → `{"chat_id"}` of the supergroup |
 //! | `GET /control/messages/{chat_id}` | the visible messages |
 //! | `GET /control/log` | every call |
 //! | `GET /control/long_poll` | `{"holding"}`: whether a getUpdates is held now |
@@ -172,6 +175,39 @@ fn post(inner: &Arc<Inner>, action: &str, request: &Value) -> Result<Value, Stri
             inner.with_state(|s| s.clock.advance(Duration::from_secs_f64(seconds)));
             inner.updates_changed();
             Ok(json!(true))
+        }
+        "block" => {
+            let user_id = number("user_id")?;
+            let private = inner.with_state(|s| {
+                s.chats
+                    .get(&user_id)
+                    .is_some_and(|c| c.kind == super::state::ChatKind::Private)
+            });
+            if !private {
+                return Err(format!("block: no private chat with user {user_id}"));
+            }
+            inner.with_state(|s| s.block(user_id));
+            inner.updates_changed();
+            Ok(json!(true))
+        }
+        "kick" => {
+            let chat_id = known_chat(number("chat_id")?)?;
+            inner.with_state(|s| s.kick(chat_id));
+            inner.updates_changed();
+            Ok(json!(true))
+        }
+        "upgrade" => {
+            let chat_id = known_chat(number("chat_id")?)?;
+            let basic = inner.with_state(|s| {
+                let chat = &s.chats[&chat_id];
+                chat.kind == super::state::ChatKind::Group && chat.migrated_to.is_none()
+            });
+            if !basic {
+                return Err(format!("upgrade: chat {chat_id} is not a basic group"));
+            }
+            let new_id = inner.with_state(|s| s.upgrade(chat_id));
+            inner.updates_changed();
+            Ok(json!({"chat_id": new_id}))
         }
         other => Err(format!("no control endpoint POST /control/{other}")),
     }

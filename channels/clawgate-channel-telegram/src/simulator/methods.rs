@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 
 use super::http::Params;
 use super::markup::{self, ParseModeError};
-use super::state::{ApiError, ChatKind, DELETE_WINDOW_SECS, Inner, LongPoll, State, nested};
+use super::state::{
+    ApiError, ChatKind, DELETE_WINDOW_SECS, Inner, LongPoll, State, Success, nested,
+};
 use super::{SimDraft, SimMedia, SimMessage, webhook};
 
 /// Every method served, in canonical case.
@@ -65,9 +67,14 @@ pub(crate) async fn call(
     inner: &Arc<Inner>,
     method: &'static str,
     params: &Params,
-) -> Result<Value, ApiError> {
-    let limits = inner.config.rate_limits;
+) -> Result<Success, ApiError> {
     match method {
+        "setWebhook" => return webhook::set(inner, params),
+        "deleteWebhook" => return webhook::delete(inner, params),
+        _ => {}
+    }
+    let limits = inner.config.rate_limits;
+    let outcome = match method {
         "getMe" => Ok(inner.with_state(|s| {
             let mut me = s.bot_user_json();
             me["can_join_groups"] = json!(true);
@@ -78,8 +85,6 @@ pub(crate) async fn call(
             me
         })),
         "getUpdates" => get_updates(inner, params).await,
-        "setWebhook" => webhook::set(inner, params),
-        "deleteWebhook" => webhook::delete(inner, params),
         "getWebhookInfo" => Ok(webhook::info(inner)),
         "sendMessage" => inner.with_state(|s| send_message(s, params, limits)),
         "editMessageText" => inner.with_state(|s| edit_message_text(s, params, limits)),
@@ -100,7 +105,8 @@ pub(crate) async fn call(
             500,
             format!("Internal Server Error: {other} has no handler"),
         )),
-    }
+    };
+    outcome.map(Success::from)
 }
 
 fn int(params: &Params, key: &str) -> Option<i64> {

@@ -380,18 +380,35 @@ impl BotApiSimulator {
 
     /// Upgrades a basic group; returns the new supergroup id. Sends to the old id then fail with
     /// 400 `group chat was upgraded to a supergroup chat` and `migrate_to_chat_id`.
+    /// Both chats get a service message (`migrate_to_chat_id` / `migrate_from_chat_id`).
+    ///
+    /// # Panics
+    /// When `chat_id` is not a basic group.
     pub fn upgrade_to_supergroup(&self, chat_id: i64) -> i64 {
-        self.inner.with_state(|s| s.upgrade(chat_id))
+        let new_id = self.inner.with_state(|s| s.upgrade(chat_id));
+        self.inner.updates_changed();
+        new_id
     }
 
-    /// The user blocks the bot: sends to their private chat fail with 403.
+    /// The user blocks the bot: sends to their private chat fail with 403
+    /// `bot was blocked by the user`, and the bot gets a `my_chat_member` update.
+    ///
+    /// # Panics
+    /// When there is no private chat with `user_id`.
     pub fn block_bot(&self, user_id: i64) {
         self.inner.with_state(|s| s.block(user_id));
+        self.inner.updates_changed();
     }
 
-    /// The bot is removed from `chat_id`: sends fail with 403.
+    /// The bot is removed from `chat_id`: sends fail with 403 (`bot was kicked from the group
+    /// chat`, its supergroup variant, or `bot is not a member of the channel chat`), and the
+    /// bot gets a `my_chat_member` update.
+    ///
+    /// # Panics
+    /// When the chat does not exist.
     pub fn kick_bot(&self, chat_id: i64) {
         self.inner.with_state(|s| s.kick(chat_id));
+        self.inner.updates_changed();
     }
 
     /// The messages visible in `chat_id` now, oldest first.
