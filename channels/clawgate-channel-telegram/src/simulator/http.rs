@@ -183,17 +183,25 @@ async fn handle(
     else {
         return envelope(Err(ApiError::new(404, "Not Found")));
     };
-    if token != inner.config.bot_token {
+    let refusal = if token != inner.config.bot_token {
         let description = if super::state::bot_id_of(token) > 0 {
             "Unauthorized"
         } else {
             "Unauthorized: invalid token specified"
         };
-        return envelope(Err(ApiError::new(401, description)));
-    }
-    let Some(canonical) = methods::canonical(name) else {
-        return envelope(Err(ApiError::new(404, "Not Found: method not found")));
+        Some(ApiError::new(401, description))
+    } else if methods::canonical(name).is_none() {
+        Some(ApiError::new(404, "Not Found: method not found"))
+    } else {
+        None
     };
+    if let Some(error) = refusal {
+        let method = methods::canonical(name).unwrap_or(name);
+        let params = decode_params(uri.query(), &headers, &body).unwrap_or_default();
+        record(&inner, method, &params, &Err(error.clone()), true);
+        return envelope(Err(error));
+    }
+    let canonical = methods::canonical(name).expect("checked above");
     let params = match decode_params(uri.query(), &headers, &body) {
         Ok(params) => params,
         Err(error) => {

@@ -28,7 +28,7 @@ use serde_json::Value;
 use state::Inner;
 
 /// How a simulator is set up.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct SimulatorConfig {
     /// Where to listen; `127.0.0.1:0` picks a free port.
     pub bind: SocketAddr,
@@ -43,6 +43,20 @@ pub struct SimulatorConfig {
     pub drafts_allowed: bool,
     /// The first webhook retry delay; later ones double, capped at a minute.
     pub webhook_retry_base: Duration,
+}
+
+impl std::fmt::Debug for SimulatorConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token is a secret: only the bot id (its public part) is shown.
+        f.debug_struct("SimulatorConfig")
+            .field("bind", &self.bind)
+            .field("bot_id", &state::bot_id_of(&self.bot_token))
+            .field("bot_username", &self.bot_username)
+            .field("rate_limits", &self.rate_limits)
+            .field("drafts_allowed", &self.drafts_allowed)
+            .field("webhook_retry_base", &self.webhook_retry_base)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for SimulatorConfig {

@@ -29,6 +29,12 @@ async fn envelope_key_order_and_status() {
     assert_eq!(me.result()["is_bot"], json!(true));
     assert_eq!(me.result()["username"], json!("clawgate_test_bot"));
     assert_eq!(h.sim.bot_user_id(), 123_456_789);
+    let config = format!("{:?}", SimulatorConfig::default());
+    assert!(
+        !config.contains("AAtest"),
+        "the token stays out of Debug: {config}"
+    );
+    assert!(config.contains("123456789"), "{config}");
     h.sim.stop().await;
 }
 
@@ -63,6 +69,21 @@ async fn token_and_method_errors() {
         assert_eq!(answer.body["ok"], json!(false), "{name}");
         assert_eq!(answer.description(), *description, "{name}");
     }
+    let refused: Vec<(String, u16)> = h
+        .sim
+        .log()
+        .into_iter()
+        .map(|r| (r.method, r.status))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            ("getMe".to_owned(), 401),
+            ("getMe".to_owned(), 401),
+            ("sendTelepathy".to_owned(), 404)
+        ],
+        "refused calls are in the log too"
+    );
     // Method names are case-insensitive; the log keeps the canonical case.
     let answer = crate::answer(h.http.get(h.url("GETME")).send().await.expect("answer")).await;
     assert_eq!(answer.status, 200);

@@ -311,3 +311,56 @@ async fn removal_and_migration_reach_the_bot_as_updates() {
     assert_eq!(updates[2]["message"]["migrate_from_chat_id"], json!(group));
     h.sim.stop().await;
 }
+
+#[tokio::test]
+async fn conflicts_are_spaced_three_seconds_apart() {
+    let h = Harness::start().await;
+    h.call("setWebhook", json!({"url": "http://127.0.0.1:9/hook"}))
+        .await
+        .result();
+    let started = Instant::now();
+    assert_eq!(h.call("getUpdates", json!({})).await.status, 409);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the first 409 comes at once"
+    );
+    assert_eq!(h.call("getUpdates", json!({})).await.status, 409);
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "the second waits: {:?}",
+        started.elapsed()
+    );
+    h.sim.stop().await;
+}
+
+#[tokio::test]
+async fn a_repeated_poll_within_three_seconds_is_held_anyway() {
+    let h = Harness::start().await;
+    let chat = h.sim.private_chat(&alice());
+    assert_eq!(
+        h.call("getUpdates", json!({"offset": 5})).await.result(),
+        &json!([])
+    );
+    // Same offset, timeout 0, right away: the server holds it (at least 3 s) instead of
+    // answering at once, so an update that arrives meanwhile is in the answer.
+    let poll = {
+        let http = h.http.clone();
+        let url = h.url("getUpdates");
+        tokio::spawn(async move {
+            crate::answer(
+                http.post(url)
+                    .json(&json!({"offset": 5}))
+                    .send()
+                    .await
+                    .expect("answer"),
+            )
+            .await
+        })
+    };
+    wait_for_hold(&h).await;
+    h.sim
+        .user_writes(chat, &alice(), "meanwhile", WriteOptions::default());
+    let answer = poll.await.expect("poll");
+    assert_eq!(answer.result()[0]["message"]["text"], json!("meanwhile"));
+    h.sim.stop().await;
+}

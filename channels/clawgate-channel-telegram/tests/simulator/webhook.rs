@@ -346,3 +346,49 @@ async fn set_webhook_answers_like_the_server_and_ends_a_held_poll() {
     );
     h.sim.stop().await;
 }
+
+#[tokio::test]
+async fn a_failing_update_holds_back_its_own_chat_only() {
+    let h = Harness::with(SimulatorConfig {
+        webhook_retry_base: Duration::from_millis(300),
+        ..config()
+    })
+    .await;
+    let hook = receiver(vec![500]).await;
+    let a = h.sim.private_chat(&alice());
+    let b = h.sim.private_chat(&SimUser::person(4242, "Bea"));
+    h.call("setWebhook", json!({"url": hook.url}))
+        .await
+        .result();
+    h.sim
+        .user_writes(a, &alice(), "a1", WriteOptions::default());
+    h.sim
+        .user_writes(a, &alice(), "a2", WriteOptions::default());
+    until("the first attempt", || {
+        hook.seen.lock().expect("lock").len() == 1
+    })
+    .await;
+    h.sim.user_writes(
+        b,
+        &SimUser::person(4242, "Bea"),
+        "b1",
+        WriteOptions::default(),
+    );
+    until("all delivered", || {
+        hook.seen.lock().expect("lock").len() == 4
+    })
+    .await;
+    let texts: Vec<String> = hook
+        .seen
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|(u, _, _)| u["message"]["text"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(
+        texts,
+        ["a1", "b1", "a1", "a2"],
+        "a2 waits for a1; b1 does not"
+    );
+    h.sim.stop().await;
+}
