@@ -1,10 +1,12 @@
 //! The send side: the adapter every channel implements, and its optional render, live and
 //! origin adapters.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use clawgate_types::{
     ChannelMessage, IntentId, LiveCancelReason, MessageCapabilities, MessageOrigin, MessageReceipt,
-    MessageReceiptPart, RenderedMessageBatch, RenderedMessageUnit,
+    MessageReceiptPart, MessageTarget, RenderedMessageBatch, RenderedMessageUnit,
 };
 
 use crate::{RenderError, SendError};
@@ -120,6 +122,25 @@ pub trait ChannelMessageAdapter: Send + Sync {
         Ok(Reconciliation::Unresolved)
     }
 
+    /// Whether a live preview may be shown while `message` is produced (when the channel can
+    /// preview at all). `false`: the message is sent once, when it is complete (Telegram: a
+    /// quoted reply, whose quote a preview would show twice).
+    fn previews(&self, _message: &ChannelMessage) -> bool {
+        true
+    }
+
+    /// How often the engine calls [`Self::show_typing`] while an agent works on a reply;
+    /// `None` (the default): the channel shows no typing indicator.
+    fn typing_interval(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Shows once that a reply is being worked on in `target` (the indicator fades on its own).
+    /// Best effort: a failure is logged, never retried.
+    async fn show_typing(&self, _target: &MessageTarget) -> Result<(), SendError> {
+        Ok(())
+    }
+
     /// Channel-local effects of a delivered send (echo caches, thread participation…). Runs
     /// once per committed send, after its receipt is durable, on the recovery path too.
     async fn after_commit(&self, _ctx: &SendContext, _receipt: &MessageReceipt) {}
@@ -195,6 +216,13 @@ pub trait MessageLiveAdapter: Send + Sync {
         preview: &MessageReceiptPart,
         unit: &RenderedMessageUnit,
     ) -> Result<MessageReceiptPart, SendError>;
+
+    /// Whether `preview` can become the final in place ([`Self::finalize`]); `false` (a
+    /// native draft that is not a message) makes the engine remove it and send the final
+    /// through the durable send path.
+    fn can_finalize_in_place(&self, _preview: &MessageReceiptPart) -> bool {
+        true
+    }
 
     /// Turns the preview into the final message in place; returns the final's part.
     async fn finalize(

@@ -119,4 +119,13 @@ pub enum ReceiveError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A well-formed event the channel does not answer (a kind it does not handle, a chat it
+    /// is not allowed in): finished without a turn.
+    #[error("{channel} event ignored: {reason}")]
+    Ignored {
+        /// The channel that received it.
+        channel: String,
+        /// Why it is not answered.
+        reason: String,
+    },
 }

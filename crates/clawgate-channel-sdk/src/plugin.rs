@@ -33,6 +33,9 @@ pub struct ChannelPlugin {
     pub platform_url: Option<String>,
     /// The platform runs inside the gateway process (a test platform).
     pub embedded: bool,
+    /// A live preview older than this is not finalized in place: the final is sent fresh and
+    /// the preview removed. `None`: the engine's default.
+    pub preview_stale_after: Option<std::time::Duration>,
     extension: Option<Arc<dyn Any + Send + Sync>>,
 }
 
@@ -46,6 +49,7 @@ impl ChannelPlugin {
             source: InboundSource::None,
             platform_url: None,
             embedded: false,
+            preview_stale_after: None,
             extension: None,
         }
     }
@@ -71,6 +75,12 @@ impl ChannelPlugin {
     pub fn with_platform_url(mut self, url: impl Into<String>, embedded: bool) -> ChannelPlugin {
         self.platform_url = Some(url.into());
         self.embedded = embedded;
+        self
+    }
+
+    /// Previews older than `age` get a fresh final (the account's configured preview age).
+    pub fn with_preview_stale_after(mut self, age: std::time::Duration) -> ChannelPlugin {
+        self.preview_stale_after = Some(age);
         self
     }
 

@@ -683,7 +683,7 @@ impl Inner {
         }
     }
 
-    async fn retry_or_fail(
+    pub(crate) async fn retry_or_fail(
         &self,
         intent: &mut DurableSendIntent,
         error: &SendError,

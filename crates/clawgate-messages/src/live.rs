@@ -204,7 +204,7 @@ impl LivePreview {
     /// it, coalesced so edits never exceed the platform's declared rate. Returns whether the
     /// platform was touched now.
     pub async fn update(&mut self, text: &str) -> Result<bool, MessagesError> {
-        if self.shown.as_deref() == Some(text) {
+        if self.shown.as_deref() == Some(text) || !self.adapter.previews(&self.intent.message) {
             return Ok(false);
         }
         let now = self.inner().clock.now_ms();
@@ -244,7 +244,7 @@ impl LivePreview {
                     return Ok(false);
                 }
             };
-            let can_edit = self.adapter.capabilities().can_edit();
+            let can_edit = in_place_possible(&self.adapter, &part);
             let streamed_media = self
                 .intent
                 .live_state
@@ -609,7 +609,7 @@ impl LivePreview {
         let ctx = preview_context(&self.inner().context(&self.intent));
         match find_preview(&self.adapter, &ctx).await {
             PreviewProbe::Landed(part) => {
-                let can_edit = self.adapter.capabilities().can_edit();
+                let can_edit = in_place_possible(&self.adapter, &part);
                 let state = self
                     .intent
                     .live_state
@@ -816,6 +816,18 @@ pub(crate) async fn remove_stream_preview(
     remove_preview(adapter, ctx, &part, LiveCancelReason::Aborted).await
 }
 
+/// Whether `preview` can become the final by an edit: the channel edits, and its live adapter
+/// (when it has one) says this preview is a message that can (a native draft is not).
+pub(crate) fn in_place_possible(
+    adapter: &Arc<dyn ChannelMessageAdapter>,
+    preview: &MessageReceiptPart,
+) -> bool {
+    adapter.capabilities().can_edit()
+        && adapter
+            .live()
+            .is_none_or(|live| live.can_finalize_in_place(preview))
+}
+
 // A preview's platform operations go through the channel's live adapter when it declares one
 // (a native stream), else through its plain send / edit / delete.
 
@@ -842,7 +854,7 @@ async fn replace(
     }
 }
 
-async fn finalize_in_place(
+pub(crate) async fn finalize_in_place(
     adapter: &Arc<dyn ChannelMessageAdapter>,
     ctx: &clawgate_channel_sdk::SendContext,
     preview: &MessageReceiptPart,

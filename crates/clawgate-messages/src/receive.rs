@@ -88,6 +88,9 @@ pub struct ReceiveOptions {
     pub max_attempts: u32,
     /// Bot-to-bot traffic limits per room (applies when bots are allowed).
     pub bot_loop: BotLoopLimits,
+    /// The account events are recorded under when the platform payload names none: the
+    /// channel account's id, so its unfinished events are found again after a restart.
+    pub account_id: Option<String>,
 }
 
 impl Default for ReceiveOptions {
@@ -96,6 +99,7 @@ impl Default for ReceiveOptions {
             allow_bots: false,
             max_attempts: 5,
             bot_loop: BotLoopLimits::default(),
+            account_id: None,
         }
     }
 }
@@ -131,7 +135,8 @@ impl From<String> for DispatchError {
 /// What happened to one platform event.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ReceiveOutcome {
-    /// The payload could not be normalized (acked: redelivering it would not help).
+    /// The payload could not be normalized, or the channel ignores it
+    /// ([`ReceiveError::Ignored`]); acked: redelivering it would not help.
     Invalid(ReceiveError),
     /// A marked gateway-failure echo from a bot in a shared room: dropped before authorization.
     DroppedEcho,
@@ -243,14 +248,25 @@ impl Receiver {
         S: FnOnce(NormalizedInbound) -> SFut,
         SFut: Future<Output = Result<(), String>>,
     {
-        let inbound = match self.normalizer.normalize(raw) {
+        let mut inbound = match self.normalizer.normalize(raw) {
             Ok(inbound) => inbound,
+            Err(error @ ReceiveError::Ignored { .. }) => {
+                info!(%error, "platform event finished without a turn");
+                ack.ack();
+                return Ok(ReceiveOutcome::Invalid(error));
+            }
             Err(error) => {
                 warn!(%error, "malformed platform event dropped");
                 ack.ack();
                 return Ok(ReceiveOutcome::Invalid(error));
             }
         };
+        if inbound.message.account_id.is_none() {
+            inbound
+                .message
+                .account_id
+                .clone_from(&self.options.account_id);
+        }
         let policy = self.normalizer.ack_policy(&inbound);
         if matches!(policy, ReceiveAckPolicy::Immediate { .. }) {
             ack.ack();

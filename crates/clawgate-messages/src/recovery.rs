@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use clawgate_channel_sdk::{ChannelMessageAdapter, Reconciliation};
 use clawgate_store::{IntentCursor, StoreError};
-use clawgate_types::{DurableSendIntent, IntentId, IntentStatus};
+use clawgate_types::{DurableSendIntent, IntentId, IntentStatus, MessageReceipt};
 use tracing::{Instrument as _, info, info_span, warn};
 
 use crate::engine::Inner;
@@ -251,6 +251,13 @@ impl Inner {
             }
             return Ok(());
         }
+        // A final that was becoming its preview by an edit (a crash mid-finalize): the edit is
+        // made again, as repeating an edit cannot duplicate anything — on a platform without
+        // idempotency keys this is the one final whose unknown outcome can be settled.
+        if let Some(outcome) = self.resume_in_place(&adapter, &mut intent).await? {
+            count(report, &outcome);
+            return Ok(());
+        }
         // A recorded final with a preview still showing (a crash mid-finalize): the preview
         // goes, then the final is delivered normally. Delivered blocks and streamed media are
         // content, not a preview: only a preview is removed, and a recorded final already holds
@@ -305,6 +312,77 @@ impl Inner {
         };
         count(report, &outcome);
         Ok(())
+    }
+
+    /// Finishes an in-place finalization a crash interrupted: the intent was `sending` its one
+    /// unit as an edit of the recorded preview (or is `pending` with a preview that is not
+    /// stale yet). `None`: not such an intent, or the platform refused the edit (the preview
+    /// is then removed and the final delivered normally by the caller).
+    async fn resume_in_place(
+        &self,
+        adapter: &Arc<dyn ChannelMessageAdapter>,
+        intent: &mut DurableSendIntent,
+    ) -> Result<Option<SendOutcome>, MessagesError> {
+        let now = self.clock.now_ms();
+        let Some(state) = intent.live_state.clone() else {
+            return Ok(None);
+        };
+        let preview = state
+            .receipt
+            .as_ref()
+            .filter(|_| {
+                state.mode != clawgate_types::LiveMode::Block && state.can_finalize_in_place
+            })
+            .and_then(|r| r.parts.first())
+            .cloned();
+        let unit = intent
+            .batch
+            .as_ref()
+            .filter(|b| b.units.len() == 1)
+            .map(|b| b.units[0].clone());
+        let (Some(preview), Some(unit)) = (preview, unit) else {
+            return Ok(None);
+        };
+        let delivered = intent
+            .partial_receipt
+            .as_ref()
+            .is_some_and(|r| r.parts.iter().any(|p| p.index == 0));
+        let resumable = match intent.status {
+            IntentStatus::Sending => true,
+            IntentStatus::Pending => !state.is_stale(now),
+            _ => false,
+        };
+        let expired = intent.expires_at.is_some_and(|at| at <= now);
+        if delivered || !resumable || expired || !crate::live::in_place_possible(adapter, &preview)
+        {
+            return Ok(None);
+        }
+        if intent.status == IntentStatus::Pending {
+            intent.attempt += 1;
+            self.save(intent, IntentStatus::Sending, true).await?;
+        }
+        let ctx = self.context(intent);
+        match crate::live::finalize_in_place(adapter, &ctx, &preview, &unit).await {
+            Ok(mut edited) => {
+                edited.index = 0;
+                let edited = MessageReceipt::from_parts(vec![edited], now);
+                match &mut intent.partial_receipt {
+                    Some(receipt) => receipt.merge(edited),
+                    None => intent.partial_receipt = Some(edited),
+                }
+                info!(intent = %intent.id, "the final interrupted while replacing its preview was edited in again");
+                Ok(Some(self.commit(adapter, intent, true).await?))
+            }
+            Err(error) if error.side_effect == clawgate_channel_sdk::SideEffect::Possible => {
+                // Still an edit: it is tried again later, never turned into a second message.
+                Ok(Some(self.retry_or_fail(intent, &error, true).await?))
+            }
+            Err(error) => {
+                warn!(intent = %intent.id, error = %error.message, "the preview cannot become the final; sending it fresh");
+                self.save(intent, IntentStatus::Pending, true).await?;
+                Ok(None)
+            }
+        }
     }
 
     /// Asks the platform about every unit without a receipt, then commits what landed and resends

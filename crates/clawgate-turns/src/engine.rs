@@ -64,6 +64,33 @@ impl AgentCommand {
     }
 }
 
+/// The live preview options of `channel`: its configured preview age, else the default.
+fn live_options(channel: &Channel) -> LiveOptions {
+    let mut options = LiveOptions::default();
+    if let Some(age) = channel.plugin.preview_stale_after {
+        options.stale_after_ms = u64::try_from(age.as_millis()).unwrap_or(u64::MAX);
+    }
+    options
+}
+
+/// Shows the channel's typing indicator in `target` at its interval, forever (the caller drops
+/// it when the agent is done); never resolves on a channel without one.
+async fn show_typing(
+    channel: &Channel,
+    target: &clawgate_types::MessageTarget,
+) -> std::convert::Infallible {
+    let sender = &channel.plugin.sender;
+    let Some(interval) = sender.typing_interval() else {
+        return std::future::pending().await;
+    };
+    loop {
+        if let Err(error) = sender.show_typing(target).await {
+            tracing::debug!(error = %error.message, "typing indicator not shown");
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
 /// Runs the agent turns of every channel of one host: the stores, engines and agents a turn
 /// needs, and the host's stop signal.
 pub struct Turns<S> {
@@ -286,7 +313,7 @@ impl<S: TurnStore> Turns<S> {
             MessageDurabilityPolicy::Disabled => None,
             policy => match self
                 .messenger
-                .begin_live(reply.clone(), options.clone(), LiveOptions::default())
+                .begin_live(reply.clone(), options.clone(), live_options(channel))
                 .await
             {
                 Ok(live) => Some(live),
@@ -321,7 +348,12 @@ impl<S: TurnStore> Turns<S> {
             }
             error
         };
-        let (outcome, preview_error) = tokio::join!(prompt_turn, preview);
+        // "Typing…" while the agent works, on channels that show it (best effort).
+        let typing = show_typing(channel, &inbound.message.target);
+        let (outcome, preview_error) = tokio::select! {
+            both = async { tokio::join!(prompt_turn, preview) } => both,
+            never = typing => match never {},
+        };
         let outcome = match outcome {
             Ok(outcome) => outcome,
             Err(e) => {

@@ -7,10 +7,17 @@ use clawgate_channel_sdk::ChannelRegistry;
 
 /// Every channel kind compiled into this build.
 pub fn registry() -> ChannelRegistry {
-    #[cfg_attr(not(feature = "channel-qa"), allow(unused_mut))]
+    #[cfg_attr(
+        not(any(feature = "channel-qa", feature = "channel-telegram")),
+        allow(unused_mut)
+    )]
     let mut registry = ChannelRegistry::new();
     #[cfg(feature = "channel-qa")]
     registry.register(std::sync::Arc::new(clawgate_channel_qa::QaFactory));
+    #[cfg(feature = "channel-telegram")]
+    registry.register(std::sync::Arc::new(
+        clawgate_channel_telegram::TelegramFactory,
+    ));
     registry
 }
 

@@ -436,6 +436,7 @@ impl Gateway {
             self.clock.clone(),
             ReceiveOptions {
                 max_attempts: channel.max_turn_attempts,
+                account_id: Some(channel.account.clone()),
                 ..ReceiveOptions::default()
             },
         );

@@ -101,6 +101,12 @@ pub trait ConformancePeer: Send + Sync {
         None
     }
 
+    /// A URL of an image the platform can fetch, for the attachment case (platforms that
+    /// fetch files by URL, such as Telegram, refuse one they cannot reach).
+    fn attachment_url(&self) -> String {
+        "https://files.example/conformance.png".to_owned()
+    }
+
     /// The raw platform events of the messages visible in `target` (to check that metadata the
     /// adapter wrote, such as origin markers, comes back). Empty when the peer cannot.
     async fn visible_raw(&self, _target: &MessageTarget) -> Vec<serde_json::Value> {

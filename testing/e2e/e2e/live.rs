@@ -512,9 +512,11 @@ impl ChannelMessageAdapter for Gate {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_final_recovered_after_a_crash_neither_repeats_nor_removes_streamed_media() {
-    // (case, preview age at the final): in place, the crash comes at the edit (`sending`);
-    // stale, at the preview's removal before a fresh final (`pending`).
+    // (case, preview age at the final): in place, the crash comes at the edit (`sending`) and
+    // recovery makes the edit again (the preview becomes the final); stale, at the preview's
+    // removal before a fresh final (`pending`), and recovery removes it and sends the final.
     for (case, age) in [("in place", 250), ("stale preview", 120_000)] {
+        let in_place = age < 60_000;
         let h = Harness::new().await;
         let gate = Arc::new(Gate {
             inner: h.adapter(),
@@ -571,19 +573,25 @@ async fn a_final_recovered_after_a_crash_neither_repeats_nor_removes_streamed_me
         );
         assert_eq!(
             events(&h, LogEvent::Deleted, &preview),
-            1,
-            "{case}: the preview is cleaned up"
+            usize::from(!in_place),
+            "{case}: the preview becomes the final in place, or is cleaned up"
         );
         assert_eq!(
             h.platform.landed_with_text(text),
-            1,
-            "{case}: the final exactly once"
+            usize::from(!in_place),
+            "{case}: the final lands once as a message of its own, or as the preview's edit"
         );
         let landed = h.platform.messages("room-1");
         assert_eq!(landed.len(), 2, "{case}: {landed:?}");
-        assert_eq!(landed[0].id, cat, "{case}");
+        let (final_message, image) = if in_place {
+            assert_eq!(landed[0].id, preview, "{case}: the preview is the final");
+            (&landed[0], &landed[1])
+        } else {
+            (&landed[1], &landed[0])
+        };
+        assert_eq!(image.id, cat, "{case}");
         assert_eq!(
-            (landed[1].text.as_str(), landed[1].attachments.len()),
+            (final_message.text.as_str(), final_message.attachments.len()),
             (text, 0),
             "{case}: the final carries the text only"
         );
@@ -591,10 +599,59 @@ async fn a_final_recovered_after_a_crash_neither_repeats_nor_removes_streamed_me
         assert_eq!(intent.status, IntentStatus::Sent, "{case}");
         assert_eq!(
             intent.receipt.unwrap().platform_message_ids,
-            vec![landed[1].id.clone(), cat],
+            vec![final_message.id.clone(), cat],
             "{case}: the receipt names the final and the streamed image"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_cut_off_mid_edit_is_edited_in_again_even_without_idempotency_keys() {
+    // A platform without idempotency keys (Telegram) cannot settle a lost send, but an edit
+    // repeated is harmless: the final interrupted while it replaced its preview is finished by
+    // editing again, never parked as unknown and never sent as a second message.
+    let h = Harness::new().await;
+    let gate = Arc::new(Gate {
+        inner: h.plain_adapter(),
+        armed: AtomicBool::new(false),
+        reached: tokio::sync::Notify::new(),
+    });
+    let messenger = h.messenger(gate.clone());
+    let mut live = messenger
+        .begin_live(message("e", ""), opts(), LiveOptions::default())
+        .await
+        .unwrap();
+    live.update("The answer").await.unwrap();
+    let preview = h.platform.messages("room-1")[0].id.clone();
+    h.clock.advance(250);
+    gate.armed.store(true, Ordering::SeqCst);
+    let text = "The answer is 42.";
+    tokio::select! {
+        biased;
+        () = gate.reached.notified() => {}
+        report = live.finalize(message("e", text)) => panic!("the final got through: {report:?}"),
+    }
+    let recorded = h.intents().await;
+    assert_eq!(
+        recorded[0].status,
+        IntentStatus::Sending,
+        "cut off mid-edit"
+    );
+
+    let restarted = h.messenger(Arc::new(h.plain_adapter()));
+    h.clock.advance(3 * 60_000);
+    let report = restarted.recover().await.unwrap();
+    assert_eq!(report.committed, 1, "{report:?}");
+    let landed = h.platform.messages("room-1");
+    assert_eq!(landed.len(), 1, "{landed:?}");
+    assert_eq!(
+        (landed[0].id.as_str(), landed[0].text.as_str()),
+        (preview.as_str(), text)
+    );
+    assert_eq!(h.platform.landed_with_text(text), 0, "no second message");
+    assert_eq!(events(&h, LogEvent::Deleted, &preview), 0);
+    let intent = h.store.load_intent(&recorded[0].id).await.unwrap().unwrap();
+    assert_eq!(intent.status, IntentStatus::Sent);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

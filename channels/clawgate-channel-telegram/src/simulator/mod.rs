@@ -473,6 +473,13 @@ impl BotApiSimulator {
         self.inner.with_state(|s| s.webhook_deliveries.clone())
     }
 
+    /// The connection of the next webhook delivery drops after the request went out and
+    /// before its answer is read: the webhook may have taken the update, the simulator does
+    /// not know, and delivers it again later (as Telegram does after a network cut).
+    pub fn cut_next_webhook_delivery(&self) {
+        self.inner.with_state(|s| s.webhook_cuts += 1);
+    }
+
     /// Stops serving and ends webhook delivery.
     pub async fn stop(self) {
         http::stop(&self.inner).await;

@@ -356,6 +356,8 @@ pub(crate) struct State {
     pub webhook: Option<Webhook>,
     pub webhook_generation: u64,
     pub webhook_deliveries: Vec<WebhookDelivery>,
+    /// Webhook deliveries still to be cut off before their answer is read.
+    pub webhook_cuts: u32,
     pub long_poll: Option<LongPoll>,
     pub next_poll_id: u64,
     /// The previous getUpdates (offset, when), for the server's repeated-poll throttle.
@@ -389,6 +391,7 @@ impl State {
             webhook: None,
             webhook_generation: 0,
             webhook_deliveries: Vec::new(),
+            webhook_cuts: 0,
             long_poll: None,
             next_poll_id: 1,
             previous_poll: None,

@@ -231,7 +231,17 @@ async fn deliver(inner: Arc<Inner>, client: reqwest::Client, job: Job) {
         request = request.header(SECRET_HEADER, secret);
     }
     let outcome = request.send().await;
+    let cut = outcome.is_ok()
+        && inner.with_state(|s| {
+            let cut = s.webhook_cuts > 0;
+            s.webhook_cuts = s.webhook_cuts.saturating_sub(1);
+            cut
+        });
     let (status, retry_after, error_text) = match &outcome {
+        _ if cut => {
+            let text = "Connection reset by peer".to_owned();
+            (Err(text.clone()), None, text)
+        }
         Ok(response) => {
             let status = response.status();
             let retry_after = response

@@ -15,4 +15,5 @@ mod platform_faults;
 mod plugin_channel;
 mod store_faults;
 mod support;
+mod telegram;
 mod webdriver;

@@ -118,6 +118,13 @@ impl GatewayProcess {
                 if let Some(url) = line.trim().strip_prefix("chat:") {
                     let _ = url_tx.send(url.trim().trim_end_matches('/').to_owned());
                 }
+                // A gateway without the QA channel has no chat page: its control API says
+                // where it listens.
+                if let Some(api) = line.trim().strip_prefix("control API:")
+                    && let Some(url) = api.split_whitespace().next()
+                {
+                    let _ = url_tx.send(url.trim_end_matches("/v1").to_owned());
+                }
                 sink.lock().expect("lines").push(line);
             }
         });
