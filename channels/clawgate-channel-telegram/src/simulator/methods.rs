@@ -31,6 +31,7 @@ const METHODS: &[&str] = &[
     "sendVideo",
     "sendAudio",
     "sendVoice",
+    "sendAnimation",
     "getChat",
 ];
 
@@ -101,6 +102,7 @@ pub(crate) async fn call(
         "sendVideo" => send_media(inner, "video", params).await,
         "sendAudio" => send_media(inner, "audio", params).await,
         "sendVoice" => send_media(inner, "voice", params).await,
+        "sendAnimation" => send_media(inner, "animation", params).await,
         other => Err(ApiError::new(
             500,
             format!("Internal Server Error: {other} has no handler"),
@@ -179,6 +181,9 @@ fn resolve_chat(s: &State, params: &Params, write: bool) -> Result<i64, ApiError
             migrate_to_chat_id: Some(new_id),
             ..ApiError::bad_request("group chat was upgraded to a supergroup chat")
         });
+    }
+    if write && chat.deactivated {
+        return Err(ApiError::forbidden("user is deactivated"));
     }
     if write && chat.bot_removed {
         return Err(match chat.kind {
@@ -634,7 +639,7 @@ async fn send_media(
         let unique = format!("U{file_id}");
         let media = match kind {
             "photo" => json!([{"file_id": file_id, "file_unique_id": unique, "width": 90, "height": 90, "file_size": 1024}]),
-            "video" => json!({"file_id": file_id, "file_unique_id": unique, "width": 320, "height": 240, "duration": 1}),
+            "video" | "animation" => json!({"file_id": file_id, "file_unique_id": unique, "width": 320, "height": 240, "duration": 1}),
             "audio" | "voice" => json!({"file_id": file_id, "file_unique_id": unique, "duration": 1}),
             _ => {
                 let name = source.rsplit('/').next().unwrap_or("file").to_owned();
@@ -642,6 +647,10 @@ async fn send_media(
             }
         };
         let (message_id, raw) = bot_message(s, chat_id, thread, &reply, |raw| {
+            // An animation's Message also carries it as `document`, as Telegram's does.
+            if kind == "animation" {
+                raw["document"] = media.clone();
+            }
             raw[kind] = media;
             if !caption.text.is_empty() {
                 raw["caption"] = json!(caption.text);

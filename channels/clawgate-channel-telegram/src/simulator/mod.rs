@@ -125,7 +125,7 @@ pub struct WriteOptions {
 /// A media attachment sent by URL.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimMedia {
-    /// `photo`, `document`, `video`, `audio` or `voice`.
+    /// `photo`, `document`, `video`, `animation`, `audio` or `voice`.
     pub kind: String,
     /// The URL the bot passed (or the file_id it reused).
     pub url: String,
@@ -423,6 +423,15 @@ impl BotApiSimulator {
     pub fn kick_bot(&self, chat_id: i64) {
         self.inner.with_state(|s| s.kick(chat_id));
         self.inner.updates_changed();
+    }
+
+    /// The user deletes their account: sends to their private chat fail with 403
+    /// `user is deactivated`.
+    ///
+    /// # Panics
+    /// When there is no private chat with `user_id`.
+    pub fn deactivate_user(&self, user_id: i64) {
+        self.inner.with_state(|s| s.deactivate(user_id));
     }
 
     /// The messages visible in `chat_id` now, oldest first.

@@ -203,6 +203,8 @@ pub(crate) struct Chat {
     pub migrated_to: Option<i64>,
     /// The bot was kicked (groups, channels) or blocked (private chats).
     pub bot_removed: bool,
+    /// The private chat's user deleted their account.
+    pub deactivated: bool,
     pub drafts: Vec<SimDraft>,
     pub actions: Vec<String>,
 }
@@ -220,6 +222,7 @@ impl Chat {
             messages: BTreeMap::new(),
             migrated_to: None,
             bot_removed: false,
+            deactivated: false,
             drafts: Vec::new(),
             actions: Vec::new(),
         }
@@ -671,6 +674,13 @@ impl State {
             "block_bot: no private chat with user {user_id}"
         );
         self.remove_bot(user_id);
+    }
+
+    pub(crate) fn deactivate(&mut self, user_id: i64) {
+        match self.chats.get_mut(&user_id) {
+            Some(chat) if chat.kind == ChatKind::Private => chat.deactivated = true,
+            _ => panic!("deactivate_user: no private chat with user {user_id}"),
+        }
     }
 
     pub(crate) fn kick(&mut self, chat_id: i64) {

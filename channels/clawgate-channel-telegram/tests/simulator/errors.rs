@@ -100,6 +100,8 @@ async fn error_table() {
     let private = sim.private_chat(&alice());
     let blocked = sim.private_chat(&bob());
     sim.block_bot(bob().id);
+    let gone = sim.private_chat(&SimUser::person(1003, "Gone"));
+    sim.deactivate_user(gone);
     let group = sim.group("Family");
     let kicked_group = sim.group("Old friends");
     sim.kick_bot(kicked_group);
