@@ -18,6 +18,10 @@
 //! | `GET /control/messages/{chat_id}` | the visible messages |
 //! | `GET /control/log` | every call |
 //! | `GET /control/long_poll` | `{"holding"}`: whether a getUpdates is held now |
+//! | `GET /control/drafts/{chat_id}` | the drafts seen (`draft_id`, `text`, `at`) |
+//! | `GET /control/chat_actions/{chat_id}` | the chat actions seen |
+//! | `GET /control/pending_updates` | `{"count"}` of unconfirmed updates |
+//! | `GET /control/webhook_deliveries` | every webhook POST (`update_id`, `attempt`, `status` or `error`) |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,14 +53,43 @@ pub(crate) async fn handle(
             inner.with_state(|s| s.log.iter().map(record_json).collect()),
         )),
         ("GET", "long_poll") => Ok(json!({"holding": inner.with_state(|s| s.long_poll.is_some())})),
-        ("GET", path) if path.starts_with("messages/") => path["messages/".len()..]
-            .parse::<i64>()
-            .map_err(|_| format!("{path}: the chat id is not a number"))
-            .map(|chat_id| {
-                Value::Array(
-                    inner.with_state(|s| s.messages(chat_id).iter().map(message_json).collect()),
-                )
-            }),
+        ("GET", "pending_updates") => {
+            Ok(json!({"count": inner.with_state(|s| s.pending_updates())}))
+        }
+        ("GET", "webhook_deliveries") => Ok(Value::Array(inner.with_state(|s| {
+            s.webhook_deliveries
+                .iter()
+                .map(|d| match &d.status {
+                    Ok(status) => {
+                        json!({"update_id": d.update_id, "attempt": d.attempt, "status": status})
+                    }
+                    Err(error) => {
+                        json!({"update_id": d.update_id, "attempt": d.attempt, "error": error})
+                    }
+                })
+                .collect()
+        }))),
+        ("GET", path) if path.contains('/') => {
+            let (what, chat) = path.split_once('/').expect("contains a slash");
+            let chat_id = chat
+                .parse::<i64>()
+                .map_err(|_| format!("{path}: the chat id is not a number"));
+            chat_id.and_then(|chat_id| {
+                inner.with_state(|s| match what {
+                    "messages" => Ok(Value::Array(
+                        s.messages(chat_id).iter().map(message_json).collect(),
+                    )),
+                    "drafts" => Ok(Value::Array(
+                        s.drafts(chat_id)
+                            .iter()
+                            .map(|d| json!({"draft_id": d.draft_id, "text": d.text, "at": d.at}))
+                            .collect(),
+                    )),
+                    "chat_actions" => Ok(json!(s.chat_actions(chat_id))),
+                    _ => Err(format!("no control endpoint GET /control/{path}")),
+                })
+            })
+        }
         ("POST", action) => post(inner, action, &request),
         _ => Err(format!("no control endpoint {method} /control/{path}")),
     };

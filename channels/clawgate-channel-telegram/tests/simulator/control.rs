@@ -70,6 +70,32 @@ async fn chats_writes_faults_and_the_record_over_http() {
         .map(|r| &r["status"])
         .collect();
     assert_eq!(statuses, [&json!(400), &json!(200)]);
+    assert_eq!(log[1]["method"], json!("sendMessage"));
+    assert_eq!(log[1]["params"]["text"], json!("y"));
+
+    h.call(
+        "sendChatAction",
+        json!({"chat_id": chat, "action": "typing"}),
+    )
+    .await
+    .result();
+    h.call(
+        "sendMessageDraft",
+        json!({"chat_id": chat, "draft_id": 3, "text": "dr"}),
+    )
+    .await
+    .result();
+    let (_, actions) = control(&h, &format!("chat_actions/{chat}"), None).await;
+    assert_eq!(actions, json!(["typing"]));
+    let (_, drafts) = control(&h, &format!("drafts/{chat}"), None).await;
+    assert_eq!(
+        (&drafts[0]["draft_id"], &drafts[0]["text"]),
+        (&json!(3), &json!("dr"))
+    );
+    let (_, pending) = control(&h, "pending_updates", None).await;
+    assert_eq!(pending["count"], json!(2), "the topic message and its edit");
+    let (_, deliveries) = control(&h, "webhook_deliveries", None).await;
+    assert_eq!(deliveries, json!([]));
 
     let (_, group) = control(&h, "group", Some(json!({"title": "G"}))).await;
     let group = group["chat_id"].as_i64().expect("group");
