@@ -5,8 +5,34 @@
 //! in-memory record of what landed ([`BotApiSimulator::messages`], [`BotApiSimulator::log`]) so
 //! tests judge delivery from it. Tests play the users ([`BotApiSimulator::user_writes`]), break
 //! things on purpose ([`BotApiSimulator::inject`]) and drive time
-//! ([`BotApiSimulator::advance_clock`]). Out-of-process clients drive the same functions over
-//! HTTP under `/control/…` (see the `control` module).
+//! ([`BotApiSimulator::advance_clock`]).
+//!
+//! ```
+//! use clawgate_channel_telegram::simulator::{
+//!     BotApiSimulator, Fault, FaultKind, SimUser, SimulatorConfig, WriteOptions,
+//! };
+//! # let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+//! # runtime.block_on(async {
+//! let sim = BotApiSimulator::start(SimulatorConfig::default()).await?;
+//! let alice = SimUser::person(1001, "Alice");
+//! let chat = sim.private_chat(&alice);
+//! let update = sim.user_writes(chat, &alice, "hello bot", WriteOptions::default());
+//! assert_eq!(update["message"]["chat"]["type"], "private");
+//! assert_eq!(sim.pending_updates(), 1);
+//! // A client under test uses `{base_url}/bot{token}/<method>`; the next sendMessage takes
+//! // effect but its answer is lost.
+//! let _endpoint = format!("{}/bot{}/sendMessage", sim.base_url(), sim.token());
+//! sim.inject(Fault::on("sendMessage", FaultKind::LoseAnswer));
+//! sim.stop().await;
+//! # Ok::<(), std::io::Error>(())
+//! # }).unwrap();
+//! ```
+//!
+//! Out-of-process clients drive the same functions over HTTP under `/control/…`: `POST
+//! /control/private_chat`, `group`, `supergroup`, `channel`, `topic`, `write`, `edit`, `fault`,
+//! `advance_clock`, `block`, `kick`, `upgrade` (JSON bodies), and `GET /control/log`,
+//! `messages/{chat_id}`, `drafts/{chat_id}`, `chat_actions/{chat_id}`, `pending_updates`,
+//! `webhook_deliveries`, `long_poll`. A mistake answers 400 with `{"error": "…"}`.
 //!
 //! Invariants: a refused call (error answer, rate limit, injected error, `Unreachable`) has no
 //! effect; a call that took effect is in [`BotApiSimulator::messages`] whether or not its answer
