@@ -83,6 +83,7 @@ pub(crate) async fn call(
             me["supports_inline_queries"] = json!(false);
             me["can_connect_to_business"] = json!(false);
             me["has_main_web_app"] = json!(false);
+            me["has_topics_enabled"] = json!(false);
             me
         })),
         "getUpdates" => get_updates(inner, params).await,
