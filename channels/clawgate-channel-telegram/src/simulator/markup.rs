@@ -116,7 +116,6 @@ pub(crate) enum ParseModeError {
 
 struct Open {
     tag: String,
-    start: usize,
     entity: Entity,
 }
 
@@ -166,7 +165,6 @@ fn parse_html(source: &str) -> Result<Formatted, String> {
                     }
                     out.entities.push(entity);
                 }
-                let _ = open.start;
             }
             b'<' => {
                 let begin = i;
@@ -235,11 +233,7 @@ fn parse_html(source: &str) -> Result<Formatted, String> {
                     }
                 };
                 entity.offset = offset;
-                stack.push(Open {
-                    tag: name,
-                    start: begin,
-                    entity,
-                });
+                stack.push(Open { tag: name, entity });
             }
             _ => {
                 let c = source[i..].chars().next().expect("i is a char boundary");

@@ -199,7 +199,7 @@ pub(crate) struct Chat {
     pub topics: BTreeMap<i64, String>,
     next_message_id: i64,
     pub messages: BTreeMap<i64, SimMessage>,
-    /// When each message was sent (simulated unix seconds), for the delete window.
+    /// The supergroup a basic group became.
     pub migrated_to: Option<i64>,
     /// The bot was kicked (groups, channels) or blocked (private chats).
     pub bot_removed: bool,
