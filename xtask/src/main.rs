@@ -43,6 +43,8 @@ commands:
                       the gateway's crash matrix run long on a release build: N SIGKILLs
                       (default 100) per seed (default five fixed seeds), figures added up
   conformance         run every conformance suite (store backends, adapters)
+  setup               install the test tools `ci` needs (cargo-deny, chromium + chromedriver,
+                      the aiogram venv under the target directory); `ci` runs it first
   ci [--step NAME]    run what CI runs: fmt, clippy, docs, tests, codegen --check, tidy,
                       cargo-deny, conformance, the packaged crates' own tests;
                       --step runs that one step alone (e.g. --step docs, --step packaged-crates)
@@ -58,6 +60,7 @@ enum Command {
     Tidy,
     Soak(soak::Soak),
     Conformance,
+    Setup,
     Ci(Option<String>),
     Help,
 }
@@ -182,6 +185,7 @@ fn parse(args: &[String]) -> Result<Command, ArgError> {
             Command::Soak(soak::Soak { seeds, kills })
         }
         "conformance" => Command::Conformance,
+        "setup" => Command::Setup,
         "ci" => Command::Ci(rest.value("--step")?),
         "help" | "-h" | "--help" => Command::Help,
         other => return Err(ArgError::UnknownCommand(other.to_owned())),
@@ -249,6 +253,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Tidy => tidy::run(),
         Command::Soak(soak) => soak::run(&soak),
         Command::Conformance => conformance::run(),
+        Command::Setup => setup::ensure_test_tools(),
         Command::Ci(step) => ci::run(step.as_deref()),
         Command::Help => {
             print!("{USAGE}");
@@ -350,6 +355,7 @@ mod tests {
                     value: "many".into(),
                 }),
             ),
+            ("setup", Ok(Command::Setup)),
             ("ci", Ok(Command::Ci(None))),
             (
                 "ci --step packaged-crates",

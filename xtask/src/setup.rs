@@ -1,16 +1,20 @@
 //! The test tools `cargo xtask ci` needs beyond cargo, installed once per machine so the README's
-//! test command works on a fresh one: cargo-deny (licenses, bans, sources) and Debian's
-//! Chromium + chromedriver (the chat page's browser test).
+//! test command works on a fresh one: cargo-deny (licenses, bans, sources), Debian's
+//! Chromium + chromedriver (the chat page's browser test) and a Python venv with aiogram (the
+//! Telegram simulator's cross-check with a client written against the real Bot API).
+//! `cargo xtask setup` runs this alone; `cargo xtask ci` runs it first.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::bail;
 
-use crate::cmd::{cargo, run as run_command, succeeds};
+use crate::cmd::{cargo, project_root, run as run_command, succeeds};
 
 const CARGO_DENY: &str = "cargo-deny@0.20.2";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+/// The aiogram the Telegram simulator's cross-check is written against.
+const AIOGRAM_VERSION: &str = "3.31.0";
 
 pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     if !succeeds(&mut cargo(["deny", "--version"])) {
@@ -20,6 +24,59 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     let custom_driver = std::env::var_os("CLAWGATE_CHROMEDRIVER").is_some();
     if !custom_driver && !Path::new(CHROMEDRIVER).exists() {
         install_chromium()?;
+    }
+    if std::env::var_os("CLAWGATE_AIOGRAM_PYTHON").is_none() {
+        ensure_aiogram(&aiogram_venv())?;
+    }
+    Ok(())
+}
+
+/// `<target>/python/aiogram`, where the simulator's `aiogram` test looks for its Python.
+fn aiogram_venv() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| project_root().join("target"))
+        .join("python")
+        .join("aiogram")
+}
+
+/// `python3 -m venv` + `pip install aiogram==<pinned>`, unless the venv already has that version.
+fn ensure_aiogram(venv: &Path) -> anyhow::Result<()> {
+    let python = venv.join("bin").join("python");
+    let probe =
+        format!("import sys, aiogram; sys.exit(aiogram.__version__ != {AIOGRAM_VERSION:?})");
+    if succeeds(Command::new(&python).args(["-c", &probe])) {
+        return Ok(());
+    }
+    println!(
+        "setup: installing aiogram {AIOGRAM_VERSION} into {} (once per machine)",
+        venv.display()
+    );
+    if !succeeds(Command::new("python3").args(["-c", "import venv, ensurepip"])) {
+        bail!(
+            "python3 with the venv and ensurepip modules is needed for the Telegram simulator's \
+             aiogram test: install python3 and python3-venv (apt-get install python3-venv), or \
+             point CLAWGATE_AIOGRAM_PYTHON at a python that has aiogram {AIOGRAM_VERSION}"
+        );
+    }
+    run_command(
+        Command::new("python3")
+            .args(["-m", "venv", "--clear"])
+            .arg(venv),
+    )?;
+    run_command(Command::new(&python).args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        &format!("aiogram=={AIOGRAM_VERSION}"),
+    ]))?;
+    if !succeeds(Command::new(&python).args(["-c", &probe])) {
+        bail!(
+            "pip installed aiogram {AIOGRAM_VERSION} into {} but its python cannot import it",
+            venv.display()
+        );
     }
     Ok(())
 }

@@ -12,8 +12,16 @@
 //! | `POST /control/edit` | `{"chat_id","message_id","text"}` → the Update |
 //! | `POST /control/fault` | `{"method"?,"after"?,"count"?,"kind":"error"\|"lose_answer"\|"unreachable"\|"delay","status"?,"description"?,"retry_after"?,"migrate_to_chat_id"?,"delay_ms"?}` |
 //! | `POST /control/advance_clock` | `{"seconds"}` |
+//! | `POST /control/block` | `{"user_id"}`: the user blocks the bot |
+//! | `POST /control/kick` | `{"chat_id"}`: the bot is removed from the chat |
+//! | `POST /control/upgrade` | `{"chat_id"}` (a basic group) → `{"chat_id"}` of the supergroup |
 //! | `GET /control/messages/{chat_id}` | the visible messages |
 //! | `GET /control/log` | every call |
+//! | `GET /control/long_poll` | `{"holding"}`: whether a getUpdates is held now |
+//! | `GET /control/drafts/{chat_id}` | the drafts seen (`draft_id`, `text`, `at`) |
+//! | `GET /control/chat_actions/{chat_id}` | the chat actions seen |
+//! | `GET /control/pending_updates` | `{"count"}` of unconfirmed updates |
+//! | `GET /control/webhook_deliveries` | every webhook POST (`update_id`, `attempt`, `status` or `error`) |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,14 +52,44 @@ pub(crate) async fn handle(
         ("GET", "log") => Ok(Value::Array(
             inner.with_state(|s| s.log.iter().map(record_json).collect()),
         )),
-        ("GET", path) if path.starts_with("messages/") => path["messages/".len()..]
-            .parse::<i64>()
-            .map_err(|_| format!("{path}: the chat id is not a number"))
-            .map(|chat_id| {
-                Value::Array(
-                    inner.with_state(|s| s.messages(chat_id).iter().map(message_json).collect()),
-                )
-            }),
+        ("GET", "long_poll") => Ok(json!({"holding": inner.with_state(|s| s.long_poll.is_some())})),
+        ("GET", "pending_updates") => {
+            Ok(json!({"count": inner.with_state(|s| s.pending_updates())}))
+        }
+        ("GET", "webhook_deliveries") => Ok(Value::Array(inner.with_state(|s| {
+            s.webhook_deliveries
+                .iter()
+                .map(|d| match &d.status {
+                    Ok(status) => {
+                        json!({"update_id": d.update_id, "attempt": d.attempt, "status": status})
+                    }
+                    Err(error) => {
+                        json!({"update_id": d.update_id, "attempt": d.attempt, "error": error})
+                    }
+                })
+                .collect()
+        }))),
+        ("GET", path) if path.contains('/') => {
+            let (what, chat) = path.split_once('/').expect("contains a slash");
+            let chat_id = chat
+                .parse::<i64>()
+                .map_err(|_| format!("{path}: the chat id is not a number"));
+            chat_id.and_then(|chat_id| {
+                inner.with_state(|s| match what {
+                    "messages" => Ok(Value::Array(
+                        s.messages(chat_id).iter().map(message_json).collect(),
+                    )),
+                    "drafts" => Ok(Value::Array(
+                        s.drafts(chat_id)
+                            .iter()
+                            .map(|d| json!({"draft_id": d.draft_id, "text": d.text, "at": d.at}))
+                            .collect(),
+                    )),
+                    "chat_actions" => Ok(json!(s.chat_actions(chat_id))),
+                    _ => Err(format!("no control endpoint GET /control/{path}")),
+                })
+            })
+        }
         ("POST", action) => post(inner, action, &request),
         _ => Err(format!("no control endpoint {method} /control/{path}")),
     };
@@ -170,6 +208,39 @@ fn post(inner: &Arc<Inner>, action: &str, request: &Value) -> Result<Value, Stri
             inner.with_state(|s| s.clock.advance(Duration::from_secs_f64(seconds)));
             inner.updates_changed();
             Ok(json!(true))
+        }
+        "block" => {
+            let user_id = number("user_id")?;
+            let private = inner.with_state(|s| {
+                s.chats
+                    .get(&user_id)
+                    .is_some_and(|c| c.kind == super::state::ChatKind::Private)
+            });
+            if !private {
+                return Err(format!("block: no private chat with user {user_id}"));
+            }
+            inner.with_state(|s| s.block(user_id));
+            inner.updates_changed();
+            Ok(json!(true))
+        }
+        "kick" => {
+            let chat_id = known_chat(number("chat_id")?)?;
+            inner.with_state(|s| s.kick(chat_id));
+            inner.updates_changed();
+            Ok(json!(true))
+        }
+        "upgrade" => {
+            let chat_id = known_chat(number("chat_id")?)?;
+            let basic = inner.with_state(|s| {
+                let chat = &s.chats[&chat_id];
+                chat.kind == super::state::ChatKind::Group && chat.migrated_to.is_none()
+            });
+            if !basic {
+                return Err(format!("upgrade: chat {chat_id} is not a basic group"));
+            }
+            let new_id = inner.with_state(|s| s.upgrade(chat_id));
+            inner.updates_changed();
+            Ok(json!({"chat_id": new_id}))
         }
         other => Err(format!("no control endpoint POST /control/{other}")),
     }

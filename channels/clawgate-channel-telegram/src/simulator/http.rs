@@ -17,7 +17,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::state::{ApiError, Inner};
+use super::state::{ApiError, Inner, Success};
 use super::{CallRecord, FaultKind, SimulatorConfig, control, methods, webhook};
 
 /// Parameters of one call; a later source wins over an earlier one (query, then body).
@@ -183,17 +183,25 @@ async fn handle(
     else {
         return envelope(Err(ApiError::new(404, "Not Found")));
     };
-    if token != inner.config.bot_token {
+    let refusal = if token != inner.config.bot_token {
         let description = if super::state::bot_id_of(token) > 0 {
             "Unauthorized"
         } else {
             "Unauthorized: invalid token specified"
         };
-        return envelope(Err(ApiError::new(401, description)));
-    }
-    let Some(canonical) = methods::canonical(name) else {
-        return envelope(Err(ApiError::new(404, "Not Found: method not found")));
+        Some(ApiError::new(401, description))
+    } else if methods::canonical(name).is_none() {
+        Some(ApiError::new(404, "Not Found: method not found"))
+    } else {
+        None
     };
+    if let Some(error) = refusal {
+        let method = methods::canonical(name).unwrap_or(name);
+        let params = decode_params(uri.query(), &headers, &body).unwrap_or_default();
+        record(&inner, method, &params, &Err(error.clone()), true);
+        return envelope(Err(error));
+    }
+    let canonical = methods::canonical(name).expect("checked above");
     let params = match decode_params(uri.query(), &headers, &body) {
         Ok(params) => params,
         Err(error) => {
@@ -249,7 +257,7 @@ fn record(
     inner: &Inner,
     method: &str,
     params: &Params,
-    outcome: &Result<Value, ApiError>,
+    outcome: &Result<Success, ApiError>,
     answered: bool,
 ) {
     let (status, description) = match outcome {
@@ -281,10 +289,19 @@ fn params_json(params: &Params) -> serde_json::Map<String, Value> {
 
 /// The Bot API envelope: `{"ok":true,"result":…}` or `{"ok":false,"error_code":…,
 /// "description":…,"parameters":…}` in the server's key order, with HTTP status = error_code.
-pub(crate) fn envelope(outcome: Result<Value, ApiError>) -> Response {
+pub(crate) fn envelope(outcome: Result<Success, ApiError>) -> Response {
     match outcome {
-        Ok(result) => {
-            let body = format!("{{\"ok\":true,\"result\":{result}}}");
+        Ok(Success {
+            result,
+            description,
+        }) => {
+            let body = match description {
+                None => format!("{{\"ok\":true,\"result\":{result}}}"),
+                Some(text) => format!(
+                    "{{\"ok\":true,\"result\":{result},\"description\":{}}}",
+                    Value::String(text.to_owned())
+                ),
+            };
             json_response(StatusCode::OK, body, None)
         }
         Err(error) => {

@@ -116,7 +116,6 @@ pub(crate) enum ParseModeError {
 
 struct Open {
     tag: String,
-    start: usize,
     entity: Entity,
 }
 
@@ -166,7 +165,6 @@ fn parse_html(source: &str) -> Result<Formatted, String> {
                     }
                     out.entities.push(entity);
                 }
-                let _ = open.start;
             }
             b'<' => {
                 let begin = i;
@@ -235,11 +233,7 @@ fn parse_html(source: &str) -> Result<Formatted, String> {
                     }
                 };
                 entity.offset = offset;
-                stack.push(Open {
-                    tag: name,
-                    start: begin,
-                    entity,
-                });
+                stack.push(Open { tag: name, entity });
             }
             _ => {
                 let c = source[i..].chars().next().expect("i is a char boundary");
@@ -666,13 +660,15 @@ fn parse_markdown(source: &str) -> Result<Formatted, String> {
 mod tests {
     use super::*;
 
+    /// (case name, source, visible text, entities as (type, offset, length)).
+    type Case<'a> = (&'a str, &'a str, &'a str, &'a [(&'a str, usize, usize)]);
+
     fn ok(text: &str, mode: &str) -> Formatted {
         parse(text, mode).unwrap_or_else(|e| panic!("{text:?} under {mode}: {e:?}"))
     }
 
     #[test]
     fn html_visible_text_and_entities() {
-        type Case<'a> = (&'a str, &'a str, &'a str, &'a [(&'a str, usize, usize)]);
         let cases: &[Case<'_>] = &[
             ("bold", "<b>hi</b> there", "hi there", &[("bold", 0, 2)]),
             ("escapes", "a &lt;b&gt; &amp; &#65;", "a <b> & A", &[]),
@@ -780,6 +776,77 @@ mod tests {
             ]
         );
         assert_eq!(formatted.entities[6].url.as_deref(), Some("http://a)b"));
+    }
+
+    #[test]
+    fn markdown_v2_blocks_and_nesting() {
+        let cases: &[Case<'_>] = &[
+            (
+                "pre with language",
+                "```rust\nfn main() {}\n```",
+                "fn main() {}",
+                &[("pre", 0, 12)],
+            ),
+            (
+                "blockquote lines",
+                ">quoted\n>more\nplain",
+                "quoted\nmore\nplain",
+                &[("blockquote", 0, 11)],
+            ),
+            (
+                "nested",
+                "*bold _both_*",
+                "bold both",
+                &[("bold", 0, 9), ("italic", 5, 4)],
+            ),
+            (
+                "custom emoji",
+                "![👍](tg://emoji?id=5368324170671202286)",
+                "👍",
+                &[("custom_emoji", 0, 2)],
+            ),
+        ];
+        for (name, source, text, entities) in cases {
+            let formatted = ok(source, "MarkdownV2");
+            assert_eq!(formatted.text, *text, "{name}");
+            let got: Vec<(&str, usize, usize)> = formatted
+                .entities
+                .iter()
+                .map(|e| (e.kind, e.offset, e.length))
+                .collect();
+            assert_eq!(got, entities.to_vec(), "{name}");
+        }
+        let pre = ok("```rust\nx\n```", "MarkdownV2");
+        assert_eq!(pre.entities[0].language.as_deref(), Some("rust"));
+        let emoji = ok("![👍](tg://emoji?id=42)", "MarkdownV2");
+        assert_eq!(emoji.entities[0].custom_emoji_id.as_deref(), Some("42"));
+    }
+
+    #[test]
+    fn html_blocks_and_spoilers() {
+        let formatted = ok(
+            "<blockquote expandable>q</blockquote><span class=\"tg-spoiler\">s</span><tg-spoiler>t</tg-spoiler>",
+            "HTML",
+        );
+        let got: Vec<(&str, usize, usize)> = formatted
+            .entities
+            .iter()
+            .map(|e| (e.kind, e.offset, e.length))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("expandable_blockquote", 0, 1),
+                ("spoiler", 1, 1),
+                ("spoiler", 2, 1)
+            ]
+        );
+        assert_eq!(
+            parse("<span class=\"x\">a</span>", "HTML"),
+            Err(ParseModeError::Entities(
+                "Unsupported start tag \"span\" at byte offset 0".to_owned()
+            ))
+        );
     }
 
     #[test]

@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 
 use super::http::Params;
 use super::markup::{self, ParseModeError};
-use super::state::{ApiError, ChatKind, DELETE_WINDOW_SECS, Inner, LongPoll, State, nested};
+use super::state::{
+    ApiError, ChatKind, DELETE_WINDOW_SECS, Inner, LongPoll, State, Success, nested,
+};
 use super::{SimDraft, SimMedia, SimMessage, webhook};
 
 /// Every method served, in canonical case.
@@ -29,6 +31,7 @@ const METHODS: &[&str] = &[
     "sendVideo",
     "sendAudio",
     "sendVoice",
+    "sendAnimation",
     "getChat",
 ];
 
@@ -65,9 +68,14 @@ pub(crate) async fn call(
     inner: &Arc<Inner>,
     method: &'static str,
     params: &Params,
-) -> Result<Value, ApiError> {
-    let limits = inner.config.rate_limits;
+) -> Result<Success, ApiError> {
     match method {
+        "setWebhook" => return webhook::set(inner, params),
+        "deleteWebhook" => return webhook::delete(inner, params),
+        _ => {}
+    }
+    let limits = inner.config.rate_limits;
+    let outcome = match method {
         "getMe" => Ok(inner.with_state(|s| {
             let mut me = s.bot_user_json();
             me["can_join_groups"] = json!(true);
@@ -75,11 +83,10 @@ pub(crate) async fn call(
             me["supports_inline_queries"] = json!(false);
             me["can_connect_to_business"] = json!(false);
             me["has_main_web_app"] = json!(false);
+            me["has_topics_enabled"] = json!(false);
             me
         })),
         "getUpdates" => get_updates(inner, params).await,
-        "setWebhook" => webhook::set(inner, params),
-        "deleteWebhook" => webhook::delete(inner, params),
         "getWebhookInfo" => Ok(webhook::info(inner)),
         "sendMessage" => inner.with_state(|s| send_message(s, params, limits)),
         "editMessageText" => inner.with_state(|s| edit_message_text(s, params, limits)),
@@ -96,11 +103,13 @@ pub(crate) async fn call(
         "sendVideo" => send_media(inner, "video", params).await,
         "sendAudio" => send_media(inner, "audio", params).await,
         "sendVoice" => send_media(inner, "voice", params).await,
+        "sendAnimation" => send_media(inner, "animation", params).await,
         other => Err(ApiError::new(
             500,
             format!("Internal Server Error: {other} has no handler"),
         )),
-    }
+    };
+    outcome.map(Success::from)
 }
 
 fn int(params: &Params, key: &str) -> Option<i64> {
@@ -173,6 +182,9 @@ fn resolve_chat(s: &State, params: &Params, write: bool) -> Result<i64, ApiError
             migrate_to_chat_id: Some(new_id),
             ..ApiError::bad_request("group chat was upgraded to a supergroup chat")
         });
+    }
+    if write && chat.deactivated {
+        return Err(ApiError::forbidden("user is deactivated"));
     }
     if write && chat.bot_removed {
         return Err(match chat.kind {
@@ -267,7 +279,6 @@ fn link_preview(params: &Params) -> Option<Value> {
 }
 
 /// The Message object of a message the bot sends.
-#[allow(clippy::too_many_arguments)]
 fn bot_message(
     s: &mut State,
     chat_id: i64,
@@ -345,7 +356,11 @@ fn send_message(s: &mut State, params: &Params, limits: bool) -> Result<Value, A
     Ok(raw)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Records a message the bot sent as visible in its chat.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the parts of one message, shared by text and media sends"
+)]
 fn store(
     s: &mut State,
     chat_id: i64,
@@ -628,7 +643,7 @@ async fn send_media(
         let unique = format!("U{file_id}");
         let media = match kind {
             "photo" => json!([{"file_id": file_id, "file_unique_id": unique, "width": 90, "height": 90, "file_size": 1024}]),
-            "video" => json!({"file_id": file_id, "file_unique_id": unique, "width": 320, "height": 240, "duration": 1}),
+            "video" | "animation" => json!({"file_id": file_id, "file_unique_id": unique, "width": 320, "height": 240, "duration": 1}),
             "audio" | "voice" => json!({"file_id": file_id, "file_unique_id": unique, "duration": 1}),
             _ => {
                 let name = source.rsplit('/').next().unwrap_or("file").to_owned();
@@ -636,6 +651,10 @@ async fn send_media(
             }
         };
         let (message_id, raw) = bot_message(s, chat_id, thread, &reply, |raw| {
+            // An animation's Message also carries it as `document`, as Telegram's does.
+            if kind == "animation" {
+                raw["document"] = media.clone();
+            }
             raw[kind] = media;
             if !caption.text.is_empty() {
                 raw["caption"] = json!(caption.text);

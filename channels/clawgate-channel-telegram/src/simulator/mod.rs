@@ -5,8 +5,34 @@
 //! in-memory record of what landed ([`BotApiSimulator::messages`], [`BotApiSimulator::log`]) so
 //! tests judge delivery from it. Tests play the users ([`BotApiSimulator::user_writes`]), break
 //! things on purpose ([`BotApiSimulator::inject`]) and drive time
-//! ([`BotApiSimulator::advance_clock`]). Out-of-process clients drive the same functions over
-//! HTTP under `/control/…` (see the `control` module).
+//! ([`BotApiSimulator::advance_clock`]).
+//!
+//! ```
+//! use clawgate_channel_telegram::simulator::{
+//!     BotApiSimulator, Fault, FaultKind, SimUser, SimulatorConfig, WriteOptions,
+//! };
+//! # let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+//! # runtime.block_on(async {
+//! let sim = BotApiSimulator::start(SimulatorConfig::default()).await?;
+//! let alice = SimUser::person(1001, "Alice");
+//! let chat = sim.private_chat(&alice);
+//! let update = sim.user_writes(chat, &alice, "hello bot", WriteOptions::default());
+//! assert_eq!(update["message"]["chat"]["type"], "private");
+//! assert_eq!(sim.pending_updates(), 1);
+//! // A client under test uses `{base_url}/bot{token}/<method>`; the next sendMessage takes
+//! // effect but its answer is lost.
+//! let _endpoint = format!("{}/bot{}/sendMessage", sim.base_url(), sim.token());
+//! sim.inject(Fault::on("sendMessage", FaultKind::LoseAnswer));
+//! sim.stop().await;
+//! # Ok::<(), std::io::Error>(())
+//! # }).unwrap();
+//! ```
+//!
+//! Out-of-process clients drive the same functions over HTTP under `/control/…`: `POST
+//! /control/private_chat`, `group`, `supergroup`, `channel`, `topic`, `write`, `edit`, `fault`,
+//! `advance_clock`, `block`, `kick`, `upgrade` (JSON bodies), and `GET /control/log`,
+//! `messages/{chat_id}`, `drafts/{chat_id}`, `chat_actions/{chat_id}`, `pending_updates`,
+//! `webhook_deliveries`, `long_poll`. A mistake answers 400 with `{"error": "…"}`.
 //!
 //! Invariants: a refused call (error answer, rate limit, injected error, `Unreachable`) has no
 //! effect; a call that took effect is in [`BotApiSimulator::messages`] whether or not its answer
@@ -28,7 +54,7 @@ use serde_json::Value;
 use state::Inner;
 
 /// How a simulator is set up.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct SimulatorConfig {
     /// Where to listen; `127.0.0.1:0` picks a free port.
     pub bind: SocketAddr,
@@ -43,6 +69,20 @@ pub struct SimulatorConfig {
     pub drafts_allowed: bool,
     /// The first webhook retry delay; later ones double, capped at a minute.
     pub webhook_retry_base: Duration,
+}
+
+impl std::fmt::Debug for SimulatorConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token is a secret: only the bot id (its public part) is shown.
+        f.debug_struct("SimulatorConfig")
+            .field("bind", &self.bind)
+            .field("bot_id", &state::bot_id_of(&self.bot_token))
+            .field("bot_username", &self.bot_username)
+            .field("rate_limits", &self.rate_limits)
+            .field("drafts_allowed", &self.drafts_allowed)
+            .field("webhook_retry_base", &self.webhook_retry_base)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for SimulatorConfig {
@@ -111,7 +151,7 @@ pub struct WriteOptions {
 /// A media attachment sent by URL.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimMedia {
-    /// `photo`, `document`, `video`, `audio` or `voice`.
+    /// `photo`, `document`, `video`, `animation`, `audio` or `voice`.
     pub kind: String,
     /// The URL the bot passed (or the file_id it reused).
     pub url: String,
@@ -380,18 +420,44 @@ impl BotApiSimulator {
 
     /// Upgrades a basic group; returns the new supergroup id. Sends to the old id then fail with
     /// 400 `group chat was upgraded to a supergroup chat` and `migrate_to_chat_id`.
+    /// Both chats get a service message (`migrate_to_chat_id` / `migrate_from_chat_id`).
+    ///
+    /// # Panics
+    /// When `chat_id` is not a basic group.
     pub fn upgrade_to_supergroup(&self, chat_id: i64) -> i64 {
-        self.inner.with_state(|s| s.upgrade(chat_id))
+        let new_id = self.inner.with_state(|s| s.upgrade(chat_id));
+        self.inner.updates_changed();
+        new_id
     }
 
-    /// The user blocks the bot: sends to their private chat fail with 403.
+    /// The user blocks the bot: sends to their private chat fail with 403
+    /// `bot was blocked by the user`, and the bot gets a `my_chat_member` update.
+    ///
+    /// # Panics
+    /// When there is no private chat with `user_id`.
     pub fn block_bot(&self, user_id: i64) {
         self.inner.with_state(|s| s.block(user_id));
+        self.inner.updates_changed();
     }
 
-    /// The bot is removed from `chat_id`: sends fail with 403.
+    /// The bot is removed from `chat_id`: sends fail with 403 (`bot was kicked from the group
+    /// chat`, its supergroup variant, or `bot is not a member of the channel chat`), and the
+    /// bot gets a `my_chat_member` update.
+    ///
+    /// # Panics
+    /// When the chat does not exist.
     pub fn kick_bot(&self, chat_id: i64) {
         self.inner.with_state(|s| s.kick(chat_id));
+        self.inner.updates_changed();
+    }
+
+    /// The user deletes their account: sends to their private chat fail with 403
+    /// `user is deactivated`.
+    ///
+    /// # Panics
+    /// When there is no private chat with `user_id`.
+    pub fn deactivate_user(&self, user_id: i64) {
+        self.inner.with_state(|s| s.deactivate(user_id));
     }
 
     /// The messages visible in `chat_id` now, oldest first.

@@ -153,6 +153,22 @@ impl ApiError {
     }
 }
 
+/// A success answer: `result`, and the `description` some methods add ("Webhook was set").
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Success {
+    pub result: Value,
+    pub description: Option<&'static str>,
+}
+
+impl From<Value> for Success {
+    fn from(result: Value) -> Success {
+        Success {
+            result,
+            description: None,
+        }
+    }
+}
+
 /// The kinds of chat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ChatKind {
@@ -183,10 +199,12 @@ pub(crate) struct Chat {
     pub topics: BTreeMap<i64, String>,
     next_message_id: i64,
     pub messages: BTreeMap<i64, SimMessage>,
-    /// When each message was sent (simulated unix seconds), for the delete window.
+    /// The supergroup a basic group became.
     pub migrated_to: Option<i64>,
     /// The bot was kicked (groups, channels) or blocked (private chats).
     pub bot_removed: bool,
+    /// The private chat's user deleted their account.
+    pub deactivated: bool,
     pub drafts: Vec<SimDraft>,
     pub actions: Vec<String>,
 }
@@ -204,6 +222,7 @@ impl Chat {
             messages: BTreeMap::new(),
             migrated_to: None,
             bot_removed: false,
+            deactivated: false,
             drafts: Vec::new(),
             actions: Vec::new(),
         }
@@ -348,6 +367,8 @@ pub(crate) struct State {
     pub previous_poll: Option<(i64, Instant)>,
     /// 409 answers are spaced 3 s apart.
     pub next_conflict_at: Option<Instant>,
+    /// setWebhook with a URL is accepted once a second.
+    pub next_set_webhook_at: Option<Instant>,
     chat_buckets: HashMap<i64, Bucket>,
     group_buckets: HashMap<i64, Bucket>,
     bot_bucket: Option<Bucket>,
@@ -378,6 +399,7 @@ impl State {
             next_poll_id: 1,
             previous_poll: None,
             next_conflict_at: None,
+            next_set_webhook_at: None,
             chat_buckets: HashMap::new(),
             group_buckets: HashMap::new(),
             bot_bucket: None,
@@ -600,37 +622,102 @@ impl State {
         let title = self
             .chats
             .get(&chat_id)
-            .filter(|chat| chat.kind == ChatKind::Group)
+            .filter(|chat| chat.kind == ChatKind::Group && chat.migrated_to.is_none())
             .map(|chat| chat.title.clone())
             .unwrap_or_else(|| panic!("upgrade_to_supergroup: {chat_id} is not a basic group"));
         let new_id = self.new_supergroup(&title, false, "supergroup");
+        // Telegram announces the migration in both chats with service messages.
+        self.service_message(chat_id, "migrate_to_chat_id", json!(new_id));
+        self.service_message(new_id, "migrate_from_chat_id", json!(chat_id));
         if let Some(chat) = self.chats.get_mut(&chat_id) {
             chat.migrated_to = Some(new_id);
         }
         new_id
     }
 
-    pub(crate) fn block(&mut self, user_id: i64) {
+    /// A service message (no text) in `chat_id`, delivered as a `message` update.
+    fn service_message(&mut self, chat_id: i64, field: &str, value: Value) {
         let now = self.clock.unix();
-        let bot = self.bot_user_json();
-        let Some(chat) = self.chats.get_mut(&user_id) else {
-            panic!("block_bot: no private chat with user {user_id}");
+        let Some(chat) = self.chats.get_mut(&chat_id) else {
+            return;
         };
-        chat.bot_removed = true;
-        let user = chat.user.as_ref().map(user_json).unwrap_or(Value::Null);
-        let member = json!({
-            "chat": chat.json(), "from": user, "date": now,
-            "old_chat_member": {"user": bot, "status": "member"},
-            "new_chat_member": {"user": bot, "status": "kicked", "until_date": 0},
-        });
-        self.push_update(user_id, "my_chat_member", member);
+        let message_id = chat.next_message_id();
+        let mut raw = json!({"message_id": message_id, "date": now, "chat": chat.json()});
+        raw[field] = value;
+        chat.messages.insert(
+            message_id,
+            SimMessage {
+                message_id,
+                chat_id,
+                from_bot_self: false,
+                from_id: 0,
+                text: None,
+                caption: None,
+                media: None,
+                thread_id: None,
+                reply_to_message_id: None,
+                quote: None,
+                parse_mode: None,
+                edit_count: 0,
+                date: now,
+                raw: raw.clone(),
+            },
+        );
+        self.push_update(chat_id, "message", raw);
+    }
+
+    pub(crate) fn block(&mut self, user_id: i64) {
+        assert!(
+            self.chats
+                .get(&user_id)
+                .is_some_and(|c| c.kind == ChatKind::Private),
+            "block_bot: no private chat with user {user_id}"
+        );
+        self.remove_bot(user_id);
+    }
+
+    pub(crate) fn deactivate(&mut self, user_id: i64) {
+        match self.chats.get_mut(&user_id) {
+            Some(chat) if chat.kind == ChatKind::Private => chat.deactivated = true,
+            _ => panic!("deactivate_user: no private chat with user {user_id}"),
+        }
     }
 
     pub(crate) fn kick(&mut self, chat_id: i64) {
+        assert!(
+            self.chats.contains_key(&chat_id),
+            "kick_bot: no chat {chat_id}"
+        );
+        self.remove_bot(chat_id);
+    }
+
+    /// The bot loses the chat; Telegram tells it with a `my_chat_member` update.
+    fn remove_bot(&mut self, chat_id: i64) {
+        let now = self.clock.unix();
+        let bot = self.bot_user_json();
         let Some(chat) = self.chats.get_mut(&chat_id) else {
-            panic!("kick_bot: no chat {chat_id}");
+            return;
         };
+        if chat.bot_removed {
+            return;
+        }
         chat.bot_removed = true;
+        let old_status = match chat.kind {
+            ChatKind::Channel => "administrator",
+            _ => "member",
+        };
+        // A private chat's blocker is its user; elsewhere an administrator nobody models.
+        let from = chat
+            .user
+            .as_ref()
+            .map(user_json)
+            .unwrap_or_else(|| json!({"id": 1, "is_bot": false, "first_name": "Admin"}));
+        let member = json!({
+            "chat": chat.json(), "from": from, "date": now,
+            "old_chat_member": {"user": bot, "status": old_status},
+            "new_chat_member": {"user": bot, "status": "kicked", "until_date": 0},
+        });
+        self.push_update(chat_id, "my_chat_member", member);
     }
 
     pub(crate) fn messages(&self, chat_id: i64) -> Vec<SimMessage> {

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::WebhookDelivery;
 use super::http::Params;
-use super::state::{ApiError, Inner, State, Webhook};
+use super::state::{ApiError, Inner, State, Success, Webhook};
 
 const SECRET_HEADER: &str = "X-Telegram-Bot-Api-Secret-Token";
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -39,7 +39,7 @@ fn drop_pending(s: &mut State, params: &Params) {
     }
 }
 
-pub(crate) fn set(inner: &Arc<Inner>, params: &Params) -> Result<Value, ApiError> {
+pub(crate) fn set(inner: &Arc<Inner>, params: &Params) -> Result<Success, ApiError> {
     let url = params
         .get("url")
         .map(|u| u.trim().to_owned())
@@ -69,8 +69,23 @@ pub(crate) fn set(inner: &Arc<Inner>, params: &Params) -> Result<Value, ApiError
         .and_then(|v| v.trim().parse::<u32>().ok())
         .unwrap_or(40)
         .clamp(1, 100);
-    inner.with_state(|s| {
+    let drop_requested = params
+        .get("drop_pending_updates")
+        .is_some_and(|v| matches!(v.trim(), "true" | "True" | "1"));
+    let description = inner.with_state(|s| {
+        let now = Instant::now();
+        // The server takes one setWebhook with a URL per second.
+        if s.next_set_webhook_at.is_some_and(|at| now < at) {
+            return Err(ApiError::too_many_requests(1));
+        }
+        s.next_set_webhook_at = Some(now + Duration::from_secs(1));
         allowed_updates_param(s, params);
+        let unchanged = s.webhook.as_ref().is_some_and(|w| {
+            w.url == url && w.secret_token == secret && w.max_connections == max_connections
+        });
+        if unchanged && !drop_requested {
+            return Ok("Webhook is already set");
+        }
         drop_pending(s, params);
         if let Some(poll) = s.long_poll.take() {
             let _ = poll.end.send("terminated by setWebhook request");
@@ -86,18 +101,29 @@ pub(crate) fn set(inner: &Arc<Inner>, params: &Params) -> Result<Value, ApiError
         for update in &mut s.updates {
             update.next_attempt = None;
         }
-    });
+        Ok("Webhook was set")
+    })?;
     inner.updates_changed();
-    Ok(json!(true))
+    Ok(Success {
+        result: json!(true),
+        description: Some(description),
+    })
 }
 
-pub(crate) fn delete(inner: &Arc<Inner>, params: &Params) -> Result<Value, ApiError> {
-    inner.with_state(|s| {
+pub(crate) fn delete(inner: &Arc<Inner>, params: &Params) -> Result<Success, ApiError> {
+    let was_set = inner.with_state(|s| {
         drop_pending(s, params);
         s.webhook_generation += 1;
-        s.webhook = None;
+        s.webhook.take().is_some()
     });
-    Ok(json!(true))
+    Ok(Success {
+        result: json!(true),
+        description: Some(if was_set {
+            "Webhook was deleted"
+        } else {
+            "Webhook is already deleted"
+        }),
+    })
 }
 
 pub(crate) fn info(inner: &Arc<Inner>) -> Value {

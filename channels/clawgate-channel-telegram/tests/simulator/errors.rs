@@ -29,6 +29,12 @@ async fn envelope_key_order_and_status() {
     assert_eq!(me.result()["is_bot"], json!(true));
     assert_eq!(me.result()["username"], json!("clawgate_test_bot"));
     assert_eq!(h.sim.bot_user_id(), 123_456_789);
+    let config = format!("{:?}", SimulatorConfig::default());
+    assert!(
+        !config.contains("AAtest"),
+        "the token stays out of Debug: {config}"
+    );
+    assert!(config.contains("123456789"), "{config}");
     h.sim.stop().await;
 }
 
@@ -63,6 +69,21 @@ async fn token_and_method_errors() {
         assert_eq!(answer.body["ok"], json!(false), "{name}");
         assert_eq!(answer.description(), *description, "{name}");
     }
+    let refused: Vec<(String, u16)> = h
+        .sim
+        .log()
+        .into_iter()
+        .map(|r| (r.method, r.status))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            ("getMe".to_owned(), 401),
+            ("getMe".to_owned(), 401),
+            ("sendTelepathy".to_owned(), 404)
+        ],
+        "refused calls are in the log too"
+    );
     // Method names are case-insensitive; the log keeps the canonical case.
     let answer = crate::answer(h.http.get(h.url("GETME")).send().await.expect("answer")).await;
     assert_eq!(answer.status, 200);
@@ -79,6 +100,8 @@ async fn error_table() {
     let private = sim.private_chat(&alice());
     let blocked = sim.private_chat(&bob());
     sim.block_bot(bob().id);
+    let gone = sim.private_chat(&SimUser::person(1003, "Gone"));
+    sim.deactivate_user(gone);
     let group = sim.group("Family");
     let kicked_group = sim.group("Old friends");
     sim.kick_bot(kicked_group);
@@ -306,6 +329,24 @@ async fn rate_limit_refuses_with_retry_after_and_no_effect() {
         }
     }
     assert!((38..=41).contains(&sent), "{sent} of 60 sent in 60 s");
+    // About 30 messages a second across chats: 60 chats at once get 30 plus what the bot's
+    // budget regained while the loop ran (real time also moves the simulated clock).
+    let chats: Vec<i64> = (0..60)
+        .map(|i| h.sim.private_chat(&SimUser::person(5000 + i, "U")))
+        .collect();
+    h.sim.advance_clock(Duration::from_secs(5));
+    let started = std::time::Instant::now();
+    let mut sent = 0;
+    for chat in &chats {
+        if h.send(*chat, "broadcast").await.status == 200 {
+            sent += 1;
+        }
+    }
+    let regained = (started.elapsed().as_secs_f64() * 30.0).ceil() as usize;
+    assert!(
+        (30..=30 + regained + 1).contains(&sent),
+        "{sent} of 60 sent, {regained} regained"
+    );
     h.sim.stop().await;
 }
 

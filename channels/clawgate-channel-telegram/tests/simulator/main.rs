@@ -1,6 +1,7 @@
 //! Black-box tests of the Bot API simulator over real HTTP on 127.0.0.1.
 
 mod aiogram;
+mod control;
 mod errors;
 mod faults;
 mod messages;

@@ -343,6 +343,31 @@ async fn media_by_url_and_dead_links() {
             "{name}"
         );
     }
+    let gif = h
+        .call(
+            "sendAnimation",
+            json!({"chat_id": chat, "animation": fetchable}),
+        )
+        .await;
+    assert!(gif.result()["animation"]["file_id"].is_string());
+    assert_eq!(gif.result()["document"], gif.result()["animation"]);
+    let reused = h
+        .call(
+            "sendPhoto",
+            json!({"chat_id": chat, "photo": sent.result()["photo"][0]["file_id"]}),
+        )
+        .await;
+    assert_eq!(
+        reused.status, 200,
+        "a file_id the server issued is reusable"
+    );
+    let bogus = h
+        .call("sendPhoto", json!({"chat_id": chat, "photo": "nonsense"}))
+        .await;
+    assert_eq!(
+        bogus.description(),
+        "Bad Request: wrong file identifier/HTTP URL specified"
+    );
     let long_caption = h
         .call(
             "sendPhoto",
@@ -354,7 +379,15 @@ async fn media_by_url_and_dead_links() {
         "Bad Request: message caption is too long"
     );
     let messages = h.sim.messages(chat);
-    assert_eq!(messages.len(), 1);
+    let kinds: Vec<&str> = messages
+        .iter()
+        .filter_map(|m| m.media.as_ref().map(|m| m.kind.as_str()))
+        .collect();
+    assert_eq!(kinds, ["photo", "animation", "photo"]);
+    assert_eq!(
+        messages[2].media.as_ref().map(|m| m.url.as_str()),
+        Some(fetchable.as_str())
+    );
     let media = messages[0].media.as_ref().expect("media");
     assert_eq!(
         (media.kind.as_str(), media.url.as_str()),

@@ -260,3 +260,107 @@ async fn limit_and_timeout_are_clamped() {
     );
     h.sim.stop().await;
 }
+
+#[tokio::test]
+async fn stop_ends_a_held_poll_promptly() {
+    let h = Harness::start().await;
+    let poll = {
+        let http = h.http.clone();
+        let url = h.url("getUpdates");
+        tokio::spawn(async move { http.post(url).json(&json!({"timeout": 50})).send().await })
+    };
+    wait_for_hold(&h).await;
+    let started = Instant::now();
+    h.sim.clone().stop().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "stop took {:?}",
+        started.elapsed()
+    );
+    let answered = poll.await.expect("poll task");
+    if let Ok(response) = answered {
+        let body: Value = response.json().await.expect("JSON");
+        assert_eq!(body["result"], json!([]));
+    }
+    assert!(
+        reqwest::get(h.url("getMe")).await.is_err(),
+        "a stopped simulator accepts no calls"
+    );
+}
+
+#[tokio::test]
+async fn removal_and_migration_reach_the_bot_as_updates() {
+    let h = Harness::start().await;
+    let chat = h.sim.private_chat(&alice());
+    let group = h.sim.group("Small");
+    h.sim.block_bot(chat);
+    let supergroup = h.sim.upgrade_to_supergroup(group);
+    let answer = h.call("getUpdates", json!({})).await;
+    let updates = answer.result().as_array().expect("array");
+    assert_eq!(updates.len(), 3, "{updates:?}");
+    assert_eq!(
+        updates[0]["my_chat_member"]["new_chat_member"]["status"],
+        json!("kicked")
+    );
+    assert_eq!(updates[0]["my_chat_member"]["chat"]["id"], json!(chat));
+    assert_eq!(
+        updates[1]["message"]["migrate_to_chat_id"],
+        json!(supergroup)
+    );
+    assert_eq!(updates[2]["message"]["chat"]["id"], json!(supergroup));
+    assert_eq!(updates[2]["message"]["migrate_from_chat_id"], json!(group));
+    h.sim.stop().await;
+}
+
+#[tokio::test]
+async fn conflicts_are_spaced_three_seconds_apart() {
+    let h = Harness::start().await;
+    h.call("setWebhook", json!({"url": "http://127.0.0.1:9/hook"}))
+        .await
+        .result();
+    let started = Instant::now();
+    assert_eq!(h.call("getUpdates", json!({})).await.status, 409);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the first 409 comes at once"
+    );
+    assert_eq!(h.call("getUpdates", json!({})).await.status, 409);
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "the second waits: {:?}",
+        started.elapsed()
+    );
+    h.sim.stop().await;
+}
+
+#[tokio::test]
+async fn a_repeated_poll_within_three_seconds_is_held_anyway() {
+    let h = Harness::start().await;
+    let chat = h.sim.private_chat(&alice());
+    assert_eq!(
+        h.call("getUpdates", json!({"offset": 5})).await.result(),
+        &json!([])
+    );
+    // Same offset, timeout 0, right away: the server holds it (at least 3 s) instead of
+    // answering at once, so an update that arrives meanwhile is in the answer.
+    let poll = {
+        let http = h.http.clone();
+        let url = h.url("getUpdates");
+        tokio::spawn(async move {
+            crate::answer(
+                http.post(url)
+                    .json(&json!({"offset": 5}))
+                    .send()
+                    .await
+                    .expect("answer"),
+            )
+            .await
+        })
+    };
+    wait_for_hold(&h).await;
+    h.sim
+        .user_writes(chat, &alice(), "meanwhile", WriteOptions::default());
+    let answer = poll.await.expect("poll");
+    assert_eq!(answer.result()[0]["message"]["text"], json!("meanwhile"));
+    h.sim.stop().await;
+}
