@@ -21,13 +21,11 @@ use tracing::{info, warn};
 
 use crate::client::{BotApi, CallError};
 use crate::migrations::Migrations;
-use crate::render::TelegramRenderer;
+use crate::render::{MAX_CAPTION_CHARS, TelegramRenderer};
 use crate::wire::Message;
 
 /// Longest text of one message, after entity parsing.
 pub const MAX_TEXT_CHARS: u32 = 4096;
-/// Longest caption of a media message.
-pub const MAX_CAPTION_CHARS: usize = 1024;
 /// How often an edit whose answer was lost is sent again (an edit is idempotent: the same text
 /// twice leaves one message, and Telegram answers the repeat with "message is not modified").
 const EDIT_ATTEMPTS: u32 = 3;
@@ -60,7 +58,7 @@ impl std::fmt::Debug for TelegramAdapter {
 }
 
 /// What the channel can do, as the engine and the conformance suite read it.
-pub(crate) fn capabilities() -> MessageCapabilities {
+fn capabilities() -> MessageCapabilities {
     MessageCapabilities::default()
         .with_text(
             TextCapabilities::default()

@@ -21,8 +21,8 @@ pub mod simulator;
 mod source;
 pub mod wire;
 
-pub use adapter::{MAX_CAPTION_CHARS, MAX_TEXT_CHARS, TelegramAdapter};
+pub use adapter::{MAX_TEXT_CHARS, TelegramAdapter};
 pub use plugin::{BotIdentity, DEFAULT_API_BASE, Mode, TelegramFactory, TelegramSettings};
 pub use receive::TelegramReceiver;
-pub use render::TelegramRenderer;
+pub use render::{MAX_CAPTION_CHARS, TelegramRenderer};
 pub use source::{MAX_POLL_TIMEOUT_S, PollingSource, SECRET_HEADER, WebhookConfig, WebhookSource};

@@ -6,7 +6,8 @@ use clawgate_types::{
     BatchAtomicity, ChannelMessage, MessageCapabilities, RenderedMessageBatch, RenderedMessageUnit,
 };
 
-use crate::adapter::MAX_CAPTION_CHARS;
+/// Longest caption of a media message.
+pub const MAX_CAPTION_CHARS: usize = 1024;
 
 /// The Telegram renderer.
 #[derive(Debug, Clone, Copy, Default)]
@@ -71,7 +72,15 @@ mod tests {
     }
 
     fn render(message: &ChannelMessage) -> RenderedMessageBatch {
-        let capabilities = crate::adapter::capabilities();
+        let capabilities = clawgate_types::MessageCapabilities::default()
+            .with_text(
+                clawgate_types::TextCapabilities::default()
+                    .with_max_length(4096)
+                    .with_chunking(true),
+            )
+            .with_attachments(
+                clawgate_types::AttachmentCapabilities::default().with_remote_url(true),
+            );
         TelegramRenderer
             .render(message, &capabilities, "k")
             .expect("renders")
