@@ -27,7 +27,8 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     runtime.block_on(bench(root, &binary))
 }
 
-struct Gateway(Child);
+/// A running gateway, stopped cleanly when dropped.
+pub(crate) struct Gateway(pub(crate) Child);
 
 impl Drop for Gateway {
     fn drop(&mut self) {

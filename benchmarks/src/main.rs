@@ -21,10 +21,10 @@ use crate::release::project_root;
 mod acpx;
 mod awareness;
 mod gateway;
-mod telegram;
 mod receive;
 mod release;
 mod send;
+mod telegram;
 
 /// The benches measure memory as a gateway would see it: with the allocator our binaries use.
 #[global_allocator]

@@ -10,7 +10,9 @@
 //! (≈ 1 message/s per chat, 30/s per bot, which a real bot would meet first).
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+
+use crate::gateway::Gateway;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -30,18 +32,7 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     runtime.block_on(bench(root, &binary))
 }
 
-struct Gateway(Child);
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-INT", &self.0.id().to_string()])
-            .status();
-        let _ = self.0.wait();
-    }
-}
-
-/// Statuses of the reply intents whose key starts with `prefix`.
+/// How many intents are `sent`.
 fn sent_count(db: &rusqlite::Connection) -> anyhow::Result<usize> {
     let n: i64 = db.query_row(
         "SELECT count(*) FROM send_intents WHERE status = 'sent'",
@@ -119,7 +110,9 @@ async fn bench(root: &Path, binary: &Path) -> anyhow::Result<()> {
             &format!("message number {n}"),
             WriteOptions::default(),
         );
-        let id = update["message"]["message_id"].as_i64().context("message id")?;
+        let id = update["message"]["message_id"]
+            .as_i64()
+            .context("message id")?;
         let key = format!("telegram:reply:{chat}:{id}:0");
         while !is_sent(&db, &key) {
             if t0.elapsed() > Duration::from_secs(30) {

@@ -6,7 +6,13 @@ use crate::cmd::{cargo, run as run_command};
 
 /// The suites `clawgate-bench` runs; checked here too so a typo fails before a release build.
 pub(crate) const SUITES: [&str; 7] = [
-    "store", "send", "receive", "awareness", "acpx", "gateway", "telegram",
+    "store",
+    "send",
+    "receive",
+    "awareness",
+    "acpx",
+    "gateway",
+    "telegram",
 ];
 
 /// One benchmark run: the suite and the arguments handed to it unchanged.

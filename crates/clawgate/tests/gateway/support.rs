@@ -349,14 +349,20 @@ pub(crate) fn processes_mentioning(needle: &str) -> Vec<(u32, String)> {
 
 /// Lease rows of a state directory: (lease id, state).
 pub(crate) fn leases(state: &Path) -> Vec<(String, String)> {
+    state_pairs(
+        state,
+        "SELECT lease_id, state FROM acpx_leases ORDER BY started_at",
+    )
+}
+
+/// The two text columns `query` selects from a state directory's database, read-only.
+pub(crate) fn state_pairs(state: &Path, query: &str) -> Vec<(String, String)> {
     let db = rusqlite::Connection::open_with_flags(
         state.join("state.db"),
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
     )
     .expect("state.db");
-    let mut statement = db
-        .prepare("SELECT lease_id, state FROM acpx_leases ORDER BY started_at")
-        .expect("query");
+    let mut statement = db.prepare(query).expect("query");
     statement
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
         .expect("rows")

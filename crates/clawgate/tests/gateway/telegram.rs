@@ -19,7 +19,7 @@ use clawgate_channel_telegram::simulator::{
     BotApiSimulator, SimMessage, SimUser, SimulatorConfig, WriteOptions,
 };
 
-use crate::support::{BIN, GatewayProcess, demo_reply, leftover_processes};
+use crate::support::{BIN, GatewayProcess, demo_reply, leftover_processes, state_pairs};
 
 const TOKEN_ENV: &str = "E2E_TG_TOKEN";
 const SECRET_ENV: &str = "E2E_TG_SECRET";
@@ -156,18 +156,8 @@ impl Verdict {
 
 /// Reply intents of the state directory: idempotency key → status.
 fn reply_statuses(state: &Path) -> HashMap<String, String> {
-    let db = rusqlite::Connection::open_with_flags(
-        state.join("state.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .expect("state.db");
-    let mut statement = db
-        .prepare("SELECT idempotency_key, status FROM send_intents")
-        .expect("query");
-    statement
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-        .expect("rows")
-        .map(|r| r.expect("row"))
+    state_pairs(state, "SELECT idempotency_key, status FROM send_intents")
+        .into_iter()
         .collect()
 }
 
@@ -487,5 +477,8 @@ async fn a_wrong_bot_token_stops_the_start_naming_the_setting() {
         "names the setting: {error}"
     );
     assert!(error.contains(TOKEN_ENV), "names the variable: {error}");
-    assert!(!error.contains("not-the-token"), "never prints the token: {error}");
+    assert!(
+        !error.contains("not-the-token"),
+        "never prints the token: {error}"
+    );
 }
