@@ -11,14 +11,14 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-
-use crate::gateway::Gateway;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clawgate_channel_telegram::simulator::{
     BotApiSimulator, SimUser, SimulatorConfig, WriteOptions,
 };
+
+use crate::gateway::Gateway;
 
 const ONE_AT_A_TIME: usize = 300;
 const CHATS: usize = 100;
