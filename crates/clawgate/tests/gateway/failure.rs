@@ -68,8 +68,8 @@ async fn a_dead_letter_whose_notice_a_crash_cut_off_gets_it_when_the_update_come
         let store = clawgate_store::testing::open_store(&state);
         let key = InboundKey {
             channel: "qa".into(),
-            // The QA adapter's events carry no account.
-            account_id: String::new(),
+            // Recorded under the channel's account (the gateway stamps it on every event).
+            account_id: "default".into(),
             event_id: message.id.clone(),
         };
         store
