@@ -5,6 +5,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod conformance;
+mod inbound;
 mod peer;
 mod proxy;
+mod send;
 mod synapse;

@@ -1,6 +1,6 @@
 //! A loopback HTTP proxy in front of Synapse that can refuse a send with a Matrix error (as
 //! Synapse words it) or forward it and drop Synapse's answer. Only sends and redactions
-//! (`PUT …/send/…`, `PUT …/redact/…`) meet faults; everything else passes.
+//! (`PUT …/send/…`, `PUT …/redact/…`) meet faults, unless a fault names the path it is for.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -26,6 +26,8 @@ impl FaultKind {
 
 #[derive(Debug)]
 struct Fault {
+    /// Requests whose path contains this meet the fault; `None`: sends and redactions.
+    on: Option<String>,
     after: u32,
     times: u32,
     kind: FaultKind,
@@ -67,11 +69,22 @@ impl FaultProxy {
 
     /// `times` sends, after `after` sends went through, meet `kind`.
     pub(crate) fn inject(&self, after: u32, times: u32, kind: FaultKind) {
-        self.state
-            .lock()
-            .unwrap()
-            .faults
-            .push_back(Fault { after, times, kind });
+        self.state.lock().unwrap().faults.push_back(Fault {
+            on: None,
+            after,
+            times,
+            kind,
+        });
+    }
+
+    /// The next `times` requests whose path contains `on` meet `kind`.
+    pub(crate) fn inject_on(&self, on: &str, times: u32, kind: FaultKind) {
+        self.state.lock().unwrap().faults.push_back(Fault {
+            on: Some(on.to_owned()),
+            after: 0,
+            times,
+            kind,
+        });
     }
 
     /// Send and redaction calls seen so far.
@@ -81,12 +94,19 @@ impl FaultProxy {
 }
 
 fn take_fault(state: &Mutex<State>, method: &str, path: &str) -> Option<FaultKind> {
-    if method != "PUT" || !(path.contains("/send/") || path.contains("/redact/")) {
+    let send = method == "PUT" && (path.contains("/send/") || path.contains("/redact/"));
+    let mut state = state.lock().unwrap();
+    if send {
+        state.sends += 1;
+    }
+    let fault = state.faults.front_mut()?;
+    let applies = match &fault.on {
+        Some(on) => path.contains(on.as_str()),
+        None => send,
+    };
+    if !applies {
         return None;
     }
-    let mut state = state.lock().unwrap();
-    state.sends += 1;
-    let fault = state.faults.front_mut()?;
     if fault.after > 0 {
         fault.after -= 1;
         return None;

@@ -85,11 +85,6 @@ fn base64(bytes: &[u8]) -> String {
 }
 
 impl Synapse {
-    /// A homeserver with raised rate limits.
-    pub(crate) async fn start() -> Synapse {
-        Synapse::start_with(MessageLimit::RAISED).await
-    }
-
     /// A homeserver whose sends are limited by `limit`.
     pub(crate) async fn start_with(limit: MessageLimit) -> Synapse {
         let python = python();
