@@ -42,6 +42,8 @@ commands:
                       the gateway's crash matrix run long on a release build: N SIGKILLs
                       (default 100) per seed (default five fixed seeds), figures added up
   conformance         run every conformance suite (store backends, adapters)
+  setup               install the test tools once per machine: cargo-deny, Chromium +
+                      chromedriver, Synapse (a venv in target/python/synapse)
   ci [--step NAME]    run what CI runs: fmt, clippy, docs, tests, codegen --check, tidy,
                       cargo-deny, conformance, the packaged crates' own tests;
                       --step runs that one step alone (e.g. --step docs, --step packaged-crates)
@@ -57,6 +59,7 @@ enum Command {
     Tidy,
     Soak(soak::Soak),
     Conformance,
+    Setup,
     Ci(Option<String>),
     Help,
 }
@@ -181,6 +184,7 @@ fn parse(args: &[String]) -> Result<Command, ArgError> {
             Command::Soak(soak::Soak { seeds, kills })
         }
         "conformance" => Command::Conformance,
+        "setup" => Command::Setup,
         "ci" => Command::Ci(rest.value("--step")?),
         "help" | "-h" | "--help" => Command::Help,
         other => return Err(ArgError::UnknownCommand(other.to_owned())),
@@ -248,6 +252,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Tidy => tidy::run(),
         Command::Soak(soak) => soak::run(&soak),
         Command::Conformance => conformance::run(),
+        Command::Setup => setup::ensure_test_tools(),
         Command::Ci(step) => ci::run(step.as_deref()),
         Command::Help => {
             print!("{USAGE}");
@@ -334,6 +339,7 @@ mod tests {
             ("bench send --help", Ok(bench("send", &["--help"]))),
             ("bench warp", Err(ArgError::UnknownSuite("warp".into()))),
             ("conformance", Ok(Command::Conformance)),
+            ("setup", Ok(Command::Setup)),
             (
                 "soak --kills 40 --seeds 1,2",
                 Ok(Command::Soak(soak::Soak {
@@ -390,6 +396,7 @@ mod tests {
             "tidy",
             "soak",
             "conformance",
+            "setup",
             "ci",
             "help",
         ] {

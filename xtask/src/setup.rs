@@ -1,16 +1,19 @@
 //! The test tools `cargo xtask ci` needs beyond cargo, installed once per machine so the README's
 //! test command works on a fresh one: cargo-deny (licenses, bans, sources) and Debian's
-//! Chromium + chromedriver (the chat page's browser test).
+//! Chromium + chromedriver (the chat page's browser test), and Synapse in a Python venv under
+//! `target/python/synapse` (the Matrix channel's tests run against a real homeserver).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::bail;
 
-use crate::cmd::{cargo, run as run_command, succeeds};
+use crate::cmd::{cargo, project_root, run as run_command, succeeds};
 
 const CARGO_DENY: &str = "cargo-deny@0.20.2";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+/// The Synapse release the Matrix channel's tests run against (its fixture names the same).
+const SYNAPSE_VERSION: &str = "1.163.2";
 
 pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     if !succeeds(&mut cargo(["deny", "--version"])) {
@@ -20,6 +23,53 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     let custom_driver = std::env::var_os("CLAWGATE_CHROMEDRIVER").is_some();
     if !custom_driver && !Path::new(CHROMEDRIVER).exists() {
         install_chromium()?;
+    }
+    ensure_synapse()?;
+    Ok(())
+}
+
+/// Where the Matrix tests find Synapse: the workspace's `target/python/synapse`.
+fn synapse_venv() -> PathBuf {
+    project_root().join("target/python/synapse")
+}
+
+/// A venv with `matrix-synapse==SYNAPSE_VERSION` (from PyPI, about 20 s), unless one is there.
+fn ensure_synapse() -> anyhow::Result<()> {
+    let venv = synapse_venv();
+    let python = venv.join("bin/python");
+    let check = format!(
+        "import importlib.metadata as m; assert m.version('matrix-synapse') == '{SYNAPSE_VERSION}'"
+    );
+    if succeeds(Command::new(&python).args(["-c", &check])) {
+        return Ok(());
+    }
+    println!(
+        "setup: installing matrix-synapse=={SYNAPSE_VERSION} into {} (once per checkout)",
+        venv.display()
+    );
+    let system_python = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+    if !succeeds(Command::new(&system_python).args(["-m", "venv", "--help"])) {
+        bail!(
+            "the Matrix tests need Python 3 with venv (Synapse runs in one): install python3 and \
+             python3-venv (apt-get install python3-venv), or point PYTHON at such an interpreter"
+        );
+    }
+    run_command(
+        Command::new(&system_python)
+            .args(["-m", "venv", "--clear"])
+            .arg(&venv),
+    )?;
+    run_command(Command::new(venv.join("bin/pip")).args([
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        &format!("matrix-synapse=={SYNAPSE_VERSION}"),
+    ]))?;
+    if !succeeds(Command::new(&python).args(["-c", &check])) {
+        bail!(
+            "pip installed matrix-synapse but {} does not import it",
+            python.display()
+        );
     }
     Ok(())
 }
