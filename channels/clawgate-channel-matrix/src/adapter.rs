@@ -13,8 +13,8 @@ use clawgate_channel_sdk::{
 };
 use clawgate_types::{
     ChannelMessage, DeliveryCapabilities, DeliveryFailureKind, LiveCancelReason, LiveCapabilities,
-    MessageCapabilities, MessageOrigin, MessageReceiptPart, MessageRelation, MessageTarget,
-    RenderedMessageUnit, TextCapabilities, ThreadCapabilities,
+    MessageCapabilities, MessageOrigin, MessageReceiptPart, MessageRelation, RenderedMessageUnit,
+    TextCapabilities, ThreadCapabilities,
 };
 use reqwest::Method;
 use ruma::events::relation::{InReplyTo, Reply, Thread};
@@ -508,14 +508,6 @@ impl ChannelMessageAdapter for MatrixAdapter {
             Some(event) => Reconciliation::Sent(Box::new(Self::part(&event, room, ctx, unit)?)),
             None => Reconciliation::NotSent,
         })
-    }
-
-    fn typing_interval(&self) -> Option<Duration> {
-        None
-    }
-
-    async fn show_typing(&self, _target: &MessageTarget) -> Result<(), SendError> {
-        Ok(())
     }
 
     fn live(&self) -> Option<&dyn MessageLiveAdapter> {

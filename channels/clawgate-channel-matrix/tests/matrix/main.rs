@@ -6,6 +6,7 @@
 
 mod conformance;
 mod inbound;
+mod latency;
 mod peer;
 mod proxy;
 mod send;
