@@ -133,6 +133,8 @@ impl SyncSource {
             return Ok(token.trim().to_owned());
         }
         let answer = self.sync(None, 0).await?;
+        // Invites that came before the first start are only in this first answer.
+        self.join_invites(&answer.rooms.invite).await;
         std::fs::write(&self.start_file, &answer.next_batch).map_err(|e| {
             SourceError::new(
                 DeliveryFailureKind::Transient,

@@ -431,6 +431,25 @@ async fn invites_are_joined_when_configured_and_left_waiting_otherwise() {
         !members(&peer, &other).await.contains(&peer.gateway.user_id),
         "auto_join = false leaves the invite to an operator"
     );
+    // An invite from before an account's first start is in its first answer only. A new
+    // device: Synapse answers a repeated first /sync of one device from its response cache.
+    let early = invited(&peer).await;
+    let fresh_state = tempfile::tempdir().unwrap();
+    let device = peer.synapse.login("clawgate").await;
+    let fresh = build(
+        &peer.proxy.base,
+        &device,
+        &peer.otherbot,
+        fresh_state.path(),
+        json!({}),
+    )
+    .await
+    .unwrap();
+    poll(&fresh, &PollFrom::new(0, None)).await;
+    assert!(
+        members(&peer, &early).await.contains(&peer.gateway.user_id),
+        "an invite waiting at the first start is joined"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -240,6 +240,31 @@ impl Synapse {
         }
     }
 
+    /// A new login (a new device) of the user registered as `name`.
+    pub(crate) async fn login(&self, name: &str) -> User {
+        let answer: Value = self
+            .http
+            .post(format!("{}/_matrix/client/v3/login", self.base))
+            .json(&json!({
+                "type": "m.login.password",
+                "identifier": { "type": "m.id.user", "user": name },
+                "password": format!("{name}-password"),
+            }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        User {
+            user_id: answer["user_id"]
+                .as_str()
+                .unwrap_or_else(|| panic!("logged in: {answer}"))
+                .to_owned(),
+            token: answer["access_token"].as_str().unwrap().to_owned(),
+        }
+    }
+
     /// A client-server call as `user` straight to Synapse (no proxy); panics on an error answer.
     pub(crate) async fn call(
         &self,
