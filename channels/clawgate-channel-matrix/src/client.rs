@@ -189,7 +189,8 @@ impl MatrixApi {
         }
         let response = match request.send().await {
             Ok(response) => response,
-            Err(error) if error.is_connect() => {
+            // Nothing left this process: no connection, or a request that could not be built.
+            Err(error) if error.is_connect() || error.is_builder() => {
                 return Err(CallError::Unreachable(error.to_string()));
             }
             Err(error) => return Err(CallError::Lost(error.to_string())),

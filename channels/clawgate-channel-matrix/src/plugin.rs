@@ -136,6 +136,14 @@ impl MatrixFactory {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(setup.invalid("homeserver_url", format!("{url:?} is not an http(s) URL")));
         }
+        if url.starts_with("https://") && !cfg!(feature = "rustls") {
+            return Err(setup.invalid(
+                "homeserver_url",
+                "this build speaks plain HTTP only: build the gateway with the Matrix channel's \
+                 `rustls` feature for an https:// homeserver, or reach the homeserver through a \
+                 local TLS proxy at an http:// URL",
+            ));
+        }
         let user_id: OwnedUserId = UserId::parse(&settings.user_id).map_err(|e| {
             setup.invalid(
                 "user_id",

@@ -425,6 +425,19 @@ async fn the_factory_checks_the_token_and_names_each_bad_setting() {
             .unwrap_err();
         assert_eq!(error.key, named, "{error}");
     }
+    if !cfg!(feature = "rustls") {
+        let mut settings = good.clone();
+        settings["homeserver_url"] = json!("https://matrix.example.org");
+        let error = clawgate_channel_matrix::MatrixFactory
+            .build_with_secrets(&setup(settings), Secret::new(peer.gateway.token.clone()))
+            .await
+            .unwrap_err();
+        assert_eq!(error.key, "channels[2].settings.homeserver_url", "{error}");
+        assert!(
+            error.reason.contains("`rustls` feature"),
+            "says what to do: {error}"
+        );
+    }
     let built = build(
         &peer.synapse.base,
         &peer.gateway,
