@@ -28,8 +28,9 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Where the Matrix tests find Synapse: the workspace's `target/python/synapse`.
-fn synapse_venv() -> PathBuf {
+/// Where the Matrix tests find Synapse: the workspace's `target/python/synapse` (they look there
+/// themselves, or where `CLAWGATE_SYNAPSE_VENV` says).
+pub(crate) fn synapse_venv() -> PathBuf {
     project_root().join("target/python/synapse")
 }
 
