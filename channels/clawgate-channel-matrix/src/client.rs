@@ -116,6 +116,18 @@ impl CallError {
     }
 }
 
+/// The wait a refusal asks for: the body's `retry_after_ms`, else the `Retry-After` header in
+/// seconds (the spec's newer form; homeservers send both).
+fn retry_after(body_ms: Option<u64>, header: Option<&str>) -> Option<u64> {
+    body_ms.or_else(|| {
+        header?
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .map(|s| s.saturating_mul(1_000))
+    })
+}
+
 /// Percent-encodes one path segment (room ids hold `!` and `:`, event ids `$`).
 pub(crate) fn segment(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
@@ -196,6 +208,11 @@ impl MatrixApi {
             Err(error) => return Err(CallError::Lost(error.to_string())),
         };
         let status = response.status();
+        let header_retry = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let body = response
             .bytes()
             .await
@@ -206,7 +223,7 @@ impl MatrixApi {
                     status: status.as_u16(),
                     errcode: error.errcode,
                     error: error.error,
-                    retry_after_ms: error.retry_after_ms,
+                    retry_after_ms: retry_after(error.retry_after_ms, header_retry.as_deref()),
                 },
                 // Not the homeserver talking (a proxy's page): the call may have landed.
                 Err(_) => CallError::Lost(format!("HTTP {status} without a Matrix error body")),
@@ -270,6 +287,17 @@ mod tests {
         }
         .into_send_error("send");
         assert_eq!(error.retry_after_ms, Some(1_234));
+    }
+
+    #[test]
+    fn the_wait_comes_from_the_body_else_the_header() {
+        assert_eq!(retry_after(Some(1_500), Some("9")), Some(1_500));
+        assert_eq!(retry_after(None, Some(" 3 ")), Some(3_000));
+        assert_eq!(
+            retry_after(None, Some("Wed, 21 Oct 2015 07:28:00 GMT")),
+            None
+        );
+        assert_eq!(retry_after(None, None), None);
     }
 
     #[test]
