@@ -3,7 +3,7 @@
 //! redacted and the final sent fresh when an edit cannot carry it).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -52,8 +52,30 @@ pub struct MatrixAdapter {
     api: MatrixApi,
     user_id: OwnedUserId,
     capabilities: MessageCapabilities,
-    /// Rooms found end-to-end encrypted (true) or not (false).
-    encrypted: Mutex<HashMap<String, bool>>,
+    encrypted: EncryptedRooms,
+}
+
+/// What the channel knows of its rooms' encryption: found encrypted (true) or not (false) by a
+/// state lookup, or seen turning encrypted by `/sync` (shared by the sender and the source, so a
+/// room that turns encrypted gets nothing in the clear from then on).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct EncryptedRooms(Arc<Mutex<HashMap<String, bool>>>);
+
+impl EncryptedRooms {
+    fn get(&self, room: &str) -> Option<bool> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(room)
+            .copied()
+    }
+
+    pub(crate) fn set(&self, room: &str, encrypted: bool) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(room.to_owned(), encrypted);
+    }
 }
 
 impl std::fmt::Debug for MatrixAdapter {
@@ -178,13 +200,18 @@ struct MessagesPage {
 }
 
 impl MatrixAdapter {
-    pub(crate) fn new(name: &str, api: MatrixApi, user_id: OwnedUserId) -> MatrixAdapter {
+    pub(crate) fn new(
+        name: &str,
+        api: MatrixApi,
+        user_id: OwnedUserId,
+        encrypted: EncryptedRooms,
+    ) -> MatrixAdapter {
         MatrixAdapter {
             name: name.to_owned(),
             api,
             user_id,
             capabilities: capabilities(),
-            encrypted: Mutex::new(HashMap::new()),
+            encrypted,
         }
     }
 
@@ -235,13 +262,7 @@ impl MatrixAdapter {
     /// Refuses rooms with end-to-end encryption: this channel does not encrypt, and a plain
     /// message there would bypass the room's promise to its members.
     async fn ensure_unencrypted(&self, room: &str) -> Result<(), SendError> {
-        let known = self
-            .encrypted
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(room)
-            .copied();
-        let encrypted = match known {
+        let encrypted = match self.encrypted.get(room) {
             Some(encrypted) => encrypted,
             None => {
                 let path = format!("rooms/{}/state/m.room.encryption/", segment(room));
@@ -258,10 +279,7 @@ impl MatrixAdapter {
                 let Some(encrypted) = found else {
                     return Ok(());
                 };
-                self.encrypted
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .insert(room.to_owned(), encrypted);
+                self.encrypted.set(room, encrypted);
                 encrypted
             }
         };

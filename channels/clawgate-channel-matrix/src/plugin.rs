@@ -13,7 +13,7 @@ use ruma::{OwnedUserId, RoomId, UserId};
 use serde::Deserialize;
 use tracing::warn;
 
-use crate::adapter::MatrixAdapter;
+use crate::adapter::{EncryptedRooms, MatrixAdapter};
 use crate::client::{CallError, MatrixApi};
 use crate::receive::MatrixReceiver;
 use crate::source::{JoinPolicy, SyncSource};
@@ -175,6 +175,7 @@ impl MatrixFactory {
         let timeout = Duration::from_millis(settings.request_timeout_ms.max(1));
         let api = MatrixApi::new(url, token, timeout);
         check_token(setup, &settings, &api).await?;
+        let encrypted = EncryptedRooms::default();
         let source = SyncSource::new(
             api.clone(),
             user_id.as_str(),
@@ -183,6 +184,7 @@ impl MatrixFactory {
                 auto_join: settings.auto_join,
                 allowed_rooms: settings.allowed_rooms.clone(),
             },
+            encrypted.clone(),
             &setup.state_dir,
         );
         let receiver = MatrixReceiver::new(
@@ -195,6 +197,7 @@ impl MatrixFactory {
             &setup.name,
             api.clone(),
             user_id.clone(),
+            encrypted,
         ));
         Ok(ChannelPlugin::new(adapter)
             .with_inbound(Arc::new(receiver), InboundSource::Polling(Arc::new(source)))

@@ -22,6 +22,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tracing::{info, warn};
 
+use crate::adapter::EncryptedRooms;
 use crate::client::{MatrixApi, segment};
 
 /// Events of one room per `/sync` answer; more sets the timeline `limited` flag.
@@ -65,6 +66,7 @@ pub struct SyncSource {
     user_id: String,
     timeout_s: u64,
     joins: JoinPolicy,
+    encrypted: EncryptedRooms,
     /// Where the account's first `since` token is kept.
     start_file: PathBuf,
     /// The batches the watermark has not passed yet, in order (each `since` is the previous
@@ -95,6 +97,7 @@ impl SyncSource {
         user_id: &str,
         timeout_s: u64,
         joins: JoinPolicy,
+        encrypted: EncryptedRooms,
         state_dir: &std::path::Path,
     ) -> SyncSource {
         SyncSource {
@@ -102,6 +105,7 @@ impl SyncSource {
             user_id: user_id.to_owned(),
             timeout_s,
             joins,
+            encrypted,
             start_file: state_dir.join("matrix-sync-start"),
             chain: Mutex::new(Vec::new()),
         }
@@ -208,6 +212,7 @@ impl SyncSource {
                     .unwrap_or_default();
                 match kind {
                     "m.room.encryption" => {
+                        self.encrypted.set(room, true);
                         warn!(
                             room,
                             "this room is end-to-end encrypted: the channel does not decrypt, its messages are not answered and nothing is sent there"

@@ -362,6 +362,35 @@ async fn an_encrypted_room_is_refused_and_nothing_is_sent_in_the_clear() {
         .await
         .unwrap();
     assert_eq!(peer.texts(&plain).await, vec!["fine"]);
+    // The room turns encrypted later: once /sync shows it, nothing more goes there in the clear.
+    peer.synapse
+        .call(
+            &peer.gateway,
+            Method::PUT,
+            &format!(
+                "rooms/{}/state/m.room.encryption/",
+                crate::synapse::enc(&plain)
+            ),
+            Some(json!({ "algorithm": "m.megolm.v1.aes-sha2" })),
+        )
+        .await;
+    let InboundSource::Polling(feed) = &peer.plugin.source else {
+        panic!("the Matrix source polls");
+    };
+    feed.poll(&PollFrom::new(0, None), PollWait::Immediate)
+        .await
+        .unwrap();
+    let error = peer
+        .plugin
+        .sender
+        .send_unit(
+            &context(&plain, "after"),
+            &RenderedMessageUnit::text(0, "now in the clear?"),
+        )
+        .await
+        .unwrap_err();
+    assert!(error.message.contains("end-to-end encrypted"), "{error:?}");
+    assert_eq!(peer.texts(&plain).await, vec!["fine"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
