@@ -43,7 +43,7 @@ commands:
                       (default 100) per seed (default five fixed seeds), figures added up
   conformance         run every conformance suite (store backends, adapters)
   setup               install the test tools once per machine: cargo-deny, Chromium +
-                      chromedriver, Synapse (a venv in target/python/synapse)
+                      chromedriver, Synapse in a venv under the target directory)
   ci [--step NAME]    run what CI runs: fmt, clippy, docs, tests, codegen --check, tidy,
                       cargo-deny, conformance, the packaged crates' own tests;
                       --step runs that one step alone (e.g. --step docs, --step packaged-crates)

@@ -303,11 +303,8 @@ pub(crate) fn run(dirty: bool) -> anyhow::Result<()> {
     for member in &members {
         let crate_started = Instant::now();
         let mut test = cargo(test_args(member));
-        // An extracted crate is outside the repository: the Matrix tests' Synapse venv is
-        // named for them.
         test.current_dir(&workspace)
-            .env("CARGO_TARGET_DIR", &target)
-            .env("CLAWGATE_SYNAPSE_VENV", crate::setup::synapse_venv());
+            .env("CARGO_TARGET_DIR", &target);
         let line = display(&test);
         println!("\npackaged crates: {} ({line})", member.dir_name());
         match run_command(&mut test) {

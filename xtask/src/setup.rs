@@ -1,7 +1,8 @@
 //! The test tools `cargo xtask ci` needs beyond cargo, installed once per machine so the README's
 //! test command works on a fresh one: cargo-deny (licenses, bans, sources) and Debian's
 //! Chromium + chromedriver (the chat page's browser test), and Synapse in a Python venv under
-//! `target/python/synapse` (the Matrix channel's tests run against a real homeserver).
+//! the target directory (`<target>/python/synapse`: the Matrix channel's tests run against a
+//! real homeserver).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,10 +29,14 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Where the Matrix tests find Synapse: the workspace's `target/python/synapse` (they look there
-/// themselves, or where `CLAWGATE_SYNAPSE_VENV` says).
-pub(crate) fn synapse_venv() -> PathBuf {
-    project_root().join("target/python/synapse")
+/// `<target>/python/synapse`, where the Matrix tests look for Synapse (found from their test
+/// binary, so the packaged crates' runs on the same target directory find it too).
+fn synapse_venv() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| project_root().join("target"))
+        .join("python")
+        .join("synapse")
 }
 
 /// A venv with `matrix-synapse==SYNAPSE_VERSION` (from PyPI, about 20 s), unless one is there.
@@ -45,7 +50,7 @@ fn ensure_synapse() -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "setup: installing matrix-synapse=={SYNAPSE_VERSION} into {} (once per checkout)",
+        "setup: installing matrix-synapse=={SYNAPSE_VERSION} into {} (once per machine)",
         venv.display()
     );
     let system_python = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());

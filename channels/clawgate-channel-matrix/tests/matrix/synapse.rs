@@ -1,5 +1,5 @@
 //! A real Synapse homeserver for a test: from the venv `cargo xtask setup` installs under the
-//! workspace's `target/python/synapse`, on a free loopback port, with its SQLite database and
+//! target directory (`<target>/python/synapse`), on a free loopback port, with its SQLite database and
 //! config in a temporary directory, users registered through the shared secret, stopped by its
 //! pid when dropped.
 
@@ -45,10 +45,17 @@ pub(crate) struct Synapse {
     pub(crate) http: reqwest::Client,
 }
 
-/// The venv's interpreter: `$CLAWGATE_SYNAPSE_VENV`, else `<workspace>/target/python/synapse`.
+/// The venv's interpreter: `$CLAWGATE_SYNAPSE_VENV`, else `<target>/python/synapse`, the target
+/// directory found from this test binary (`<target>/<profile>/deps/…`).
 fn python() -> PathBuf {
     let venv = std::env::var_os("CLAWGATE_SYNAPSE_VENV").map_or_else(
-        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/python/synapse"),
+        || {
+            let exe = std::env::current_exe().expect("the test binary's path");
+            exe.ancestors()
+                .nth(3)
+                .expect("the test binary sits in <target>/<profile>/deps")
+                .join("python/synapse")
+        },
         PathBuf::from,
     );
     let python = venv.join("bin/python");
