@@ -297,8 +297,8 @@ impl PollingFeed for SyncSource {
             return Ok(polled);
         }
         if events.is_empty() {
-            // Nothing to answer up to `next_batch`: the empty stretch is one batch (its tokens
-            // are never a checkpoint, so it may grow).
+            // Nothing to answer up to `next_batch`: the empty stretch is one batch, whose end
+            // may move on (no event carries it as a checkpoint).
             match chain.last_mut() {
                 Some(last) if last.events.is_empty() => last.next = answer.next_batch,
                 _ => chain.push(Batch {
