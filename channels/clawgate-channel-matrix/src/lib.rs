@@ -16,6 +16,8 @@ mod client;
 mod plugin;
 mod receive;
 mod source;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use adapter::{MAX_TEXT_CHARS, MatrixAdapter, MatrixOrigin, ORIGIN_KEY};
 pub use plugin::{MAX_POLL_TIMEOUT_S, MatrixFactory, MatrixSettings};

@@ -22,6 +22,8 @@ pub fn registry() -> ChannelRegistry {
     registry.register(std::sync::Arc::new(
         clawgate_channel_telegram::TelegramFactory,
     ));
+    #[cfg(feature = "channel-matrix")]
+    registry.register(std::sync::Arc::new(clawgate_channel_matrix::MatrixFactory));
     registry
 }
 

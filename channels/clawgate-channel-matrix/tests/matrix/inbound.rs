@@ -20,7 +20,7 @@ use tokio::sync::watch;
 
 use crate::peer::{Peer, build};
 use crate::proxy::FaultKind;
-use crate::synapse::enc;
+use clawgate_channel_matrix::testing::enc;
 
 fn text(raw: &Value) -> &str {
     raw.pointer("/content/body")

@@ -137,7 +137,7 @@ async fn a_person_gets_exactly_one_final_per_message_through_synapse() {
     latencies.sort();
     eprintln!(
         "matrix: inbound → final through Synapse {}: p50 {:.1} ms, p99 {:.1} ms over {MESSAGES} messages",
-        crate::synapse::SYNAPSE_VERSION,
+        clawgate_channel_matrix::testing::SYNAPSE_VERSION,
         percentile(&latencies, 0.50).as_secs_f64() * 1_000.0,
         percentile(&latencies, 0.99).as_secs_f64() * 1_000.0,
     );

@@ -10,4 +10,3 @@ mod latency;
 mod peer;
 mod proxy;
 mod send;
-mod synapse;

@@ -11,7 +11,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::proxy::{FaultKind, FaultProxy};
-use crate::synapse::{MessageLimit, Synapse, User, enc};
+use clawgate_channel_matrix::testing::{MessageLimit, Synapse, User, enc};
 
 pub(crate) struct Peer {
     pub(crate) synapse: Synapse,

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::peer::{Peer, build};
 use crate::proxy::FaultKind;
-use crate::synapse::MessageLimit;
+use clawgate_channel_matrix::testing::MessageLimit;
 
 fn context(room: &str, id: &str) -> SendContext {
     SendContext::new(
@@ -369,7 +369,7 @@ async fn an_encrypted_room_is_refused_and_nothing_is_sent_in_the_clear() {
             Method::PUT,
             &format!(
                 "rooms/{}/state/m.room.encryption/",
-                crate::synapse::enc(&plain)
+                clawgate_channel_matrix::testing::enc(&plain)
             ),
             Some(json!({ "algorithm": "m.megolm.v1.aes-sha2" })),
         )

@@ -1,7 +1,9 @@
-//! A real Synapse homeserver for a test: from the venv `cargo xtask setup` installs under the
-//! target directory (`<target>/python/synapse`), on a free loopback port, with its SQLite database and
-//! config in a temporary directory, users registered through the shared secret, stopped by its
-//! pid when dropped.
+//! A real Synapse homeserver for tests (feature `testing`): from the venv `cargo xtask setup`
+//! installs under the target directory (`<target>/python/synapse`), on a free loopback port,
+//! with its SQLite database and config in a temporary directory, users registered through the
+//! shared secret, stopped by its pid when dropped. The channel's own tests and the gateway's
+//! run against it.
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc)] // A test fixture: failures panic loudly.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -12,18 +14,20 @@ use serde_json::{Value, json};
 use sha2::Digest;
 
 /// The Synapse release the tests are written against (the xtask installs the same).
-pub(crate) const SYNAPSE_VERSION: &str = "1.163.2";
+pub const SYNAPSE_VERSION: &str = "1.163.2";
 
 /// The rate limits one Synapse applies to sends.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct MessageLimit {
-    pub(crate) per_second: f64,
-    pub(crate) burst_count: u32,
+pub struct MessageLimit {
+    /// Sends per second per user.
+    pub per_second: f64,
+    /// Sends allowed in a burst.
+    pub burst_count: u32,
 }
 
 impl MessageLimit {
     /// Limits no test reaches.
-    pub(crate) const RAISED: MessageLimit = MessageLimit {
+    pub const RAISED: MessageLimit = MessageLimit {
         per_second: 10_000.0,
         burst_count: 10_000,
     };
@@ -31,18 +35,32 @@ impl MessageLimit {
 
 /// An account on the homeserver.
 #[derive(Debug, Clone)]
-pub(crate) struct User {
-    pub(crate) user_id: String,
-    pub(crate) token: String,
+pub struct User {
+    /// `@name:localhost`.
+    pub user_id: String,
+    /// Its access token.
+    pub token: String,
 }
 
-pub(crate) struct Synapse {
+/// A running Synapse.
+pub struct Synapse {
     child: Child,
     /// `http://127.0.0.1:<port>`.
-    pub(crate) base: String,
+    pub base: String,
     secret: String,
     dir: tempfile::TempDir,
-    pub(crate) http: reqwest::Client,
+    /// A client for calls straight to it.
+    pub http: reqwest::Client,
+}
+
+impl std::fmt::Debug for Synapse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The registration secret stays out.
+        f.debug_struct("Synapse")
+            .field("base", &self.base)
+            .field("pid", &self.child.id())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The venv's interpreter: `$CLAWGATE_SYNAPSE_VENV`, else `<target>/python/synapse`, the target
@@ -93,7 +111,7 @@ fn base64(bytes: &[u8]) -> String {
 
 impl Synapse {
     /// A homeserver whose sends are limited by `limit`.
-    pub(crate) async fn start_with(limit: MessageLimit) -> Synapse {
+    pub async fn start_with(limit: MessageLimit) -> Synapse {
         let python = python();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let port = free_port();
@@ -195,7 +213,7 @@ impl Synapse {
     }
 
     /// The end of Synapse's logs, for failure messages.
-    pub(crate) fn logs(&self) -> String {
+    pub fn logs(&self) -> String {
         let read =
             |name: &str| std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default();
         let all = format!("{}{}", read("stderr.log"), read("homeserver.log"));
@@ -204,7 +222,7 @@ impl Synapse {
     }
 
     /// Registers `name` through the shared-secret admin API.
-    pub(crate) async fn register(&self, name: &str) -> User {
+    pub async fn register(&self, name: &str) -> User {
         let url = format!("{}/_synapse/admin/v1/register", self.base);
         let nonce: Value = self
             .http
@@ -248,7 +266,7 @@ impl Synapse {
     }
 
     /// A new login (a new device) of the user registered as `name`.
-    pub(crate) async fn login(&self, name: &str) -> User {
+    pub async fn login(&self, name: &str) -> User {
         let answer: Value = self
             .http
             .post(format!("{}/_matrix/client/v3/login", self.base))
@@ -273,7 +291,7 @@ impl Synapse {
     }
 
     /// A client-server call as `user` straight to Synapse (no proxy); panics on an error answer.
-    pub(crate) async fn call(
+    pub async fn call(
         &self,
         user: &User,
         method: reqwest::Method,
@@ -286,7 +304,7 @@ impl Synapse {
     }
 
     /// A client-server call as `user`: its status and JSON answer.
-    pub(crate) async fn try_call(
+    pub async fn try_call(
         &self,
         user: &User,
         method: reqwest::Method,
@@ -315,7 +333,7 @@ impl Drop for Synapse {
 }
 
 /// A path segment, percent-encoded.
-pub(crate) fn enc(value: &str) -> String {
+pub fn enc(value: &str) -> String {
     value
         .bytes()
         .map(|b| {
