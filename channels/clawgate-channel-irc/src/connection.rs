@@ -9,7 +9,7 @@
 //! before it (404, 401…) says it was refused. A link that drops after the line was written and
 //! before the `PONG` leaves the outcome unknown.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -87,6 +87,9 @@ pub(crate) struct Shared {
     requests: mpsc::Sender<Request>,
     inbox: Mutex<Option<mpsc::Receiver<Request>>>,
     sink: Mutex<Option<Arc<dyn EventSink>>>,
+    /// Lines received while no feed runs (the sender connected first), handed over when one
+    /// starts, in order; bounded.
+    held: tokio::sync::Mutex<VecDeque<serde_json::Value>>,
     facts: Mutex<Facts>,
     started: std::sync::Once,
     /// Receipt ids: the process start in ms and a counter.
@@ -144,6 +147,7 @@ impl Connection {
             requests,
             inbox: Mutex::new(Some(inbox)),
             sink: Mutex::new(None),
+            held: tokio::sync::Mutex::new(VecDeque::new()),
             facts: Mutex::new(Facts::default()),
             started: std::sync::Once::new(),
             epoch_ms,
@@ -186,9 +190,19 @@ impl Connection {
         planned_prefix_len(&"n".repeat(nick), &config.user)
     }
 
-    /// Hands inbound lines to `sink` (the running feed's), or stops handing them (`None`).
-    pub(crate) fn set_sink(&self, sink: Option<Arc<dyn EventSink>>) {
-        *lock(&self.shared.sink) = sink;
+    /// Hands inbound lines to `sink` (the running feed's), those held meanwhile first.
+    pub(crate) async fn attach(&self, sink: Arc<dyn EventSink>) {
+        let mut held = self.shared.held.lock().await;
+        *lock(&self.shared.sink) = Some(sink.clone());
+        while let Some(event) = held.pop_front() {
+            sink.deliver(PushedEvent::new(event, Arc::new(NoTransportAck)))
+                .await;
+        }
+    }
+
+    /// Stops handing lines to the feed's sink (they are held until the next one).
+    pub(crate) fn detach(&self) {
+        *lock(&self.shared.sink) = None;
     }
 
     /// Writes `line` (a PRIVMSG to `target`) once the link is up (waiting at most `wait`) and
@@ -615,15 +629,29 @@ fn refusal(code: Response, args: &[String], target: &str) -> Option<SendError> {
     )
 }
 
-/// Hands one inbound line to the feed's sink (none while no feed runs: IRC keeps no backlog).
+/// How many lines are held while no feed runs; older ones are dropped past it.
+const MAX_HELD: usize = 1000;
+
+/// Hands one inbound line to the feed's sink, or holds it until a feed runs.
 async fn deliver(shared: &Arc<Shared>, line: &str, nick: &str) {
-    let sink = lock(&shared.sink).clone();
-    let Some(sink) = sink else { return };
     let seq = shared.inbound_seq.fetch_add(1, Ordering::Relaxed) + 1;
     let id = format!("{}-{seq}", shared.epoch_ms);
     let event = crate::receive::inbound_event(line, nick, &id);
-    sink.deliver(PushedEvent::new(event, Arc::new(NoTransportAck)))
-        .await;
+    let mut held = shared.held.lock().await;
+    let sink = lock(&shared.sink).clone();
+    match sink {
+        Some(sink) => {
+            sink.deliver(PushedEvent::new(event, Arc::new(NoTransportAck)))
+                .await;
+        }
+        None => {
+            if held.len() == MAX_HELD {
+                held.pop_front();
+                warn!("no IRC feed is running: dropping the oldest held line");
+            }
+            held.push_back(event);
+        }
+    }
 }
 
 #[cfg(test)]

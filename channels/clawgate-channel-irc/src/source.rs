@@ -1,7 +1,8 @@
 //! The inbound feed: the account's connection pushes every relayed `PRIVMSG`/`NOTICE` to the
 //! engine while the feed runs. IRC keeps no backlog and has no acknowledgement, so each event
 //! carries a [`NoTransportAck`](clawgate_channel_sdk::NoTransportAck) and what was said while
-//! the link was down is not seen.
+//! the link was down is not seen. Lines that arrive while no feed runs (the sender connected
+//! first) are held, a bounded number, and handed to the next feed.
 
 use std::sync::Arc;
 
@@ -28,14 +29,14 @@ struct Detach<'a>(&'a Connection);
 
 impl Drop for Detach<'_> {
     fn drop(&mut self) {
-        self.0.set_sink(None);
+        self.0.detach();
     }
 }
 
 #[async_trait]
 impl PushedFeed for IrcFeed {
     async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
-        self.connection.set_sink(Some(sink.clone()));
+        self.connection.attach(sink.clone()).await;
         let _detach = Detach(&self.connection);
         self.connection.ensure_started();
         let mut state = self.connection.state();
