@@ -18,7 +18,7 @@ use clawgate_types::{
 use serde_json::{Value, json};
 
 use crate::connection::Connection;
-use crate::line::{planned_prefix_len, privmsg, split_text, text_budget, valid_target};
+use crate::line::{privmsg, split_text, text_budget, valid_target};
 
 /// What the channel can do, as the engine and the conformance suite read it.
 fn capabilities() -> MessageCapabilities {
@@ -62,14 +62,14 @@ impl std::fmt::Debug for IrcAdapter {
 
 impl IrcAdapter {
     pub(crate) fn new(name: &str, connection: Connection, send_wait: Duration) -> IrcAdapter {
-        let config = connection.config();
-        let longest_nick = config.nicks.iter().map(String::len).max().unwrap_or(0);
-        let prefix_len = planned_prefix_len(&"n".repeat(longest_nick), &config.user);
         IrcAdapter {
             name: name.to_owned(),
+            renderer: IrcRenderer {
+                connection: Some(connection.clone()),
+                prefix_len: 0,
+            },
             connection,
             capabilities: capabilities(),
-            renderer: IrcRenderer { prefix_len },
             send_wait,
         }
     }
@@ -105,7 +105,11 @@ impl ChannelMessageAdapter for IrcAdapter {
         if text.contains(['\r', '\n', '\0']) {
             return Err(invalid("one IRC unit is one line: no CR, LF or NUL"));
         }
-        let budget = text_budget(self.connection.prefix_len(), target);
+        let prefix_len = self
+            .connection
+            .prefix_len()
+            .unwrap_or_else(|| self.connection.planned_prefix_len());
+        let budget = text_budget(prefix_len, target);
         if text.len() > budget {
             return Err(invalid(format!(
                 "the line is {} bytes; {budget} fit in a PRIVMSG to {target}",
@@ -132,11 +136,13 @@ impl ChannelMessageAdapter for IrcAdapter {
 }
 
 /// Text → one unit per line piece that fits a PRIVMSG; attachments as their URLs on lines of
-/// their own.
-#[derive(Debug, Clone, Copy)]
+/// their own. (The engine stores the rendered batch with the intent, so a retry or a recovery
+/// sends the same lines.)
+#[derive(Debug, Clone)]
 pub struct IrcRenderer {
-    /// The prefix length lines are planned for (the longest host: the same split on every
-    /// render of a message, before and after a restart).
+    /// Where our relayed prefix is learnt.
+    connection: Option<Connection>,
+    /// The prefix length without a connection.
     prefix_len: usize,
 }
 
@@ -147,7 +153,11 @@ impl MessageRenderAdapter for IrcRenderer {
         _capabilities: &MessageCapabilities,
         idempotency_key: &str,
     ) -> Result<RenderedMessageBatch, RenderError> {
-        let budget = text_budget(self.prefix_len, &message.target.id);
+        let prefix_len = self
+            .connection
+            .as_ref()
+            .map_or(self.prefix_len, Connection::planned_prefix_len);
+        let budget = text_budget(prefix_len, &message.target.id);
         let mut lines = Vec::new();
         if let Some(body) = &message.body {
             lines.extend(split_text(&body.text, budget));
@@ -191,7 +201,10 @@ mod tests {
 
     #[test]
     fn multi_line_text_renders_one_unit_per_line_within_the_byte_budget() {
-        let renderer = IrcRenderer { prefix_len: 80 };
+        let renderer = IrcRenderer {
+            connection: None,
+            prefix_len: 80,
+        };
         let long = "ü".repeat(400);
         let message = ChannelMessage::outbound(
             "m",

@@ -176,18 +176,28 @@ impl Connection {
         self.shared.state.subscribe()
     }
 
-    pub(crate) fn config(&self) -> &ConnectionConfig {
-        &self.shared.config
+    /// Our `nick!user@host` as the server relays it, once seen in our own `JOIN`.
+    pub(crate) fn prefix(&self) -> Option<String> {
+        lock(&self.shared.facts).prefix.clone()
     }
 
-    /// The text bytes a PRIVMSG to `target` carries, with our real prefix when known.
-    pub(crate) fn prefix_len(&self) -> usize {
-        if let Some(prefix) = &lock(&self.shared.facts).prefix {
-            return prefix.len();
-        }
+    /// The length of our `nick!user@host` as the server relays it, when known.
+    pub(crate) fn prefix_len(&self) -> Option<usize> {
+        lock(&self.shared.facts).prefix.as_ref().map(String::len)
+    }
+
+    /// The prefix length to render lines for: the one seen, with the longest of our nicks in
+    /// it (a reconnect may land on an alternate); before one was seen, the longest possible.
+    pub(crate) fn planned_prefix_len(&self) -> usize {
         let config = &self.shared.config;
-        let nick = config.nicks.iter().map(String::len).max().unwrap_or(0);
-        planned_prefix_len(&"n".repeat(nick), &config.user)
+        let longest = config.nicks.iter().map(String::len).max().unwrap_or(0);
+        match &lock(&self.shared.facts).prefix {
+            Some(prefix) => {
+                let nick = prefix.split('!').next().map_or(0, str::len);
+                prefix.len() - nick + longest
+            }
+            None => planned_prefix_len(&"n".repeat(longest), &config.user),
+        }
     }
 
     /// Hands inbound lines to `sink` (the running feed's), those held meanwhile first.

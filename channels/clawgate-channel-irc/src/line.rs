@@ -23,26 +23,29 @@ pub fn planned_prefix_len(nick: &str, user: &str) -> usize {
 
 /// Splits `text` into the lines one IRC message each carries: one per text line (empty lines
 /// are dropped: IRC refuses an empty PRIVMSG), each cut to at most `budget` bytes at a
-/// character boundary, preferring the last space in the second half of a piece.
+/// character boundary. A cut prefers the last space in the second half of a piece and takes
+/// that space out, as clients wrap words; trailing spaces go too (servers strip them anyway),
+/// so what lands is what was sent.
 pub fn split_text(text: &str, budget: usize) -> Vec<String> {
     let budget = budget.max(4); // room for one UTF-8 character of any length
     let mut pieces = Vec::new();
     for line in text.split('\n') {
         // CR and NUL cannot travel inside a line.
         let line: String = line.chars().filter(|c| *c != '\r' && *c != '\0').collect();
-        let mut rest = line.as_str();
+        let mut rest = line.trim_end();
         while rest.len() > budget {
             let mut hard = budget;
             while !rest.is_char_boundary(hard) {
                 hard -= 1;
             }
-            let window = &rest[..hard];
-            let cut = window
-                .rfind(' ')
-                .filter(|i| *i >= hard / 2)
-                .map_or(hard, |i| i + 1);
-            pieces.push(rest[..cut].to_owned());
-            rest = &rest[cut..];
+            let (piece, next) = match rest[..hard].rfind(' ').filter(|i| *i >= hard / 2) {
+                Some(space) => (&rest[..space], &rest[space + 1..]),
+                None => (&rest[..hard], &rest[hard..]),
+            };
+            if !piece.trim().is_empty() {
+                pieces.push(piece.trim_end().to_owned());
+            }
+            rest = next;
         }
         if !rest.trim().is_empty() {
             pieces.push(rest.to_owned());
@@ -85,7 +88,12 @@ mod tests {
             split_text("one\n\ntwo\r\nthree", 100),
             vec!["one", "two", "three"]
         );
-        assert_eq!(split_text("aaaa bbbb cccc", 10), vec!["aaaa bbbb ", "cccc"]);
+        assert_eq!(split_text("aaaa bbbb cccc", 10), vec!["aaaa bbbb", "cccc"]);
+        assert_eq!(split_text("trailing   ", 100), vec!["trailing"]);
+        let words = "word ".repeat(100);
+        let pieces = split_text(&words, 23);
+        assert_eq!(pieces.join(" "), words.trim_end());
+        assert!(pieces.iter().all(|p| p.len() <= 23 && !p.ends_with(' ')));
         assert!(split_text("\n \n", 10).is_empty());
     }
 

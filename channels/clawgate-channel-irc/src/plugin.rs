@@ -156,6 +156,12 @@ impl IrcLink {
         self.current()
     }
 
+    /// Our `nick!user@host` as the server relays it (seen in our own `JOIN`): lines are split
+    /// for it, and for the longest possible host before it is known.
+    pub fn relayed_prefix(&self) -> Option<String> {
+        self.connection.prefix()
+    }
+
     /// The reason the server refused the account, if it did.
     pub fn refused(&self) -> Option<String> {
         match &*self.connection.state().borrow() {

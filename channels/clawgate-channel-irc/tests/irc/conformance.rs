@@ -18,39 +18,33 @@ macro_rules! cases {
     };
 }
 
-mod irc {
-    mod conformance {
-        use super::super::*;
+cases!(
+    send_round_trip,
+    edit_round_trip,
+    delete_round_trip,
+    declared_text_limit_and_chunking_work,
+    idempotency_key_dedupes_when_declared,
+    failure_classes,
+    unknown_outcome_is_reconcilable_when_declared,
+    batch_partial_retry_sends_only_missing_units,
+    recovery_after_restart,
+    inbound_events_normalize,
+    origin_markers_round_trip,
+    live_preview_finalizes_in_place_when_declared,
+    live_preview_is_removed_when_abandoned,
+    remote_attachments_are_delivered_when_declared,
+    polling_source_never_passes_an_unfinished_event,
+    pushed_source_resumes_after_a_dropped_connection,
+);
 
-        cases!(
-            send_round_trip,
-            edit_round_trip,
-            delete_round_trip,
-            declared_text_limit_and_chunking_work,
-            idempotency_key_dedupes_when_declared,
-            failure_classes,
-            unknown_outcome_is_reconcilable_when_declared,
-            batch_partial_retry_sends_only_missing_units,
-            recovery_after_restart,
-            inbound_events_normalize,
-            origin_markers_round_trip,
-            live_preview_finalizes_in_place_when_declared,
-            live_preview_is_removed_when_abandoned,
-            remote_attachments_are_delivered_when_declared,
-            polling_source_never_passes_an_unfinished_event,
-            pushed_source_resumes_after_a_dropped_connection,
-        );
-
-        #[test]
-        fn pushed_redelivery_is_deduplicated() {
-            clawgate_conformance::Outcome::skipped(
-                "an IRC server never delivers a line twice (no acknowledgements, no retries): \
-                 there is no redelivery to deduplicate",
-            )
-            .report(concat!(
-                module_path!(),
-                "::pushed_redelivery_is_deduplicated"
-            ));
-        }
-    }
+#[test]
+fn pushed_redelivery_is_deduplicated() {
+    clawgate_conformance::Outcome::skipped(
+        "an IRC server never delivers a line twice (no acknowledgements, no retries): \
+         there is no redelivery to deduplicate",
+    )
+    .report(concat!(
+        module_path!(),
+        "::pushed_redelivery_is_deduplicated"
+    ));
 }

@@ -21,7 +21,8 @@ pub(crate) struct Peer {
     pub(crate) person: Client,
     pub(crate) other_bot: Client,
     pub(crate) proxy: Proxy,
-    pub(crate) server: Ngircd,
+    /// Kept running for the peer's life.
+    _server: Ngircd,
     /// The channel is `+m` for an injected refusal, lifted at the next look.
     moderated: AtomicBool,
     /// Where the person's lines stood when the channel's link was last cut.
@@ -81,7 +82,7 @@ impl Peer {
             person,
             other_bot,
             proxy,
-            server,
+            _server: server,
             moderated: AtomicBool::new(false),
             dropped_at: Mutex::new(None),
             events: AtomicU64::new(0),
