@@ -48,6 +48,12 @@ async fn long_multibyte_text_is_split_under_512_bytes_as_relayed_and_rejoins() {
         .wait_up(Duration::from_secs(20))
         .await
         .unwrap();
+    // Lines are split for the prefix the server relays, once the channel has seen it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while link(&plugin).relayed_prefix().is_none() {
+        assert!(Instant::now() < deadline, "the channel saw its own JOIN");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let first = "Grüße aus Köln — 東京からこんにちは — 😀🎉 ".repeat(12);
     let second = "x".repeat(1200);
     let text = format!("{first}\n\n{second}\nend");
@@ -93,7 +99,14 @@ async fn long_multibyte_text_is_split_under_512_bytes_as_relayed_and_rejoins() {
     );
     assert!(
         relayed.iter().any(|l| l.len() + 2 > 480),
-        "pieces use the line, not a timid fraction of it"
+        "pieces use the line, not a timid fraction of it: {:?}",
+        relayed
+            .iter()
+            .map(|l| (
+                l.len() + 2,
+                l.split(' ').next().unwrap_or_default().to_owned()
+            ))
+            .collect::<Vec<_>>()
     );
 }
 
@@ -358,4 +371,25 @@ async fn sasl_against_a_server_without_it_is_refused_with_the_reason() {
         "{reason}"
     );
     assert!(!format!("{plugin:?}{error:?}{reason}").contains("hunter2"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kicked_channel_joins_again_and_keeps_talking() {
+    let peer = Peer::start().await;
+    let mark = peer.person.mark();
+    let head = format!(":{NICK}!");
+    block(|| {
+        peer.person.send(&format!("KICK {CHANNEL} {NICK} :out"));
+        peer.person
+            .wait_for(mark, |l| l.starts_with(&head) && l.contains(" JOIN "));
+    });
+    peer.plugin
+        .sender
+        .send_unit(
+            &context(&peer.plugin, CHANNEL, "kicked"),
+            &unit("still here"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(peer.said(CHANNEL), vec!["still here"]);
 }
