@@ -44,7 +44,7 @@ commands:
                       (default 100) per seed (default five fixed seeds), figures added up
   conformance         run every conformance suite (store backends, adapters)
   setup               install the test tools `ci` needs (cargo-deny, chromium + chromedriver,
-                      the aiogram venv under the target directory); `ci` runs it first
+                      the aiogram and Synapse venvs under the target directory); `ci` runs it first
   ci [--step NAME]    run what CI runs: fmt, clippy, docs, tests, codegen --check, tidy,
                       cargo-deny, conformance, the packaged crates' own tests;
                       --step runs that one step alone (e.g. --step docs, --step packaged-crates)
@@ -340,6 +340,7 @@ mod tests {
             ("bench send --help", Ok(bench("send", &["--help"]))),
             ("bench warp", Err(ArgError::UnknownSuite("warp".into()))),
             ("conformance", Ok(Command::Conformance)),
+            ("setup", Ok(Command::Setup)),
             (
                 "soak --kills 40 --seeds 1,2",
                 Ok(Command::Soak(soak::Soak {
@@ -397,6 +398,7 @@ mod tests {
             "tidy",
             "soak",
             "conformance",
+            "setup",
             "ci",
             "help",
         ] {

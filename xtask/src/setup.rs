@@ -1,9 +1,10 @@
 //! The test tools `cargo xtask ci` needs beyond cargo, installed once per machine so the README's
 //! test command works on a fresh one: cargo-deny (licenses, bans, sources), Debian's
-//! Chromium + chromedriver (the chat page's browser test) and a Python venv with aiogram (the
-//! Telegram simulator's cross-check with a client written against the real Bot API), and
-//! Debian's ngircd (the IRC channel's test server).
-//! `cargo xtask setup` runs this alone; `cargo xtask ci` runs it first.
+//! Chromium + chromedriver (the chat page's browser test), Debian's ngircd (the IRC channel's
+//! test server), and two Python venvs under the target directory: aiogram (the Telegram
+//! simulator's cross-check with a client written against the real Bot API) and Synapse (the
+//! Matrix channel's tests run against a real homeserver). `cargo xtask setup` runs this alone;
+//! `cargo xtask ci` runs it first.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,8 +17,33 @@ const CARGO_DENY: &str = "cargo-deny@0.20.2";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// The IRC server the IRC channel's tests run against.
 const NGIRCD: &str = "/usr/sbin/ngircd";
+
+/// A Python package the tests run, pinned, in its own venv at `<target>/python/<venv>` (the
+/// tests find it from their own binary's target directory).
+struct PythonTool {
+    venv: &'static str,
+    package: &'static str,
+    version: &'static str,
+    /// What needs it, for the error when Python cannot make a venv.
+    for_what: &'static str,
+}
+
 /// The aiogram the Telegram simulator's cross-check is written against.
-const AIOGRAM_VERSION: &str = "3.31.0";
+const AIOGRAM: PythonTool = PythonTool {
+    venv: "aiogram",
+    package: "aiogram",
+    version: "3.31.0",
+    for_what: "the Telegram simulator's aiogram test (or point CLAWGATE_AIOGRAM_PYTHON at a \
+               python that has aiogram)",
+};
+
+/// The Synapse release the Matrix channel's tests run against (its fixture names the same).
+const SYNAPSE: PythonTool = PythonTool {
+    venv: "synapse",
+    package: "matrix-synapse",
+    version: "1.163.2",
+    for_what: "the Matrix channel's tests (Synapse runs in it)",
+};
 
 pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     if !succeeds(&mut cargo(["deny", "--version"])) {
@@ -29,46 +55,53 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
         install_chromium()?;
     }
     if std::env::var_os("CLAWGATE_AIOGRAM_PYTHON").is_none() {
-        ensure_aiogram(&aiogram_venv())?;
+        ensure_python_tool(&AIOGRAM)?;
     }
+    ensure_python_tool(&SYNAPSE)?;
     if !Path::new(NGIRCD).exists() {
         install_ngircd()?;
     }
     Ok(())
 }
 
-/// `<target>/python/aiogram`, where the simulator's `aiogram` test looks for its Python.
-fn aiogram_venv() -> PathBuf {
+/// `<target>/python/<venv>`.
+fn venv_dir(tool: &PythonTool) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| project_root().join("target"))
         .join("python")
-        .join("aiogram")
+        .join(tool.venv)
 }
 
-/// `python3 -m venv` + `pip install aiogram==<pinned>`, unless the venv already has that version.
-fn ensure_aiogram(venv: &Path) -> anyhow::Result<()> {
+/// `python3 -m venv` + `pip install <package>==<version>`, unless the venv already has that
+/// version.
+fn ensure_python_tool(tool: &PythonTool) -> anyhow::Result<()> {
+    let venv = venv_dir(tool);
     let python = venv.join("bin").join("python");
-    let probe =
-        format!("import sys, aiogram; sys.exit(aiogram.__version__ != {AIOGRAM_VERSION:?})");
+    let probe = format!(
+        "import sys, importlib.metadata as m; sys.exit(m.version({:?}) != {:?})",
+        tool.package, tool.version
+    );
     if succeeds(Command::new(&python).args(["-c", &probe])) {
         return Ok(());
     }
     println!(
-        "setup: installing aiogram {AIOGRAM_VERSION} into {} (once per machine)",
+        "setup: installing {}=={} into {} (once per machine)",
+        tool.package,
+        tool.version,
         venv.display()
     );
     if !succeeds(Command::new("python3").args(["-c", "import venv, ensurepip"])) {
         bail!(
-            "python3 with the venv and ensurepip modules is needed for the Telegram simulator's \
-             aiogram test: install python3 and python3-venv (apt-get install python3-venv), or \
-             point CLAWGATE_AIOGRAM_PYTHON at a python that has aiogram {AIOGRAM_VERSION}"
+            "python3 with the venv and ensurepip modules is needed for {}: install python3 and \
+             python3-venv (apt-get install python3-venv)",
+            tool.for_what
         );
     }
     run_command(
         Command::new("python3")
             .args(["-m", "venv", "--clear"])
-            .arg(venv),
+            .arg(&venv),
     )?;
     run_command(Command::new(&python).args([
         "-m",
@@ -76,11 +109,13 @@ fn ensure_aiogram(venv: &Path) -> anyhow::Result<()> {
         "install",
         "--quiet",
         "--disable-pip-version-check",
-        &format!("aiogram=={AIOGRAM_VERSION}"),
+        &format!("{}=={}", tool.package, tool.version),
     ]))?;
     if !succeeds(Command::new(&python).args(["-c", &probe])) {
         bail!(
-            "pip installed aiogram {AIOGRAM_VERSION} into {} but its python cannot import it",
+            "pip installed {}=={} into {} but its python cannot import it",
+            tool.package,
+            tool.version,
             venv.display()
         );
     }

@@ -164,8 +164,9 @@ impl BotApi {
             .await;
         let response = match sent {
             Ok(response) => response,
-            // The URL holds the token: errors are printed without it.
-            Err(error) if error.is_connect() => {
+            // The URL holds the token: errors are printed without it. A request that could
+            // not be built or connected never reached Telegram.
+            Err(error) if error.is_connect() || error.is_builder() => {
                 return Err(CallError::Unreachable(error.without_url().to_string()));
             }
             Err(error) => return Err(CallError::Lost(error.without_url().to_string())),
@@ -253,6 +254,22 @@ mod tests {
         assert!(error.refused_with("message is not modified"));
         assert!(!error.refused_with("message to edit not found"));
         assert!(refused(400, "Bad Request: Can't parse entities: x").refused_with("can't parse"));
+    }
+
+    #[tokio::test]
+    async fn an_https_endpoint_that_refuses_the_connection_is_unreachable_not_unknown() {
+        // Also proves the client speaks TLS: without it the call fails before connecting.
+        let api = BotApi::new(
+            "https://127.0.0.1:1",
+            Secret::new("123:secret"),
+            Duration::from_secs(2),
+        );
+        let error = api
+            .call::<serde_json::Value>("getMe", &serde_json::json!({}), Duration::ZERO)
+            .await
+            .expect_err("nothing listens there");
+        assert!(matches!(error, CallError::Unreachable(_)), "{error:?}");
+        assert!(!format!("{error:?}").contains("secret"), "{error:?}");
     }
 
     #[test]

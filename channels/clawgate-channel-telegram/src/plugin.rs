@@ -189,6 +189,13 @@ impl TelegramFactory {
                 format!("{:?} is not an http(s) URL", settings.api_base),
             ));
         }
+        if settings.api_base.starts_with("https://") && !cfg!(feature = "rustls") {
+            return Err(setup.invalid(
+                "api_base",
+                "this build speaks plain HTTP only: build clawgate-channel-telegram with its \
+                 `rustls` feature (on by default) to reach an https:// Bot API",
+            ));
+        }
         if settings.poll_timeout_s > MAX_POLL_TIMEOUT_S {
             return Err(setup.invalid(
                 "poll_timeout_s",

@@ -36,13 +36,17 @@ use crate::acp::{AcpClient, AcpError, TurnOutcome};
 use crate::evidence::{INSTANCE_FLAG, LEASE_FLAG, command_hash};
 use crate::table::ProcessTable;
 use crate::terminate::{Termination, Timing, terminate_tree};
-use crate::verify::{Verdict, verify_owned_tree};
+use crate::verify::{CannotTell, Verdict, verify_owned_tree};
 
 /// The wrapper's report line prefix on stderr.
 pub const WRAPPER_REPORT_PREFIX: &str = "clawgate-acpx-wrapper ready ";
 const GRACE_FLAG: &str = "--clawgate-grace-ms";
 /// How long a wrapper whose ACP connection closed is given to finish exiting.
 const EXIT_SETTLE: Duration = Duration::from_secs(1);
+/// How often, and how far apart, a process found mid-exit is verified again before its lease
+/// is left for later (2 s in all).
+const EXIT_RECHECKS: u32 = 40;
+const EXIT_RECHECK_EVERY: Duration = Duration::from_millis(50);
 
 /// Controller errors; each says what failed and for which session or lease.
 #[derive(Debug, thiserror::Error)]
@@ -681,7 +685,18 @@ where
         if lease.state.is_finished() {
             return Ok(CloseOutcome::AlreadyFinished(lease.state));
         }
-        match verify_owned_tree(self.table.as_ref(), &lease, &self.instance) {
+        let mut verdict = verify_owned_tree(self.table.as_ref(), &lease, &self.instance);
+        // A wrapper caught mid-exit (a gateway killed a moment ago takes its wrappers with
+        // it) is asked again until it is gone, within a bound: left `open`, its lease would
+        // wait for the next start.
+        for _ in 0..EXIT_RECHECKS {
+            if !matches!(verdict, Verdict::CannotTell(CannotTell::Exiting { .. })) {
+                break;
+            }
+            tokio::time::sleep(EXIT_RECHECK_EVERY).await;
+            verdict = verify_owned_tree(self.table.as_ref(), &lease, &self.instance);
+        }
+        match verdict {
             Verdict::Owned(tree) => {
                 let expected = lease.state;
                 if expected == LeaseState::Open {

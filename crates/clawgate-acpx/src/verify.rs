@@ -130,6 +130,11 @@ pub enum CannotTell {
     Unreadable(TableError),
     /// The lease lacks the start time or boot id needed to tell processes apart.
     IncompleteLease,
+    /// The process has no command line left: it is exiting (its memory is released before it
+    /// becomes a zombie). Asking again a moment later tells.
+    Exiting {
+        pid: u32,
+    },
 }
 
 impl fmt::Display for CannotTell {
@@ -138,6 +143,9 @@ impl fmt::Display for CannotTell {
             CannotTell::Unreadable(error) => write!(f, "{error}"),
             CannotTell::IncompleteLease => {
                 f.write_str("the lease has a pid but no start time or boot id")
+            }
+            CannotTell::Exiting { pid } => {
+                write!(f, "pid {pid} has no command line left: it is exiting")
             }
         }
     }
@@ -215,6 +223,15 @@ pub fn verify_owned_tree(
         });
     }
     let argv = read!(handle.cmdline(), gone.clone());
+    if argv.is_empty() {
+        // Mid-exit: nothing left to compare. Gone or a zombie by now is gone; still there is
+        // not evidence of anything.
+        return match handle.stat() {
+            Ok(Some(stat)) if !stat.zombie => Verdict::CannotTell(CannotTell::Exiting { pid }),
+            Ok(_) => Verdict::NotOurs(gone),
+            Err(error) => error.into(),
+        };
+    }
     let live_lease = wrapper_flag(&argv, LEASE_FLAG);
     if live_lease != Some(lease.lease_id.as_str()) {
         return Verdict::NotOurs(NotOurs::LeaseArgument {

@@ -8,7 +8,11 @@ use clawgate_channel_sdk::ChannelRegistry;
 /// Every channel kind compiled into this build.
 pub fn registry() -> ChannelRegistry {
     #[cfg_attr(
-        not(any(feature = "channel-qa", feature = "channel-telegram")),
+        not(any(
+            feature = "channel-qa",
+            feature = "channel-telegram",
+            feature = "channel-matrix"
+        )),
         allow(unused_mut)
     )]
     let mut registry = ChannelRegistry::new();

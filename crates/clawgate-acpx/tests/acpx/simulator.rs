@@ -226,6 +226,37 @@ fn rows() -> Vec<Row> {
             survivors: &[(W, 1_000), (A, 1_001), (G, 1_002)],
         },
         Row {
+            name: "startup orphan caught mid-exit (no command line left), gone a moment later",
+            op: Op::Reap,
+            setup: |w| {
+                // The wrapper of a gateway killed a moment ago, exiting with it: its memory
+                // (argv) is released before it is reaped.
+                w.table
+                    .spawn(SimProcess::new(W, 1, 50, 1_000, WRAPPER).argv::<&str>(&[]));
+                let table = w.table.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                    table.exit(W);
+                });
+            },
+            outcome: Outcome::Lost,
+            signals: &[],
+            state: LeaseState::Lost,
+            survivors: &[],
+        },
+        Row {
+            name: "a process with no command line that stays is never signalled",
+            op: Op::Reap,
+            setup: |w| {
+                w.table
+                    .spawn(SimProcess::new(W, 1, 50, 1_000, WRAPPER).argv::<&str>(&[]));
+            },
+            outcome: Outcome::Refused,
+            signals: &[],
+            state: LeaseState::Open,
+            survivors: &[(W, 1_000)],
+        },
+        Row {
             name: "stale lease whose process is gone",
             op: Op::Close,
             setup: |_| {},
