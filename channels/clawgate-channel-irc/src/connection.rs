@@ -181,6 +181,11 @@ impl Connection {
         lock(&self.shared.facts).prefix.clone()
     }
 
+    /// The channels we are in now (lowercase), as the server confirmed our `JOIN`s.
+    pub(crate) fn joined(&self) -> Vec<String> {
+        lock(&self.shared.facts).joined.iter().cloned().collect()
+    }
+
     /// The length of our `nick!user@host` as the server relays it, when known.
     pub(crate) fn prefix_len(&self) -> Option<usize> {
         lock(&self.shared.facts).prefix.as_ref().map(String::len)
@@ -300,11 +305,11 @@ async fn supervise(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>) {
         if matches!(ended, Ended::Shutdown) {
             return;
         }
-        let reason = match ended {
+        let wait = match ended {
             Ended::Retry(reason) => {
                 warn!(server = %shared.config.host, reason, "IRC connection lost; reconnecting");
                 shared.state.send_replace(LinkState::Down(Some(reason)));
-                reason_backoff(&mut backoff, started, &shared.config)
+                next_backoff(&mut backoff, started, &shared.config)
             }
             Ended::Refused(reason) => {
                 warn!(server = %shared.config.host, reason, "the IRC server refused the account");
@@ -316,7 +321,7 @@ async fn supervise(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>) {
         lock(&shared.facts).joined.clear();
         // Lines queued while the link was going down were never written.
         fail_queued(&mut inbox);
-        let wake = tokio::time::sleep(reason);
+        let wake = tokio::time::sleep(wait);
         tokio::pin!(wake);
         loop {
             tokio::select! {
@@ -333,7 +338,7 @@ async fn supervise(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>) {
 
 /// The next backoff: doubled after a short-lived connection, back to the minimum after one
 /// that lasted.
-fn reason_backoff(backoff: &mut Duration, started: Instant, config: &ConnectionConfig) -> Duration {
+fn next_backoff(backoff: &mut Duration, started: Instant, config: &ConnectionConfig) -> Duration {
     if started.elapsed() > config.backoff_max * 2 {
         *backoff = config.backoff_min;
     }

@@ -162,6 +162,12 @@ impl IrcLink {
         self.connection.prefix()
     }
 
+    /// The channels we are in now (lowercase), as the server confirmed our `JOIN`s; empty while
+    /// the link is down.
+    pub fn joined(&self) -> Vec<String> {
+        self.connection.joined()
+    }
+
     /// The reason the server refused the account, if it did.
     pub fn refused(&self) -> Option<String> {
         match &*self.connection.state().borrow() {

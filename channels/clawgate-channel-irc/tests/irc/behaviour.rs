@@ -171,6 +171,12 @@ async fn after_a_server_restart_the_channel_reconnects_rejoins_and_delivers() {
         .await
         .unwrap();
     server.stop();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while link(&plugin).current().is_some() {
+        assert!(Instant::now() < deadline, "the channel saw the server go");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(link(&plugin).joined().is_empty());
     // While the server is down a send fails as not sent: nothing was written.
     let error = plugin
         .sender
@@ -198,6 +204,15 @@ async fn after_a_server_restart_the_channel_reconnects_rejoins_and_delivers() {
         .await
         .unwrap();
     assert!(second > first, "a new connection: {first} → {second}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while link(&plugin).joined() != vec![CHANNEL.to_owned()] {
+        assert!(
+            Instant::now() < deadline,
+            "joined again: {:?}",
+            link(&plugin).joined()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     plugin
         .sender
         .send_unit(&context(&plugin, CHANNEL, "back"), &unit("back again"))
