@@ -549,3 +549,39 @@ async fn lost_answers_at_seeded_points_never_put_a_line_twice() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_password_logs_in_and_a_wrong_one_is_refused() {
+    let server = Ngircd::start_with(Penalties::Off, Some("s3cret-pass"));
+    let build_with = |password: &'static str| {
+        let setup = ChannelSetup::new(
+            0,
+            "irc",
+            "default",
+            settings(server.port, json!({ "send_wait_ms": 5000 })),
+            std::env::temp_dir(),
+        );
+        async move {
+            clawgate_channel_irc::IrcFactory
+                .build_with_secrets(&setup, Some(Secret::new(password)))
+                .await
+                .unwrap()
+        }
+    };
+    let good = build_with("s3cret-pass").await;
+    let (nick, _) = link(&good).wait_up(Duration::from_secs(20)).await.unwrap();
+    assert_eq!(nick, NICK);
+    let bad = build_with("wrong-pass").await;
+    let error = bad
+        .sender
+        .send_unit(&context(&bad, CHANNEL, "bad"), &unit("never"))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind, DeliveryFailureKind::Auth, "{error:?}");
+    assert_eq!(error.side_effect, SideEffect::None);
+    let reason = link(&bad).refused().expect("refused");
+    assert!(
+        !format!("{bad:?}{error:?}{reason}").contains("wrong-pass"),
+        "{reason}"
+    );
+}

@@ -23,6 +23,8 @@ pub(crate) struct Ngircd {
     dir: tempfile::TempDir,
     pub(crate) port: u16,
     penalties: Penalties,
+    /// The server password (`[Global] Password`), when it has one.
+    password: Option<String>,
     child: Option<Child>,
 }
 
@@ -53,10 +55,15 @@ fn binary() -> PathBuf {
 
 impl Ngircd {
     pub(crate) fn start(penalties: Penalties) -> Ngircd {
+        Ngircd::start_with(penalties, None)
+    }
+
+    pub(crate) fn start_with(penalties: Penalties, password: Option<&str>) -> Ngircd {
         let mut server = Ngircd {
             dir: tempfile::tempdir().unwrap(),
             port: free_port(),
             penalties,
+            password: password.map(str::to_owned),
             child: None,
         };
         // Another test may take the released port first: try a few.
@@ -79,8 +86,12 @@ impl Ngircd {
             Penalties::Off => "MaxPenaltyTime = 0\n",
             Penalties::On => "",
         };
+        let password = self
+            .password
+            .as_ref()
+            .map_or_else(String::new, |p| format!("Password = {p}\n"));
         format!(
-            "[Global]\nName = {SERVER_NAME}\nInfo = clawgate test server\n\
+            "[Global]\n{password}Name = {SERVER_NAME}\nInfo = clawgate test server\n\
              AdminInfo1 = clawgate tests\nAdminInfo2 = loopback\nAdminEMail = tests@localhost\n\
              Listen = 127.0.0.1\nPorts = {port}\nMotdPhrase = test\n\
              PidFile = {dir}/ngircd.pid\nServerUID = {uid}\nServerGID = {gid}\n\
