@@ -120,9 +120,7 @@ impl ChannelMessageAdapter for IrcAdapter {
             .connection
             .send_line(target, privmsg(target, text), self.send_wait)
             .await?;
-        let mut part = MessageReceiptPart::new(id, unit.kind, unit.index);
-        part.thread_id = None;
-        Ok(part)
+        Ok(MessageReceiptPart::new(id, unit.kind, unit.index))
     }
 
     fn previews(&self, _message: &ChannelMessage) -> bool {
