@@ -1,9 +1,10 @@
 //! The test tools `cargo xtask ci` needs beyond cargo, installed once per machine so the README's
 //! test command works on a fresh one: cargo-deny (licenses, bans, sources), Debian's
-//! Chromium + chromedriver (the chat page's browser test), and two Python venvs under the
-//! target directory: aiogram (the Telegram simulator's cross-check with a client written
-//! against the real Bot API) and Synapse (the Matrix channel's tests run against a real
-//! homeserver). `cargo xtask setup` runs this alone; `cargo xtask ci` runs it first.
+//! Chromium + chromedriver (the chat page's browser test), Debian's ngircd (the IRC channel's
+//! test server), and two Python venvs under the target directory: aiogram (the Telegram
+//! simulator's cross-check with a client written against the real Bot API) and Synapse (the
+//! Matrix channel's tests run against a real homeserver). `cargo xtask setup` runs this alone;
+//! `cargo xtask ci` runs it first.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,6 +15,8 @@ use crate::cmd::{cargo, project_root, run as run_command, succeeds};
 
 const CARGO_DENY: &str = "cargo-deny@0.20.2";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+/// The IRC server the IRC channel's tests run against.
+const NGIRCD: &str = "/usr/sbin/ngircd";
 
 /// A Python package the tests run, pinned, in its own venv at `<target>/python/<venv>` (the
 /// tests find it from their own binary's target directory).
@@ -55,6 +58,9 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
         ensure_python_tool(&AIOGRAM)?;
     }
     ensure_python_tool(&SYNAPSE)?;
+    if !Path::new(NGIRCD).exists() {
+        install_ngircd()?;
+    }
     Ok(())
 }
 
@@ -156,6 +162,42 @@ fn install_chromium() -> anyhow::Result<()> {
     ]))?;
     if !Path::new(CHROMEDRIVER).exists() {
         bail!("apt-get installed chromium-driver but {CHROMEDRIVER} is still missing");
+    }
+    Ok(())
+}
+
+/// `apt-get install ngircd`, as root or through sudo (the IRC channel's test server).
+fn install_ngircd() -> anyhow::Result<()> {
+    println!("setup: installing Debian's ngircd (once per machine)");
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
+    if !root && !succeeds(Command::new("sudo").arg("-n").arg("true")) {
+        bail!(
+            "{NGIRCD} is missing and this user cannot install packages: install Debian's ngircd \
+             (apt-get install ngircd) for the IRC channel's tests"
+        );
+    }
+    let apt = |args: &[&str]| {
+        let mut command = if root {
+            Command::new("apt-get")
+        } else {
+            let mut sudo = Command::new("sudo");
+            sudo.arg("apt-get");
+            sudo
+        };
+        command.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        command
+    };
+    if let Err(error) = run_command(&mut apt(&["update", "-qq"])) {
+        println!(
+            "setup: apt-get update failed ({error:#}); trying the install with the current index"
+        );
+    }
+    run_command(&mut apt(&["install", "-y", "-qq", "ngircd"]))?;
+    if !Path::new(NGIRCD).exists() {
+        bail!("apt-get installed ngircd but {NGIRCD} is still missing");
     }
     Ok(())
 }
