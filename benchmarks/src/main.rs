@@ -21,6 +21,7 @@ use crate::release::project_root;
 mod acpx;
 mod awareness;
 mod gateway;
+mod matrix;
 mod receive;
 mod release;
 mod send;
@@ -40,10 +41,11 @@ enum Suite {
     Acpx,
     Gateway,
     Telegram,
+    Matrix,
 }
 
 impl Suite {
-    const ALL: [Suite; 7] = [
+    const ALL: [Suite; 8] = [
         Suite::Store,
         Suite::Send,
         Suite::Receive,
@@ -51,6 +53,7 @@ impl Suite {
         Suite::Acpx,
         Suite::Gateway,
         Suite::Telegram,
+        Suite::Matrix,
     ];
 
     fn parse(name: &str) -> Option<Suite> {
@@ -62,6 +65,7 @@ impl Suite {
             "acpx" => Some(Suite::Acpx),
             "gateway" => Some(Suite::Gateway),
             "telegram" => Some(Suite::Telegram),
+            "matrix" => Some(Suite::Matrix),
             _ => None,
         }
     }
@@ -75,6 +79,7 @@ impl Suite {
             Suite::Acpx => "acpx",
             Suite::Gateway => "gateway",
             Suite::Telegram => "telegram",
+            Suite::Matrix => "matrix",
         }
     }
 
@@ -92,6 +97,10 @@ impl Suite {
             }
             Suite::Gateway => {
                 "the clawgate binary: idle RSS, inbound → committed final p50/p99 vs the agent alone"
+            }
+            Suite::Matrix => {
+                "a Matrix account on a real Synapse: inbound → final p50/p99, messages/s over 10 \
+                 rooms"
             }
             Suite::Telegram => {
                 "a Telegram bot on the Bot API simulator: inbound → final p50/p99, messages/s over \
@@ -202,6 +211,7 @@ fn run(suite: Suite) -> anyhow::Result<()> {
         Suite::Acpx => acpx::run(scratch.path()),
         Suite::Gateway => gateway::run(scratch.path()),
         Suite::Telegram => telegram::run(scratch.path()),
+        Suite::Matrix => matrix::run(scratch.path()),
     }
 }
 

@@ -35,6 +35,7 @@ commands:
   bench acpx          lease verifications/s on live processes, time to reap 100 orphan trees
   bench gateway       the clawgate binary: idle RSS, inbound → committed final p50/p99 vs the agent alone
   bench telegram      a Telegram bot on the Bot API simulator: inbound → final p50/p99, messages/s over 100 chats
+  bench matrix        a Matrix account on a real Synapse: inbound → final p50/p99, messages/s over 10 rooms
                       (each suite is `clawgate-bench <suite>` of clawgate-benchmarks, run from a
                       release build; `bench <suite> --help` prints its usage)
   tidy                check the crate layering and the publish metadata of every crate, and

@@ -5,7 +5,7 @@
 //! run against it.
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)] // A test fixture: failures panic loudly.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -63,16 +63,23 @@ impl std::fmt::Debug for Synapse {
     }
 }
 
-/// The venv's interpreter: `$CLAWGATE_SYNAPSE_VENV`, else `<target>/python/synapse`, the target
-/// directory found from this test binary (`<target>/<profile>/deps/…`).
+/// The venv's interpreter: `$CLAWGATE_SYNAPSE_VENV`, else `<target>/python/synapse`, the
+/// target directory found from the running binary (a test in `<target>/<profile>/deps`, a tool
+/// in `<target>/<profile>`).
 fn python() -> PathBuf {
     let venv = std::env::var_os("CLAWGATE_SYNAPSE_VENV").map_or_else(
         || {
-            let exe = std::env::current_exe().expect("the test binary's path");
+            let exe = std::env::current_exe().expect("the running binary's path");
             exe.ancestors()
-                .nth(3)
-                .expect("the test binary sits in <target>/<profile>/deps")
-                .join("python/synapse")
+                .skip(1)
+                .map(|dir| dir.join("python/synapse"))
+                .find(|venv| venv.exists())
+                .unwrap_or_else(|| {
+                    exe.ancestors()
+                        .nth(3)
+                        .unwrap_or(Path::new("target"))
+                        .join("python/synapse")
+                })
         },
         PathBuf::from,
     );

@@ -11,7 +11,8 @@ pub fn registry() -> ChannelRegistry {
         not(any(
             feature = "channel-qa",
             feature = "channel-telegram",
-            feature = "channel-matrix"
+            feature = "channel-matrix",
+            feature = "channel-irc"
         )),
         allow(unused_mut)
     )]
@@ -24,6 +25,8 @@ pub fn registry() -> ChannelRegistry {
     ));
     #[cfg(feature = "channel-matrix")]
     registry.register(std::sync::Arc::new(clawgate_channel_matrix::MatrixFactory));
+    #[cfg(feature = "channel-irc")]
+    registry.register(std::sync::Arc::new(clawgate_channel_irc::IrcFactory));
     registry
 }
 
