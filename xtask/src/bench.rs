@@ -5,7 +5,7 @@
 use crate::cmd::{cargo, run as run_command};
 
 /// The suites `clawgate-bench` runs; checked here too so a typo fails before a release build.
-pub(crate) const SUITES: [&str; 7] = [
+pub(crate) const SUITES: [&str; 8] = [
     "store",
     "send",
     "receive",
@@ -13,6 +13,7 @@ pub(crate) const SUITES: [&str; 7] = [
     "acpx",
     "gateway",
     "telegram",
+    "matrix",
 ];
 
 /// One benchmark run: the suite and the arguments handed to it unchanged.
