@@ -343,6 +343,18 @@ impl Inner {
         let (Some(preview), Some(unit)) = (preview, unit) else {
             return Ok(None);
         };
+        // Only a final the live path itself would have put in the preview's place: text, no
+        // media, answering what the preview answers (the platform's record of the preview).
+        let final_reply_to = match &intent.message.relation {
+            Some(clawgate_types::MessageRelation::Reply { reply_to_id, .. }) => reply_to_id.clone(),
+            _ => None,
+        };
+        if unit.kind != clawgate_types::MessagePartKind::Text
+            || !intent.message.attachments.is_empty()
+            || preview.reply_to_id != final_reply_to
+        {
+            return Ok(None);
+        }
         let delivered = intent
             .partial_receipt
             .as_ref()

@@ -655,6 +655,65 @@ async fn a_final_cut_off_mid_edit_is_edited_in_again_even_without_idempotency_ke
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_cut_off_while_it_cancels_a_preview_answering_elsewhere_is_not_edited_in() {
+    // The final answers another message than the preview: the live path removes the preview
+    // and sends the final fresh. A crash in between must not let recovery edit the final into
+    // the preview, which would show it answering the wrong message.
+    let h = Harness::new().await;
+    let question = h
+        .platform
+        .inject_inbound(
+            "room-1",
+            clawgate_channel_qa::InboundRequest {
+                text: "question?".into(),
+                author_id: "alice".into(),
+                author_is_bot: false,
+                thread_id: None,
+                reply_to_id: None,
+                metadata: None,
+            },
+        )
+        .unwrap();
+    let gate = Arc::new(Gate {
+        inner: h.adapter(),
+        armed: AtomicBool::new(false),
+        reached: tokio::sync::Notify::new(),
+    });
+    let messenger = h.messenger(gate.clone());
+    // Not stale when recovery comes (after the dead worker's claim expired).
+    let fresh = LiveOptions {
+        stale_after_ms: 60 * 60_000,
+    };
+    let mut live = messenger
+        .begin_live(message("m", ""), opts(), fresh)
+        .await
+        .unwrap();
+    live.update("draft").await.unwrap();
+    let preview = h.platform.messages("room-1")[1].id.clone();
+    let mut reply = message("m", "the answer, as a reply");
+    reply.relation = Some(MessageRelation::reply_to_inbound(question.id.clone()));
+    gate.armed.store(true, Ordering::SeqCst);
+    tokio::select! {
+        biased;
+        () = gate.reached.notified() => {}
+        report = live.finalize(reply) => panic!("the final got through: {report:?}"),
+    }
+    let restarted = h.messenger(Arc::new(h.adapter()));
+    h.clock.advance(3 * 60_000);
+    restarted.recover().await.unwrap();
+    assert_eq!(events(&h, LogEvent::Edited, &preview), 0, "not edited in");
+    assert_eq!(
+        events(&h, LogEvent::Deleted, &preview),
+        1,
+        "the preview is removed"
+    );
+    let landed = h.platform.messages("room-1");
+    assert_eq!(landed.len(), 2, "the question and one final: {landed:?}");
+    assert_eq!(landed[1].text, "the answer, as a reply");
+    assert_eq!(landed[1].reply_to_id.as_deref(), Some(question.id.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_media_without_a_final_stays_when_recovery_cancels_the_stream() {
     let h = Harness::new().await;
     let messenger = h.messenger(Arc::new(h.adapter()));
