@@ -101,7 +101,13 @@ impl Running {
                 plugin.sender.clone(),
                 receiver_adapter.clone(),
                 clock.clone(),
-                ReceiveOptions::default(),
+                // A planned failure is retried, never dead-lettered: after enough attempts a
+                // dead letter is finished, and the watermark would rightly pass it — a fast
+                // platform could get there before the case restarts the runner.
+                ReceiveOptions {
+                    max_attempts: u32::MAX,
+                    ..ReceiveOptions::default()
+                },
             ),
             failing: Mutex::new(failing.map(str::to_owned)),
             handed: Mutex::default(),
