@@ -206,6 +206,17 @@ pub(crate) async fn agent_baseline(
     Ok(latencies)
 }
 
+/// How many intents of a state database are `sent` (the channel benches count committed
+/// finals with it).
+pub(crate) fn sent_count(db: &rusqlite::Connection) -> anyhow::Result<usize> {
+    let n: i64 = db.query_row(
+        "SELECT count(*) FROM send_intents WHERE status = 'sent'",
+        [],
+        |row| row.get(0),
+    )?;
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
 pub(crate) fn percentiles(samples: &mut [Duration]) -> (Duration, Duration) {
     samples.sort_unstable();
     let at = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];

@@ -29,15 +29,6 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     runtime.block_on(bench(root, &binary))
 }
 
-fn sent_count(db: &rusqlite::Connection) -> anyhow::Result<usize> {
-    let n: i64 = db.query_row(
-        "SELECT count(*) FROM send_intents WHERE status = 'sent'",
-        [],
-        |row| row.get(0),
-    )?;
-    Ok(usize::try_from(n).unwrap_or(0))
-}
-
 /// A room the person opens with the gateway's account invited.
 async fn room(synapse: &Synapse, person: &User, bot: &User) -> anyhow::Result<String> {
     let created = synapse
@@ -156,7 +147,7 @@ async fn bench(root: &Path, binary: &Path) -> anyhow::Result<()> {
     }
     // Every room joined before timing (a join comes with the account's next /sync).
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let before = sent_count(&db)?;
+    let before = crate::gateway::sent_count(&db)?;
     let started = Instant::now();
     for round in 0..ROUNDS {
         for (r, room) in rooms.iter().enumerate() {
@@ -171,11 +162,11 @@ async fn bench(root: &Path, binary: &Path) -> anyhow::Result<()> {
         }
     }
     let total = ROOMS * ROUNDS;
-    while sent_count(&db)? < before + total {
+    while crate::gateway::sent_count(&db)? < before + total {
         if started.elapsed() > Duration::from_secs(300) {
             bail!(
                 "{} of {total} finals after 300 s",
-                sent_count(&db)? - before
+                crate::gateway::sent_count(&db)? - before
             );
         }
         tokio::time::sleep(Duration::from_millis(5)).await;

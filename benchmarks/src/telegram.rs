@@ -32,16 +32,6 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
     runtime.block_on(bench(root, &binary))
 }
 
-/// How many intents are `sent`.
-fn sent_count(db: &rusqlite::Connection) -> anyhow::Result<usize> {
-    let n: i64 = db.query_row(
-        "SELECT count(*) FROM send_intents WHERE status = 'sent'",
-        [],
-        |row| row.get(0),
-    )?;
-    Ok(usize::try_from(n).unwrap_or(0))
-}
-
 fn is_sent(db: &rusqlite::Connection, key: &str) -> bool {
     db.query_row(
         "SELECT status FROM send_intents WHERE idempotency_key = ?1",
@@ -127,7 +117,7 @@ async fn bench(root: &Path, binary: &Path) -> anyhow::Result<()> {
     let chats: Vec<i64> = (0..CHATS)
         .map(|n| sim.supergroup(&format!("bench {n}"), false))
         .collect();
-    let before = sent_count(&db)?;
+    let before = crate::gateway::sent_count(&db)?;
     let started = Instant::now();
     for round in 0..ROUNDS {
         for chat in &chats {
@@ -140,11 +130,11 @@ async fn bench(root: &Path, binary: &Path) -> anyhow::Result<()> {
         }
     }
     let total = CHATS * ROUNDS;
-    while sent_count(&db)? < before + total {
+    while crate::gateway::sent_count(&db)? < before + total {
         if started.elapsed() > Duration::from_secs(600) {
             bail!(
                 "{} of {total} finals after 600 s",
-                sent_count(&db)? - before
+                crate::gateway::sent_count(&db)? - before
             );
         }
         tokio::time::sleep(Duration::from_millis(5)).await;

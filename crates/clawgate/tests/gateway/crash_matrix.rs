@@ -11,8 +11,8 @@
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    AccountSpec, GatewayProcess, Sent, config_file_accounts, demo_reply, judge, leftover_processes,
-    settle,
+    AccountSpec, GatewayProcess, Rng, Sent, config_file_accounts, crash_seed, demo_reply,
+    env_number, judge, leftover_processes, settle,
 };
 
 /// Slow: a reply streams for about a third of a second, so kills land mid-stream.
@@ -24,33 +24,6 @@ const FAST: &[&str] = &["--chunk-ms", "0", "--words", "4"];
 const CONVERSATIONS_PER_ACCOUNT: usize = 5;
 /// The longest random wait before a kill.
 const MAX_KILL_DELAY_MS: u64 = 300;
-
-/// SplitMix64: a seeded sequence, the same on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
-fn env_number(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(value) => value
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={value:?} is not a number")),
-        Err(_) => default,
-    }
-}
 
 /// The messages of a run, in the order they are sent: unique texts over ten conversations.
 fn plan_messages(rng: &mut Rng, count: usize) -> Vec<Sent> {
@@ -84,15 +57,7 @@ async fn send(gateway: &GatewayProcess, batch: &[Sent]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_sigkills_leave_exactly_one_final_per_message() {
-    let seed = match std::env::var("CLAWGATE_CRASH_SEED") {
-        Ok(seed) => seed
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("CLAWGATE_CRASH_SEED={seed:?} is not a number")),
-        Err(_) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64),
-    };
+    let seed = crash_seed();
     let kills = env_number("CLAWGATE_CRASH_KILLS", 30);
     let count = env_number("CLAWGATE_CRASH_MESSAGES", 120) as usize;
     eprintln!(

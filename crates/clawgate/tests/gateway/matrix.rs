@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use clawgate_channel_matrix::testing::{MessageLimit, Synapse, User, enc};
 use serde_json::{Value, json};
 
-use crate::support::{BIN, GatewayProcess, demo_reply, leftover_processes};
+use crate::support::{
+    BIN, GatewayProcess, Rng, crash_seed, demo_reply, env_number, leftover_processes,
+};
 
 const TOKEN_ENV: &str = "E2E_MX_TOKEN";
 
@@ -228,36 +230,10 @@ async fn a_person_in_a_synapse_room_sees_the_reply_stream_as_edits_and_one_final
     assert!(leftover_processes(&room.state()).is_empty());
 }
 
-/// SplitMix64: the same seeded sequence on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % n.max(1)
-    }
-}
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name).map_or(default, |v| {
-        v.trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number"))
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_sigkills_on_a_matrix_account_leave_exactly_one_final_per_message() {
     const WORDS: usize = 8;
-    let seed = env_number(
-        "CLAWGATE_CRASH_SEED",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64),
-    );
+    let seed = crash_seed();
     let kills = env_number("CLAWGATE_MATRIX_CRASH_KILLS", 10);
     let count = env_number("CLAWGATE_MATRIX_CRASH_MESSAGES", 30) as usize;
     eprintln!("matrix crash matrix: seed {seed}, {kills} kills, {count} messages");

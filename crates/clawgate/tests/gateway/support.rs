@@ -834,3 +834,43 @@ fn landed(state: &Path, messages: &[Sent]) -> (usize, bool) {
     }
     (len, all)
 }
+
+/// SplitMix64: a seeded sequence, the same on every machine (the crash matrices' kill times
+/// and message plans).
+pub(crate) struct Rng(pub(crate) u64);
+
+impl Rng {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// A number from the environment variable `name`, else `default`; a value that is not a number
+/// stops the test naming it.
+pub(crate) fn env_number(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(value) => value
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={value:?} is not a number")),
+        Err(_) => default,
+    }
+}
+
+/// The crash matrices' seed: `CLAWGATE_CRASH_SEED` replays a run, else the clock picks one.
+pub(crate) fn crash_seed() -> u64 {
+    env_number(
+        "CLAWGATE_CRASH_SEED",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64),
+    )
+}

@@ -19,7 +19,9 @@ use clawgate_channel_telegram::simulator::{
     BotApiSimulator, SimMessage, SimUser, SimulatorConfig, WriteOptions,
 };
 
-use crate::support::{BIN, GatewayProcess, demo_reply, leftover_processes, state_pairs};
+use crate::support::{
+    BIN, GatewayProcess, Rng, crash_seed, demo_reply, env_number, leftover_processes, state_pairs,
+};
 
 const TOKEN_ENV: &str = "E2E_TG_TOKEN";
 const SECRET_ENV: &str = "E2E_TG_SECRET";
@@ -362,38 +364,12 @@ async fn a_flood_control_storm_delays_finals_and_each_lands_once() {
     assert!(status.success(), "clean stop: {status}");
 }
 
-/// SplitMix64: the same seeded sequence on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % n.max(1)
-    }
-}
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name).map_or(default, |v| {
-        v.trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number"))
-    })
-}
-
 /// The random-time crash matrix on a Telegram bot: messages into six chats (four groups, two
 /// private chats with drafts), the gateway SIGKILLed at seeded random instants and restarted,
 /// then a clean stop; judged from the simulator's record and the reply intents' statuses.
 async fn crash_matrix(mode: Mode) {
     const WORDS: usize = 8;
-    let seed = env_number(
-        "CLAWGATE_CRASH_SEED",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64),
-    );
+    let seed = crash_seed();
     let kills = env_number("CLAWGATE_TELEGRAM_CRASH_KILLS", 12);
     let count = env_number("CLAWGATE_TELEGRAM_CRASH_MESSAGES", 40) as usize;
     eprintln!("telegram crash matrix ({mode:?}): seed {seed}, {kills} kills, {count} messages");
