@@ -25,8 +25,8 @@ enum Action {
     },
     /// [`packaged::run`]; whether the tree is dirty (and so whether `--allow-dirty` is needed)
     /// is decided when the step starts, as earlier steps may have touched files such as
-    /// Cargo.lock.
-    PackagedCrates,
+    /// Cargo.lock. `nextest`: whether the tests run under cargo-nextest.
+    PackagedCrates { nextest: bool },
     /// One of our own commands, in this process.
     Xtask {
         line: &'static str,
@@ -157,7 +157,9 @@ fn plan(env: &Environment) -> Vec<Step> {
     });
     steps.push(Step {
         name: "packaged crates",
-        action: Action::PackagedCrates,
+        action: Action::PackagedCrates {
+            nextest: env.nextest,
+        },
     });
     steps
 }
@@ -176,7 +178,7 @@ impl Step {
     fn line(&self) -> String {
         match &self.action {
             Action::Cargo { args, env } => cargo_line(args, env),
-            Action::PackagedCrates => packaged::line(),
+            Action::PackagedCrates { nextest } => packaged::line(*nextest),
             Action::Xtask { line, .. } => (*line).to_owned(),
             Action::Skip(reason) => (*reason).to_owned(),
         }
@@ -189,7 +191,7 @@ impl Step {
                 command.envs(env.iter().copied());
                 run_command(&mut command)
             }
-            Action::PackagedCrates => packaged::run(git_tree_is_dirty()),
+            Action::PackagedCrates { nextest } => packaged::run(git_tree_is_dirty(), *nextest),
             Action::Xtask { run, .. } => run(),
             Action::Skip(_) => Ok(()),
         }
@@ -299,7 +301,7 @@ mod tests {
                 "tidy: cargo xtask tidy",
                 "deny: cargo deny check bans licenses sources",
                 "conformance: cargo xtask conformance",
-                &format!("packaged crates: {}", packaged::line()),
+                &format!("packaged crates: {}", packaged::line(true)),
             ]
         );
     }

@@ -1,45 +1,45 @@
 //! `cargo xtask conformance`: every conformance suite of the workspace, one after another.
 //!
-//! A suite is a cargo test invocation whose filter selects the macro-generated conformance
-//! tests. Before running one, its tests are listed: a suite whose filter matches nothing fails
-//! instead of passing vacuously (a renamed module must not silently switch a suite off).
+//! A suite is a set of test binaries and the filter that selects their macro-generated
+//! conformance tests. The binaries are the ones the CI test step runs: built once by
+//! `cargo test --workspace --all-features --no-run` (nothing new to build after that step; a
+//! per-package `cargo test -p` would resolve features per package and build the dependency tree
+//! again for each suite). Before a suite runs, its tests are listed: a suite whose filter matches
+//! nothing fails instead of passing vacuously (a renamed module must not silently switch a suite
+//! off).
 
-use anyhow::bail;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
 
 use crate::cmd::{cargo, display, read_stdout};
 use crate::tidy::{self, CONFORMANCE, Package};
 
-/// One conformance suite.
+/// The filter of every suite: the suites' macros generate their tests in `mod conformance`.
+const FILTER: &str = "conformance";
+
+/// The store suite: the `store` test target of this package.
+const STORE: (&str, &str) = ("clawgate-store", "store");
+
+/// One conformance suite: which test binaries it runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Suite {
     name: String,
-    /// `cargo` arguments up to the test binary's own arguments (the `--`).
-    cargo_args: Vec<String>,
-    /// The libtest filter that selects the suite's tests.
-    filter: &'static str,
+    package: String,
+    /// Only this test target of the package, or all of them.
+    target: Option<&'static str>,
 }
-
-/// The filter of every suite: the suites' macros generate their tests in `mod conformance`.
-const FILTER: &str = "conformance";
 
 /// Every suite: the store suite on every backend, and the adapter contract suite in every
 /// package that (dev-)depends on `clawgate-conformance` (channel crates running it against their
 /// platform, the e2e package against the QA platform), so a new channel crate's suite runs
 /// without being listed here.
 fn suites(packages: &[Package]) -> Vec<Suite> {
-    let args = |args: &[&str]| args.iter().map(|arg| (*arg).to_owned()).collect();
     let mut suites = vec![Suite {
         name: "store".into(),
-        cargo_args: args(&[
-            "test",
-            "-p",
-            "clawgate-store",
-            "--features",
-            "testing",
-            "--test",
-            "store",
-        ]),
-        filter: FILTER,
+        package: STORE.0.into(),
+        target: Some(STORE.1),
     }];
     // The suite's own tests run it against the SDK's in-memory channel.
     let mut adapters: Vec<&str> = packages
@@ -53,16 +53,98 @@ fn suites(packages: &[Package]) -> Vec<Suite> {
     adapters.dedup();
     suites.extend(adapters.into_iter().map(|name| Suite {
         name: format!("adapter ({name})"),
-        cargo_args: args(&["test", "-p", name, "--all-features"]),
-        filter: FILTER,
+        package: name.to_owned(),
+        target: None,
     }));
     suites
 }
 
+/// A test binary cargo built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TestBinary {
+    package: String,
+    target: String,
+    executable: PathBuf,
+    /// The package's directory: cargo runs its tests from there.
+    dir: PathBuf,
+}
+
+/// The command that builds (or finds already built) every test binary of the workspace.
+fn build_args() -> [&'static str; 6] {
+    [
+        "test",
+        "--workspace",
+        "--all-features",
+        "--no-run",
+        "--message-format",
+        "json-render-diagnostics",
+    ]
+}
+
+/// The package name in a cargo package id: `path+file:///…/name#1.0.0`, or
+/// `path+file:///…/dir#name@1.0.0` when the directory is named otherwise.
+fn package_name(id: &str) -> Option<&str> {
+    let (path, fragment) = id.rsplit_once('#')?;
+    match fragment.split_once('@') {
+        Some((name, _)) => Some(name),
+        None => path.rsplit('/').next(),
+    }
+}
+
+/// The test binaries in cargo's JSON messages.
+fn test_binaries(messages: &str) -> anyhow::Result<Vec<TestBinary>> {
+    let mut binaries = Vec::new();
+    for line in messages.lines().filter(|line| line.starts_with('{')) {
+        let message: serde_json::Value = serde_json::from_str(line)
+            .with_context(|| format!("cargo printed a message that is not JSON: {line}"))?;
+        if message["reason"] != "compiler-artifact" || message["profile"]["test"] != true {
+            continue;
+        }
+        let Some(executable) = message["executable"].as_str() else {
+            continue;
+        };
+        let id = message["package_id"].as_str().unwrap_or_default();
+        let package = package_name(id)
+            .with_context(|| format!("cannot read the package of `{id}`"))?
+            .to_owned();
+        let manifest = message["manifest_path"].as_str().unwrap_or_default();
+        binaries.push(TestBinary {
+            package,
+            target: message["target"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            executable: executable.into(),
+            dir: Path::new(manifest)
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default(),
+        });
+    }
+    Ok(binaries)
+}
+
 impl Suite {
-    fn command(&self, extra: &[&str]) -> std::process::Command {
-        let mut command = cargo(&self.cargo_args);
-        command.arg("--").arg(self.filter).args(extra);
+    fn binaries<'a>(&self, all: &'a [TestBinary]) -> Vec<&'a TestBinary> {
+        all.iter()
+            .filter(|binary| binary.package == self.package)
+            .filter(|binary| self.target.is_none_or(|target| binary.target == target))
+            .collect()
+    }
+}
+
+impl TestBinary {
+    /// The binary run with the suite's filter, as `cargo test` would run it.
+    fn command(&self, extra: &[&str]) -> Command {
+        let mut command = Command::new(&self.executable);
+        command
+            .arg(FILTER)
+            .args(extra)
+            .current_dir(&self.dir)
+            .env("CARGO_MANIFEST_DIR", &self.dir);
+        if let Some(cargo) = std::env::var_os("CARGO") {
+            command.env("CARGO", cargo);
+        }
         command
     }
 }
@@ -109,29 +191,50 @@ fn count_listed(list: &str) -> usize {
 
 pub(crate) fn run() -> anyhow::Result<()> {
     let suites = suites(&tidy::workspace()?);
+    let mut build = cargo(build_args());
+    println!("conformance: {}", display(&build));
+    let binaries = test_binaries(&read_stdout(&mut build)?)?;
     let mut failed = Vec::new();
     for suite in &suites {
-        let listed = count_listed(&read_stdout(&mut suite.command(&["--list"]))?);
+        let mut listed = 0;
+        let mut skips = Vec::new();
+        let mut errors = Vec::new();
+        let chosen = suite.binaries(&binaries);
+        for binary in &chosen {
+            let count = count_listed(&read_stdout(&mut binary.command(&["--list"]))?);
+            listed += count;
+            if count == 0 {
+                continue;
+            }
+            match run_reporting_skips(&mut binary.command(&["--nocapture"])) {
+                Ok(found) => skips.extend(found),
+                Err(error) => errors.push(error.to_string()),
+            }
+        }
         println!("conformance: suite `{}`: {listed} tests", suite.name);
         if listed == 0 {
-            let line = display(&suite.command(&[]));
-            failed.push(format!("{}: `{line}` selects no tests", suite.name));
+            failed.push(format!(
+                "{}: {} test binaries of {} select no test with the filter `{FILTER}`",
+                suite.name,
+                chosen.len(),
+                suite.package
+            ));
             continue;
         }
-        match run_reporting_skips(&mut suite.command(&["--nocapture"])) {
-            Ok(skips) => {
-                println!(
-                    "conformance: suite `{}`: {listed} tests, {} passed, {} skipped{}",
-                    suite.name,
-                    listed - skips.len(),
-                    skips.len(),
-                    if skips.is_empty() { "" } else { ":" }
-                );
-                for skip in &skips {
-                    println!("    {skip}");
-                }
-            }
-            Err(error) => failed.push(format!("{}: {error}", suite.name)),
+        if !errors.is_empty() {
+            failed.push(format!("{}: {}", suite.name, errors.join("; ")));
+            continue;
+        }
+        skips.sort_unstable();
+        println!(
+            "conformance: suite `{}`: {listed} tests, {} passed, {} skipped{}",
+            suite.name,
+            listed - skips.len(),
+            skips.len(),
+            if skips.is_empty() { "" } else { ":" }
+        );
+        for skip in &skips {
+            println!("    {skip}");
         }
     }
     let names: Vec<&str> = suites.iter().map(|suite| suite.name.as_str()).collect();
@@ -183,7 +286,14 @@ mod tests {
     fn lines(suites: &[Suite]) -> Vec<String> {
         suites
             .iter()
-            .map(|suite| format!("{}: {}", suite.name, display(&suite.command(&[]))))
+            .map(|suite| {
+                format!(
+                    "{}: {} {}",
+                    suite.name,
+                    suite.package,
+                    suite.target.unwrap_or("(every test target)")
+                )
+            })
             .collect()
     }
 
@@ -204,14 +314,53 @@ mod tests {
         assert_eq!(
             lines(&suites(&packages)),
             [
-                "store: cargo test -p clawgate-store --features testing --test store -- conformance",
-                "adapter (clawgate-channel-matrix): cargo test -p clawgate-channel-matrix \
-                 --all-features -- conformance",
-                "adapter (clawgate-conformance): cargo test -p clawgate-conformance \
-                 --all-features -- conformance",
-                "adapter (clawgate-e2e): cargo test -p clawgate-e2e --all-features -- conformance",
+                "store: clawgate-store store",
+                "adapter (clawgate-channel-matrix): clawgate-channel-matrix (every test target)",
+                "adapter (clawgate-conformance): clawgate-conformance (every test target)",
+                "adapter (clawgate-e2e): clawgate-e2e (every test target)",
             ]
         );
+    }
+
+    #[test]
+    fn package_names_are_read_from_both_id_shapes() {
+        assert_eq!(
+            package_name("path+file:///work/crates/clawgate-store#0.1.0"),
+            Some("clawgate-store")
+        );
+        assert_eq!(
+            package_name("path+file:///work/testing/e2e#clawgate-e2e@0.1.0"),
+            Some("clawgate-e2e")
+        );
+        assert_eq!(package_name("no fragment"), None);
+    }
+
+    #[test]
+    fn test_binaries_are_found_in_cargo_messages_and_suites_pick_theirs() {
+        let messages = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/crates/clawgate-store#0.1.0","manifest_path":"/w/crates/clawgate-store/Cargo.toml","target":{"name":"store"},"profile":{"test":true},"executable":"/t/debug/deps/store-1"}
+{"reason":"compiler-artifact","package_id":"path+file:///w/crates/clawgate-store#0.1.0","manifest_path":"/w/crates/clawgate-store/Cargo.toml","target":{"name":"clawgate_store"},"profile":{"test":true},"executable":"/t/debug/deps/clawgate_store-2"}
+{"reason":"compiler-artifact","package_id":"registry+https://github.com/rust-lang/crates.io-index#tokio@1.54.0","manifest_path":"/r/tokio/Cargo.toml","target":{"name":"tokio"},"profile":{"test":false},"executable":null}
+{"reason":"compiler-artifact","package_id":"path+file:///w/channels/x#clawgate-channel-x@0.1.0","manifest_path":"/w/channels/x/Cargo.toml","target":{"name":"x"},"profile":{"test":true},"executable":"/t/debug/deps/x-3"}
+{"reason":"build-finished","success":true}
+Compiling is not JSON and is skipped
+"#;
+        let binaries = test_binaries(messages).expect("parsed");
+        assert_eq!(binaries.len(), 3, "{binaries:?}");
+        assert_eq!(binaries[2].package, "clawgate-channel-x");
+        assert_eq!(binaries[2].dir, Path::new("/w/channels/x"));
+        let store = &suites(&[])[0];
+        let picked: Vec<&str> = store
+            .binaries(&binaries)
+            .iter()
+            .map(|binary| binary.target.as_str())
+            .collect();
+        assert_eq!(picked, ["store"]);
+        let adapter = Suite {
+            name: "adapter (clawgate-store)".into(),
+            package: "clawgate-store".into(),
+            target: None,
+        };
+        assert_eq!(adapter.binaries(&binaries).len(), 2);
     }
 
     #[test]

@@ -1,14 +1,21 @@
-//! The "packaged crates" step of `cargo xtask ci`: every publishable crate's own tests, run from
+//! The "packaged crates" step of `cargo xtask ci`: every publishable crate built and tested from
 //! its packaged `.crate` rather than from the repository.
 //!
 //! A test that reads a file outside its package, or a dev-dependency that packaging strips (a
 //! path without a version), passes in the workspace and breaks for everyone who builds the
 //! published crate. So: `cargo package --no-verify` every publishable crate, extract each
 //! `.crate` into a throwaway workspace whose `[patch.crates-io]` points every one of our crates at
-//! its extracted sibling (they are not on crates.io), and run `cargo test --all-features` for each
-//! crate there. The runs share the workspace's target directory, so dependencies the test step
-//! built are reused (only what a crate's own features change builds again); the repository's
-//! `Cargo.lock` is copied in, so the tests build against the same dependency versions.
+//! its extracted sibling (they are not on crates.io), `cargo check -p <crate> --all-features` each
+//! one alone there (what `cargo package`'s own verify would build: a crate that compiles only
+//! with features a sibling turns on fails here), then run the tests of all of them in one
+//! `cargo nextest run --workspace` plus their doctests. The runs share the workspace's target
+//! directory, so dependencies the test step built are reused; the repository's `Cargo.lock` is
+//! copied in, so the tests build against the same dependency versions.
+//!
+//! The random-instant crash matrices are left out of this run: they live in the gateway's test
+//! binary, which this run builds and whose other tests it runs (so its files and dev-dependencies
+//! are proven), and they run in full in the test step. Run twice they were the longest part of
+//! a CI run.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -171,9 +178,39 @@ fn package_args(members: &[Publishable], dirty: bool) -> Vec<String> {
     args
 }
 
-/// The test command of one extracted crate.
-fn test_args(member: &Publishable) -> Vec<String> {
-    ["test", "-p", &member.name, "--all-features"]
+/// The check of one extracted crate on its own.
+fn check_args(member: &Publishable) -> Vec<String> {
+    ["check", "-p", &member.name, "--all-features"]
+        .map(str::to_owned)
+        .to_vec()
+}
+
+/// The crash matrices' test names all start with this (see the module comment).
+const CRASH_MATRICES: &str = "random_sigkills";
+
+/// The tests of every extracted crate, in one run: under nextest when it is installed.
+fn test_args(nextest: bool) -> Vec<String> {
+    let common = ["--workspace", "--all-features", "--no-fail-fast"].map(str::to_owned);
+    if nextest {
+        let mut args = vec!["nextest".to_owned(), "run".to_owned()];
+        args.extend(common);
+        args.extend(["-E".to_owned(), format!("not test(/{CRASH_MATRICES}/)")]);
+        args
+    } else {
+        let mut args = vec!["test".to_owned()];
+        args.extend(common);
+        args.extend([
+            "--".to_owned(),
+            "--skip".to_owned(),
+            CRASH_MATRICES.to_owned(),
+        ]);
+        args
+    }
+}
+
+/// The doctests of every extracted crate (nextest does not run them).
+fn doctest_args() -> Vec<String> {
+    ["test", "--doc", "--workspace", "--all-features"]
         .map(str::to_owned)
         .to_vec()
 }
@@ -246,13 +283,16 @@ fn extract(members: &[Publishable], archives: &Path, workspace: &Path) -> anyhow
 }
 
 /// The command line the ci step prints.
-pub(crate) fn line() -> String {
-    "cargo package --no-verify (every publishable crate), then `cargo test -p <crate> \
-     --all-features` of each extracted .crate in a generated workspace"
-        .to_owned()
+pub(crate) fn line(nextest: bool) -> String {
+    format!(
+        "cargo package --no-verify (every publishable crate), extracted into a generated \
+         workspace: `cargo check -p <crate> --all-features` of each, then `{}` and `{}`",
+        display(&cargo(test_args(nextest))),
+        display(&cargo(doctest_args()))
+    )
 }
 
-pub(crate) fn run(dirty: bool) -> anyhow::Result<()> {
+pub(crate) fn run(dirty: bool, nextest: bool) -> anyhow::Result<()> {
     let started = Instant::now();
     let metadata: Value = serde_json::from_str(&read_stdout(&mut cargo([
         "metadata",
@@ -299,35 +339,43 @@ pub(crate) fn run(dirty: bool) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
 
+    let in_workspace = |args: Vec<String>| {
+        let mut command = cargo(args);
+        command
+            .current_dir(&workspace)
+            .env("CARGO_TARGET_DIR", &target);
+        command
+    };
     let mut failed = Vec::new();
     for member in &members {
-        let crate_started = Instant::now();
-        let mut test = cargo(test_args(member));
-        test.current_dir(&workspace)
-            .env("CARGO_TARGET_DIR", &target);
-        let line = display(&test);
-        println!("\npackaged crates: {} ({line})", member.dir_name());
-        match run_command(&mut test) {
-            Ok(()) => println!(
-                "packaged crates: {} passed in {:.1}s",
-                member.name,
-                crate_started.elapsed().as_secs_f64()
-            ),
-            Err(error) => failed.push(format!("{}: {error:#}", member.name)),
+        let mut check = in_workspace(check_args(member));
+        println!(
+            "\npackaged crates: {} ({})",
+            member.dir_name(),
+            display(&check)
+        );
+        if let Err(error) = run_command(&mut check) {
+            failed.push(format!("{} does not build alone: {error:#}", member.name));
+        }
+    }
+    for args in [test_args(nextest), doctest_args()] {
+        let mut test = in_workspace(args);
+        println!("\npackaged crates: {}", display(&test));
+        if let Err(error) = run_command(&mut test) {
+            failed.push(format!("{error:#}"));
         }
     }
     println!(
-        "packaged crates: {} of {} crates passed in {:.1}s",
-        members.len() - failed.len(),
+        "packaged crates: {} crates built alone and tested, {} failure(s), in {:.1}s",
         members.len(),
+        failed.len(),
         started.elapsed().as_secs_f64()
     );
     if !failed.is_empty() {
         bail!(
-            "{} packaged crate(s) fail their own tests when built from the .crate (in {}):\n  {}\n\
-             a test that reads a file outside its package, or a dev-dependency that packaging \
-             strips, passes in the workspace only",
-            failed.len(),
+            "the packaged crates fail when built from their .crate files (in {}):\n  {}\n\
+             a test that reads a file outside its package, a dev-dependency that packaging \
+             strips, or a feature only a sibling crate turns on passes in the workspace only",
             workspace.display(),
             failed.join("\n  ")
         );
@@ -512,7 +560,7 @@ mod tests {
     }
 
     #[test]
-    fn every_crate_is_packaged_and_tested_with_all_features() {
+    fn every_crate_is_packaged_checked_alone_and_tested_with_all_features() {
         let members = [member("clawgate-types", &[]), member("clawgate", &[])];
         assert_eq!(
             package_args(&members, true),
@@ -527,8 +575,28 @@ mod tests {
             ]
         );
         assert_eq!(
-            test_args(&members[1]),
-            ["test", "-p", "clawgate", "--all-features"]
+            check_args(&members[1]),
+            ["check", "-p", "clawgate", "--all-features"]
+        );
+        assert_eq!(
+            test_args(true),
+            [
+                "nextest",
+                "run",
+                "--workspace",
+                "--all-features",
+                "--no-fail-fast",
+                "-E",
+                "not test(/random_sigkills/)"
+            ]
+        );
+        assert_eq!(
+            test_args(false)[..4],
+            ["test", "--workspace", "--all-features", "--no-fail-fast"]
+        );
+        assert_eq!(
+            test_args(false).last().map(String::as_str),
+            Some(CRASH_MATRICES)
         );
     }
 }
