@@ -156,6 +156,14 @@ pub enum ReceiveOutcome {
     },
 }
 
+/// An event that passed the stateless part of a receive.
+struct Screened {
+    inbound: NormalizedInbound,
+    policy: ReceiveAckPolicy,
+    key: InboundKey,
+    payload: serde_json::Value,
+}
+
 /// Runs receive contexts for one channel.
 pub struct Receiver {
     store: Arc<dyn InboundStore>,
@@ -210,6 +218,102 @@ impl Receiver {
         Ok(())
     }
 
+    /// What every receive does first, without writing anything: normalize, stamp the account,
+    /// ack an `Immediate` event, and drop gateway echoes and unauthorized bots (acked).
+    fn screen(
+        &self,
+        raw: &serde_json::Value,
+        ack: &AckController,
+    ) -> Result<Screened, ReceiveOutcome> {
+        let mut inbound = match self.normalizer.normalize(raw) {
+            Ok(inbound) => inbound,
+            Err(error @ ReceiveError::Ignored { .. }) => {
+                info!(%error, "platform event finished without a turn");
+                ack.ack();
+                return Err(ReceiveOutcome::Invalid(error));
+            }
+            Err(error) => {
+                warn!(%error, "malformed platform event dropped");
+                ack.ack();
+                return Err(ReceiveOutcome::Invalid(error));
+            }
+        };
+        if inbound.message.account_id.is_none() {
+            inbound
+                .message
+                .account_id
+                .clone_from(&self.options.account_id);
+        }
+        let policy = self.normalizer.ack_policy(&inbound);
+        if matches!(policy, ReceiveAckPolicy::Immediate { .. }) {
+            ack.ack();
+        }
+        // The core, not each channel, decides echoes — by marker, before bot authorization.
+        let origin = self
+            .channel
+            .origin()
+            .and_then(|o| o.decode(raw))
+            .or_else(|| inbound.message.origin.clone());
+        let facts = EchoFacts {
+            is_bot_author: inbound.is_bot_author,
+            is_roomish: inbound.message.target.kind.is_roomish(),
+        };
+        if should_drop_gateway_echo(origin.as_ref(), facts) {
+            info!(event = %inbound.event_id, "gateway-failure echo dropped");
+            ack.ack();
+            return Err(ReceiveOutcome::DroppedEcho);
+        }
+        if inbound.is_bot_author && !self.options.allow_bots {
+            ack.ack();
+            return Err(ReceiveOutcome::Unauthorized);
+        }
+        let key = InboundKey {
+            channel: inbound.message.channel.clone(),
+            account_id: inbound.message.account_id.clone().unwrap_or_default(),
+            event_id: inbound.event_id.clone(),
+        };
+        let payload = serde_json::to_value(&inbound.message).unwrap_or_default();
+        Ok(Screened {
+            inbound,
+            policy,
+            key,
+            payload,
+        })
+    }
+
+    /// Makes a pushed event durable the moment the platform hands it over, before it waits
+    /// for its conversation's earlier turns (which may take minutes; a crash meanwhile must
+    /// not lose it, and a webhook must be answered within seconds). Counts no attempt: the
+    /// event's [`Self::receive`] does. An `AfterRecord` event is acked once written; what
+    /// receive would drop without a record is not written (and acked, as receive would).
+    pub async fn accept(
+        &self,
+        raw: &serde_json::Value,
+        ack: &AckController,
+    ) -> Result<(), MessagesError> {
+        let Ok(Screened {
+            policy,
+            key,
+            payload,
+            ..
+        }) = self.screen(raw, ack)
+        else {
+            return Ok(());
+        };
+        if let Err(error) = self
+            .store
+            .accept_inbound(&key, &payload, self.clock.now_ms())
+            .await
+        {
+            ack.nack(&error.to_string());
+            return Err(MessagesError::Store(error));
+        }
+        if policy == ReceiveAckPolicy::AfterRecord {
+            ack.ack();
+        }
+        Ok(())
+    }
+
     /// One receive context. `dispatch` runs the turn (visible output goes through send
     /// contexts); the transport ack is given through `ack` when the event's policy allows.
     /// An event whose `max_attempts` starts all died with the process is dead-lettered without
@@ -248,48 +352,15 @@ impl Receiver {
         S: FnOnce(NormalizedInbound) -> SFut,
         SFut: Future<Output = Result<(), String>>,
     {
-        let mut inbound = match self.normalizer.normalize(raw) {
-            Ok(inbound) => inbound,
-            Err(error @ ReceiveError::Ignored { .. }) => {
-                info!(%error, "platform event finished without a turn");
-                ack.ack();
-                return Ok(ReceiveOutcome::Invalid(error));
-            }
-            Err(error) => {
-                warn!(%error, "malformed platform event dropped");
-                ack.ack();
-                return Ok(ReceiveOutcome::Invalid(error));
-            }
+        let Screened {
+            inbound,
+            policy,
+            key,
+            payload,
+        } = match self.screen(raw, ack) {
+            Ok(screened) => screened,
+            Err(outcome) => return Ok(outcome),
         };
-        if inbound.message.account_id.is_none() {
-            inbound
-                .message
-                .account_id
-                .clone_from(&self.options.account_id);
-        }
-        let policy = self.normalizer.ack_policy(&inbound);
-        if matches!(policy, ReceiveAckPolicy::Immediate { .. }) {
-            ack.ack();
-        }
-        // The core, not each channel, decides echoes — by marker, before bot authorization.
-        let origin = self
-            .channel
-            .origin()
-            .and_then(|o| o.decode(raw))
-            .or_else(|| inbound.message.origin.clone());
-        let facts = EchoFacts {
-            is_bot_author: inbound.is_bot_author,
-            is_roomish: inbound.message.target.kind.is_roomish(),
-        };
-        if should_drop_gateway_echo(origin.as_ref(), facts) {
-            info!(event = %inbound.event_id, "gateway-failure echo dropped");
-            ack.ack();
-            return Ok(ReceiveOutcome::DroppedEcho);
-        }
-        if inbound.is_bot_author && !self.options.allow_bots {
-            ack.ack();
-            return Ok(ReceiveOutcome::Unauthorized);
-        }
         if inbound.is_bot_author {
             let author = inbound
                 .message
@@ -301,17 +372,25 @@ impl Receiver {
                 .admit(&inbound.message.target.id, author, self.clock.now_ms())
             {
                 warn!(room = %inbound.message.target.id, author, "bot loop suspected; message dropped");
+                // Accepted when it was pushed (see `accept`): finished, or it would replay
+                // at every start. A polled event has no record yet.
+                if let Ok(Some(record)) = self.store.load_inbound(&key).await
+                    && record.status == InboundStatus::Received
+                {
+                    self.store
+                        .finish_inbound(
+                            &key,
+                            InboundStatus::Completed,
+                            Some("bot loop suspected; dropped"),
+                            self.clock.now_ms(),
+                        )
+                        .await?;
+                }
                 ack.ack();
                 return Ok(ReceiveOutcome::LoopGuarded);
             }
         }
-        let key = InboundKey {
-            channel: inbound.message.channel.clone(),
-            account_id: inbound.message.account_id.clone().unwrap_or_default(),
-            event_id: inbound.event_id.clone(),
-        };
         let now = self.clock.now_ms();
-        let payload = serde_json::to_value(&inbound.message).unwrap_or_default();
         // The attempt that starts now is counted in the same write that records the event, so
         // a turn that kills the process (a poison message) is still counted.
         let recorded = self.store.record_inbound(&key, &payload, now).await;

@@ -5,8 +5,9 @@
 //! * A polling feed is polled from the durable watermark ([`PollingWatermark`]), which passes an
 //!   event only once it and every event below it are finished; while events are unfinished the
 //!   feed is polled without waiting, and what it hands out again is skipped.
-//! * A pushed feed hands events over with their transport ack; the receive context acks them
-//!   when their policy allows. Events recorded before a restart and never finished are worked on
+//! * A pushed feed hands events over with their transport ack; each is recorded durably as it
+//!   arrives (before it waits behind its conversation's earlier events), and the receive
+//!   context acks it when its policy allows. Events recorded before a restart and never finished are worked on
 //!   again from their stored payload (the platform will not push an acked event again).
 
 use std::collections::HashMap;
@@ -31,6 +32,13 @@ pub trait EventHandler: Send + Sync + 'static {
     /// Works one attempt at `raw` (1 on the first). `true`: the event is finished (handled,
     /// dead-lettered, nothing more to do); `false`: try again after a backoff.
     async fn handle(&self, raw: &serde_json::Value, ack: &AckController, attempt: u32) -> bool;
+
+    /// Makes a pushed event durable as it arrives, before it waits in its conversation's
+    /// queue (see [`crate::Receiver::accept`]); an event it could not write is still queued
+    /// and recorded when its turn comes. The default writes nothing.
+    async fn accept(&self, raw: &serde_json::Value, ack: &AckController) {
+        let _ = (raw, ack);
+    }
 }
 
 /// Where a runner keeps its durable state.
@@ -379,6 +387,10 @@ impl EventSink for Sink {
             ack.nack("the gateway is stopping");
             return;
         }
+        let ack = Arc::new(AckController::new(ack));
+        // Durable before it queues: an earlier turn of its conversation may run for minutes,
+        // and the platform will not push it again.
+        self.runner.handler.accept(&event.raw, &ack).await;
         let lane = self.runner.lane_of(&event.raw);
         self.lanes
             .lock()
@@ -388,7 +400,7 @@ impl EventSink for Sink {
                 lane,
                 Queued {
                     raw: event.raw,
-                    ack: Arc::new(AckController::new(ack)),
+                    ack,
                     position: None,
                 },
                 None,

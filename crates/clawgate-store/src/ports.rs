@@ -162,6 +162,17 @@ pub trait InboundStore: Send + Sync {
         now: UnixMillis,
     ) -> StoreResult<RecordInboundOutcome>;
 
+    /// Records a pushed event as accepted (`received`, no attempt counted) the first time it
+    /// is seen, so it is durable before it waits behind its conversation's earlier turns;
+    /// [`Self::record_inbound`] then counts its first attempt. An existing record is left as
+    /// it is. `true` when the record is new.
+    async fn accept_inbound(
+        &self,
+        key: &InboundKey,
+        payload: &serde_json::Value,
+        now: UnixMillis,
+    ) -> StoreResult<bool>;
+
     async fn load_inbound(&self, key: &InboundKey) -> StoreResult<Option<InboundRecord>>;
 
     /// Ends one processing attempt (counted when it started, by [`Self::record_inbound`]):

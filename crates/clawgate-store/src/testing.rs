@@ -52,7 +52,8 @@ macro_rules! store_conformance_tests {
             intent_finished_ones_are_pruned_once_old,
             intent_due_listing_claims_nothing_and_the_first_save_takes_the_claim,
             concurrent_writes_all_commit, failing_write_does_not_fail_neighbours,
-            inbound_dedupe_attempts_and_pruning, watermark_never_moves_back,
+            inbound_dedupe_attempts_and_pruning, inbound_accepted_before_its_first_attempt,
+            watermark_never_moves_back,
             signal_append_advances_head_and_dedupes, signal_events_since_is_bounded,
             signal_prune_keeps_heads_and_exact_gap, cursors_and_session_lifecycle,
             sessions_registry_round_trip, leases_round_trip_and_compare_and_set,
@@ -969,6 +970,60 @@ pub async fn failing_write_does_not_fail_neighbours<S: Store + 'static>(
         .map(|(_, c)| c)
         .sum();
     assert_eq!(stored, 1 + ok, "neighbours of the failed writes committed");
+}
+
+pub async fn inbound_accepted_before_its_first_attempt<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let k = |id: &str| InboundKey {
+        channel: "irc".into(),
+        account_id: "bot".into(),
+        event_id: id.into(),
+    };
+    let payload = serde_json::json!({ "text": "hi" });
+    assert!(store.accept_inbound(&k("a1"), &payload, 100).await.unwrap());
+    assert!(
+        !store
+            .accept_inbound(&k("a1"), &serde_json::json!({ "text": "other" }), 110)
+            .await
+            .unwrap(),
+        "accepted once"
+    );
+    let accepted = store.load_inbound(&k("a1")).await.unwrap().unwrap();
+    assert_eq!(
+        (accepted.status, accepted.attempts, accepted.payload.clone()),
+        (InboundStatus::Received, 0, payload.clone()),
+        "durable, unfinished, no attempt counted, the first payload kept"
+    );
+    // What a restart works on again.
+    let unfinished = store.list_unfinished_inbound(10).await.unwrap();
+    assert_eq!(
+        unfinished
+            .iter()
+            .map(|r| (r.event_id.as_str(), r.attempts))
+            .collect::<Vec<_>>(),
+        vec![("a1", 0)]
+    );
+    match store.record_inbound(&k("a1"), &payload, 120).await.unwrap() {
+        RecordInboundOutcome::Duplicate(record) => assert_eq!(
+            (record.status, record.attempts),
+            (InboundStatus::Received, 1),
+            "its receive counts the first attempt"
+        ),
+        other => panic!("an accepted event is recorded already, got {other:?}"),
+    }
+    store
+        .finish_inbound(&k("a1"), InboundStatus::Completed, None, 130)
+        .await
+        .unwrap();
+    assert!(!store.accept_inbound(&k("a1"), &payload, 140).await.unwrap());
+    assert_eq!(
+        store.load_inbound(&k("a1")).await.unwrap().unwrap().status,
+        InboundStatus::Completed,
+        "a redelivery of a finished event leaves it finished"
+    );
 }
 
 pub async fn inbound_dedupe_attempts_and_pruning<S: Store>(

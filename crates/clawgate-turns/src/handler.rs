@@ -39,6 +39,13 @@ impl<S> std::fmt::Debug for TurnHandler<S> {
 
 #[async_trait::async_trait]
 impl<S: TurnStore> EventHandler for TurnHandler<S> {
+    async fn accept(&self, raw: &serde_json::Value, ack: &AckController) {
+        if let Err(error) = self.receiver.accept(raw, ack).await {
+            // Still queued: its receive records it when its turn comes.
+            warn!(channel = %self.channel.name, %error, "pushed event not recorded on arrival");
+        }
+    }
+
     async fn handle(&self, raw: &serde_json::Value, ack: &AckController, attempt: u32) -> bool {
         let gateway = &*self.turns;
         let channel = &self.channel;

@@ -182,6 +182,34 @@ impl InboundStore for SqliteStore {
         self.read(move |conn| load(conn, &key)).await
     }
 
+    async fn accept_inbound(
+        &self,
+        key: &InboundKey,
+        payload: &serde_json::Value,
+        now: UnixMillis,
+    ) -> StoreResult<bool> {
+        let key = key.clone();
+        let payload = payload.to_string();
+        self.write(move |conn| {
+            let inserted = conn
+                .prepare_cached(
+                    "INSERT INTO inbound_records (channel, account_id, event_id, status, attempts,
+                         payload, last_error, received_at, updated_at)
+                     VALUES (?1, ?2, ?3, 'received', 0, ?4, NULL, ?5, ?5)
+                     ON CONFLICT DO NOTHING",
+                )?
+                .execute(params![
+                    key.channel,
+                    key.account_id,
+                    key.event_id,
+                    payload,
+                    now
+                ])?;
+            Ok(inserted == 1)
+        })
+        .await
+    }
+
     async fn finish_inbound(
         &self,
         key: &InboundKey,
