@@ -19,6 +19,8 @@ mod plugin;
 mod receive;
 pub mod register;
 mod source;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use adapter::{IrcAdapter, IrcRenderer};
 pub use plugin::{IrcFactory, IrcLink, IrcSettings};

@@ -10,8 +10,11 @@ use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-pub(crate) struct Client {
-    pub(crate) nick: String,
+/// A connected, registered client.
+#[derive(Debug)]
+pub struct Client {
+    /// Its nick.
+    pub nick: String,
     writer: Mutex<TcpStream>,
     lines: Arc<(Mutex<Vec<String>>, Condvar)>,
     syncs: AtomicU64,
@@ -20,7 +23,8 @@ pub(crate) struct Client {
 }
 
 impl Client {
-    pub(crate) fn connect(port: u16, nick: &str) -> Client {
+    /// Connects to a server on loopback and registers as `nick`.
+    pub fn connect(port: u16, nick: &str) -> Client {
         let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
         stream.set_nodelay(true).unwrap();
         let reader = stream.try_clone().unwrap();
@@ -51,22 +55,24 @@ impl Client {
         client
     }
 
-    pub(crate) fn send(&self, line: &str) {
+    /// Writes one raw line (CRLF added).
+    pub fn send(&self, line: &str) {
         let mut writer = self.writer.lock().unwrap();
         writer.write_all(format!("{line}\r\n").as_bytes()).unwrap();
     }
 
     /// How many lines arrived so far (a mark for [`Client::wait_for`]).
-    pub(crate) fn mark(&self) -> usize {
+    pub fn mark(&self) -> usize {
         self.lines.0.lock().unwrap().len()
     }
 
-    pub(crate) fn lines(&self) -> Vec<String> {
+    /// Every line received so far.
+    pub fn lines(&self) -> Vec<String> {
         self.lines.0.lock().unwrap().clone()
     }
 
     /// The first line at or after `from` matching `pred`, waiting for it.
-    pub(crate) fn wait_for(&self, from: usize, pred: impl Fn(&str) -> bool) -> String {
+    pub fn wait_for(&self, from: usize, pred: impl Fn(&str) -> bool) -> String {
         self.try_wait_for(from, WAIT, pred).unwrap_or_else(|| {
             panic!(
                 "{}: no such line within {WAIT:?}: {:#?}",
@@ -76,7 +82,8 @@ impl Client {
         })
     }
 
-    pub(crate) fn try_wait_for(
+    /// Like [`Client::wait_for`], but `None` after `wait`.
+    pub fn try_wait_for(
         &self,
         from: usize,
         wait: Duration,
@@ -98,7 +105,7 @@ impl Client {
     }
 
     /// Round trip to the server: every line relayed to us before it has arrived.
-    pub(crate) fn sync(&self) {
+    pub fn sync(&self) {
         let n = self.syncs.fetch_add(1, Ordering::Relaxed);
         let mark = self.mark();
         self.send(&format!("PING :sync{n}"));
@@ -106,7 +113,8 @@ impl Client {
         self.wait_for(mark, |l| l.contains(" PONG ") && l.ends_with(&token));
     }
 
-    pub(crate) fn join(&self, channel: &str) {
+    /// Joins `channel` and waits until the server confirms.
+    pub fn join(&self, channel: &str) {
         let mark = self.mark();
         self.send(&format!("JOIN {channel}"));
         let me = format!(":{}!", self.nick);
@@ -115,7 +123,8 @@ impl Client {
         *self.prefix.lock().unwrap() = Some(prefix);
     }
 
-    pub(crate) fn prefix(&self) -> String {
+    /// Our `nick!user@host`, as others see it.
+    pub fn prefix(&self) -> String {
         self.prefix
             .lock()
             .unwrap()
@@ -124,7 +133,7 @@ impl Client {
     }
 
     /// Texts of the PRIVMSGs `from` (a nick) sent to `target`, in order.
-    pub(crate) fn texts_from(&self, from: &str, target: &str) -> Vec<String> {
+    pub fn texts_from(&self, from: &str, target: &str) -> Vec<String> {
         let head = format!(":{from}!");
         let command = format!(" PRIVMSG {target} :");
         self.lines()

@@ -1,5 +1,5 @@
-//! A real ngircd for each test: a generated config in a tempdir, a free loopback port,
-//! started in the foreground (`-n`) so its pid is ours, stopped by that pid on drop.
+//! A real ngircd: a generated config in a tempdir, a free loopback port, started in the
+//! foreground (`-n`) so its pid is ours, stopped by that pid on drop.
 
 use std::io::Read;
 use std::net::TcpStream;
@@ -8,20 +8,24 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub(crate) const SERVER_NAME: &str = "irc.test";
+/// The server's name in its replies (`:irc.test 001 …`).
+pub const SERVER_NAME: &str = "irc.test";
 
 /// How the server punishes floods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Penalties {
+pub enum Penalties {
     /// `MaxPenaltyTime = 0`: no flood penalties (the contract cases send bursts).
     Off,
     /// ngircd's default (no limit): a client sending too fast is delayed.
     On,
 }
 
-pub(crate) struct Ngircd {
+#[derive(Debug)]
+/// One running ngircd, killed when dropped.
+pub struct Ngircd {
     dir: tempfile::TempDir,
-    pub(crate) port: u16,
+    /// Its loopback port.
+    pub port: u16,
     penalties: Penalties,
     /// The server password (`[Global] Password`), when it has one.
     password: Option<String>,
@@ -29,7 +33,7 @@ pub(crate) struct Ngircd {
 }
 
 /// A free loopback port (bound, then released for the server to take).
-pub(crate) fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -54,11 +58,13 @@ fn binary() -> PathBuf {
 }
 
 impl Ngircd {
-    pub(crate) fn start(penalties: Penalties) -> Ngircd {
+    /// Starts a server without a password.
+    pub fn start(penalties: Penalties) -> Ngircd {
         Ngircd::start_with(penalties, None)
     }
 
-    pub(crate) fn start_with(penalties: Penalties, password: Option<&str>) -> Ngircd {
+    /// Starts a server, with `password` as its `[Global] Password` when given.
+    pub fn start_with(penalties: Penalties, password: Option<&str>) -> Ngircd {
         let mut server = Ngircd {
             dir: tempfile::tempdir().unwrap(),
             port: free_port(),
@@ -138,7 +144,7 @@ impl Ngircd {
     }
 
     /// Kills the server (every client's connection drops).
-    pub(crate) fn stop(&mut self) {
+    pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -146,7 +152,7 @@ impl Ngircd {
     }
 
     /// Starts it again on the same port.
-    pub(crate) fn restart(&mut self) {
+    pub fn restart(&mut self) {
         self.stop();
         if let Err(error) = self.launch() {
             panic!("ngircd did not start again on {}: {error}", self.port);

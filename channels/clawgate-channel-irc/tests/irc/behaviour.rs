@@ -10,9 +10,8 @@ use clawgate_types::clock::SystemClock;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::client::Client;
-use crate::ngircd::{Ngircd, Penalties};
 use crate::peer::{CHANNEL, NICK, Peer, build, link, settings};
+use clawgate_channel_irc::testing::{Client, Ngircd, Penalties};
 
 fn context(plugin: &ChannelPlugin, target: &str, id: &str) -> SendContext {
     let message = ChannelMessage::outbound(id, plugin.name(), MessageTarget::group(target), "");

@@ -4,8 +4,6 @@
 #![allow(clippy::unwrap_used)]
 
 mod behaviour;
-mod client;
 mod conformance;
-mod ngircd;
 mod peer;
 mod proxy;

@@ -9,9 +9,8 @@ use clawgate_channel_irc::{IrcFactory, IrcLink, inbound_event};
 use clawgate_channel_sdk::prelude::*;
 use serde_json::{Value, json};
 
-use crate::client::Client;
-use crate::ngircd::{Ngircd, Penalties};
 use crate::proxy::Proxy;
+use clawgate_channel_irc::testing::{Client, Ngircd, Penalties};
 
 pub(crate) const NICK: &str = "claw";
 pub(crate) const CHANNEL: &str = "#conformance";

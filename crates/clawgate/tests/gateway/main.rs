@@ -1,7 +1,7 @@
 //! End-to-end tests of the real `clawgate` binary: a conversation through the QA platform,
 //! SIGKILL mid-reply and restart, an agent killed between two messages, two gateways side by
 //! side, the chat page in a browser, the operator CLI in both modes, a Telegram bot on the Bot
-//! API simulator, and a Matrix account on a real Synapse.
+//! API simulator, a Matrix account on a real Synapse and an IRC nick on a real ngircd.
 
 mod browser;
 mod cli;
@@ -11,6 +11,7 @@ mod crash_matrix;
 mod crash_points;
 mod dead_agent;
 mod failure;
+mod irc;
 mod isolation;
 mod matrix;
 mod platform_faults;

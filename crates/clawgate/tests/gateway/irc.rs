@@ -1,0 +1,293 @@
+//! The real binary with an IRC nick on a real ngircd (started by the test, so it outlives a
+//! gateway killed with SIGKILL): the random-time crash matrix, judged from what a person in
+//! the channel received.
+//!
+//! Plain IRC has no message ids, no history and no redelivery, so two outcomes are inherent
+//! and allowed, each with its evidence in the state directory:
+//! - a final whose line was written but whose `PONG` a kill cut off stays
+//!   `unknown_after_send` (reported, never repeated): it may or may not have landed;
+//! - a line the server relayed to the gateway just before a kill, before its durable inbound
+//!   record, is gone: the server will not send it again. Only lines written while a kill was
+//!   pending may end so; the messages of the last, unkilled run must each get their final.
+//!
+//! Everything else — a duplicate, a missing final without that evidence, a stray — fails.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clawgate_channel_irc::testing::{Client, Ngircd, Penalties};
+
+use crate::support::{
+    BIN, GatewayProcess, Rng, crash_seed, demo_reply, env_number, leftover_processes, state_pairs,
+};
+
+const NICK: &str = "clawbot";
+const CHANNEL: &str = "#crash";
+const PERSON: &str = "ada";
+
+/// A server, a person in the channel, and a state directory for the gateway's nick.
+struct Network {
+    /// Runs until the test ends (stopped by its pid when dropped).
+    _server: Ngircd,
+    person: Client,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+/// Where a message was written.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Place {
+    Channel,
+    Private,
+}
+
+/// One message the person wrote, and the final it must get.
+#[derive(Debug, Clone)]
+struct Asked {
+    n: usize,
+    place: Place,
+    expected: String,
+    /// Written while a kill was coming: may be lost before its durable record.
+    before_kill: bool,
+}
+
+impl Network {
+    fn start(agent_args: &[&str]) -> Network {
+        let server = Ngircd::start(Penalties::Off);
+        let person = Client::connect(server.port, PERSON);
+        person.join(CHANNEL);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = config_file(dir.path(), server.port, agent_args);
+        Network {
+            _server: server,
+            person,
+            dir,
+            config,
+        }
+    }
+
+    fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// Starts the gateway and waits until its nick has joined the channel (a line written
+    /// before that would reach no one: IRC keeps nothing for absent clients).
+    fn gateway(&self) -> Result<GatewayProcess, String> {
+        let mark = self.person.mark();
+        let gateway = GatewayProcess::try_start(&self.state(), &self.config, &[])?;
+        let joined = format!(":{NICK}!");
+        self.person
+            .try_wait_for(mark, Duration::from_secs(30), |l| {
+                l.starts_with(&joined) && l.contains(" JOIN ") && l.ends_with(CHANNEL)
+            })
+            .ok_or_else(|| {
+                let log =
+                    std::fs::read_to_string(self.state().with_extension("log")).unwrap_or_default();
+                format!("{NICK} never joined {CHANNEL} within 30 s; the gateway's log: {log}")
+            })?;
+        Ok(gateway)
+    }
+
+    /// SIGKILLs the gateway and waits until the server has seen its nick go, so the next
+    /// start gets the same nick rather than an alternate one.
+    fn kill(&self, gateway: GatewayProcess) {
+        let mark = self.person.mark();
+        gateway.kill_hard();
+        let quit = format!(":{NICK}!");
+        self.person
+            .try_wait_for(mark, Duration::from_secs(30), |l| {
+                l.starts_with(&quit) && l.contains(" QUIT ")
+            })
+            .unwrap_or_else(|| panic!("the server never saw {NICK} go"));
+    }
+
+    fn say(&self, n: usize, place: Place, words: usize, before_kill: bool) -> Asked {
+        // Tokens that are no substring of one another (`msg-1-x` is not in `msg-10-x`).
+        let text = format!("msg-{n}-x");
+        match place {
+            Place::Channel => self
+                .person
+                .send(&format!("PRIVMSG {CHANNEL} :{NICK}: {text}")),
+            Place::Private => self.person.send(&format!("PRIVMSG {NICK} :{text}")),
+        }
+        Asked {
+            n,
+            place,
+            expected: demo_reply(&text, words),
+            before_kill,
+        }
+    }
+
+    /// What the person received from the nick, in the channel and in private.
+    fn received(&self) -> Vec<(Place, String)> {
+        let mut texts: Vec<(Place, String)> = self
+            .person
+            .texts_from(NICK, CHANNEL)
+            .into_iter()
+            .map(|t| (Place::Channel, t))
+            .collect();
+        texts.extend(
+            self.person
+                .texts_from(NICK, PERSON)
+                .into_iter()
+                .map(|t| (Place::Private, t)),
+        );
+        texts
+    }
+}
+
+fn config_file(dir: &Path, port: u16, agent_args: &[&str]) -> PathBuf {
+    let mut command = vec![BIN.to_owned(), "demo-agent".to_owned()];
+    command.extend(agent_args.iter().map(|a| (*a).to_owned()));
+    let command = command
+        .iter()
+        .map(|a| format!("{a:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let text = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
+         [retry]\nbase_delay_ms = 100\nmax_delay_ms = 5000\nreconcile_delay_ms = 100\n\n\
+         [[agents]]\nid = \"main\"\ncommand = [{command}]\n\n\
+         [[channels]]\nkind = \"irc\"\nmax_turn_attempts = 50\n\
+         settings = {{ server = \"127.0.0.1\", port = {port}, nick = \"{NICK}\", \
+         channels = [\"{CHANNEL}\"], answer_timeout_ms = 5000, reconnect_min_ms = 100, \
+         reconnect_max_ms = 1000 }}\n"
+    );
+    let path = dir.join("clawgate.toml");
+    std::fs::write(&path, text).expect("config written");
+    path
+}
+
+#[derive(Debug, Default)]
+struct Verdict {
+    finals: usize,
+    /// No final visible, and its reply recorded `unknown_after_send`.
+    unknown: usize,
+    /// No final, and no inbound record of the line: relayed just before a kill.
+    unrecorded: usize,
+    problems: Vec<String>,
+}
+
+fn judge(network: &Network, asked: &[Asked]) -> Verdict {
+    let state = network.state();
+    let intents = state_pairs(&state, "SELECT payload, status FROM send_intents");
+    let inbound = state_pairs(&state, "SELECT payload, status FROM inbound_records");
+    let mut received = network.received();
+    let mut verdict = Verdict::default();
+    for a in asked {
+        let finals = received
+            .iter()
+            .filter(|(place, text)| *place == a.place && *text == a.expected)
+            .count();
+        let token = format!("msg-{}-x", a.n);
+        let unknown = intents.iter().any(|(payload, status)| {
+            status == "unknown_after_send" && payload.contains(&a.expected)
+        });
+        let recorded = inbound.iter().any(|(payload, _)| payload.contains(&token));
+        match finals {
+            1 => verdict.finals += 1,
+            0 if unknown => verdict.unknown += 1,
+            0 if a.before_kill && !recorded => verdict.unrecorded += 1,
+            0 => verdict.problems.push(format!(
+                "{a:?}: no final (recorded inbound: {recorded}, unknown reply: {unknown})"
+            )),
+            n => verdict.problems.push(format!("{a:?}: {n} finals")),
+        }
+        received.retain(|(place, text)| !(*place == a.place && *text == a.expected));
+    }
+    verdict.problems.extend(
+        received
+            .into_iter()
+            .map(|(place, text)| format!("stray line ({place:?}): {text:?}")),
+    );
+    verdict
+}
+
+/// Waits until every message has its final or its evidence, or `quiet` passes with nothing new.
+fn settle(network: &Network, asked: &[Asked], quiet: Duration) {
+    let start = Instant::now();
+    let mut last = (usize::MAX, Instant::now());
+    loop {
+        let verdict = judge(network, asked);
+        let settled = verdict.finals + verdict.unknown;
+        if settled == asked.len() {
+            std::thread::sleep(Duration::from_secs(1));
+            return;
+        }
+        if settled != last.0 {
+            last = (settled, Instant::now());
+        }
+        if last.1.elapsed() > quiet || start.elapsed() > Duration::from_secs(150) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn random_sigkills_on_an_irc_nick_never_duplicate_or_silently_lose_a_final() {
+    const WORDS: usize = 8;
+    let seed = crash_seed();
+    let kills = env_number("CLAWGATE_IRC_CRASH_KILLS", 8);
+    let count = env_number("CLAWGATE_IRC_CRASH_MESSAGES", 24) as usize;
+    eprintln!("irc crash matrix: seed {seed}, {kills} kills, {count} messages");
+    let mut rng = Rng(seed);
+    let network = Network::start(&["--chunk-ms", "25", "--words", "8"]);
+    let per_kill = count.div_ceil(usize::try_from(kills).unwrap_or(1).max(1));
+    let place = |rng: &mut Rng| {
+        if rng.below(2) == 0 {
+            Place::Channel
+        } else {
+            Place::Private
+        }
+    };
+    let mut asked = Vec::new();
+    let started = Instant::now();
+    for _ in 0..kills {
+        let gateway = network
+            .gateway()
+            .unwrap_or_else(|why| panic!("seed {seed}: {why}"));
+        for _ in 0..per_kill.min(count - asked.len()) {
+            let n = asked.len();
+            let at = place(&mut rng);
+            asked.push(network.say(n, at, WORDS, true));
+        }
+        std::thread::sleep(Duration::from_millis(rng.below(400)));
+        network.kill(gateway);
+    }
+    let gateway = network
+        .gateway()
+        .unwrap_or_else(|why| panic!("seed {seed}: {why}"));
+    // Messages of the clean run: at least a few, so the judge sees a gateway that is not
+    // being killed answer everything.
+    for _ in 0..(count - asked.len()).max(3) {
+        let n = asked.len();
+        let at = place(&mut rng);
+        asked.push(network.say(n, at, WORDS, false));
+    }
+    settle(&network, &asked, Duration::from_secs(20));
+    let status = gateway.interrupt();
+    network.person.sync();
+    let verdict = judge(&network, &asked);
+    let leftovers = leftover_processes(&network.state());
+    eprintln!(
+        "irc crash matrix figures: seed={seed} kills={kills} messages={} finals={} unknown={} \
+         unrecorded={} violations={} leftovers={} seconds={:.1}",
+        asked.len(),
+        verdict.finals,
+        verdict.unknown,
+        verdict.unrecorded,
+        verdict.problems.len(),
+        leftovers.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if !verdict.problems.is_empty() || !leftovers.is_empty() || !status.success() {
+        let kept = network.dir.keep();
+        panic!(
+            "irc crash matrix failed (seed {seed}; CLAWGATE_CRASH_SEED={seed} replays it; state \
+             kept in {}): clean stop {status}; {:?}; leftovers {leftovers:?}",
+            kept.display(),
+            verdict.problems
+        );
+    }
+}
