@@ -224,6 +224,33 @@ fn settle(network: &Network, asked: &[Asked], quiet: Duration) {
     }
 }
 
+/// Lines of one conversation wait for its running turn; the server never sends them again, so
+/// they must be durable as they arrive, not when their turn comes.
+#[test]
+fn lines_queued_behind_a_running_turn_survive_a_kill() {
+    const WORDS: usize = 12;
+    // A slow reply: 12 words at 300 ms, several seconds per turn.
+    let network = Network::start(&["--chunk-ms", "300", "--words", "12"]);
+    let gateway = network.gateway().expect("gateway starts");
+    let asked: Vec<Asked> = (0..3)
+        .map(|n| network.say(n, Place::Private, WORDS, false))
+        .collect();
+    // The first turn is running and the other two lines are queued behind it.
+    std::thread::sleep(Duration::from_secs(1));
+    let mid = judge(&network, &asked);
+    assert_eq!(mid.finals, 0, "killed before any final: {mid:?}");
+    network.kill(gateway);
+    let restarted = network.gateway().expect("gateway restarts");
+    settle(&network, &asked, Duration::from_secs(20));
+    let status = restarted.interrupt();
+    network.person.sync();
+    let verdict = judge(&network, &asked);
+    assert!(verdict.problems.is_empty(), "{verdict:?}");
+    assert_eq!(verdict.finals, 3, "each line answered once: {verdict:?}");
+    assert!(status.success(), "clean stop: {status}");
+    assert!(leftover_processes(&network.state()).is_empty());
+}
+
 #[test]
 fn random_sigkills_on_an_irc_nick_never_duplicate_or_silently_lose_a_final() {
     const WORDS: usize = 8;
