@@ -40,9 +40,10 @@ commands:
                       release build; `bench <suite> --help` prints its usage)
   tidy                check the crate layering and the publish metadata of every crate, and
                       that no crate's modules import each other in a circle
-  soak [--kills N] [--seeds A,B,…]
-                      the gateway's crash matrix run long on a release build: N SIGKILLs
-                      (default 100) per seed (default five fixed seeds), figures added up
+  soak [--kills N] [--seeds A,B,…] [--matrix NAME]
+                      the gateway's crash matrices (every channel's, or NAME: qa, telegram,
+                      matrix, irc, …) run long on a release build: N SIGKILLs (default 100)
+                      per matrix and seed (default five fixed seeds), figures added up
   conformance         run every conformance suite (store backends, adapters)
   setup               install the test tools `ci` needs (cargo-deny, chromium + chromedriver,
                       the aiogram and Synapse venvs under the target directory); `ci` runs it first
@@ -183,7 +184,12 @@ fn parse(args: &[String]) -> Result<Command, ArgError> {
                     .map_err(|_| invalid("--seeds", &v))?,
                 None => soak::Soak::default_seeds(),
             };
-            Command::Soak(soak::Soak { seeds, kills })
+            let matrix = rest.value("--matrix")?;
+            Command::Soak(soak::Soak {
+                seeds,
+                kills,
+                matrix,
+            })
         }
         "conformance" => Command::Conformance,
         "setup" => Command::Setup,
@@ -347,6 +353,15 @@ mod tests {
                 Ok(Command::Soak(soak::Soak {
                     seeds: vec![1, 2],
                     kills: 40,
+                    matrix: None,
+                })),
+            ),
+            (
+                "soak --matrix irc",
+                Ok(Command::Soak(soak::Soak {
+                    seeds: soak::Soak::default_seeds(),
+                    kills: 100,
+                    matrix: Some("irc".into()),
                 })),
             ),
             (

@@ -164,6 +164,23 @@ struct Screened {
     payload: serde_json::Value,
 }
 
+/// Why [`Receiver::screen`] let an event go without a record (it acked it).
+enum Dropped {
+    Invalid(ReceiveError),
+    Echo,
+    Unauthorized,
+}
+
+impl From<Dropped> for ReceiveOutcome {
+    fn from(dropped: Dropped) -> ReceiveOutcome {
+        match dropped {
+            Dropped::Invalid(error) => ReceiveOutcome::Invalid(error),
+            Dropped::Echo => ReceiveOutcome::DroppedEcho,
+            Dropped::Unauthorized => ReceiveOutcome::Unauthorized,
+        }
+    }
+}
+
 /// Runs receive contexts for one channel.
 pub struct Receiver {
     store: Arc<dyn InboundStore>,
@@ -220,22 +237,18 @@ impl Receiver {
 
     /// What every receive does first, without writing anything: normalize, stamp the account,
     /// ack an `Immediate` event, and drop gateway echoes and unauthorized bots (acked).
-    fn screen(
-        &self,
-        raw: &serde_json::Value,
-        ack: &AckController,
-    ) -> Result<Screened, ReceiveOutcome> {
+    fn screen(&self, raw: &serde_json::Value, ack: &AckController) -> Result<Screened, Dropped> {
         let mut inbound = match self.normalizer.normalize(raw) {
             Ok(inbound) => inbound,
             Err(error @ ReceiveError::Ignored { .. }) => {
                 info!(%error, "platform event finished without a turn");
                 ack.ack();
-                return Err(ReceiveOutcome::Invalid(error));
+                return Err(Dropped::Invalid(error));
             }
             Err(error) => {
                 warn!(%error, "malformed platform event dropped");
                 ack.ack();
-                return Err(ReceiveOutcome::Invalid(error));
+                return Err(Dropped::Invalid(error));
             }
         };
         if inbound.message.account_id.is_none() {
@@ -261,11 +274,11 @@ impl Receiver {
         if should_drop_gateway_echo(origin.as_ref(), facts) {
             info!(event = %inbound.event_id, "gateway-failure echo dropped");
             ack.ack();
-            return Err(ReceiveOutcome::DroppedEcho);
+            return Err(Dropped::Echo);
         }
         if inbound.is_bot_author && !self.options.allow_bots {
             ack.ack();
-            return Err(ReceiveOutcome::Unauthorized);
+            return Err(Dropped::Unauthorized);
         }
         let key = InboundKey {
             channel: inbound.message.channel.clone(),
@@ -359,7 +372,7 @@ impl Receiver {
             payload,
         } = match self.screen(raw, ack) {
             Ok(screened) => screened,
-            Err(outcome) => return Ok(outcome),
+            Err(dropped) => return Ok(dropped.into()),
         };
         if inbound.is_bot_author {
             let author = inbound

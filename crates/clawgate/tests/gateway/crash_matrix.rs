@@ -11,8 +11,8 @@
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    AccountSpec, GatewayProcess, Rng, Sent, config_file_accounts, crash_seed, demo_reply,
-    env_number, judge, leftover_processes, settle,
+    AccountSpec, GatewayProcess, Rng, Sent, config_file_accounts, crash_seed, crash_size,
+    demo_reply, judge, leftover_processes, settle,
 };
 
 /// Slow: a reply streams for about a third of a second, so kills land mid-stream.
@@ -58,8 +58,7 @@ async fn send(gateway: &GatewayProcess, batch: &[Sent]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_sigkills_leave_exactly_one_final_per_message() {
     let seed = crash_seed();
-    let kills = env_number("CLAWGATE_CRASH_KILLS", 30);
-    let count = env_number("CLAWGATE_CRASH_MESSAGES", 120) as usize;
+    let (kills, count) = crash_size("", 30, 120);
     eprintln!(
         "crash matrix: seed {seed} (CLAWGATE_CRASH_SEED={seed} replays it), {kills} kills, \
          {count} messages"

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use clawgate_channel_irc::testing::{Client, Ngircd, Penalties};
 
 use crate::support::{
-    BIN, GatewayProcess, Rng, crash_seed, demo_reply, env_number, leftover_processes, state_pairs,
+    BIN, GatewayProcess, Rng, crash_seed, crash_size, demo_reply, leftover_processes, state_pairs,
 };
 
 const NICK: &str = "clawbot";
@@ -255,8 +255,7 @@ fn lines_queued_behind_a_running_turn_survive_a_kill() {
 fn random_sigkills_on_an_irc_nick_never_duplicate_or_silently_lose_a_final() {
     const WORDS: usize = 8;
     let seed = crash_seed();
-    let kills = env_number("CLAWGATE_IRC_CRASH_KILLS", 8);
-    let count = env_number("CLAWGATE_IRC_CRASH_MESSAGES", 24) as usize;
+    let (kills, count) = crash_size("IRC", 8, 24);
     eprintln!("irc crash matrix: seed {seed}, {kills} kills, {count} messages");
     let mut rng = Rng(seed);
     let network = Network::start(&["--chunk-ms", "25", "--words", "8"]);

@@ -11,7 +11,7 @@ use clawgate_channel_matrix::testing::{MessageLimit, Synapse, User, enc};
 use serde_json::{Value, json};
 
 use crate::support::{
-    BIN, GatewayProcess, Rng, crash_seed, demo_reply, env_number, leftover_processes,
+    BIN, GatewayProcess, Rng, crash_seed, crash_size, demo_reply, leftover_processes,
 };
 
 const TOKEN_ENV: &str = "E2E_MX_TOKEN";
@@ -234,8 +234,7 @@ async fn a_person_in_a_synapse_room_sees_the_reply_stream_as_edits_and_one_final
 async fn random_sigkills_on_a_matrix_account_leave_exactly_one_final_per_message() {
     const WORDS: usize = 8;
     let seed = crash_seed();
-    let kills = env_number("CLAWGATE_MATRIX_CRASH_KILLS", 10);
-    let count = env_number("CLAWGATE_MATRIX_CRASH_MESSAGES", 30) as usize;
+    let (kills, count) = crash_size("MATRIX", 10, 30);
     eprintln!("matrix crash matrix: seed {seed}, {kills} kills, {count} messages");
     let mut rng = Rng(seed);
     let room = Room::start(&["--chunk-ms", "25", "--words", "8"]).await;

@@ -865,6 +865,26 @@ pub(crate) fn env_number(name: &str, default: u64) -> u64 {
     }
 }
 
+/// How many kills and messages a crash matrix runs: `CLAWGATE_<NAME>_CRASH_KILLS` /
+/// `_MESSAGES` (`CLAWGATE_CRASH_…` for the QA matrix, whose `name` is empty), else the soak's
+/// `CLAWGATE_SOAK_KILLS` / `_MESSAGES` (`cargo xtask soak` sizes every matrix at once), else
+/// `kills` and `messages`, sized for CI.
+pub(crate) fn crash_size(name: &str, kills: u64, messages: u64) -> (u64, usize) {
+    let var = |what: &str| {
+        if name.is_empty() {
+            format!("CLAWGATE_CRASH_{what}")
+        } else {
+            format!("CLAWGATE_{name}_CRASH_{what}")
+        }
+    };
+    let kills = env_number(&var("KILLS"), env_number("CLAWGATE_SOAK_KILLS", kills));
+    let messages = env_number(
+        &var("MESSAGES"),
+        env_number("CLAWGATE_SOAK_MESSAGES", messages),
+    );
+    (kills, usize::try_from(messages).unwrap_or(usize::MAX))
+}
+
 /// The crash matrices' seed: `CLAWGATE_CRASH_SEED` replays a run, else the clock picks one.
 pub(crate) fn crash_seed() -> u64 {
     env_number(

@@ -20,7 +20,7 @@ use clawgate_channel_telegram::simulator::{
 };
 
 use crate::support::{
-    BIN, GatewayProcess, Rng, crash_seed, demo_reply, env_number, leftover_processes, state_pairs,
+    BIN, GatewayProcess, Rng, crash_seed, crash_size, demo_reply, leftover_processes, state_pairs,
 };
 
 const TOKEN_ENV: &str = "E2E_TG_TOKEN";
@@ -370,8 +370,7 @@ async fn a_flood_control_storm_delays_finals_and_each_lands_once() {
 async fn crash_matrix(mode: Mode) {
     const WORDS: usize = 8;
     let seed = crash_seed();
-    let kills = env_number("CLAWGATE_TELEGRAM_CRASH_KILLS", 12);
-    let count = env_number("CLAWGATE_TELEGRAM_CRASH_MESSAGES", 40) as usize;
+    let (kills, count) = crash_size("TELEGRAM", 12, 40);
     eprintln!("telegram crash matrix ({mode:?}): seed {seed}, {kills} kills, {count} messages");
     let mut rng = Rng(seed);
     let bot = Bot::start(quiet_sim(), mode, &["--chunk-ms", "25", "--words", "8"]).await;
