@@ -21,9 +21,7 @@ pub(crate) async fn serve(inner: Arc<Inner>, listener: TcpListener) {
             "/helix/chat/messages",
             axum::routing::post(send_chat_message),
         )
-        .fallback(|| async {
-            error(StatusCode::NOT_FOUND, "Not Found", "")
-        })
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "Not Found", "") })
         .with_state(inner);
     let _ = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
@@ -103,7 +101,11 @@ fn answer(inner: &Inner, headers: &HeaderMap, body: &[u8], allowed: bool) -> Res
         );
     };
     let Some(user) = state.user_by_token(token).cloned() else {
-        return error(StatusCode::UNAUTHORIZED, "Unauthorized", "Invalid OAuth token");
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            "Invalid OAuth token",
+        );
     };
     match header("client-id") {
         None => {
@@ -123,7 +125,11 @@ fn answer(inner: &Inner, headers: &HeaderMap, body: &[u8], allowed: bool) -> Res
         Some(_) => {}
     }
     let Ok(params) = serde_json::from_slice::<Value>(body) else {
-        return error(StatusCode::BAD_REQUEST, "Bad Request", "Malformed request body");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "Bad Request",
+            "Malformed request body",
+        );
     };
     let field = |key: &str| params.get(key).and_then(Value::as_str).map(str::to_owned);
     let (Some(broadcaster_id), Some(sender_id), Some(text)) = (

@@ -36,7 +36,11 @@ async fn tcp_connection(inner: Arc<Inner>, stream: TcpStream) {
         while let Some(out) = rx.recv().await {
             match out {
                 Out::Line(line) => {
-                    if write.write_all(format!("{line}\r\n").as_bytes()).await.is_err() {
+                    if write
+                        .write_all(format!("{line}\r\n").as_bytes())
+                        .await
+                        .is_err()
+                    {
                         break;
                     }
                 }
@@ -151,7 +155,11 @@ fn on_line(inner: &Inner, id: u64, line: &str) {
     match &message.command {
         Command::CAP(_, irc_proto::CapSubCommand::REQ, first, second) => {
             let asked = second.as_deref().or(first.as_deref()).unwrap_or_default();
-            let known = ["twitch.tv/tags", "twitch.tv/commands", "twitch.tv/membership"];
+            let known = [
+                "twitch.tv/tags",
+                "twitch.tv/commands",
+                "twitch.tv/membership",
+            ];
             let verdict = if asked.split_whitespace().all(|c| known.contains(&c)) {
                 for cap in asked.split_whitespace() {
                     match cap {
@@ -286,7 +294,9 @@ fn join(state: &mut State, id: u64, channel: &str) {
     conn.joined.insert(name.clone());
     conn.send(format!(":{nick}!{nick}@{nick}.{HOST} JOIN #{name}"));
     conn.send(format!(":{nick}.{HOST} 353 {nick} = #{name} :{nick}"));
-    conn.send(format!(":{nick}.{HOST} 366 {nick} #{name} :End of /NAMES list"));
+    conn.send(format!(
+        ":{nick}.{HOST} 366 {nick} #{name} :End of /NAMES list"
+    ));
     if conn.commands {
         let userstate = userstate_line(state, &name, &nick, None);
         let roomstate = roomstate_line(state, &name, None);
@@ -385,10 +395,7 @@ fn userstate_line(state: &State, channel: &str, login: &str, sent: Option<&str>)
 fn roomstate_line(state: &State, channel: &str, only: Option<&str>) -> String {
     let room = state.rooms.get(channel);
     let tags = match only {
-        Some(change) => format!(
-            "@{change};room-id={}",
-            room.map_or("", |r| r.id.as_str())
-        ),
+        Some(change) => format!("@{change};room-id={}", room.map_or("", |r| r.id.as_str())),
         None => tag_string(&[
             ("emote-only", "0".into()),
             ("followers-only", "-1".into()),

@@ -210,9 +210,9 @@ pub enum FaultKind {
 impl FaultKind {
     fn via(&self) -> Via {
         match self {
-            FaultKind::HelixError { .. } | FaultKind::HelixLoseAnswer | FaultKind::HelixDrop { .. } => {
-                Via::Helix
-            }
+            FaultKind::HelixError { .. }
+            | FaultKind::HelixLoseAnswer
+            | FaultKind::HelixDrop { .. } => Via::Helix,
             FaultKind::IrcDrop { .. } | FaultKind::IrcCutAfterPost => Via::Irc,
         }
     }

@@ -245,7 +245,11 @@ impl State {
             }
             room.timed_out.remove(sender);
         }
-        let mine = room.messages.iter().rev().find(|m| m.sender_login == sender);
+        let mine = room
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.sender_login == sender);
         if !elevated
             && room.slow_secs > 0
             && let Some(last) = mine
@@ -339,7 +343,10 @@ impl State {
 
     /// Relays a posted message to every connection in its channel but `except`.
     pub(crate) fn relay(&self, message: &SimMessage, except: Option<u64>) {
-        let room_id = self.rooms.get(&message.channel).map_or("", |r| r.id.as_str());
+        let room_id = self
+            .rooms
+            .get(&message.channel)
+            .map_or("", |r| r.id.as_str());
         let elevated = self.elevated(&message.channel, &message.sender_login);
         let is_mod = self
             .rooms
@@ -347,7 +354,10 @@ impl State {
             .is_some_and(|r| r.moderators.contains(&message.sender_login));
         let mut tags = vec![
             ("badge-info", String::new()),
-            ("badges", badges(&message.channel, &message.sender_login, self)),
+            (
+                "badges",
+                badges(&message.channel, &message.sender_login, self),
+            ),
             ("color", String::new()),
             ("display-name", message.display_name.clone()),
             ("emotes", String::new()),
