@@ -47,7 +47,8 @@ fn capabilities() -> MessageCapabilities {
     MessageCapabilities::default()
         .with_text(
             TextCapabilities::default()
-                .with_max_length(MAX_CHARS as u32)
+                // Two characters stay free for the duplicate suffix.
+                .with_max_length(CHUNK_CHARS as u32)
                 .with_chunking(true),
         )
         .with_delivery(
