@@ -143,6 +143,13 @@ fn tag<'a>(message: &'a Message, key: &str) -> Option<&'a str> {
 
 /// One line from client `id`.
 fn on_line(inner: &Inner, id: u64, line: &str) {
+    if line.trim().eq_ignore_ascii_case("PING") {
+        // A bare PING (tmi.js's keepalive) is answered without a prefix, as Twitch does.
+        if let Some(conn) = inner.state().conns.get(&id) {
+            conn.send(format!("PONG :{HOST}"));
+        }
+        return;
+    }
     let Ok(message) = line.parse::<Message>() else {
         return;
     };
