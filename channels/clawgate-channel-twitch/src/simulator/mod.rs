@@ -379,7 +379,7 @@ impl TwitchSimulator {
         match posted {
             Posted::Sent(message) => {
                 state.relay(&message, None);
-                message
+                *message
             }
             Posted::Dropped { code, message } => {
                 panic!("a person's message was dropped ({code}: {message}): a test bug")

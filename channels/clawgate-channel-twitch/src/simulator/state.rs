@@ -55,11 +55,10 @@ pub(crate) struct Room {
     pub(crate) messages: Vec<SimMessage>,
 }
 
-/// A message refused before Twitch's chat rules were asked (Helix answers these with an
-/// error status).
+/// What Twitch's chat rules made of a post.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Posted {
-    Sent(SimMessage),
+    Sent(Box<SimMessage>),
     Dropped { code: String, message: String },
 }
 
@@ -338,7 +337,7 @@ impl State {
         if let Some(room) = self.rooms.get_mut(channel) {
             room.messages.push(message.clone());
         }
-        Posted::Sent(message)
+        Posted::Sent(Box::new(message))
     }
 
     /// Relays a posted message to every connection in its channel but `except`.
@@ -347,7 +346,6 @@ impl State {
             .rooms
             .get(&message.channel)
             .map_or("", |r| r.id.as_str());
-        let elevated = self.elevated(&message.channel, &message.sender_login);
         let is_mod = self
             .rooms
             .get(&message.channel)
@@ -373,7 +371,6 @@ impl State {
             ("user-id", message.sender_id.clone()),
             ("user-type", if is_mod { "mod" } else { "" }.into()),
         ];
-        let _ = elevated;
         if let Some(nonce) = &message.client_nonce {
             tags.push(("client-nonce", nonce.clone()));
         }

@@ -85,9 +85,7 @@ impl Tmi {
     async fn expect(&mut self, what: &str, check: impl Fn(&Value) -> bool) -> Value {
         let wait = tokio::time::timeout(Duration::from_secs(20), async {
             loop {
-                let Some(event) = self.events.recv().await else {
-                    return None;
-                };
+                let event = self.events.recv().await?;
                 self.seen.push(event.clone());
                 if check(&event) {
                     return Some(event);
