@@ -205,6 +205,35 @@ impl Connection {
         }
     }
 
+    /// Waits up to `wait` until the link is up and every one of `channels` is joined (its
+    /// `ROOMSTATE` seen on this connection); returns the connection's number.
+    pub(crate) async fn wait_joined(&self, channels: &[String], wait: Duration) -> Option<u64> {
+        self.ensure_started();
+        let mut changed = self.shared.facts_changed.subscribe();
+        let mut state = self.state();
+        tokio::time::timeout(wait, async {
+            loop {
+                let up = match &*state.borrow_and_update() {
+                    LinkState::Up { session } => Some(*session),
+                    LinkState::Refused(_) => return None,
+                    LinkState::Down(_) => None,
+                };
+                if let Some(session) = up
+                    && channels.iter().all(|c| self.facts(c).joined)
+                {
+                    return Some(session);
+                }
+                tokio::select! {
+                    _ = changed.changed() => {}
+                    _ = state.changed() => {}
+                }
+            }
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
     pub(crate) async fn attach(&self, sink: Arc<dyn EventSink>) {
         let mut held = self.shared.held.lock().await;
         *lock(&self.shared.sink) = Some(sink.clone());

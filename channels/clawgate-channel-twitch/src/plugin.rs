@@ -139,14 +139,11 @@ impl TwitchLink {
     /// Connects now and waits up to `timeout` until every configured channel's room id is
     /// known (joined); returns the connection's number.
     pub async fn wait_joined(&self, channels: &[&str], timeout: Duration) -> Option<u64> {
-        for channel in channels {
-            let channel = channel.trim_start_matches('#').to_ascii_lowercase();
-            self.connection.room_id(&channel, timeout).await.ok()?;
-        }
-        match &*self.connection.state().borrow() {
-            LinkState::Up { session } => Some(*session),
-            _ => None,
-        }
+        let channels: Vec<String> = channels
+            .iter()
+            .map(|c| c.trim_start_matches('#').to_ascii_lowercase())
+            .collect();
+        self.connection.wait_joined(&channels, timeout).await
     }
 
     /// The connection's number while logged in.

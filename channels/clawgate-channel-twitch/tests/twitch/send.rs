@@ -292,8 +292,19 @@ async fn a_lost_answer_is_unknown_and_the_message_is_on_twitch() {
         );
         assert_eq!(error.side_effect, SideEffect::Possible, "{transport}");
         assert_eq!(peer.said(CHANNEL), ["did it land?"], "{transport}");
-        // The link comes back and the next message goes.
-        send(&peer, &peer.plugin, "next", None).await.unwrap();
+        // The link comes back and the next message goes; until the drop is noticed a send
+        // fails as not sent (Transient, no side effect), which the engine retries.
+        let mut tries = 0;
+        while let Err(error) = send(&peer, &peer.plugin, "next", None).await {
+            assert_eq!(
+                (error.kind, error.side_effect),
+                (DeliveryFailureKind::Transient, SideEffect::None),
+                "{error:?}"
+            );
+            tries += 1;
+            assert!(tries < 50, "the link never came back");
+        }
+        assert_eq!(peer.said(CHANNEL), ["did it land?", "next"], "{transport}");
     }
 }
 
