@@ -21,6 +21,13 @@ pub(crate) async fn serve(inner: Arc<Inner>, listener: TcpListener) {
             "/helix/chat/messages",
             axum::routing::post(send_chat_message),
         )
+        // The layout of twitch-cli's mock API, which client libraries (twurple's
+        // TWURPLE_MOCK_API_PORT) can be pointed at: Helix under /mock, id.twitch.tv under /auth.
+        .route(
+            "/mock/chat/messages",
+            axum::routing::post(send_chat_message),
+        )
+        .route("/auth/validate", axum::routing::get(validate))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "Not Found", "") })
         .with_state(inner);
     let _ = axum::serve(listener, app)
@@ -69,13 +76,44 @@ fn take_point(inner: &Inner) -> (u32, u32, u64, bool) {
     (limit, state.points.0, reset, allowed)
 }
 
+/// `GET id.twitch.tv/oauth2/validate` (`Authorization: OAuth <token>`).
+async fn validate(
+    axum::extract::State(inner): axum::extract::State<Arc<Inner>>,
+    headers: HeaderMap,
+) -> Response {
+    let state = inner.state();
+    let token = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("OAuth ")
+                .or_else(|| v.strip_prefix("Bearer "))
+        });
+    match token.and_then(|t| state.user_by_token(t)) {
+        Some(user) => axum::Json(json!({
+            "client_id": state.config.client_id,
+            "login": user.login,
+            "scopes": ["chat:read", "chat:edit", "user:write:chat"],
+            "user_id": user.id,
+            "expires_in": 14_400,
+        }))
+        .into_response(),
+        None => (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(json!({ "status": 401, "message": "invalid access token" })),
+        )
+            .into_response(),
+    }
+}
+
 async fn send_chat_message(
     axum::extract::State(inner): axum::extract::State<Arc<Inner>>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let (limit, remaining, reset, allowed) = take_point(&inner);
-    let mut response = answer(&inner, &headers, &body, allowed);
+    let mut response = answer(&inner, &headers, query.as_deref(), &body, allowed);
     let h = response.headers_mut();
     h.insert("Ratelimit-Limit", HeaderValue::from(limit));
     h.insert("Ratelimit-Remaining", HeaderValue::from(remaining));
@@ -83,7 +121,13 @@ async fn send_chat_message(
     response
 }
 
-fn answer(inner: &Inner, headers: &HeaderMap, body: &[u8], allowed: bool) -> Response {
+fn answer(
+    inner: &Inner,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    body: &[u8],
+    allowed: bool,
+) -> Response {
     if !allowed {
         return error(
             StatusCode::TOO_MANY_REQUESTS,
@@ -124,13 +168,24 @@ fn answer(inner: &Inner, headers: &HeaderMap, body: &[u8], allowed: bool) -> Res
         }
         Some(_) => {}
     }
-    let Ok(params) = serde_json::from_slice::<Value>(body) else {
+    let Ok(mut params) = serde_json::from_slice::<Value>(body) else {
         return error(
             StatusCode::BAD_REQUEST,
             "Bad Request",
             "Malformed request body",
         );
     };
+    // The ids may come as query parameters too (Helix's general convention; twurple sends
+    // them so); the body wins where both give one.
+    for pair in query.unwrap_or_default().split('&') {
+        if let Some((key, value)) = pair.split_once('=')
+            && ["broadcaster_id", "sender_id"].contains(&key)
+            && params.get(key).is_none()
+            && let Some(object) = params.as_object_mut()
+        {
+            object.insert(key.to_owned(), json!(value));
+        }
+    }
     let field = |key: &str| params.get(key).and_then(Value::as_str).map(str::to_owned);
     let (Some(broadcaster_id), Some(sender_id), Some(text)) = (
         field("broadcaster_id"),

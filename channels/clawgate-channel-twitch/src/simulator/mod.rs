@@ -22,6 +22,9 @@
 //! - Helix answers a dropped message with 200, `is_sent: false` and the same `drop_reason`
 //!   codes; errors are `{"error","status","message"}`; every answer carries `Ratelimit-Limit`,
 //!   `Ratelimit-Remaining` and `Ratelimit-Reset`, and an empty points bucket answers 429.
+//!   `broadcaster_id` and `sender_id` may be query parameters or body fields. The same endpoint
+//!   is served at `/mock/chat/messages`, and `oauth2/validate` at `/auth/validate`: the layout
+//!   of twitch-cli's mock API, which client libraries can be pointed at.
 //!
 //! Choices where Twitch documents nothing (each marked in the code): a message over 500
 //! characters is refused (Helix 400; IRC `msg_rejected`); a message sent through Helix is

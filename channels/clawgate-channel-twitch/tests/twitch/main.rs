@@ -8,3 +8,4 @@ mod peer;
 mod send;
 mod simulator;
 mod tmijs;
+mod twurple;
