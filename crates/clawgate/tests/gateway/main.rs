@@ -18,4 +18,5 @@ mod plugin_channel;
 mod store_faults;
 mod support;
 mod telegram;
+mod twitch;
 mod webdriver;
