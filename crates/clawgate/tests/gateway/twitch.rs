@@ -25,6 +25,8 @@ use crate::support::{
 
 const TOKEN_ENV: &str = "E2E_TWITCH_TOKEN";
 const CHANNEL: &str = "clawchan";
+/// The channels the bot is in: one conversation each, so turns of different channels overlap.
+const CHANNELS: [&str; 3] = [CHANNEL, "clawchan_two", "clawchan_three"];
 
 /// A bot account on a simulator, a person in its channel, and a state directory.
 struct Bot {
@@ -39,6 +41,7 @@ impl Bot {
         let sim = TwitchSimulator::start(SimulatorConfig {
             // The gateway's own limit is what is under test elsewhere; the matrix sends faster.
             rate_limits: false,
+            channels: CHANNELS.iter().map(|c| (*c).to_owned()).collect(),
             ..SimulatorConfig::default()
         })
         .await
@@ -81,10 +84,13 @@ impl Bot {
             &[(TOKEN_ENV, token.as_str()), ("CLAWGATE_LOG", "info")],
         )?;
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.sim.joined(&login).iter().any(|c| c == CHANNEL) {
+        while !CHANNELS
+            .iter()
+            .all(|c| self.sim.joined(&login).iter().any(|j| j == c))
+        {
             if Instant::now() > deadline {
                 return Err(format!(
-                    "the bot never joined #{CHANNEL}:\n{}",
+                    "the bot never joined {CHANNELS:?}:\n{}",
                     gateway.log()
                 ));
             }
@@ -93,15 +99,16 @@ impl Bot {
         Ok(gateway)
     }
 
-    /// The person mentions the bot; returns what the test expects back.
-    fn ask(&self, text: &str, words: usize) -> Asked {
+    /// The person mentions the bot in `channel`; returns what the test expects back.
+    fn ask(&self, channel: &str, text: &str, words: usize) -> Asked {
         let message = self.sim.person_writes(
-            CHANNEL,
+            channel,
             &self.person,
             &format!("@{} {text}", self.login()),
             None,
         );
         Asked {
+            channel: channel.to_owned(),
             id: message.id,
             expected: demo_reply(text, words),
         }
@@ -117,13 +124,14 @@ fn config_file(dir: &Path, sim: &TwitchSimulator, send_via: &str, agent_args: &[
         .collect::<Vec<_>>()
         .join(", ");
     let config = sim.config();
+    let channels: Vec<String> = CHANNELS.iter().map(|c| format!("#{c}")).collect();
     let text = format!(
         "[gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
          [retry]\nbase_delay_ms = 100\nmax_delay_ms = 5000\nreconcile_delay_ms = 100\n\n\
          [[agents]]\nid = \"main\"\ncommand = [{command}]\n\n\
          [[channels]]\nkind = \"twitch\"\nmax_turn_attempts = 50\n\
          settings = {{ login = \"{}\", token_env = \"{TOKEN_ENV}\", user_id = \"{}\", \
-         client_id = \"{}\", channels = [\"#{CHANNEL}\"], send_via = \"{send_via}\", \
+         client_id = \"{}\", channels = {channels:?}, send_via = \"{send_via}\", \
          irc_server = \"127.0.0.1\", irc_port = {}, helix_base = \"{}\", \
          request_timeout_ms = 3000, answer_timeout_ms = 3000, reconnect_min_ms = 50, \
          reconnect_max_ms = 500 }}\n",
@@ -141,6 +149,7 @@ fn config_file(dir: &Path, sim: &TwitchSimulator, send_via: &str, agent_args: &[
 /// One message a person wrote, and the one final it must get.
 #[derive(Debug, Clone)]
 struct Asked {
+    channel: String,
     id: String,
     expected: String,
 }
@@ -172,16 +181,16 @@ fn judge(bot: &Bot, asked: &[Asked]) -> Verdict {
         Vec::new()
     };
     let login = bot.login();
-    let mut mine: Vec<String> = bot
-        .sim
-        .messages(CHANNEL)
-        .into_iter()
+    let mut mine: Vec<(String, String)> = CHANNELS
+        .iter()
+        .flat_map(|c| bot.sim.messages(c))
         .filter(|m| m.sender_login == login)
-        .map(|m| without_suffix(&m.text).to_owned())
+        .map(|m| (m.channel.clone(), without_suffix(&m.text).to_owned()))
         .collect();
     let mut verdict = Verdict::default();
     for a in asked {
-        let finals = mine.iter().filter(|t| **t == a.expected).count();
+        let answer = (a.channel.clone(), a.expected.clone());
+        let finals = mine.iter().filter(|m| **m == answer).count();
         let statuses: Vec<&str> = intents
             .iter()
             .filter(|(payload, _)| payload.contains(&a.id))
@@ -198,13 +207,32 @@ fn judge(bot: &Bot, asked: &[Asked]) -> Verdict {
                 .problems
                 .push(format!("message {}: {n} finals", a.id)),
         }
-        mine.retain(|t| *t != a.expected);
+        mine.retain(|m| *m != answer);
     }
     verdict.problems.extend(
         mine.into_iter()
             .map(|t| format!("stray bot message: {t:?}")),
     );
     verdict
+}
+
+/// Waits until every message in `asked` is in `inbound_records` (at most `wait`).
+async fn recorded(bot: &Bot, asked: &[Asked], wait: Duration) {
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline {
+        let state = bot.state();
+        if state.join("state.db").exists() {
+            let ids: Vec<String> =
+                state_pairs(&state, "SELECT event_id, status FROM inbound_records")
+                    .into_iter()
+                    .map(|(id, _)| id)
+                    .collect();
+            if asked.iter().all(|a| ids.contains(&a.id)) {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Waits until every message is settled (or `quiet` passes with nothing new).
@@ -234,7 +262,7 @@ async fn a_person_mentioning_the_bot_gets_one_reply_and_chatter_none() {
     const WORDS: usize = 10;
     let bot = Bot::start("helix", &["--chunk-ms", "20", "--words", "10"]).await;
     let gateway = bot.gateway().await.expect("gateway starts");
-    let asked = vec![bot.ask("what is the plan", WORDS)];
+    let asked = vec![bot.ask(CHANNEL, "what is the plan", WORDS)];
     // Chatter not mentioning the bot is not answered.
     bot.sim
         .person_writes(CHANNEL, &bot.person, "just chatting", None);
@@ -280,9 +308,14 @@ async fn crash_matrix(send_via: &str) {
             .unwrap_or_else(|why| panic!("seed {seed}: {why}"));
         for _ in 0..per_kill.min(count - asked.len()) {
             let n = asked.len();
-            asked.push(bot.ask(&format!("message {n}"), WORDS));
+            let channel = CHANNELS[usize::try_from(rng.below(3)).unwrap_or(0)];
+            asked.push(bot.ask(channel, &format!("message {n}"), WORDS));
             tokio::time::sleep(Duration::from_millis(rng.below(60))).await;
         }
+        // Twitch relays a message once and keeps no backlog: the kill is aimed at turns and
+        // sends, after the round's messages are on record (a message still unrecorded after
+        // 10 s is killed in transit, counted as unseen).
+        recorded(&bot, &asked, Duration::from_secs(10)).await;
         tokio::time::sleep(Duration::from_millis(rng.below(400))).await;
         gateway.kill_hard();
     }
@@ -292,7 +325,8 @@ async fn crash_matrix(send_via: &str) {
         .unwrap_or_else(|why| panic!("seed {seed}: {why}"));
     while asked.len() < count {
         let n = asked.len();
-        asked.push(bot.ask(&format!("message {n}"), WORDS));
+        let channel = CHANNELS[usize::try_from(rng.below(3)).unwrap_or(0)];
+        asked.push(bot.ask(channel, &format!("message {n}"), WORDS));
     }
     settle(&bot, &asked, Duration::from_secs(20)).await;
     let status = gateway.interrupt();
