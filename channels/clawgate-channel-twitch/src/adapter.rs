@@ -250,6 +250,13 @@ impl ChannelMessageAdapter for TwitchAdapter {
         unit: &RenderedMessageUnit,
     ) -> Result<MessageReceiptPart, SendError> {
         let channel = channel_of(&ctx.message.target.id)?;
+        if !self.connection.configured(&channel) {
+            // Twitch needs the room id the join brings (Helix) or the join itself (IRC).
+            return Err(SendError::before_io(
+                DeliveryFailureKind::NotFound,
+                format!("#{channel} is not one of this account's channels: add it to `channels`"),
+            ));
+        }
         let text = unit
             .payload
             .get("text")

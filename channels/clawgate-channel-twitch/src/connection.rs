@@ -168,6 +168,11 @@ impl Connection {
         &self.shared.config.login
     }
 
+    /// Whether `channel` is one of those this account joins.
+    pub(crate) fn configured(&self, channel: &str) -> bool {
+        self.shared.config.channels.iter().any(|c| c == channel)
+    }
+
     /// What is known of `channel` now.
     pub(crate) fn facts(&self, channel: &str) -> ChannelFacts {
         lock(&self.shared.facts)

@@ -370,6 +370,20 @@ async fn helix_errors_and_a_bad_token_are_classified() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_the_account_does_not_join_is_not_found_at_once() {
+    let peer = Peer::start().await;
+    let ctx = SendContext::new(
+        ChannelMessage::outbound("m", "twitch", MessageTarget::group("#elsewhere"), "hi"),
+        "key",
+    );
+    let unit = RenderedMessageUnit::new(0, MessagePartKind::Text, json!({ "text": "hi" }));
+    let error = peer.plugin.sender.send_unit(&ctx, &unit).await.unwrap_err();
+    assert_eq!(error.kind, DeliveryFailureKind::NotFound, "{error:?}");
+    assert!(error.message.contains("channels"), "{error:?}");
+    assert!(peer.sim.attempts().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pings_are_answered_and_a_reconnect_request_rejoins() {
     let peer = Peer::start().await;
     peer.joined().await;
