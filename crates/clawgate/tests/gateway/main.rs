@@ -1,7 +1,8 @@
 //! End-to-end tests of the real `clawgate` binary: a conversation through the QA platform,
 //! SIGKILL mid-reply and restart, an agent killed between two messages, two gateways side by
 //! side, the chat page in a browser, the operator CLI in both modes, a Telegram bot on the Bot
-//! API simulator, and a Matrix account on a real Synapse.
+//! API simulator, a Matrix account on a real Synapse, and a Twitch bot on the Twitch chat
+//! simulator.
 
 mod browser;
 mod cli;
