@@ -301,11 +301,14 @@ async fn crash_matrix(send_via: &str) {
     let per_kill = count.div_ceil(usize::try_from(kills).unwrap_or(1).max(1));
     let mut asked = Vec::new();
     let started = Instant::now();
+    // Restarts that found accepted, unanswered messages to work on: the kills hit turns.
+    let mut replaying = 0;
     for _ in 0..kills {
         let gateway = bot
             .gateway()
             .await
             .unwrap_or_else(|why| panic!("seed {seed}: {why}"));
+        replaying += usize::from(gateway.printed("accepted before the restart"));
         for _ in 0..per_kill.min(count - asked.len()) {
             let n = asked.len();
             let channel = CHANNELS[usize::try_from(rng.below(3)).unwrap_or(0)];
@@ -323,6 +326,7 @@ async fn crash_matrix(send_via: &str) {
         .gateway()
         .await
         .unwrap_or_else(|why| panic!("seed {seed}: {why}"));
+    replaying += usize::from(gateway.printed("accepted before the restart"));
     while asked.len() < count {
         let n = asked.len();
         let channel = CHANNELS[usize::try_from(rng.below(3)).unwrap_or(0)];
@@ -334,7 +338,8 @@ async fn crash_matrix(send_via: &str) {
     let leftovers = leftover_processes(&bot.state());
     eprintln!(
         "twitch crash matrix figures: send_via={send_via} seed={seed} kills={kills} messages={} \
-         finals={} unseen_at_kill={} unknown={} violations={} leftovers={} seconds={:.1}",
+         finals={} unseen_at_kill={} unknown={} restarts_replaying={replaying} violations={} \
+         leftovers={} seconds={:.1}",
         asked.len(),
         verdict.finals,
         verdict.unseen,
