@@ -3,7 +3,8 @@
 //! Chromium + chromedriver (the chat page's browser test), Debian's ngircd (the IRC channel's
 //! test server), and two Python venvs under the target directory: aiogram (the Telegram
 //! simulator's cross-check with a client written against the real Bot API) and Synapse (the
-//! Matrix channel's tests run against a real homeserver). `cargo xtask setup` runs this alone;
+//! Matrix channel's tests run against a real homeserver), and tmi.js and twurple under
+//! `<target>/node` (the Twitch simulator's cross-checks). `cargo xtask setup` runs this alone;
 //! `cargo xtask ci` runs it first.
 
 use std::path::{Path, PathBuf};
@@ -45,6 +46,29 @@ const SYNAPSE: PythonTool = PythonTool {
     for_what: "the Matrix channel's tests (Synapse runs in it)",
 };
 
+/// An npm package the tests run, pinned, installed at `<target>/node/<dir>` (the tests find it
+/// from their own binary's target directory).
+struct NpmTool {
+    dir: &'static str,
+    /// Installed together; the first is the one probed.
+    packages: &'static [&'static str],
+    version: &'static str,
+}
+
+/// The tmi.js the Twitch simulator's TMI cross-check is written against.
+const TMIJS: NpmTool = NpmTool {
+    dir: "tmijs",
+    packages: &["tmi.js"],
+    version: "1.8.5",
+};
+
+/// The twurple the Twitch simulator's Helix cross-check is written against.
+const TWURPLE: NpmTool = NpmTool {
+    dir: "twurple",
+    packages: &["@twurple/api", "@twurple/auth"],
+    version: "8.2.0",
+};
+
 pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     if !succeeds(&mut cargo(["deny", "--version"])) {
         println!("setup: installing {CARGO_DENY} (once per machine)");
@@ -60,6 +84,62 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     ensure_python_tool(&SYNAPSE)?;
     if !Path::new(NGIRCD).exists() {
         install_ngircd()?;
+    }
+    if std::env::var_os("CLAWGATE_TMIJS_DIR").is_none() {
+        ensure_npm_tool(&TMIJS)?;
+    }
+    if std::env::var_os("CLAWGATE_TWURPLE_DIR").is_none() {
+        ensure_npm_tool(&TWURPLE)?;
+    }
+    Ok(())
+}
+
+/// `npm install <package>@<version>…` into `<target>/node/<dir>`, unless that version is there.
+fn ensure_npm_tool(tool: &NpmTool) -> anyhow::Result<()> {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| project_root().join("target"))
+        .join("node")
+        .join(tool.dir);
+    let package = tool.packages[0];
+    let manifest = dir.join("node_modules").join(package).join("package.json");
+    let installed = std::fs::read_to_string(&manifest)
+        .is_ok_and(|text| text.contains(&format!("\"version\": \"{}\"", tool.version)));
+    if installed {
+        return Ok(());
+    }
+    println!(
+        "setup: installing {}@{} into {} (once per machine)",
+        tool.packages.join(" + "),
+        tool.version,
+        dir.display()
+    );
+    if !succeeds(Command::new("npm").arg("--version")) {
+        bail!(
+            "npm is needed for {package}@{} (the Twitch simulator's cross-checks): install \
+             nodejs and npm (apt-get install nodejs npm)",
+            tool.version
+        );
+    }
+    std::fs::create_dir_all(&dir)?;
+    run_command(
+        Command::new("npm")
+            .arg("install")
+            .arg("--prefix")
+            .arg(&dir)
+            .args(["--no-audit", "--no-fund", "--no-save"])
+            .args(
+                tool.packages
+                    .iter()
+                    .map(|p| format!("{p}@{}", tool.version)),
+            ),
+    )?;
+    if !manifest.exists() {
+        bail!(
+            "npm installed {package}@{} but {} is missing",
+            tool.version,
+            manifest.display()
+        );
     }
     Ok(())
 }
