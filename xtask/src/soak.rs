@@ -16,7 +16,7 @@ use crate::cmd::{cargo, display};
 pub(crate) struct Soak {
     pub(crate) seeds: Vec<u64>,
     pub(crate) kills: u64,
-    /// One matrix (`qa`, `telegram`, `matrix`, `irc`, …: the test module), or all of them.
+    /// One matrix (`qa`, `telegram`, `matrix`, `irc`, `twitch`, …: the test module), or all.
     pub(crate) matrix: Option<String>,
 }
 
@@ -75,7 +75,7 @@ fn parse_figures(line: &str) -> Option<Figures> {
             "kills" => figures.kills = number,
             "messages" => figures.messages = number,
             "finals" => figures.finals = number,
-            "notices" | "unknown" | "unrecorded" => figures.excused += number,
+            "notices" | "unknown" | "unrecorded" | "unseen_at_kill" => figures.excused += number,
             "orphan_previews" => figures.orphans = number,
             "violations" => figures.violations = number,
             "leftovers" => figures.leftovers = number,

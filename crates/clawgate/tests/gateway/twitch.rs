@@ -20,7 +20,7 @@ use clawgate_channel_twitch::limits::without_suffix;
 use clawgate_channel_twitch::simulator::{SimUser, SimulatorConfig, TwitchSimulator};
 
 use crate::support::{
-    BIN, GatewayProcess, Rng, crash_seed, demo_reply, env_number, leftover_processes, state_pairs,
+    BIN, GatewayProcess, Rng, crash_seed, crash_size, demo_reply, leftover_processes, state_pairs,
 };
 
 const TOKEN_ENV: &str = "E2E_TWITCH_TOKEN";
@@ -293,8 +293,7 @@ async fn a_person_mentioning_the_bot_gets_one_reply_and_chatter_none() {
 async fn crash_matrix(send_via: &str) {
     const WORDS: usize = 8;
     let seed = crash_seed();
-    let kills = env_number("CLAWGATE_TWITCH_CRASH_KILLS", 8);
-    let count = env_number("CLAWGATE_TWITCH_CRASH_MESSAGES", 24) as usize;
+    let (kills, count) = crash_size("TWITCH", 8, 24);
     eprintln!("twitch crash matrix ({send_via}): seed {seed}, {kills} kills, {count} messages");
     let mut rng = Rng(seed);
     let bot = Bot::start(send_via, &["--chunk-ms", "25", "--words", "8"]).await;
@@ -337,7 +336,7 @@ async fn crash_matrix(send_via: &str) {
     let verdict = judge(&bot, &asked);
     let leftovers = leftover_processes(&bot.state());
     eprintln!(
-        "twitch crash matrix figures: send_via={send_via} seed={seed} kills={kills} messages={} \
+        "twitch crash matrix figures: mode={send_via} seed={seed} kills={kills} messages={} \
          finals={} unseen_at_kill={} unknown={} restarts_replaying={replaying} violations={} \
          leftovers={} seconds={:.1}",
         asked.len(),
