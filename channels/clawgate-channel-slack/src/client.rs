@@ -26,12 +26,7 @@ pub(crate) enum CallError {
 
 /// Slack's errors that say the operation may have partly happened ("it's possible some aspect
 /// of the operation succeeded before the error was raised").
-const MAYBE_DONE: &[&str] = &[
-    "internal_error",
-    "fatal_error",
-    "request_timeout",
-    "service_unavailable",
-];
+const MAYBE_DONE: &[&str] = &["internal_error", "fatal_error"];
 
 impl CallError {
     /// The `error` code of a refusal.
@@ -73,6 +68,7 @@ impl CallError {
             "streaming_state_conflict" | "message_not_in_streaming_state" | "stopped_by_user" => {
                 Conflict
             }
+            "service_unavailable" | "request_timeout" => Transient,
             _ if *status >= 500 => Transient,
             // no_text, msg_too_long, invalid_blocks*, invalid_metadata_*, metadata_too_large,
             // markdown_text_conflict, invalid_arguments, too_many_attachments, …

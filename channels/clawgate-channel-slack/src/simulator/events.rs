@@ -109,6 +109,7 @@ async fn attempt(
             .header("x-slack-retry-num", retry_num.to_string())
             .header("x-slack-retry-reason", reason.clone().unwrap_or_default());
     }
+    let cut = std::mem::take(&mut inner.world().cut_next_delivery);
     let sent = tokio::spawn(request.send());
     let answer = match tokio::time::timeout(inner.config.ack_deadline, sent).await {
         Ok(Ok(Ok(response))) => Answer::Status(
@@ -123,6 +124,8 @@ async fn attempt(
         // The request keeps going on its own; the retry is due regardless.
         Err(_) => Answer::TimedOut,
     };
+    // The request reached the URL; its answer is dropped unread.
+    let answer = if cut { Answer::TimedOut } else { answer };
     let mut world = inner.world();
     let Some(event) = world.events.get_mut(index) else {
         return;

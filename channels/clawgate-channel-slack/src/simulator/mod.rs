@@ -361,6 +361,20 @@ impl SlackSimulator {
         id
     }
 
+    /// Delivers event `event_id` again as Slack's next retry (`X-Slack-Retry-Num` one up,
+    /// reason `http_timeout`): what Slack does when it never saw an answer, acked or not.
+    pub fn redeliver(&self, event_id: &str) -> bool {
+        let done = self.inner.world().redeliver(event_id);
+        self.inner.events_changed.notify_one();
+        done
+    }
+
+    /// The next delivery attempt goes out but its answer is never read (a connection dropped
+    /// under it): Slack retries it.
+    pub fn cut_next_delivery(&self) {
+        self.inner.world().cut_next_delivery = true;
+    }
+
     /// Every `event_id` queued so far, oldest first.
     pub fn event_ids(&self) -> Vec<String> {
         self.inner

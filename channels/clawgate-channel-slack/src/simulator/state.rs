@@ -82,6 +82,7 @@ pub(crate) struct World {
     pub(crate) deliveries: Vec<DeliveryRecord>,
     pub(crate) events: Vec<QueuedEvent>,
     pub(crate) request_url: Option<String>,
+    pub(crate) cut_next_delivery: bool,
     rate_limits: bool,
 }
 
@@ -125,6 +126,7 @@ impl Inner {
             deliveries: Vec::new(),
             events: Vec::new(),
             request_url: None,
+            cut_next_delivery: false,
             rate_limits: config.rate_limits,
         };
         Inner {
@@ -498,6 +500,18 @@ impl World {
     pub(crate) fn resend_event(&mut self, event_id: &str) -> Option<String> {
         let event = self.events.iter().find(|e| e.id == event_id)?.body["event"].clone();
         Some(self.queue_event(event))
+    }
+
+    pub(crate) fn redeliver(&mut self, event_id: &str) -> bool {
+        let Some(event) = self.events.iter_mut().find(|e| e.id == event_id) else {
+            return false;
+        };
+        event.acked = false;
+        event.given_up = false;
+        event.retry_num = (event.retry_num + 1).min(3);
+        event.retry_reason = Some("http_timeout".into());
+        event.next_at = Instant::now();
+        true
     }
 
     /// The fault this call of `method` meets, if any.
