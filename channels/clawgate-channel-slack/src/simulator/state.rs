@@ -22,6 +22,8 @@ const MAX_POST_TEXT: usize = 40_000;
 /// `chat.update` refuses longer text with `msg_too_long`.
 const MAX_UPDATE_TEXT: usize = 4_000;
 const MAX_MARKDOWN_TEXT: usize = 12_000;
+/// How long the sender waits between looks at the queue when nothing wakes it.
+pub(crate) const QUEUE_TICK: Duration = Duration::from_millis(25);
 /// Posting burst per channel, refilled at one message per second.
 const POST_BURST: f64 = 3.0;
 
@@ -650,16 +652,13 @@ impl World {
         self.rate_limit(&channel)?;
         let thread_ts = arg(args, "thread_ts").filter(|t| !t.is_empty());
         // A reply to a reply lands in the parent's thread.
-        let thread_ts = match thread_ts {
-            Some(ts) => Some(
-                self.all_messages(&channel)
-                    .iter()
-                    .find(|m| m.ts == ts)
-                    .and_then(|m| m.thread_ts.clone())
-                    .unwrap_or(ts),
-            ),
-            None => None,
-        };
+        let thread_ts = thread_ts.map(|ts| {
+            self.all_messages(&channel)
+                .iter()
+                .find(|m| m.ts == ts)
+                .and_then(|m| m.thread_ts.clone())
+                .unwrap_or(ts)
+        });
         let ts = self.ts();
         let message = SimMessage {
             channel: channel.clone(),
@@ -952,6 +951,3 @@ mod tests {
         assert_eq!(parse_ts("1700000000.1"), None);
     }
 }
-
-/// How long the sender waits between looks at the queue when nothing wakes it.
-pub(crate) const QUEUE_TICK: Duration = Duration::from_millis(25);

@@ -93,6 +93,25 @@ impl Peer {
             .collect()
     }
 
+    /// Waits until the events listener accepts connections (its source was started).
+    pub(crate) async fn listening(&self) {
+        let addr = self
+            .events_url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap()
+            .to_owned();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(&addr).await.is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the events listener never came up"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// The envelope of the newest event.
     pub(crate) fn last_event(&self) -> Value {
         let id = self.sim.event_ids().pop().unwrap();
