@@ -27,8 +27,9 @@ use crate::client::{CallError, WebApi, refused_as};
 pub const MAX_TEXT_CHARS: u32 = 4_000;
 /// The `event_type` of the metadata every sent message carries.
 pub const METADATA_EVENT_TYPE: &str = "clawgate_message";
-/// How many recent messages a reconciliation reads.
+/// Messages per history page a reconciliation reads, and at most how many pages.
 const HISTORY_LIMIT: u32 = 200;
+const HISTORY_PAGES: u32 = 5;
 /// How often an edit whose answer was lost is sent again (the same edit twice leaves one
 /// message).
 const EDIT_ATTEMPTS: u32 = 3;
@@ -478,26 +479,47 @@ impl ChannelMessageAdapter for SlackAdapter {
         // Metadata comes back only when asked for.
         args["include_all_metadata"] = json!(true);
         args["limit"] = json!(HISTORY_LIMIT);
-        let answer = match self.api.call(method, &args).await {
-            Ok(answer) => answer,
-            // A thread whose parent is gone holds nothing of ours.
-            Err(error) if error.code() == Some("thread_not_found") => json!({ "messages": [] }),
-            Err(error) => return Err(error.into_send_error(method)),
-        };
-        let found = answer["messages"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|m| key_of(m) == Some(key.as_str()));
-        if let Some(message) = found {
-            let ts = message["ts"].as_str().unwrap_or_default();
-            return Ok(Reconciliation::Sent(Box::new(Self::part(
-                &channel,
-                ts,
-                thread.as_deref(),
-                unit,
-                false,
-            ))));
+        let mut exhausted = true;
+        for _ in 0..HISTORY_PAGES {
+            let answer = match self.api.call(method, &args).await {
+                Ok(answer) => answer,
+                // A thread whose parent is gone holds nothing of ours.
+                Err(error) if error.code() == Some("thread_not_found") => break,
+                Err(error) => return Err(error.into_send_error(method)),
+            };
+            let found = answer["messages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|m| key_of(m) == Some(key.as_str()));
+            if let Some(message) = found {
+                let ts = message["ts"].as_str().unwrap_or_default();
+                return Ok(Reconciliation::Sent(Box::new(Self::part(
+                    &channel,
+                    ts,
+                    thread.as_deref(),
+                    unit,
+                    false,
+                ))));
+            }
+            let next = answer["response_metadata"]["next_cursor"]
+                .as_str()
+                .filter(|c| !c.is_empty() && answer["has_more"] == Value::Bool(true));
+            match next {
+                Some(cursor) => {
+                    args["cursor"] = json!(cursor);
+                    exhausted = false;
+                }
+                None => {
+                    exhausted = true;
+                    break;
+                }
+            }
+        }
+        // Not found in a history read to its end: absent. Read only in part (a very busy
+        // conversation): nothing is proven, and nothing is sent again blindly.
+        if !exhausted {
+            return Ok(Reconciliation::Unresolved);
         }
         Ok(if self.settled(ctx, &key) {
             Reconciliation::NotSent

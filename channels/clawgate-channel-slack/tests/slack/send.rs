@@ -420,3 +420,41 @@ async fn the_engine_settles_a_lost_answer_without_a_second_message() {
         .count();
     assert_eq!(posts, 1, "found in history: never sent again");
 }
+
+#[tokio::test]
+async fn a_lost_send_behind_a_page_of_newer_messages_is_found_on_a_later_page() {
+    let peer = Peer::start().await;
+    let target = channel(&peer, "busy");
+    let adapter = peer.plugin.sender.clone();
+    peer.sim
+        .inject(Fault::on("chat.postMessage", FaultKind::LoseAnswer));
+    let c = ctx(&target, "deep");
+    adapter.send_unit(&c, &text("deep")).await.unwrap_err();
+    for n in 0..250 {
+        peer.sim
+            .person_writes(&target.id, &peer.person, &format!("chatter {n}"), None);
+    }
+    let Reconciliation::Sent(part) = adapter
+        .reconcile_unknown_send(&c, &text("deep"))
+        .await
+        .unwrap()
+    else {
+        panic!("found on the second page");
+    };
+    assert_eq!(
+        part.platform_message_id,
+        peer.sim.messages(&target.id)[0].ts
+    );
+    let pages = peer
+        .sim
+        .calls()
+        .into_iter()
+        .filter(|c| c.method == "conversations.history")
+        .collect::<Vec<_>>();
+    assert_eq!(pages.len(), 2);
+    assert!(
+        pages[1].args["cursor"]
+            .as_str()
+            .is_some_and(|c| !c.is_empty())
+    );
+}
