@@ -1,7 +1,7 @@
 //! End-to-end tests of the real `clawgate` binary: a conversation through the QA platform,
 //! SIGKILL mid-reply and restart, an agent killed between two messages, two gateways side by
 //! side, the chat page in a browser, the operator CLI in both modes, a Telegram bot on the Bot
-//! API simulator, and a Matrix account on a real Synapse.
+//! API simulator, a Slack app on the Slack simulator, and a Matrix account on a real Synapse.
 
 mod browser;
 mod cli;
@@ -15,6 +15,7 @@ mod isolation;
 mod matrix;
 mod platform_faults;
 mod plugin_channel;
+mod slack;
 mod store_faults;
 mod support;
 mod telegram;
