@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clawgate_channel_slack::simulator::{
-    ConversationKind, SimMessage, SimulatorConfig, SlackSimulator,
+    ConversationKind, Fault, FaultKind, SimMessage, SimulatorConfig, SlackSimulator,
 };
 
 use crate::support::{
@@ -256,8 +256,9 @@ async fn settle(sim: &SlackSimulator, state: &Path, asked: &[Asked], quiet: Dura
 
 /// The random-time crash matrix on a Slack app: messages into six conversations (four
 /// channels answered in threads with native streams, two DMs answered at top level with draft
-/// previews), the gateway SIGKILLed at seeded random instants and restarted, then a clean stop;
-/// judged from the simulator's record and the reply intents' statuses.
+/// previews), the gateway SIGKILLed at seeded random instants and restarted, one Web API answer
+/// per round lost after Slack acted, then a clean stop; judged from the simulator's record and
+/// the reply intents' statuses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_sigkills_on_a_slack_app_never_duplicate_or_silently_lose_a_final() {
     const WORDS: usize = 8;
@@ -289,6 +290,16 @@ async fn random_sigkills_on_a_slack_app_never_duplicate_or_silently_lose_a_final
         let gateway = app
             .gateway()
             .unwrap_or_else(|why| panic!("seed {seed}: {why}"));
+        // Besides the kill, one answer per round is lost after Slack acted: a post (settled
+        // from history by its metadata key), an edit or a stream's stop (repeated).
+        let method = [
+            "chat.postMessage",
+            "chat.postMessage",
+            "chat.update",
+            "chat.stopStream",
+        ][usize::try_from(rng.below(4)).unwrap_or(0)];
+        app.sim
+            .inject(Fault::on(method, FaultKind::LoseAnswer).after(rng.below(4) as u32));
         for _ in 0..per_kill.min(count - asked.len()) {
             let (channel, direct) = pick(&mut rng);
             let n = asked.len();
@@ -325,6 +336,7 @@ async fn random_sigkills_on_a_slack_app_never_duplicate_or_silently_lose_a_final
         .iter()
         .filter(|d| d.retry_num > 0)
         .count();
+    let lost = app.sim.calls().iter().filter(|c| !c.answered).count();
     let streams = app
         .sim
         .calls()
@@ -333,7 +345,7 @@ async fn random_sigkills_on_a_slack_app_never_duplicate_or_silently_lose_a_final
         .count();
     eprintln!(
         "slack crash matrix figures: seed={seed} kills={kills} messages={} finals={} unknown={} \
-         orphan_previews={} event_retries={retries} streams={streams} violations={} leftovers={} \
+         orphan_previews={} lost_answers={lost} event_retries={retries} streams={streams} violations={} leftovers={} \
          seconds={:.1}",
         asked.len(),
         verdict.finals,
