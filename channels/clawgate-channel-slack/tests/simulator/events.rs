@@ -213,3 +213,24 @@ async fn edits_deletes_and_other_bots_produce_their_events() {
     assert_eq!(events[3]["bot_id"], bot.bot_id.as_str());
     h.sim.stop().await;
 }
+
+#[tokio::test]
+async fn the_apps_own_posts_come_back_as_events_with_its_bot_id() {
+    let h = Harness::with(quick()).await;
+    let (url, got) = receiver(vec![]).await;
+    h.sim.set_request_url(Some(&url));
+    let posted = h.post(&h.channel, "mine").await;
+    assert!(h.sim.events_settled(Duration::from_secs(10)).await);
+    let got = got.lock().unwrap().clone();
+    assert_eq!(got.len(), 1);
+    let envelope: serde_json::Value = serde_json::from_str(&got[0].body).unwrap();
+    let bot = h.sim.bot();
+    assert_eq!(envelope["event"]["ts"], posted["ts"]);
+    assert_eq!(envelope["event"]["bot_id"], bot.bot_id.as_str());
+    assert_eq!(envelope["event"]["user"], bot.user_id.as_str());
+    assert_eq!(
+        envelope["authorizations"][0]["user_id"],
+        bot.user_id.as_str()
+    );
+    h.sim.stop().await;
+}

@@ -476,3 +476,56 @@ async fn faults_refuse_without_effect_or_apply_and_lose_the_answer() {
     );
     h.sim.stop().await;
 }
+
+#[tokio::test]
+async fn history_bounds_by_oldest_latest_and_inclusive() {
+    let h = Harness::with(SimulatorConfig {
+        rate_limits: false,
+        ..SimulatorConfig::default()
+    })
+    .await;
+    let mut ts = Vec::new();
+    for n in 0..4 {
+        ts.push(
+            h.post(&h.channel, &format!("m{n}")).await["ts"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let texts = |body: &serde_json::Value| -> Vec<String> {
+        body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["text"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (_, between) = h
+        .call(
+            "conversations.history",
+            json!({ "channel": h.channel, "oldest": ts[0], "latest": ts[3] }),
+        )
+        .await;
+    assert_eq!(
+        texts(&between),
+        ["m2", "m1"],
+        "newest first, bounds excluded"
+    );
+    let (_, inclusive) = h
+        .call(
+            "conversations.history",
+            json!({ "channel": h.channel, "oldest": ts[0], "latest": ts[3], "inclusive": true }),
+        )
+        .await;
+    assert_eq!(texts(&inclusive), ["m3", "m2", "m1", "m0"]);
+    let outside = h
+        .sim
+        .create_conversation("outside", ConversationKind::Public, false);
+    assert_eq!(
+        h.error("conversations.history", json!({ "channel": outside }))
+            .await,
+        "not_in_channel"
+    );
+    h.sim.stop().await;
+}
