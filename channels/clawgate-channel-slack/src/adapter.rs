@@ -33,6 +33,8 @@ const HISTORY_PAGES: u32 = 5;
 /// How often an edit whose answer was lost is sent again (the same edit twice leaves one
 /// message).
 const EDIT_ATTEMPTS: u32 = 3;
+/// The suffix the engine gives a preview's key (`clawgate_messages::PREVIEW_KEY_SUFFIX`).
+const PREVIEW_KEY_SUFFIX: &str = "~preview";
 /// The `edit_token` prefix of a native stream's part (the rest is the channel).
 const STREAM_PREFIX: &str = "stream:";
 
@@ -48,6 +50,8 @@ pub struct SlackAdapter {
     /// Previews in threads as native streams.
     native_streams: bool,
     team_id: Option<String>,
+    /// The app's bot id (`B…`, from `auth.test`): its open streams are found by it.
+    bot_id: Option<String>,
     recipients: Recipients,
     /// What each open stream shows (appends add only the rest).
     streamed: Mutex<HashMap<String, String>>,
@@ -160,6 +164,7 @@ impl SlackAdapter {
         api: WebApi,
         native_streams: bool,
         team_id: Option<String>,
+        bot_id: Option<String>,
         recipients: Recipients,
     ) -> SlackAdapter {
         // A request outlives its timeout on the client only by Slack's own processing time.
@@ -170,6 +175,7 @@ impl SlackAdapter {
             capabilities: capabilities(),
             native_streams,
             team_id,
+            bot_id,
             recipients,
             streamed: Mutex::new(HashMap::new()),
             attempts: Mutex::new(HashMap::new()),
@@ -479,6 +485,14 @@ impl ChannelMessageAdapter for SlackAdapter {
         // Metadata comes back only when asked for.
         args["include_all_metadata"] = json!(true);
         args["limit"] = json!(HISTORY_LIMIT);
+        // A native stream preview carries no metadata (`chat.startStream` takes none; every other
+        // message of ours has some): in its thread, the one message of this app without
+        // metadata is it. Two such (two replies streaming in one thread) prove nothing.
+        let stream_preview = key.ends_with(&format!("{PREVIEW_KEY_SUFFIX}#0"))
+            && self.bot_id.is_some()
+            && thread.is_some()
+            && self.stream_shape(ctx).is_some();
+        let mut open_streams = Vec::new();
         let mut exhausted = true;
         for _ in 0..HISTORY_PAGES {
             let answer = match self.api.call(method, &args).await {
@@ -492,6 +506,20 @@ impl ChannelMessageAdapter for SlackAdapter {
                 .into_iter()
                 .flatten()
                 .find(|m| key_of(m) == Some(key.as_str()));
+            if stream_preview {
+                open_streams.extend(
+                    answer["messages"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|m| {
+                            m["bot_id"].as_str() == self.bot_id.as_deref()
+                                && m.get("metadata").is_none()
+                                && m["ts"].as_str() != thread.as_deref()
+                        })
+                        .filter_map(|m| m["ts"].as_str().map(str::to_owned)),
+                );
+            }
             if let Some(message) = found {
                 let ts = message["ts"].as_str().unwrap_or_default();
                 return Ok(Reconciliation::Sent(Box::new(Self::part(
@@ -519,6 +547,18 @@ impl ChannelMessageAdapter for SlackAdapter {
         // Not found in a history read to its end: absent. Read only in part (a very busy
         // conversation): nothing is proven, and nothing is sent again blindly.
         if !exhausted {
+            return Ok(Reconciliation::Unresolved);
+        }
+        if let [ts] = open_streams.as_slice() {
+            return Ok(Reconciliation::Sent(Box::new(Self::part(
+                &channel,
+                ts,
+                thread.as_deref(),
+                unit,
+                true,
+            ))));
+        }
+        if open_streams.len() > 1 {
             return Ok(Reconciliation::Unresolved);
         }
         Ok(if self.settled(ctx, &key) {

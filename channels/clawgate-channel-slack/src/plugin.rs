@@ -177,6 +177,7 @@ impl SlackFactory {
             api,
             settings.native_streams,
             bot.as_ref().map(|b| b.team_id.clone()),
+            bot.as_ref().and_then(|b| b.bot_id.clone()),
             recipients.clone(),
         ));
         let receiver = Arc::new(SlackReceiver::new(

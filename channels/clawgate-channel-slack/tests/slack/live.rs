@@ -221,3 +221,54 @@ async fn a_stream_stopped_by_the_person_still_ends_as_the_final() {
     assert_eq!(part.platform_message_id, preview.platform_message_id);
     assert_eq!(peer.texts(&dm), ["Hello, world"]);
 }
+
+#[tokio::test]
+async fn a_stream_whose_start_answer_was_lost_is_found_as_the_threads_one_open_stream() {
+    use clawgate_channel_slack::simulator::{Fault, FaultKind};
+    let peer = Peer::start().await;
+    let adapter = peer.plugin.sender.clone();
+    let live = adapter.live().unwrap();
+    let dm = peer.sim.dm(&peer.person);
+    let question = peer.sim.person_writes(&dm, &peer.person, "question", None);
+    let target = MessageTarget::direct(&dm).with_thread_id(Some(question.ts.clone()));
+    // A finished reply of ours in the same thread carries metadata: not a candidate.
+    adapter
+        .send_unit(&ctx(&target, "earlier"), &text("earlier answer"))
+        .await
+        .unwrap();
+    peer.sim
+        .inject(Fault::on("chat.startStream", FaultKind::LoseAnswer));
+    let preview_ctx = ctx(&target, "reply~preview");
+    let error = live.show(&preview_ctx, &text("Hel")).await.unwrap_err();
+    assert_eq!(error.side_effect, SideEffect::Possible);
+    let stream = peer
+        .sim
+        .messages(&dm)
+        .into_iter()
+        .find(|m| m.streaming == Some(true))
+        .unwrap();
+    let Reconciliation::Sent(part) = adapter
+        .reconcile_unknown_send(&preview_ctx, &text(""))
+        .await
+        .unwrap()
+    else {
+        panic!("the open stream is the preview");
+    };
+    assert_eq!(part.platform_message_id, stream.ts);
+    // Found, it finalizes like any stream preview.
+    live.finalize(&ctx(&target, "reply"), &part, &text("Hello"))
+        .await
+        .unwrap();
+    assert_eq!(peer.texts(&dm), ["earlier answer", "Hello"]);
+    // Two open streams in one thread prove nothing.
+    for key in ["a~preview", "b~preview"] {
+        live.show(&ctx(&target, key), &text("x")).await.unwrap();
+    }
+    assert_eq!(
+        adapter
+            .reconcile_unknown_send(&ctx(&target, "c~preview"), &text(""))
+            .await
+            .unwrap(),
+        Reconciliation::Unresolved
+    );
+}
