@@ -1,10 +1,11 @@
 //! The test tools `cargo xtask ci` needs beyond cargo, installed once per machine so the README's
 //! test command works on a fresh one: cargo-deny (licenses, bans, sources), Debian's
 //! Chromium + chromedriver (the chat page's browser test), Debian's ngircd (the IRC channel's
-//! test server), and two Python venvs under the target directory: aiogram (the Telegram
-//! simulator's cross-check with a client written against the real Bot API) and Synapse (the
-//! Matrix channel's tests run against a real homeserver), and tmi.js and twurple under
-//! `<target>/node` (the Twitch simulator's cross-checks). `cargo xtask setup` runs this alone;
+//! test server), three Python venvs under the target directory: aiogram (the Telegram
+//! simulator's cross-check with a client written against the real Bot API), slack-sdk (the same
+//! for the Slack simulator) and Synapse (the Matrix channel's tests run against a real
+//! homeserver), and tmi.js and twurple under `<target>/node` (the Twitch simulator's
+//! cross-checks). `cargo xtask setup` runs this alone;
 //! `cargo xtask ci` runs it first.
 
 use std::path::{Path, PathBuf};
@@ -36,6 +37,15 @@ const AIOGRAM: PythonTool = PythonTool {
     version: "3.31.0",
     for_what: "the Telegram simulator's aiogram test (or point CLAWGATE_AIOGRAM_PYTHON at a \
                python that has aiogram)",
+};
+
+/// The official Slack SDK the Slack simulator's cross-check is written against.
+const SLACK_SDK: PythonTool = PythonTool {
+    venv: "slack-sdk",
+    package: "slack-sdk",
+    version: "3.48.0",
+    for_what: "the Slack simulator's slack_sdk test (or point CLAWGATE_SLACK_SDK_PYTHON at a \
+               python that has slack_sdk)",
 };
 
 /// The Synapse release the Matrix channel's tests run against (its fixture names the same).
@@ -80,6 +90,9 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     }
     if std::env::var_os("CLAWGATE_AIOGRAM_PYTHON").is_none() {
         ensure_python_tool(&AIOGRAM)?;
+    }
+    if std::env::var_os("CLAWGATE_SLACK_SDK_PYTHON").is_none() {
+        ensure_python_tool(&SLACK_SDK)?;
     }
     ensure_python_tool(&SYNAPSE)?;
     if !Path::new(NGIRCD).exists() {

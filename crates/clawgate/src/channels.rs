@@ -13,7 +13,8 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-telegram",
             feature = "channel-matrix",
             feature = "channel-irc",
-            feature = "channel-twitch"
+            feature = "channel-twitch",
+            feature = "channel-slack"
         )),
         allow(unused_mut)
     )]
@@ -30,6 +31,8 @@ pub fn registry() -> ChannelRegistry {
     registry.register(std::sync::Arc::new(clawgate_channel_irc::IrcFactory));
     #[cfg(feature = "channel-twitch")]
     registry.register(std::sync::Arc::new(clawgate_channel_twitch::TwitchFactory));
+    #[cfg(feature = "channel-slack")]
+    registry.register(std::sync::Arc::new(clawgate_channel_slack::SlackFactory));
     registry
 }
 

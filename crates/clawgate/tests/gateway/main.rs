@@ -1,8 +1,8 @@
 //! End-to-end tests of the real `clawgate` binary: a conversation through the QA platform,
 //! SIGKILL mid-reply and restart, an agent killed between two messages, two gateways side by
 //! side, the chat page in a browser, the operator CLI in both modes, a Telegram bot on the Bot
-//! API simulator, a Matrix account on a real Synapse, an IRC nick on a real ngircd, and a
-//! Twitch bot on the Twitch chat simulator.
+//! API simulator, a Slack app on the Slack simulator, a Matrix account on a real Synapse, an IRC
+//! nick on a real ngircd, and a Twitch bot on the Twitch chat simulator.
 
 mod browser;
 mod cli;
@@ -17,6 +17,7 @@ mod isolation;
 mod matrix;
 mod platform_faults;
 mod plugin_channel;
+mod slack;
 mod store_faults;
 mod support;
 mod telegram;
