@@ -3,8 +3,9 @@
 //! Chromium + chromedriver (the chat page's browser test), Debian's ngircd (the IRC channel's
 //! test server), and two Python venvs under the target directory: aiogram (the Telegram
 //! simulator's cross-check with a client written against the real Bot API) and Synapse (the
-//! Matrix channel's tests run against a real homeserver). `cargo xtask setup` runs this alone;
-//! `cargo xtask ci` runs it first.
+//! Matrix channel's tests run against a real homeserver), and npm's nostr-tools under the target
+//! directory (the Nostr channel's cross-check with a client others wrote). `cargo xtask setup`
+//! runs this alone; `cargo xtask ci` runs it first.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -45,6 +46,24 @@ const SYNAPSE: PythonTool = PythonTool {
     for_what: "the Matrix channel's tests (Synapse runs in it)",
 };
 
+/// An npm package the tests run, pinned, in its own directory at `<target>/node/<dir>` (the
+/// tests find it from their own binary's target directory).
+struct NodeTool {
+    dir: &'static str,
+    package: &'static str,
+    version: &'static str,
+    /// What needs it, for the error when npm is missing.
+    for_what: &'static str,
+}
+
+/// The nostr-tools the Nostr channel's cross-check is written against.
+const NOSTR_TOOLS: NodeTool = NodeTool {
+    dir: "nostr-tools",
+    package: "nostr-tools",
+    version: "2.25.2",
+    for_what: "the Nostr channel's nostr-tools cross-check",
+};
+
 pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     if !succeeds(&mut cargo(["deny", "--version"])) {
         println!("setup: installing {CARGO_DENY} (once per machine)");
@@ -58,6 +77,7 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
         ensure_python_tool(&AIOGRAM)?;
     }
     ensure_python_tool(&SYNAPSE)?;
+    ensure_node_tool(&NOSTR_TOOLS)?;
     if !Path::new(NGIRCD).exists() {
         install_ngircd()?;
     }
@@ -119,6 +139,48 @@ fn ensure_python_tool(tool: &PythonTool) -> anyhow::Result<()> {
             venv.display()
         );
     }
+    Ok(())
+}
+
+/// `npm install <package>@<version>` into `<target>/node/<dir>`, unless it already has that
+/// version.
+fn ensure_node_tool(tool: &NodeTool) -> anyhow::Result<()> {
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| project_root().join("target"))
+        .join("node")
+        .join(tool.dir);
+    let manifest = dir
+        .join("node_modules")
+        .join(tool.package)
+        .join("package.json");
+    let installed = std::fs::read_to_string(&manifest).ok().and_then(|text| {
+        serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v["version"].as_str().map(str::to_owned))
+    });
+    if installed.as_deref() == Some(tool.version) {
+        return Ok(());
+    }
+    if !succeeds(Command::new("npm").arg("--version")) {
+        bail!(
+            "node and npm are needed for {}: install them (apt-get install nodejs npm)",
+            tool.for_what
+        );
+    }
+    println!(
+        "setup: installing {}@{} into {} (once per machine)",
+        tool.package,
+        tool.version,
+        dir.display()
+    );
+    std::fs::create_dir_all(&dir)?;
+    run_command(
+        Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
+            .arg(&dir)
+            .arg(format!("{}@{}", tool.package, tool.version)),
+    )?;
     Ok(())
 }
 

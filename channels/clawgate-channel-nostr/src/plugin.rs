@@ -96,6 +96,16 @@ impl NostrLink {
         self.public_key
     }
 
+    /// The relays connected now.
+    pub async fn connected(&self) -> Vec<String> {
+        let relays = self.relays.client().relays().await;
+        relays
+            .into_iter()
+            .filter(|(_, relay)| relay.is_connected())
+            .map(|(url, _)| url.to_string())
+            .collect()
+    }
+
     /// Waits up to `timeout` until every relay is connected; whether they are.
     pub async fn wait_connected(&self, timeout: Duration) -> bool {
         let client = self.relays.client();

@@ -16,8 +16,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use clawgate_channel_sdk::{EventSink, PushedEvent, PushedFeed, SourceError, TransportAck};
 use clawgate_types::DeliveryFailureKind;
-use nostr_sdk::pool::RelayPoolNotification;
-use nostr_sdk::{EventId, Filter, Kind, PublicKey, RelayMessage, Timestamp};
+use nostr_sdk::pool::{RelayNotification, RelayPoolNotification};
+use nostr_sdk::{
+    ClientMessage, EventId, Filter, Kind, PublicKey, RelayMessage, RelayStatus, Timestamp,
+};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::client::Relays;
@@ -136,16 +138,51 @@ impl PushedFeed for NostrFeed {
         let client = self.relays.client();
         let mut notes = client.notifications();
         let sub = client
-            .subscribe(filter, None)
+            .subscribe(filter.clone(), None)
             .await
             .map_err(|e| {
                 SourceError::new(DeliveryFailureKind::Transient, format!("subscribe: {e}"))
             })?
             .val;
+        // nostr-sdk renews a subscription after a reconnect only when the new connection is
+        // in a later second than the subscription: a relay that drops us at once would go
+        // quiet. So every reconnect sends the REQ again (the same id replaces it, NIP-01).
+        let (reconnected, mut reconnects) = tokio::sync::mpsc::unbounded_channel();
+        let watchers: Vec<tokio::task::JoinHandle<()>> = client
+            .relays()
+            .await
+            .into_values()
+            .map(|relay| {
+                let reconnected = reconnected.clone();
+                let mut status = relay.notifications();
+                tokio::spawn(async move {
+                    loop {
+                        match status.recv().await {
+                            Ok(RelayNotification::RelayStatus {
+                                status: RelayStatus::Connected,
+                            }) => {
+                                if reconnected.send(relay.clone()).is_err() {
+                                    return;
+                                }
+                            }
+                            Ok(RelayNotification::Shutdown) | Err(RecvError::Closed) => return,
+                            _ => {}
+                        }
+                    }
+                })
+            })
+            .collect();
         let progress = Arc::new(Mutex::new(Progress::default()));
         let result = loop {
             let note = tokio::select! {
                 () = sink.stopped() => break Ok(()),
+                Some(relay) = reconnects.recv() => {
+                    let again = ClientMessage::req(sub.clone(), vec![filter.clone()]);
+                    if let Err(e) = relay.send_msg(again) {
+                        tracing::info!(relay = %relay.url(), "subscription not renewed: {e}");
+                    }
+                    continue;
+                }
                 note = notes.recv() => note,
             };
             let (relay, message) = match note {
@@ -209,6 +246,9 @@ impl PushedFeed for NostrFeed {
                 _ => {}
             }
         };
+        for watcher in watchers {
+            watcher.abort();
+        }
         client.unsubscribe(&sub).await;
         result
     }
