@@ -13,6 +13,7 @@ mod dead_agent;
 mod failure;
 mod isolation;
 mod matrix;
+mod nostr;
 mod platform_faults;
 mod plugin_channel;
 mod store_faults;
