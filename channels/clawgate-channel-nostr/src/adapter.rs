@@ -229,10 +229,8 @@ impl MessageRenderAdapter for NostrAdapter {
         idempotency_key: &str,
     ) -> Result<RenderedMessageBatch, RenderError> {
         let mut lines: Vec<&str> = Vec::new();
-        if let Some(body) = &message.body {
-            if !body.text.trim().is_empty() {
-                lines.push(&body.text);
-            }
+        if let Some(body) = message.body.as_ref().filter(|b| !b.text.trim().is_empty()) {
+            lines.push(&body.text);
         }
         for attachment in &message.attachments {
             let Some(url) = &attachment.url else {

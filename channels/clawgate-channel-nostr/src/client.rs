@@ -237,13 +237,12 @@ pub fn judge(
     });
     let kind = refused.unwrap_or(DeliveryFailureKind::Transient);
     let mut error = SendError::before_io(kind, message);
-    if let Some((_, RelayOutcome::Refused { message, .. })) = outcomes
-        .iter()
-        .find(|(_, o)| matches!(o, RelayOutcome::Refused { .. }))
-    {
-        if let Some(prefix) = message.split(':').next() {
-            error = error.with_platform_code(prefix.trim());
-        }
+    let first_refusal = outcomes.iter().find_map(|(_, o)| match o {
+        RelayOutcome::Refused { message, .. } => message.split(':').next(),
+        _ => None,
+    });
+    if let Some(prefix) = first_refusal {
+        error = error.with_platform_code(prefix.trim());
     }
     Err(error)
 }

@@ -160,11 +160,7 @@ impl PushedFeed for NostrFeed {
                         match status.recv().await {
                             Ok(RelayNotification::RelayStatus {
                                 status: RelayStatus::Connected,
-                            }) => {
-                                if reconnected.send(relay.clone()).is_err() {
-                                    return;
-                                }
-                            }
+                            }) if reconnected.send(relay.clone()).is_err() => return,
                             Ok(RelayNotification::Shutdown) | Err(RecvError::Closed) => return,
                             _ => {}
                         }

@@ -349,7 +349,7 @@ impl Person {
             .into_iter()
             .filter_map(|wrap| dm::open(&self.keys, &wrap).ok().map(|o| (wrap.id, o)))
             .collect();
-        opened.sort_by(|a, b| a.1.created_at.cmp(&b.1.created_at));
+        opened.sort_by_key(|(_, o)| o.created_at);
         opened
     }
 

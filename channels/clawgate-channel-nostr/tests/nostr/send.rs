@@ -100,10 +100,9 @@ async fn the_stored_event_is_published_again_and_the_relays_duplicate_answer_is_
                     message,
                 },
         } = note
+            && event_id == stored.id
         {
-            if event_id == stored.id {
-                answer = Some((status, message.into_owned()));
-            }
+            answer = Some((status, message.into_owned()));
         }
     }
     let (status, text) = answer.expect("the relay answered OK");
