@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use clawgate_channel_nostr::testing::{Keys, Person, TestRelay};
 
 use crate::support::{
-    BIN, GatewayProcess, Rng, crash_seed, demo_reply, env_number, leftover_processes,
+    BIN, GatewayProcess, Rng, crash_seed, demo_reply, env_number, leftover_processes, state_pairs,
 };
 
 const KEY_ENV: &str = "E2E_NOSTR_SECRET_KEY";
@@ -91,6 +91,30 @@ fn config_file(dir: &Path, relay: &str, agent_args: &[&str]) -> PathBuf {
     let path = dir.join("clawgate.toml");
     std::fs::write(&path, text).expect("config written");
     path
+}
+
+/// The reply intents: how many were cancelled unsent (the reply of a turn a kill cut short,
+/// run again after the restart) and how many took more than one attempt; and those left in a
+/// state other than sent or cancelled-before-any-attempt.
+fn intents(state: &Path) -> (usize, usize, Vec<String>) {
+    let rows = state_pairs(
+        state,
+        "SELECT status || ':' || CAST(attempt AS TEXT), idempotency_key FROM send_intents",
+    );
+    let (mut cancelled, mut retried, mut unsettled) = (0, 0, Vec::new());
+    for (status_attempt, key) in rows {
+        let (status, attempt) = status_attempt.split_once(':').unwrap_or(("", ""));
+        let attempt: u32 = attempt.parse().unwrap_or(0);
+        if attempt > 1 {
+            retried += 1;
+        }
+        match (status, attempt) {
+            ("sent", _) => {}
+            ("cancelled", 0) => cancelled += 1,
+            _ => unsettled.push(format!("{key}: {status} after {attempt} attempts")),
+        }
+    }
+    (cancelled, retried, unsettled)
 }
 
 #[derive(Debug, Clone)]
@@ -189,11 +213,15 @@ async fn random_sigkills_on_a_nostr_key_leave_exactly_one_final_per_message() {
     }
     settle(&conversation, &asked, Duration::from_secs(20)).await;
     let status = gateway.interrupt();
-    let (finals, wrong) = problems(&conversation, &asked).await;
+    let (finals, mut wrong) = problems(&conversation, &asked).await;
     let leftovers = leftover_processes(&conversation.state());
+    // Every send can be settled on Nostr: no intent may stay unknown or fail.
+    let (cancelled, retried, unsettled) = intents(&conversation.state());
+    wrong.extend(unsettled.into_iter().map(|s| format!("reply intent {s}")));
     eprintln!(
         "nostr crash matrix figures: seed={seed} kills={kills} messages={} finals={finals} \
-         violations={} leftovers={} seconds={:.1}",
+         cancelled_unsent={cancelled} retried_intents={retried} violations={} leftovers={} \
+         seconds={:.1}",
         asked.len(),
         wrong.len(),
         leftovers.len(),
