@@ -261,14 +261,16 @@ pub async fn publish_one(
     ok_timeout: Duration,
     connect_wait: Duration,
 ) -> RelayOutcome {
-    for _attempt in 0..2 {
+    for attempt in 0..2 {
         if !connected(relay, connect_wait).await {
             return RelayOutcome::NotWritten("not connected".into());
         }
+        // One receiver from before the write: an AUTH exchange racing the OK is not missed.
         let mut notes = relay.notifications();
         if let Err(e) = relay.send_msg(ClientMessage::event(event.clone())) {
             return RelayOutcome::NotWritten(e.to_string());
         }
+        let mut authenticated = false;
         let answer = tokio::time::timeout(ok_timeout, async {
             loop {
                 match notes.recv().await {
@@ -280,6 +282,7 @@ pub async fn publish_one(
                                 message,
                             },
                     }) if event_id == event.id => return Ok((status, message.into_owned())),
+                    Ok(RelayNotification::Authenticated) => authenticated = true,
                     Ok(RelayNotification::RelayStatus { status }) if gone(status) => {
                         return Err("the connection closed before the relay's OK".to_owned());
                     }
@@ -302,21 +305,22 @@ pub async fn publish_one(
             Ok(Ok((true, _))) => return RelayOutcome::Accepted,
             Ok(Ok((false, message))) => {
                 let kind = classify_refusal(&message);
-                if kind == DeliveryFailureKind::Auth && _attempt == 0 {
-                    // nostr-sdk answers the relay's AUTH challenge; send once more after it.
-                    let mut notes = relay.notifications();
-                    let authed = tokio::time::timeout(connect_wait, async {
-                        loop {
-                            match notes.recv().await {
-                                Ok(RelayNotification::Authenticated) => return true,
-                                Ok(RelayNotification::AuthenticationFailed)
-                                | Err(RecvError::Closed) => return false,
-                                _ => {}
+                if kind == DeliveryFailureKind::Auth && attempt == 0 {
+                    // nostr-sdk answers the relay's AUTH challenge (NIP-42); the same event
+                    // goes once more after it.
+                    let authed = authenticated
+                        || tokio::time::timeout(connect_wait, async {
+                            loop {
+                                match notes.recv().await {
+                                    Ok(RelayNotification::Authenticated) => return true,
+                                    Ok(RelayNotification::AuthenticationFailed)
+                                    | Err(RecvError::Closed) => return false,
+                                    _ => {}
+                                }
                             }
-                        }
-                    })
-                    .await
-                    .unwrap_or(false);
+                        })
+                        .await
+                        .unwrap_or(false);
                     if authed {
                         continue;
                     }

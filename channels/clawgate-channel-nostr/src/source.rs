@@ -158,9 +158,15 @@ impl PushedFeed for NostrFeed {
                 tokio::spawn(async move {
                     loop {
                         match status.recv().await {
-                            Ok(RelayNotification::RelayStatus {
-                                status: RelayStatus::Connected,
-                            }) if reconnected.send(relay.clone()).is_err() => return,
+                            // After a reconnect, and after NIP-42 AUTH (a relay that
+                            // serves gift wraps only to their addressee closes the REQ until
+                            // then).
+                            Ok(
+                                RelayNotification::RelayStatus {
+                                    status: RelayStatus::Connected,
+                                }
+                                | RelayNotification::Authenticated,
+                            ) if reconnected.send(relay.clone()).is_err() => return,
                             Ok(RelayNotification::Shutdown) | Err(RecvError::Closed) => return,
                             _ => {}
                         }
@@ -227,13 +233,17 @@ impl PushedFeed for NostrFeed {
                     subscription_id,
                     message,
                 } if *subscription_id == sub => {
-                    let kind = if message.starts_with("auth-required")
-                        || message.starts_with("restricted")
-                    {
-                        DeliveryFailureKind::Auth
-                    } else {
-                        DeliveryFailureKind::Transient
-                    };
+                    if message.starts_with("auth-required") {
+                        // nostr-sdk authenticates; the REQ goes again once it has.
+                        tracing::debug!(relay = %relay, "subscription waits for AUTH: {message}");
+                        continue;
+                    }
+                    let kind =
+                        if message.starts_with("restricted") || message.starts_with("blocked") {
+                            DeliveryFailureKind::Permission
+                        } else {
+                            DeliveryFailureKind::Transient
+                        };
                     break Err(SourceError::new(
                         kind,
                         format!("relay {relay} closed the subscription: {message}"),

@@ -108,6 +108,16 @@ impl Drop for TestRelay {
 impl TestRelay {
     /// Starts a relay on a free loopback port, and its proxy on another.
     pub async fn start() -> TestRelay {
+        TestRelay::start_with(false).await
+    }
+
+    /// As [`TestRelay::start`], a relay that wants NIP-42 AUTH for reading and writing and
+    /// serves a gift wrap only to the key it is addressed to (what NIP-17 asks of DM relays).
+    pub async fn start_authenticating() -> TestRelay {
+        TestRelay::start_with(true).await
+    }
+
+    async fn start_with(authenticating: bool) -> TestRelay {
         let database = Arc::new(MemoryDatabase::with_opts(MemoryDatabaseOptions {
             events: true,
             max_events: None,
@@ -122,6 +132,15 @@ impl TestRelay {
                 notes_per_minute: 100_000,
             })
             .write_policy(FaultPolicy(faults.clone()));
+        let builder = if authenticating {
+            builder
+                .nip42(nostr_relay_builder::prelude::RelayBuilderNip42 {
+                    mode: nostr_relay_builder::prelude::RelayBuilderNip42Mode::Both,
+                })
+                .auth_dm(true)
+        } else {
+            builder
+        };
         let relay = LocalRelay::new(builder);
         relay.run().await.unwrap();
         let direct = relay.url().await;

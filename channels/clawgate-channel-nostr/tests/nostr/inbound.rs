@@ -151,3 +151,47 @@ async fn the_feed_resumes_from_its_checkpoint_and_ignores_our_own_and_others_wra
     sink.stop.send_replace(true);
     feed.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_relay_that_wants_auth_the_channel_authenticates_to_send_and_to_read() {
+    let relay = clawgate_channel_nostr::testing::TestRelay::start_authenticating().await;
+    let person = clawgate_channel_nostr::testing::Person::join(&relay).await;
+    let keys = Keys::generate();
+    let state = tempfile::tempdir().unwrap();
+    let plugin = build(
+        &keys,
+        settings(&[relay.url()], serde_json::json!({})),
+        state.path(),
+    )
+    .await;
+    let sink = Arc::new(Sink::default());
+    let feed = run(&plugin, sink.clone());
+    let receiver = plugin.receiver.clone().unwrap();
+    person.send_dm(&keys.public_key(), "behind auth").await;
+    until("the DM read after AUTH", || {
+        sink.texts(receiver.as_ref()) == ["behind auth"]
+    })
+    .await;
+    let message = ChannelMessage::outbound(
+        "a1",
+        "nostr",
+        MessageTarget::direct(person.id()),
+        "answer behind auth",
+    );
+    let adapter = plugin.sender.clone();
+    let batch = adapter
+        .render()
+        .unwrap()
+        .render(&message, adapter.capabilities(), "auth-1")
+        .unwrap();
+    adapter
+        .send_unit(&SendContext::new(message, "auth-1"), &batch.units[0])
+        .await
+        .unwrap();
+    assert_eq!(
+        person.texts_from(&relay, &keys.public_key()).await,
+        vec!["answer behind auth"]
+    );
+    sink.stop.send_replace(true);
+    feed.await.unwrap().unwrap();
+}
