@@ -41,6 +41,8 @@ struct Faults {
     /// `OK` answers to let through before one is lost.
     lose_after: Mutex<Option<u32>>,
     down: AtomicBool,
+    /// Answers lost so far.
+    lost: std::sync::atomic::AtomicU32,
     /// The proxy's own ends of its relay connections (the write policy knows them by these).
     upstream: Mutex<HashSet<SocketAddr>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -187,6 +189,11 @@ impl TestRelay {
         *lock(&self.faults.lose_after) = Some(after);
     }
 
+    /// How many answers the proxy has lost so far.
+    pub fn answers_lost(&self) -> u32 {
+        self.faults.lost.load(Ordering::SeqCst)
+    }
+
     /// Takes the relay down for the channel (every proxied connection dropped, new ones
     /// refused) or brings it back.
     pub fn set_down(&self, down: bool) {
@@ -267,6 +274,7 @@ async fn pipe(client: TcpStream, server: TcpStream, faults: Arc<Faults>) {
                         match lose.as_mut() {
                             Some(0) => {
                                 *lose = None;
+                                faults.lost.fetch_add(1, Ordering::SeqCst);
                                 cut = Some(pos);
                                 break;
                             }

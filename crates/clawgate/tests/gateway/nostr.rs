@@ -1,9 +1,10 @@
 //! The real binary with a Nostr key on a real relay (`nostr-relay-builder`'s, in the test
 //! process, so it outlives a gateway killed with SIGKILL): a person writes gift-wrapped DMs and
 //! gets one gift-wrapped reply each; the random-time crash matrix, judged from the relay's own
-//! record of the wraps addressed to the person. Every reply's signed event is stored with its
-//! intent before it is published and a lost answer is looked up by id, so nothing may be left
-//! unknown: every message gets exactly one final, in exactly one wrap.
+//! record of the wraps addressed to the person. Half the gateway's lives also lose one of the
+//! relay's `OK` answers. Every reply's signed event is stored with its intent before it is
+//! published and a lost answer is looked up by id, so nothing may be left unknown: every
+//! message gets exactly one final, in exactly one wrap.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -192,11 +193,20 @@ async fn random_sigkills_on_a_nostr_key_leave_exactly_one_final_per_message() {
     let conversation = Conversation::start(&["--chunk-ms", "25", "--words", "8"]).await;
     let per_kill = count.div_ceil(usize::try_from(kills).unwrap_or(1).max(1));
     let mut asked = Vec::new();
+    let mut lost = 0;
     let started = Instant::now();
     for _ in 0..kills {
         let gateway = conversation
             .gateway()
             .unwrap_or_else(|why| panic!("seed {seed}: {why}"));
+        // Half the lives also lose one of the relay's OK answers (the relay stored the
+        // reply; the gateway must settle it by looking the id up, before or after the kill).
+        if rng.below(2) == 0 {
+            conversation
+                .relay
+                .lose_answer(u32::try_from(rng.below(3)).unwrap_or(0));
+            lost += 1;
+        }
         for _ in 0..per_kill.min(count - asked.len()) {
             let n = asked.len();
             asked.push(conversation.say(&format!("message {n}"), WORDS).await);
@@ -220,9 +230,10 @@ async fn random_sigkills_on_a_nostr_key_leave_exactly_one_final_per_message() {
     wrong.extend(unsettled.into_iter().map(|s| format!("reply intent {s}")));
     eprintln!(
         "nostr crash matrix figures: seed={seed} kills={kills} messages={} finals={finals} \
-         cancelled_unsent={cancelled} retried_intents={retried} violations={} leftovers={} \
-         seconds={:.1}",
+         lost_answers={}/{lost} cancelled_unsent={cancelled} retried_intents={retried} \
+         violations={} leftovers={} seconds={:.1}",
         asked.len(),
+        conversation.relay.answers_lost(),
         wrong.len(),
         leftovers.len(),
         started.elapsed().as_secs_f64()
