@@ -263,6 +263,13 @@ mod tests {
             "{}",
             plugin.description
         );
+        let link = plugin.extension::<NostrLink>().expect("the link");
+        let shown = format!("{link:?}");
+        assert!(
+            !shown.contains(key.expose()),
+            "the secret key is not in Debug: {shown}"
+        );
+        assert!(shown.contains(&link.public_key().to_hex()));
         for (settings, k) in [
             (
                 json!({ "secret_key_env": "K", "relays": [] }),
