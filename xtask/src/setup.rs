@@ -4,9 +4,9 @@
 //! test server), three Python venvs under the target directory: aiogram (the Telegram
 //! simulator's cross-check with a client written against the real Bot API), slack-sdk (the same
 //! for the Slack simulator) and Synapse (the Matrix channel's tests run against a real
-//! homeserver), and tmi.js and twurple under `<target>/node` (the Twitch simulator's
-//! cross-checks). `cargo xtask setup` runs this alone;
-//! `cargo xtask ci` runs it first.
+//! homeserver), and npm packages under `<target>/node`: tmi.js and twurple (the Twitch
+//! simulator's cross-checks) and nostr-tools (the Nostr channel's cross-check with a client
+//! others wrote). `cargo xtask setup` runs this alone; `cargo xtask ci` runs it first.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -63,6 +63,8 @@ struct NpmTool {
     /// Installed together; the first is the one probed.
     packages: &'static [&'static str],
     version: &'static str,
+    /// What needs it, for the error when npm is missing.
+    for_what: &'static str,
 }
 
 /// The tmi.js the Twitch simulator's TMI cross-check is written against.
@@ -70,6 +72,7 @@ const TMIJS: NpmTool = NpmTool {
     dir: "tmijs",
     packages: &["tmi.js"],
     version: "1.8.5",
+    for_what: "the Twitch simulator's tmi.js cross-check",
 };
 
 /// The twurple the Twitch simulator's Helix cross-check is written against.
@@ -77,6 +80,15 @@ const TWURPLE: NpmTool = NpmTool {
     dir: "twurple",
     packages: &["@twurple/api", "@twurple/auth"],
     version: "8.2.0",
+    for_what: "the Twitch simulator's twurple cross-check",
+};
+
+/// The nostr-tools the Nostr channel's cross-check is written against.
+const NOSTR_TOOLS: NpmTool = NpmTool {
+    dir: "nostr-tools",
+    packages: &["nostr-tools"],
+    version: "2.25.2",
+    for_what: "the Nostr channel's nostr-tools cross-check",
 };
 
 pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
@@ -95,6 +107,7 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
         ensure_python_tool(&SLACK_SDK)?;
     }
     ensure_python_tool(&SYNAPSE)?;
+    ensure_npm_tool(&NOSTR_TOOLS)?;
     if !Path::new(NGIRCD).exists() {
         install_ngircd()?;
     }
@@ -116,9 +129,12 @@ fn ensure_npm_tool(tool: &NpmTool) -> anyhow::Result<()> {
         .join(tool.dir);
     let package = tool.packages[0];
     let manifest = dir.join("node_modules").join(package).join("package.json");
-    let installed = std::fs::read_to_string(&manifest)
-        .is_ok_and(|text| text.contains(&format!("\"version\": \"{}\"", tool.version)));
-    if installed {
+    let installed = std::fs::read_to_string(&manifest).ok().and_then(|text| {
+        serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v["version"].as_str().map(str::to_owned))
+    });
+    if installed.as_deref() == Some(tool.version) {
         return Ok(());
     }
     println!(
@@ -129,9 +145,10 @@ fn ensure_npm_tool(tool: &NpmTool) -> anyhow::Result<()> {
     );
     if !succeeds(Command::new("npm").arg("--version")) {
         bail!(
-            "npm is needed for {package}@{} (the Twitch simulator's cross-checks): install \
-             nodejs and npm (apt-get install nodejs npm)",
-            tool.version
+            "npm is needed for {package}@{} ({}): install nodejs and npm (apt-get install \
+             nodejs npm)",
+            tool.version,
+            tool.for_what
         );
     }
     std::fs::create_dir_all(&dir)?;

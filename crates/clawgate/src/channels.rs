@@ -14,7 +14,8 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-matrix",
             feature = "channel-irc",
             feature = "channel-twitch",
-            feature = "channel-slack"
+            feature = "channel-slack",
+            feature = "channel-nostr"
         )),
         allow(unused_mut)
     )]
@@ -33,6 +34,8 @@ pub fn registry() -> ChannelRegistry {
     registry.register(std::sync::Arc::new(clawgate_channel_twitch::TwitchFactory));
     #[cfg(feature = "channel-slack")]
     registry.register(std::sync::Arc::new(clawgate_channel_slack::SlackFactory));
+    #[cfg(feature = "channel-nostr")]
+    registry.register(std::sync::Arc::new(clawgate_channel_nostr::NostrFactory));
     registry
 }
 

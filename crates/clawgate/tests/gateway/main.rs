@@ -2,7 +2,8 @@
 //! SIGKILL mid-reply and restart, an agent killed between two messages, two gateways side by
 //! side, the chat page in a browser, the operator CLI in both modes, a Telegram bot on the Bot
 //! API simulator, a Slack app on the Slack simulator, a Matrix account on a real Synapse, an IRC
-//! nick on a real ngircd, and a Twitch bot on the Twitch chat simulator.
+//! nick on a real ngircd, a Twitch bot on the Twitch chat simulator, and a Nostr key on a real
+//! relay.
 
 mod browser;
 mod cli;
@@ -15,6 +16,7 @@ mod failure;
 mod irc;
 mod isolation;
 mod matrix;
+mod nostr;
 mod platform_faults;
 mod plugin_channel;
 mod slack;
