@@ -11,9 +11,10 @@ use clawgate_channel_sdk::{
     SendError,
 };
 use clawgate_types::{
-    ChannelMessage, DeliveryCapabilities, DeliveryFailureKind, LiveCancelReason, LiveCapabilities,
-    MessageCapabilities, MessageOrigin, MessagePartKind, MessageReceipt, MessageReceiptPart,
-    MessageRelation, RenderedMessageUnit, TextCapabilities, ThreadCapabilities,
+    AttachmentCapabilities, ChannelMessage, DeliveryCapabilities, DeliveryFailureKind,
+    LiveCancelReason, LiveCapabilities, MessageCapabilities, MessageOrigin, MessagePartKind,
+    MessageReceipt, MessageReceiptPart, MessageRelation, RenderedMessageUnit, TextCapabilities,
+    ThreadCapabilities,
 };
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -94,6 +95,12 @@ fn capabilities() -> MessageCapabilities {
             TextCapabilities::default()
                 .with_max_length(MAX_TEXT_CHARS)
                 .with_chunking(true),
+        )
+        // Media by URL, sent as its link (Discord unfurls it); uploads are not implemented.
+        .with_attachments(
+            AttachmentCapabilities::default()
+                .with_upload(false)
+                .with_remote_url(true),
         )
         .with_threads(
             ThreadCapabilities::default()

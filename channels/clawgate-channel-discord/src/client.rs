@@ -340,12 +340,6 @@ impl Limiter {
             }
         }
     }
-
-    /// Refused answers counted in the current window.
-    #[cfg(test)]
-    pub(crate) fn invalid_count(&self) -> usize {
-        self.lock().invalid.len()
-    }
 }
 
 /// A REST endpoint and the bot's token.
@@ -400,11 +394,6 @@ impl Rest {
 
     pub(crate) fn token(&self) -> &Secret {
         &self.token
-    }
-
-    #[cfg(test)]
-    pub(crate) fn limiter(&self) -> &Limiter {
-        &self.limiter
     }
 
     /// One call. `route` is the route template (`POST /channels/{id}/messages`) and `major`

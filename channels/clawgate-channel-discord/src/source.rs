@@ -201,7 +201,7 @@ enum End {
 }
 
 /// The Gateway websocket of one bot.
-pub struct GatewaySource {
+pub(crate) struct GatewaySource {
     name: String,
     rest: Rest,
     bot: Arc<BotCell>,
