@@ -94,16 +94,17 @@ impl Sessions {
         }
     }
 
-    /// Writes the session with its safe `seq` (atomically: a temp file renamed over it).
-    fn persist(&self, tracker: &Tracker) {
+    /// Moves the session's `seq` to the safe mark and writes it (atomically: a temp file
+    /// renamed over it).
+    fn persist(&self, tracker: &mut Tracker) {
+        let safe = tracker.safe_seq();
+        if let Some(record) = tracker.record.as_mut() {
+            record.seq = safe;
+        }
         let result = match &tracker.record {
             Some(record) => {
-                let record = SessionRecord {
-                    seq: tracker.safe_seq(),
-                    ..record.clone()
-                };
                 let tmp = self.path.with_extension("tmp");
-                serde_json::to_vec(&record)
+                serde_json::to_vec(record)
                     .map_err(std::io::Error::other)
                     .and_then(|bytes| std::fs::write(&tmp, bytes))
                     .and_then(|()| std::fs::rename(&tmp, &self.path))
@@ -123,7 +124,7 @@ impl Sessions {
         t.record = None;
         t.pending.clear();
         t.last_seen = 0;
-        self.persist(&t);
+        self.persist(&mut t);
     }
 
     fn started(&self, record: SessionRecord) {
@@ -131,7 +132,7 @@ impl Sessions {
         t.last_seen = record.seq;
         t.pending.clear();
         t.record = Some(record);
-        self.persist(&t);
+        self.persist(&mut t);
     }
 
     fn seen(&self, seq: u64, pending: bool) {
@@ -141,22 +142,27 @@ impl Sessions {
             t.pending.insert(seq);
         }
         if !pending && t.pending.is_empty() {
-            self.persist(&t);
+            self.persist(&mut t);
         }
     }
 
     fn acked(&self, seq: u64) {
         let mut t = self.lock();
         t.pending.remove(&seq);
-        self.persist(&t);
+        self.persist(&mut t);
     }
 
-    fn unacked_before_resume(&self) {
-        // Events not acked will be replayed by the resume: they are no longer pending here.
+    /// The session to resume, from the safe mark: events not acked yet are replayed by the
+    /// resume, so they are no longer pending here.
+    fn resume_point(&self) -> Option<SessionRecord> {
         let mut t = self.lock();
         let safe = t.safe_seq();
         t.pending.clear();
         t.last_seen = safe;
+        if let Some(record) = t.record.as_mut() {
+            record.seq = safe;
+        }
+        t.record.clone()
     }
 }
 
@@ -423,8 +429,7 @@ impl PushedFeed for GatewaySource {
     async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
         let mut backoff = Duration::from_secs(1);
         loop {
-            let resume = self.sessions.lock().record.clone();
-            let resuming = resume.is_some();
+            let resume = self.sessions.resume_point();
             let end = match self.connect_once(&sink, resume).await {
                 Ok(end) => end,
                 Err(error) => {
@@ -436,12 +441,7 @@ impl PushedFeed for GatewaySource {
                 End::Stopped => return Ok(()),
                 End::Fatal(error) => return Err(error),
                 End::Identify => self.sessions.forget(),
-                End::Resume => {
-                    if resuming && self.sessions.lock().record.is_none() {
-                        self.sessions.forget();
-                    }
-                    self.sessions.unacked_before_resume();
-                }
+                End::Resume => {}
             }
             let connected = self.sessions.lock().record.is_some();
             let wait = backoff.mul_f64(0.5 + jitter() / 2.0);

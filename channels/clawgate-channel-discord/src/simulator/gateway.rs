@@ -98,7 +98,11 @@ impl Conversation {
             return Vec::new();
         };
         let after = self.sent_upto;
+        let conn = self.conn;
         let events: Vec<(u64, String, Value)> = self.inner.with_state(|s| {
+            if !s.conns.contains_key(&conn) {
+                return Vec::new();
+            }
             s.sessions
                 .get(&session)
                 .filter(|x| x.alive)

@@ -601,6 +601,10 @@ impl Inner {
                     sent += 1;
                 }
             }
+            if matches!(command, Command::Drop | Command::Close(_)) {
+                // From now on nothing more goes out on them, whenever their tasks notice.
+                s.conns.retain(|_, c| c.bot.as_deref() != Some(bot));
+            }
             if let Command::Invalidate(false) = command {
                 for session in s.sessions.values_mut().filter(|x| x.bot == bot) {
                     session.alive = false;
