@@ -7,5 +7,6 @@
 mod conformance;
 mod gateway;
 mod peer;
+mod rooms;
 mod send;
 mod simulator;
