@@ -376,6 +376,16 @@ async fn handle(
         if let Some(FaultKind::RateLimited { retry_after, global }) = fault {
             state::count_invalid(s, invalid_limit);
             let retry = Duration::from_secs_f64(retry_after.max(0.0));
+            // As with a real 429, the limit stays spent until `retry_after` has passed.
+            let spent = Bucket {
+                remaining: 0,
+                reset_at: now + retry,
+            };
+            if global {
+                s.global.insert(call.bot.clone().unwrap_or_default(), spent);
+            } else {
+                s.buckets.insert((route, major.clone()), spent);
+            }
             let scope = if global { "global" } else { "user" };
             let headers = if global { Vec::new() } else { limit_headers };
             return Gate::Refuse(too_many(retry, global, scope, headers), 429, Some(scope));
