@@ -163,10 +163,20 @@ mod tests {
     fn dms_are_direct_and_bots_and_webhooks_are_bot_authors() {
         let dm = json!({ "id": "1", "channel_id": "5", "content": "x", "author": { "id": "4", "username": "a" } });
         assert_eq!(
-            receiver().normalize(&dm).unwrap().message.target.kind,
+            receiver()
+                .normalize(&dm)
+                .expect("normalizes")
+                .message
+                .target
+                .kind,
             TargetKind::Direct
         );
         let hook = json!({ "id": "2", "channel_id": "5", "guild_id": "7", "content": "x", "webhook_id": "9", "author": { "id": "9", "username": "hook" } });
-        assert!(receiver().normalize(&hook).unwrap().is_bot_author);
+        assert!(
+            receiver()
+                .normalize(&hook)
+                .expect("normalizes")
+                .is_bot_author
+        );
     }
 }

@@ -379,7 +379,7 @@ impl GatewaySource {
             4013 | 4014 => fatal(
                 "enable the Message Content intent for the bot (Developer Portal → Bot → Privileged Gateway Intents)",
             ),
-            4010 | 4011 | 4012 => fatal("the shard setup is invalid"),
+            4010..=4012 => fatal("the shard setup is invalid"),
             // Session gone: a new one.
             4007 | 4009 => End::Identify,
             _ => End::Resume,

@@ -755,24 +755,27 @@ fn create_message(
     let dm = channel.dm;
     let enforce = body.get("enforce_nonce").and_then(Value::as_bool) == Some(true);
     let now = s.now();
-    if let (true, Some(n)) = (enforce, &nonce_text) {
-        if let Some((id, at)) = s.nonces.get(&(bot.to_owned(), n.clone())).cloned() {
-            if now.duration_since(at) < window {
-                // The earlier message is returned and nothing new is created.
-                let earlier = s
-                    .channels
-                    .values()
-                    .flat_map(|c| c.messages.iter())
-                    .find(|m| m.id == id)
-                    .cloned();
-                if let Some(earlier) = earlier {
-                    let earlier_dm = s.channels.get(&earlier.channel_id).is_some_and(|c| c.dm);
-                    return Ok((
-                        200,
-                        earlier.to_json((!earlier_dm).then_some(guild.as_str())),
-                    ));
-                }
-            }
+    let earlier = match (enforce, &nonce_text) {
+        (true, Some(n)) => s
+            .nonces
+            .get(&(bot.to_owned(), n.clone()))
+            .filter(|(_, at)| now.duration_since(*at) < window)
+            .map(|(id, _)| id.clone()),
+        _ => None,
+    };
+    if let Some(id) = earlier {
+        // The earlier message is returned and nothing new is created.
+        let found = s.channels.values().find_map(|c| {
+            c.messages
+                .iter()
+                .find(|m| m.id == id)
+                .map(|m| (m.clone(), c.dm))
+        });
+        if let Some((message, earlier_dm)) = found {
+            return Ok((
+                200,
+                message.to_json((!earlier_dm).then_some(guild.as_str())),
+            ));
         }
     }
     let reply_to = match body.get("message_reference") {

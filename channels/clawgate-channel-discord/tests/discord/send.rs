@@ -544,8 +544,7 @@ async fn a_preview_is_cancelled_for_an_explicit_reply_and_the_final_answers_its_
         .sim
         .calls()
         .into_iter()
-        .filter(|c| c.route == Route::CreateMessage)
-        .last()
+        .rfind(|c| c.route == Route::CreateMessage)
         .unwrap();
     assert_eq!(final_create.body["content"], json!("That one."));
     assert_eq!(final_create.body["enforce_nonce"], json!(true));
