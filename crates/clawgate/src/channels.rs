@@ -12,7 +12,8 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-qa",
             feature = "channel-telegram",
             feature = "channel-matrix",
-            feature = "channel-irc"
+            feature = "channel-irc",
+            feature = "channel-discord"
         )),
         allow(unused_mut)
     )]
@@ -27,6 +28,10 @@ pub fn registry() -> ChannelRegistry {
     registry.register(std::sync::Arc::new(clawgate_channel_matrix::MatrixFactory));
     #[cfg(feature = "channel-irc")]
     registry.register(std::sync::Arc::new(clawgate_channel_irc::IrcFactory));
+    #[cfg(feature = "channel-discord")]
+    registry.register(std::sync::Arc::new(
+        clawgate_channel_discord::DiscordFactory::default(),
+    ));
     registry
 }
 

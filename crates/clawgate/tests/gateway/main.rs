@@ -10,6 +10,7 @@ mod crash;
 mod crash_matrix;
 mod crash_points;
 mod dead_agent;
+mod discord;
 mod failure;
 mod isolation;
 mod matrix;
