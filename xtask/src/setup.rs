@@ -3,8 +3,9 @@
 //! Chromium + chromedriver (the chat page's browser test), Debian's ngircd (the IRC channel's
 //! test server), and two Python venvs under the target directory: aiogram (the Telegram
 //! simulator's cross-check with a client written against the real Bot API) and Synapse (the
-//! Matrix channel's tests run against a real homeserver). `cargo xtask setup` runs this alone;
-//! `cargo xtask ci` runs it first.
+//! Matrix channel's tests run against a real homeserver), and discord.js's REST and Gateway
+//! packages under the target directory (the Discord simulator's cross-check). `cargo xtask
+//! setup` runs this alone; `cargo xtask ci` runs it first.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -45,6 +46,21 @@ const SYNAPSE: PythonTool = PythonTool {
     for_what: "the Matrix channel's tests (Synapse runs in it)",
 };
 
+/// npm packages the tests run, pinned, installed together at `<target>/node/<dir>`.
+struct NodeTool {
+    dir: &'static str,
+    packages: &'static [&'static str],
+    for_what: &'static str,
+}
+
+/// discord.js's REST client and Gateway client the Discord simulator's cross-check uses.
+const DISCORDJS: NodeTool = NodeTool {
+    dir: "discordjs",
+    packages: &["@discordjs/rest@2.6.3", "@discordjs/ws@2.0.4"],
+    for_what: "the Discord simulator's discord.js test (or point CLAWGATE_DISCORDJS_MODULES at a \
+               node_modules with @discordjs/rest and @discordjs/ws)",
+};
+
 pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     if !succeeds(&mut cargo(["deny", "--version"])) {
         println!("setup: installing {CARGO_DENY} (once per machine)");
@@ -58,19 +74,73 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
         ensure_python_tool(&AIOGRAM)?;
     }
     ensure_python_tool(&SYNAPSE)?;
+    if std::env::var_os("CLAWGATE_DISCORDJS_MODULES").is_none() {
+        ensure_node_tool(&DISCORDJS)?;
+    }
     if !Path::new(NGIRCD).exists() {
         install_ngircd()?;
     }
     Ok(())
 }
 
-/// `<target>/python/<venv>`.
-fn venv_dir(tool: &PythonTool) -> PathBuf {
+/// The target directory the tests are built into.
+fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| project_root().join("target"))
-        .join("python")
-        .join(tool.venv)
+}
+
+/// `<target>/python/<venv>`.
+fn venv_dir(tool: &PythonTool) -> PathBuf {
+    target_dir().join("python").join(tool.venv)
+}
+
+/// `npm install <package@version>…` into `<target>/node/<dir>`, unless each package's
+/// `package.json` there already names its pinned version.
+fn ensure_node_tool(tool: &NodeTool) -> anyhow::Result<()> {
+    let dir = target_dir().join("node").join(tool.dir);
+    let installed = |spec: &str| {
+        let (name, version) = spec.rsplit_once('@').unwrap_or((spec, ""));
+        std::fs::read_to_string(dir.join("node_modules").join(name).join("package.json"))
+            .is_ok_and(|text| text.contains(&format!("\"version\": \"{version}\"")))
+    };
+    if tool.packages.iter().all(|p| installed(p)) {
+        return Ok(());
+    }
+    println!(
+        "setup: installing {} into {} (once per machine)",
+        tool.packages.join(" "),
+        dir.display()
+    );
+    if !succeeds(Command::new("npm").arg("--version")) {
+        bail!(
+            "npm (Node.js 20 or later) is needed for {}: install nodejs and npm \
+             (apt-get install nodejs npm)",
+            tool.for_what
+        );
+    }
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("package.json"),
+        format!(
+            "{{\"name\": \"clawgate-{}\", \"private\": true}}\n",
+            tool.dir
+        ),
+    )?;
+    run_command(
+        Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--save-exact"])
+            .args(tool.packages)
+            .current_dir(&dir),
+    )?;
+    if !tool.packages.iter().all(|p| installed(p)) {
+        bail!(
+            "npm installed {} into {} but their versions do not match",
+            tool.packages.join(" "),
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// `python3 -m venv` + `pip install <package>==<version>`, unless the venv already has that

@@ -89,6 +89,8 @@ struct Conversation {
     conn: u64,
     session: Option<String>,
     sent_upto: u64,
+    /// The last frame was a heartbeat (it moves the zombie deadline).
+    heartbeat: bool,
 }
 
 impl Conversation {
@@ -161,6 +163,7 @@ impl Conversation {
         };
         let d = frame.get("d").cloned().unwrap_or(Value::Null);
         let code = u8::try_from(code).unwrap_or(u8::MAX);
+        self.heartbeat = code == op::HEARTBEAT;
         match code {
             op::HEARTBEAT => {
                 self.inner.with_state(|s| {
@@ -323,6 +326,7 @@ async fn connection(
         conn,
         session: None,
         sent_upto: 0,
+        heartbeat: false,
     };
     let interval_ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
     let result = async {
@@ -342,10 +346,11 @@ async fn connection(
                         Some(Ok(Message::Close(_)) | Err(_)) | None => break,
                         Some(Ok(_)) => continue,
                     };
-                    if text.contains("\"op\":1") || text.contains("\"op\": 1") {
+                    let step = talk.frame(&text);
+                    if talk.heartbeat {
                         deadline = tokio::time::Instant::now() + interval * 2;
                     }
-                    match talk.frame(&text) {
+                    match step {
                         Step::Send(messages) => {
                             for m in messages {
                                 sink.send(m).await?;

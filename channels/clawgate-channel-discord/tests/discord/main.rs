@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod conformance;
+mod discordjs;
 mod gateway;
 mod peer;
 mod rooms;
