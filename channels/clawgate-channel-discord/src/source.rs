@@ -55,6 +55,8 @@ struct Tracker {
     last_seen: u64,
     /// `s` of MESSAGE_CREATEs handed to the engine and not acked yet.
     pending: BTreeSet<u64>,
+    /// The current connection reached READY or RESUMED (the reconnect backoff starts over).
+    established: bool,
 }
 
 impl Tracker {
@@ -90,6 +92,7 @@ impl Sessions {
                 record,
                 last_seen,
                 pending: BTreeSet::new(),
+                established: false,
             }),
         }
     }
@@ -129,6 +132,7 @@ impl Sessions {
 
     fn started(&self, record: SessionRecord) {
         let mut t = self.lock();
+        t.established = true;
         t.last_seen = record.seq;
         t.pending.clear();
         t.record = Some(record);
@@ -417,6 +421,7 @@ impl GatewaySource {
             }
             Some("RESUMED") => {
                 info!(channel = %self.name, "Discord Gateway session resumed");
+                self.sessions.lock().established = true;
                 self.sessions.seen(seq, false);
             }
             _ => self.sessions.seen(seq, false),
@@ -430,6 +435,7 @@ impl PushedFeed for GatewaySource {
         let mut backoff = Duration::from_secs(1);
         loop {
             let resume = self.sessions.resume_point();
+            self.sessions.lock().established = false;
             let end = match self.connect_once(&sink, resume).await {
                 Ok(end) => end,
                 Err(error) => {
@@ -443,7 +449,7 @@ impl PushedFeed for GatewaySource {
                 End::Identify => self.sessions.forget(),
                 End::Resume => {}
             }
-            let connected = self.sessions.lock().record.is_some();
+            let connected = self.sessions.lock().established;
             let wait = backoff.mul_f64(0.5 + jitter() / 2.0);
             tokio::select! {
                 () = sink.stopped() => return Ok(()),
