@@ -5,8 +5,9 @@
 //! simulator's cross-check with a client written against the real Bot API), slack-sdk (the same
 //! for the Slack simulator) and Synapse (the Matrix channel's tests run against a real
 //! homeserver), and npm packages under `<target>/node`: tmi.js and twurple (the Twitch
-//! simulator's cross-checks) and nostr-tools (the Nostr channel's cross-check with a client
-//! others wrote). `cargo xtask setup` runs this alone; `cargo xtask ci` runs it first.
+//! simulator's cross-checks), discord.js's REST and Gateway packages (the Discord simulator's)
+//! and nostr-tools (the Nostr channel's cross-check with a client others wrote).
+//! `cargo xtask setup` runs this alone; `cargo xtask ci` runs it first.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,13 +57,11 @@ const SYNAPSE: PythonTool = PythonTool {
     for_what: "the Matrix channel's tests (Synapse runs in it)",
 };
 
-/// An npm package the tests run, pinned, installed at `<target>/node/<dir>` (the tests find it
-/// from their own binary's target directory).
+/// npm packages the tests run, pinned (`name@version`), installed together at
+/// `<target>/node/<dir>` (the tests find them from their own binary's target directory).
 struct NpmTool {
     dir: &'static str,
-    /// Installed together; the first is the one probed.
     packages: &'static [&'static str],
-    version: &'static str,
     /// What needs it, for the error when npm is missing.
     for_what: &'static str,
 }
@@ -70,25 +69,30 @@ struct NpmTool {
 /// The tmi.js the Twitch simulator's TMI cross-check is written against.
 const TMIJS: NpmTool = NpmTool {
     dir: "tmijs",
-    packages: &["tmi.js"],
-    version: "1.8.5",
+    packages: &["tmi.js@1.8.5"],
     for_what: "the Twitch simulator's tmi.js cross-check",
 };
 
 /// The twurple the Twitch simulator's Helix cross-check is written against.
 const TWURPLE: NpmTool = NpmTool {
     dir: "twurple",
-    packages: &["@twurple/api", "@twurple/auth"],
-    version: "8.2.0",
+    packages: &["@twurple/api@8.2.0", "@twurple/auth@8.2.0"],
     for_what: "the Twitch simulator's twurple cross-check",
 };
 
 /// The nostr-tools the Nostr channel's cross-check is written against.
 const NOSTR_TOOLS: NpmTool = NpmTool {
     dir: "nostr-tools",
-    packages: &["nostr-tools"],
-    version: "2.25.2",
+    packages: &["nostr-tools@2.25.2"],
     for_what: "the Nostr channel's nostr-tools cross-check",
+};
+
+/// discord.js's REST client and Gateway client the Discord simulator's cross-check uses.
+const DISCORDJS: NpmTool = NpmTool {
+    dir: "discordjs",
+    packages: &["@discordjs/rest@2.6.3", "@discordjs/ws@2.0.4"],
+    for_what: "the Discord simulator's discord.js test (or point CLAWGATE_DISCORDJS_MODULES at a \
+               node_modules with @discordjs/rest and @discordjs/ws)",
 };
 
 pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
@@ -108,6 +112,9 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     }
     ensure_python_tool(&SYNAPSE)?;
     ensure_npm_tool(&NOSTR_TOOLS)?;
+    if std::env::var_os("CLAWGATE_DISCORDJS_MODULES").is_none() {
+        ensure_npm_tool(&DISCORDJS)?;
+    }
     if !Path::new(NGIRCD).exists() {
         install_ngircd()?;
     }
@@ -120,67 +127,66 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `npm install <package>@<version>…` into `<target>/node/<dir>`, unless that version is there.
-fn ensure_npm_tool(tool: &NpmTool) -> anyhow::Result<()> {
-    let dir = std::env::var_os("CARGO_TARGET_DIR")
+/// The target directory the tests are built into.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| project_root().join("target"))
-        .join("node")
-        .join(tool.dir);
-    let package = tool.packages[0];
-    let manifest = dir.join("node_modules").join(package).join("package.json");
-    let installed = std::fs::read_to_string(&manifest).ok().and_then(|text| {
-        serde_json::from_str::<serde_json::Value>(&text)
-            .ok()
-            .and_then(|v| v["version"].as_str().map(str::to_owned))
-    });
-    if installed.as_deref() == Some(tool.version) {
-        return Ok(());
-    }
-    println!(
-        "setup: installing {}@{} into {} (once per machine)",
-        tool.packages.join(" + "),
-        tool.version,
-        dir.display()
-    );
-    if !succeeds(Command::new("npm").arg("--version")) {
-        bail!(
-            "npm is needed for {package}@{} ({}): install nodejs and npm (apt-get install \
-             nodejs npm)",
-            tool.version,
-            tool.for_what
-        );
-    }
-    std::fs::create_dir_all(&dir)?;
-    run_command(
-        Command::new("npm")
-            .arg("install")
-            .arg("--prefix")
-            .arg(&dir)
-            .args(["--no-audit", "--no-fund", "--no-save"])
-            .args(
-                tool.packages
-                    .iter()
-                    .map(|p| format!("{p}@{}", tool.version)),
-            ),
-    )?;
-    if !manifest.exists() {
-        bail!(
-            "npm installed {package}@{} but {} is missing",
-            tool.version,
-            manifest.display()
-        );
-    }
-    Ok(())
 }
 
 /// `<target>/python/<venv>`.
 fn venv_dir(tool: &PythonTool) -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| project_root().join("target"))
-        .join("python")
-        .join(tool.venv)
+    target_dir().join("python").join(tool.venv)
+}
+
+/// `npm install <package@version>…` into `<target>/node/<dir>`, unless each package's
+/// `package.json` there already names its pinned version.
+fn ensure_npm_tool(tool: &NpmTool) -> anyhow::Result<()> {
+    let dir = target_dir().join("node").join(tool.dir);
+    let installed = |spec: &str| {
+        let (name, version) = spec.rsplit_once('@').unwrap_or((spec, ""));
+        std::fs::read_to_string(dir.join("node_modules").join(name).join("package.json"))
+            .ok()
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+            .is_some_and(|manifest| manifest["version"] == version)
+    };
+    if tool.packages.iter().all(|p| installed(p)) {
+        return Ok(());
+    }
+    println!(
+        "setup: installing {} into {} (once per machine)",
+        tool.packages.join(" "),
+        dir.display()
+    );
+    if !succeeds(Command::new("npm").arg("--version")) {
+        bail!(
+            "npm (Node.js 20 or later) is needed for {}: install nodejs and npm \
+             (apt-get install nodejs npm)",
+            tool.for_what
+        );
+    }
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("package.json"),
+        format!(
+            "{{\"name\": \"clawgate-{}\", \"private\": true}}\n",
+            tool.dir
+        ),
+    )?;
+    run_command(
+        Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--save-exact"])
+            .args(tool.packages)
+            .current_dir(&dir),
+    )?;
+    if !tool.packages.iter().all(|p| installed(p)) {
+        bail!(
+            "npm installed {} into {} but their versions do not match",
+            tool.packages.join(" "),
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// `python3 -m venv` + `pip install <package>==<version>`, unless the venv already has that

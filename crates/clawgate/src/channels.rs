@@ -15,7 +15,8 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-irc",
             feature = "channel-twitch",
             feature = "channel-slack",
-            feature = "channel-nostr"
+            feature = "channel-nostr",
+            feature = "channel-discord"
         )),
         allow(unused_mut)
     )]
@@ -36,6 +37,10 @@ pub fn registry() -> ChannelRegistry {
     registry.register(std::sync::Arc::new(clawgate_channel_slack::SlackFactory));
     #[cfg(feature = "channel-nostr")]
     registry.register(std::sync::Arc::new(clawgate_channel_nostr::NostrFactory));
+    #[cfg(feature = "channel-discord")]
+    registry.register(std::sync::Arc::new(
+        clawgate_channel_discord::DiscordFactory::default(),
+    ));
     registry
 }
 

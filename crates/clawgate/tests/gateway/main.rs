@@ -1,9 +1,8 @@
 //! End-to-end tests of the real `clawgate` binary: a conversation through the QA platform,
 //! SIGKILL mid-reply and restart, an agent killed between two messages, two gateways side by
 //! side, the chat page in a browser, the operator CLI in both modes, a Telegram bot on the Bot
-//! API simulator, a Slack app on the Slack simulator, a Matrix account on a real Synapse, an IRC
-//! nick on a real ngircd, a Twitch bot on the Twitch chat simulator, and a Nostr key on a real
-//! relay.
+//! API simulator, Slack, Discord and Twitch bots on their simulators, a Matrix account on a real
+//! Synapse, an IRC nick on a real ngircd, and a Nostr key on a real relay.
 
 mod browser;
 mod cli;
@@ -12,6 +11,7 @@ mod crash;
 mod crash_matrix;
 mod crash_points;
 mod dead_agent;
+mod discord;
 mod failure;
 mod irc;
 mod isolation;

@@ -1,0 +1,271 @@
+//! The Gateway feed against the simulator's Gateway: identify with intents, heartbeats, resume
+//! after a drop (missed events replayed once), op 7, invalid sessions, fatal close codes, and the
+//! durable `seq` that lets a restarted gateway resume.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clawgate_channel_discord::INTENTS;
+use clawgate_channel_discord::simulator::{SimulatorConfig, WriteOptions};
+use clawgate_channel_sdk::prelude::*;
+use clawgate_channel_sdk::{EventSink, PushedEvent};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::peer::{Peer, build};
+
+/// An engine stand-in: keeps every event, acks it unless told not to.
+struct Sink {
+    events: Mutex<Vec<Value>>,
+    ack: bool,
+    stop: watch::Receiver<bool>,
+}
+
+#[async_trait]
+impl EventSink for Sink {
+    async fn deliver(&self, event: PushedEvent) {
+        self.events.lock().unwrap().push(event.raw.clone());
+        if self.ack {
+            event.ack.ack();
+        } else {
+            event.ack.nack("not taken");
+        }
+    }
+
+    async fn stopped(&self) {
+        let mut stop = self.stop.clone();
+        let _ = stop.wait_for(|s| *s).await;
+    }
+}
+
+struct Running {
+    sink: Arc<Sink>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), SourceError>>,
+}
+
+impl Running {
+    fn start(plugin: &ChannelPlugin, ack: bool) -> Running {
+        let InboundSource::Pushed(feed) = plugin.source.clone() else {
+            panic!("the Discord source is pushed");
+        };
+        let (stop, stopped) = watch::channel(false);
+        let sink = Arc::new(Sink {
+            events: Mutex::new(Vec::new()),
+            ack,
+            stop: stopped,
+        });
+        let dyn_sink: Arc<dyn EventSink> = sink.clone();
+        let task = tokio::spawn(async move { feed.run(dyn_sink).await });
+        Running { sink, stop, task }
+    }
+
+    fn texts(&self) -> Vec<String> {
+        self.sink
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e["content"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    async fn stop(self) -> Result<(), SourceError> {
+        let _ = self.stop.send(true);
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .unwrap()
+            .unwrap()
+    }
+}
+
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn quick_heartbeats() -> SimulatorConfig {
+    SimulatorConfig {
+        heartbeat_interval: Duration::from_millis(150),
+        ..SimulatorConfig::fast()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_feed_identifies_with_message_content_and_keeps_heartbeating() {
+    let peer = Peer::with(quick_heartbeats(), json!({})).await;
+    let running = Running::start(&peer.plugin, true);
+    until("a session", || peer.sim.connected(&peer.bot) == 1).await;
+    let stats = peer.sim.gateway_stats(&peer.bot);
+    assert_eq!(stats.intents, INTENTS);
+    assert_ne!(stats.intents & (1 << 15), 0, "MESSAGE_CONTENT");
+    until("three heartbeats acked", || {
+        peer.sim.gateway_stats(&peer.bot).heartbeats >= 3
+    })
+    .await;
+    let channel = peer.sim.add_channel("hb");
+    peer.sim.person_writes(
+        &channel,
+        &peer.person,
+        "still there?",
+        WriteOptions::default(),
+    );
+    until("the message", || running.texts() == vec!["still there?"]).await;
+    // Heartbeats kept the connection: no zombie close, no reconnect.
+    assert_eq!(peer.sim.gateway_stats(&peer.bot).identifies, 1);
+    assert_eq!(peer.sim.gateway_stats(&peer.bot).resumes, 0);
+    running.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_drop_the_feed_resumes_and_gets_what_it_missed_once() {
+    let peer = Peer::start().await;
+    let channel = peer.sim.add_channel("resume");
+    let running = Running::start(&peer.plugin, true);
+    until("a session", || peer.sim.connected(&peer.bot) == 1).await;
+    peer.sim
+        .person_writes(&channel, &peer.person, "one", WriteOptions::default());
+    until("one", || running.texts().len() == 1).await;
+    assert_eq!(peer.sim.disconnect(&peer.bot), 1);
+    peer.sim
+        .person_writes(&channel, &peer.person, "two", WriteOptions::default());
+    peer.sim
+        .person_writes(&channel, &peer.person, "three", WriteOptions::default());
+    until("the missed messages", || running.texts().len() == 3).await;
+    let stats = peer.sim.gateway_stats(&peer.bot);
+    assert_eq!(
+        (stats.identifies, stats.resumes),
+        (1, 1),
+        "resumed, not re-identified"
+    );
+    // Op 7: reconnect and resume again.
+    peer.sim.request_reconnect(&peer.bot);
+    until("a second resume", || {
+        peer.sim.gateway_stats(&peer.bot).resumes == 2 && peer.sim.connected(&peer.bot) == 1
+    })
+    .await;
+    peer.sim
+        .person_writes(&channel, &peer.person, "four", WriteOptions::default());
+    until("four", || running.texts().len() == 4).await;
+    assert_eq!(running.texts(), vec!["one", "two", "three", "four"]);
+    running.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_session_that_cannot_be_resumed_is_replaced_by_a_new_identify() {
+    let peer = Peer::start().await;
+    let channel = peer.sim.add_channel("invalid");
+    let running = Running::start(&peer.plugin, true);
+    until("a session", || peer.sim.connected(&peer.bot) == 1).await;
+    peer.sim.invalidate_session(&peer.bot, false);
+    until("a second identify", || {
+        peer.sim.gateway_stats(&peer.bot).identifies == 2 && peer.sim.connected(&peer.bot) == 1
+    })
+    .await;
+    assert_eq!(peer.sim.gateway_stats(&peer.bot).resumes, 0);
+    peer.sim.person_writes(
+        &channel,
+        &peer.person,
+        "new session",
+        WriteOptions::default(),
+    );
+    until("the message", || running.texts() == vec!["new session"]).await;
+    // A resumable invalid session is resumed.
+    peer.sim.invalidate_session(&peer.bot, true);
+    until("a resume", || {
+        peer.sim.gateway_stats(&peer.bot).resumes == 1
+    })
+    .await;
+    running.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_token_or_a_disallowed_intent_ends_the_feed_naming_what_to_fix() {
+    let peer = Peer::start().await;
+    let running = Running::start(&peer.plugin, true);
+    until("a session", || peer.sim.connected(&peer.bot) == 1).await;
+    peer.sim.close(&peer.bot, 4004);
+    let error = tokio::time::timeout(Duration::from_secs(10), running.task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(error.kind, DeliveryFailureKind::Auth);
+    assert!(
+        error.message.contains("4004") && error.message.contains("token"),
+        "{}",
+        error.message
+    );
+
+    let strict = Peer::with(
+        SimulatorConfig {
+            message_content_allowed: false,
+            ..SimulatorConfig::fast()
+        },
+        json!({}),
+    )
+    .await;
+    let running = Running::start(&strict.plugin, true);
+    let error = tokio::time::timeout(Duration::from_secs(10), running.task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        error.message.contains("4014") && error.message.contains("Message Content"),
+        "{}",
+        error.message
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_feed_resumes_from_the_durable_seq_and_gets_only_what_was_not_recorded() {
+    let peer = Peer::start().await;
+    let channel = peer.sim.add_channel("restart");
+    let first = Running::start(&peer.plugin, true);
+    until("a session", || peer.sim.connected(&peer.bot) == 1).await;
+    peer.sim
+        .person_writes(&channel, &peer.person, "recorded", WriteOptions::default());
+    until("recorded", || first.texts().len() == 1).await;
+    first.stop().await.unwrap();
+    peer.sim.person_writes(
+        &channel,
+        &peer.person,
+        "while down",
+        WriteOptions::default(),
+    );
+    // A new process: a new plugin from the same state directory.
+    let again = build(
+        &peer.factory,
+        &peer.sim,
+        &peer.bot,
+        peer.state.path(),
+        "discord",
+        json!({}),
+    )
+    .await
+    .unwrap();
+    let second = Running::start(&again, false);
+    until("the missed message", || second.texts().len() == 1).await;
+    assert_eq!(second.texts(), vec!["while down"]);
+    assert_eq!(peer.sim.gateway_stats(&peer.bot).resumes, 1);
+    // That one was not taken (nacked): the next process gets it again.
+    second.stop().await.unwrap();
+    let third_plugin = build(
+        &peer.factory,
+        &peer.sim,
+        &peer.bot,
+        peer.state.path(),
+        "discord",
+        json!({}),
+    )
+    .await
+    .unwrap();
+    let third = Running::start(&third_plugin, true);
+    until("the unrecorded message again", || third.texts().len() == 1).await;
+    assert_eq!(third.texts(), vec!["while down"]);
+    third.stop().await.unwrap();
+}
