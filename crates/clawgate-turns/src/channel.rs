@@ -19,6 +19,9 @@ pub struct Channel {
     pub plugin: ChannelPlugin,
     /// How many attempts an inbound event gets before it is dead-lettered.
     pub max_turn_attempts: u32,
+    /// Whether messages other bots write are answered (after the echo gate; the bot-loop guard
+    /// still applies). Off unless the channel entry turns it on.
+    pub allow_bots: bool,
 }
 
 impl Channel {
@@ -39,7 +42,15 @@ impl Channel {
             agent_id: agent_id.into(),
             plugin,
             max_turn_attempts,
+            allow_bots: false,
         }
+    }
+
+    /// The same channel, answering other bots' messages when `allow` is set.
+    #[must_use]
+    pub fn with_allow_bots(mut self, allow: bool) -> Channel {
+        self.allow_bots = allow;
+        self
     }
 }
 

@@ -240,14 +240,17 @@ impl Gateway {
                     ),
                 )));
             }
-            channels.push(Arc::new(Channel::new(
-                name,
-                section.kind.clone(),
-                section.account.clone(),
-                section.agent.clone(),
-                plugin,
-                section.max_turn_attempts,
-            )));
+            channels.push(Arc::new(
+                Channel::new(
+                    name,
+                    section.kind.clone(),
+                    section.account.clone(),
+                    section.agent.clone(),
+                    plugin,
+                    section.max_turn_attempts,
+                )
+                .with_allow_bots(section.allow_bots),
+            ));
         }
 
         let clock = Arc::new(SystemClock);
@@ -436,6 +439,7 @@ impl Gateway {
             self.clock.clone(),
             ReceiveOptions {
                 max_attempts: channel.max_turn_attempts,
+                allow_bots: channel.allow_bots,
                 account_id: Some(channel.account.clone()),
                 ..ReceiveOptions::default()
             },

@@ -208,6 +208,10 @@ pub struct ChannelSection {
     /// whose turn kills the gateway every time is set aside too; a gateway that crash-loops
     /// for other reasons uses up the in-flight messages' starts as well.
     pub max_turn_attempts: u32,
+    /// Whether messages other bots write on this account are answered. Gateway-failure echoes
+    /// are dropped before this is asked (by their origin marker, or the channel's outbound
+    /// registry), and the bot-loop guard still cools down a pair of bots answering each other.
+    pub allow_bots: bool,
 }
 
 impl Default for ChannelSection {
@@ -218,6 +222,7 @@ impl Default for ChannelSection {
             agent: "main".into(),
             settings: toml::Table::new(),
             max_turn_attempts: 5,
+            allow_bots: false,
         }
     }
 }

@@ -4,6 +4,7 @@
 //! API simulator, Slack, Discord and Twitch bots on their simulators, a Matrix account on a real
 //! Synapse, an IRC nick on a real ngircd, and a Nostr key on a real relay.
 
+mod bots;
 mod browser;
 mod cli;
 mod conversation;
