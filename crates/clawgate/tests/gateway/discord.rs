@@ -14,7 +14,7 @@ use clawgate_channel_discord::simulator::{
 };
 
 use crate::support::{
-    BIN, GatewayProcess, Rng, crash_seed, crash_size, demo_reply, leftover_processes,
+    GatewayProcess, Rng, channel_config, crash_seed, crash_size, demo_reply, leftover_processes,
 };
 
 const TOKEN_ENV: &str = "E2E_DISCORD_TOKEN";
@@ -95,24 +95,11 @@ impl Room {
 }
 
 fn config_file(dir: &Path, api_base: &str, agent_args: &[&str]) -> PathBuf {
-    let mut command = vec![BIN.to_owned(), "demo-agent".to_owned()];
-    command.extend(agent_args.iter().map(|a| (*a).to_owned()));
-    let command = command
-        .iter()
-        .map(|a| format!("{a:?}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let text = format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
-         [retry]\nbase_delay_ms = 100\nmax_delay_ms = 5000\nreconcile_delay_ms = 100\n\n\
-         [[agents]]\nid = \"main\"\ncommand = [{command}]\n\n\
-         [[channels]]\nkind = \"discord\"\nmax_turn_attempts = 50\n\
-         settings = {{ api_base = \"{api_base}\", token_env = \"{TOKEN_ENV}\", \
-         request_timeout_ms = 5000 }}\n"
+    let settings = format!(
+        "api_base = \"{api_base}\", token_env = \"{TOKEN_ENV}\", \
+         request_timeout_ms = 5000"
     );
-    let path = dir.join("clawgate.toml");
-    std::fs::write(&path, text).expect("config written");
-    path
+    channel_config(dir, "discord", &settings, agent_args, 100)
 }
 
 #[derive(Debug, Clone)]

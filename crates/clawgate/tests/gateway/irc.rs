@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use clawgate_channel_irc::testing::{Client, Ngircd, Penalties};
 
 use crate::support::{
-    BIN, GatewayProcess, Rng, crash_seed, crash_size, demo_reply, leftover_processes, state_pairs,
+    GatewayProcess, Rng, channel_config, crash_seed, crash_size, demo_reply, leftover_processes,
+    state_pairs,
 };
 
 const NICK: &str = "clawbot";
@@ -137,25 +138,12 @@ impl Network {
 }
 
 fn config_file(dir: &Path, port: u16, agent_args: &[&str]) -> PathBuf {
-    let mut command = vec![BIN.to_owned(), "demo-agent".to_owned()];
-    command.extend(agent_args.iter().map(|a| (*a).to_owned()));
-    let command = command
-        .iter()
-        .map(|a| format!("{a:?}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let text = format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
-         [retry]\nbase_delay_ms = 100\nmax_delay_ms = 5000\nreconcile_delay_ms = 100\n\n\
-         [[agents]]\nid = \"main\"\ncommand = [{command}]\n\n\
-         [[channels]]\nkind = \"irc\"\nmax_turn_attempts = 50\n\
-         settings = {{ server = \"127.0.0.1\", port = {port}, nick = \"{NICK}\", \
+    let settings = format!(
+        "server = \"127.0.0.1\", port = {port}, nick = \"{NICK}\", \
          channels = [\"{CHANNEL}\"], answer_timeout_ms = 5000, reconnect_min_ms = 100, \
-         reconnect_max_ms = 1000 }}\n"
+         reconnect_max_ms = 1000"
     );
-    let path = dir.join("clawgate.toml");
-    std::fs::write(&path, text).expect("config written");
-    path
+    channel_config(dir, "irc", &settings, agent_args, 100)
 }
 
 #[derive(Debug, Default)]

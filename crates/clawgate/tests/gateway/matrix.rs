@@ -11,7 +11,7 @@ use clawgate_channel_matrix::testing::{MessageLimit, Synapse, User, enc};
 use serde_json::{Value, json};
 
 use crate::support::{
-    BIN, GatewayProcess, Rng, crash_seed, crash_size, demo_reply, leftover_processes,
+    GatewayProcess, Rng, channel_config, crash_seed, crash_size, demo_reply, leftover_processes,
 };
 
 const TOKEN_ENV: &str = "E2E_MX_TOKEN";
@@ -141,24 +141,11 @@ impl Room {
 }
 
 fn config_file(dir: &Path, homeserver: &str, user_id: &str, agent_args: &[&str]) -> PathBuf {
-    let mut command = vec![BIN.to_owned(), "demo-agent".to_owned()];
-    command.extend(agent_args.iter().map(|a| (*a).to_owned()));
-    let command = command
-        .iter()
-        .map(|a| format!("{a:?}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let text = format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
-         [retry]\nbase_delay_ms = 100\nmax_delay_ms = 5000\nreconcile_delay_ms = 100\n\n\
-         [[agents]]\nid = \"main\"\ncommand = [{command}]\n\n\
-         [[channels]]\nkind = \"matrix\"\nmax_turn_attempts = 50\n\
-         settings = {{ homeserver_url = \"{homeserver}\", user_id = \"{user_id}\", \
-         token_env = \"{TOKEN_ENV}\", poll_timeout_s = 1, request_timeout_ms = 5000 }}\n"
+    let settings = format!(
+        "homeserver_url = \"{homeserver}\", user_id = \"{user_id}\", \
+         token_env = \"{TOKEN_ENV}\", poll_timeout_s = 1, request_timeout_ms = 5000"
     );
-    let path = dir.join("clawgate.toml");
-    std::fs::write(&path, text).expect("config written");
-    path
+    channel_config(dir, "matrix", &settings, agent_args, 100)
 }
 
 #[derive(Debug, Clone)]

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use clawgate_channel_nostr::testing::{Keys, Person, TestRelay};
 
 use crate::support::{
-    BIN, GatewayProcess, Rng, crash_seed, crash_size, demo_reply, leftover_processes, state_pairs,
+    GatewayProcess, Rng, channel_config, crash_seed, crash_size, demo_reply, leftover_processes,
+    state_pairs,
 };
 
 const KEY_ENV: &str = "E2E_NOSTR_SECRET_KEY";
@@ -74,24 +75,11 @@ impl Conversation {
 }
 
 fn config_file(dir: &Path, relay: &str, agent_args: &[&str]) -> PathBuf {
-    let mut command = vec![BIN.to_owned(), "demo-agent".to_owned()];
-    command.extend(agent_args.iter().map(|a| (*a).to_owned()));
-    let command = command
-        .iter()
-        .map(|a| format!("{a:?}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let text = format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
-         [retry]\nbase_delay_ms = 100\nmax_delay_ms = 5000\nreconcile_delay_ms = 100\n\n\
-         [[agents]]\nid = \"main\"\ncommand = [{command}]\n\n\
-         [[channels]]\nkind = \"nostr\"\nmax_turn_attempts = 50\n\
-         settings = {{ secret_key_env = \"{KEY_ENV}\", relays = [\"{relay}\"], \
-         answer_timeout_ms = 5000, connect_wait_ms = 5000, reconnect_ms = 100 }}\n"
+    let settings = format!(
+        "secret_key_env = \"{KEY_ENV}\", relays = [\"{relay}\"], \
+         answer_timeout_ms = 5000, connect_wait_ms = 5000, reconnect_ms = 100"
     );
-    let path = dir.join("clawgate.toml");
-    std::fs::write(&path, text).expect("config written");
-    path
+    channel_config(dir, "nostr", &settings, agent_args, 100)
 }
 
 /// The reply intents: how many were cancelled unsent (the reply of a turn a kill cut short,

@@ -22,7 +22,8 @@ use clawgate_channel_slack::simulator::{
 };
 
 use crate::support::{
-    BIN, GatewayProcess, Rng, crash_seed, crash_size, demo_reply, leftover_processes, state_pairs,
+    GatewayProcess, Rng, channel_config, crash_seed, crash_size, demo_reply, leftover_processes,
+    state_pairs,
 };
 
 const TOKEN_ENV: &str = "E2E_SLACK_TOKEN";
@@ -96,25 +97,12 @@ impl App {
 }
 
 fn config_file(dir: &Path, sim: &SlackSimulator, port: u16, agent_args: &[&str]) -> PathBuf {
-    let mut command = vec![BIN.to_owned(), "demo-agent".to_owned()];
-    command.extend(agent_args.iter().map(|a| (*a).to_owned()));
-    let command = command
-        .iter()
-        .map(|a| format!("{a:?}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let text = format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
-         [retry]\nbase_delay_ms = 100\nmax_delay_ms = 5000\nreconcile_delay_ms = 500\n\n\
-         [[agents]]\nid = \"main\"\ncommand = [{command}]\n\n\
-         [[channels]]\nkind = \"slack\"\nmax_turn_attempts = 50\n\
-         settings = {{ token_env = \"{TOKEN_ENV}\", signing_secret_env = \"{SECRET_ENV}\", \
-         api_base = \"{}\", events_listen = \"127.0.0.1:{port}\", request_timeout_ms = 3000 }}\n",
+    let settings = format!(
+        "token_env = \"{TOKEN_ENV}\", signing_secret_env = \"{SECRET_ENV}\", \
+         api_base = \"{}\", events_listen = \"127.0.0.1:{port}\", request_timeout_ms = 3000",
         sim.api_url()
     );
-    let path = dir.join("clawgate.toml");
-    std::fs::write(&path, text).expect("config written");
-    path
+    channel_config(dir, "slack", &settings, agent_args, 500)
 }
 
 /// One message a person wrote, and the one final it must get.

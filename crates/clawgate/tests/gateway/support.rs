@@ -69,6 +69,36 @@ pub(crate) fn config_file_with_agent(
     path
 }
 
+/// A configuration with the bundled agent (`demo-agent` with `agent_args`) answering one
+/// `[[channels]]` entry of `kind`, whose inline settings table holds `settings`: quick retries,
+/// reconciliation after `reconcile_delay_ms`, and 50 turn starts per message (the channels'
+/// crash matrices kill the gateway often).
+pub(crate) fn channel_config(
+    dir: &Path,
+    kind: &str,
+    settings: &str,
+    agent_args: &[&str],
+    reconcile_delay_ms: u64,
+) -> PathBuf {
+    let command = std::iter::once(BIN)
+        .chain(std::iter::once("demo-agent"))
+        .chain(agent_args.iter().copied())
+        .map(|a| format!("{a:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let text = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
+         [retry]\nbase_delay_ms = 100\nmax_delay_ms = 5000\n\
+         reconcile_delay_ms = {reconcile_delay_ms}\n\n\
+         [[agents]]\nid = \"main\"\ncommand = [{command}]\n\n\
+         [[channels]]\nkind = \"{kind}\"\nmax_turn_attempts = 50\n\
+         settings = {{ {settings} }}\n"
+    );
+    let path = dir.join("clawgate.toml");
+    std::fs::write(&path, text).expect("config written");
+    path
+}
+
 impl GatewayProcess {
     /// Starts `clawgate up` and waits until it prints its URL.
     pub(crate) fn start(state: &Path, config: &Path) -> GatewayProcess {

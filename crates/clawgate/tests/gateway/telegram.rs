@@ -20,7 +20,8 @@ use clawgate_channel_telegram::simulator::{
 };
 
 use crate::support::{
-    BIN, GatewayProcess, Rng, crash_seed, crash_size, demo_reply, leftover_processes, state_pairs,
+    GatewayProcess, Rng, channel_config, crash_seed, crash_size, demo_reply, leftover_processes,
+    state_pairs,
 };
 
 const TOKEN_ENV: &str = "E2E_TG_TOKEN";
@@ -96,13 +97,6 @@ impl Bot {
 }
 
 fn config_file(dir: &Path, sim: &BotApiSimulator, mode: Mode, agent_args: &[&str]) -> PathBuf {
-    let mut command = vec![BIN.to_owned(), "demo-agent".to_owned()];
-    command.extend(agent_args.iter().map(|a| (*a).to_owned()));
-    let command = command
-        .iter()
-        .map(|a| format!("{a:?}"))
-        .collect::<Vec<_>>()
-        .join(", ");
     let source = match mode {
         Mode::Polling => String::new(),
         Mode::Webhook => {
@@ -117,18 +111,12 @@ fn config_file(dir: &Path, sim: &BotApiSimulator, mode: Mode, agent_args: &[&str
             )
         }
     };
-    let text = format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
-         [retry]\nbase_delay_ms = 100\nmax_delay_ms = 5000\nreconcile_delay_ms = 100\n\n\
-         [[agents]]\nid = \"main\"\ncommand = [{command}]\n\n\
-         [[channels]]\nkind = \"telegram\"\nmax_turn_attempts = 50\n\
-         settings = {{ token_env = \"{TOKEN_ENV}\", api_base = \"{}\", poll_timeout_s = 1, \
-         request_timeout_ms = 3000{source} }}\n",
+    let settings = format!(
+        "token_env = \"{TOKEN_ENV}\", api_base = \"{}\", poll_timeout_s = 1, \
+         request_timeout_ms = 3000{source}",
         sim.base_url()
     );
-    let path = dir.join("clawgate.toml");
-    std::fs::write(&path, text).expect("config written");
-    path
+    channel_config(dir, "telegram", &settings, agent_args, 100)
 }
 
 /// One message a person wrote, and the one final it must get.

@@ -20,7 +20,8 @@ use clawgate_channel_twitch::limits::without_suffix;
 use clawgate_channel_twitch::simulator::{SimUser, SimulatorConfig, TwitchSimulator};
 
 use crate::support::{
-    BIN, GatewayProcess, Rng, crash_seed, crash_size, demo_reply, leftover_processes, state_pairs,
+    GatewayProcess, Rng, channel_config, crash_seed, crash_size, demo_reply, leftover_processes,
+    state_pairs,
 };
 
 const TOKEN_ENV: &str = "E2E_TWITCH_TOKEN";
@@ -116,34 +117,21 @@ impl Bot {
 }
 
 fn config_file(dir: &Path, sim: &TwitchSimulator, send_via: &str, agent_args: &[&str]) -> PathBuf {
-    let mut command = vec![BIN.to_owned(), "demo-agent".to_owned()];
-    command.extend(agent_args.iter().map(|a| (*a).to_owned()));
-    let command = command
-        .iter()
-        .map(|a| format!("{a:?}"))
-        .collect::<Vec<_>>()
-        .join(", ");
     let config = sim.config();
     let channels: Vec<String> = CHANNELS.iter().map(|c| format!("#{c}")).collect();
-    let text = format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
-         [retry]\nbase_delay_ms = 100\nmax_delay_ms = 5000\nreconcile_delay_ms = 100\n\n\
-         [[agents]]\nid = \"main\"\ncommand = [{command}]\n\n\
-         [[channels]]\nkind = \"twitch\"\nmax_turn_attempts = 50\n\
-         settings = {{ login = \"{}\", token_env = \"{TOKEN_ENV}\", user_id = \"{}\", \
+    let settings = format!(
+        "login = \"{}\", token_env = \"{TOKEN_ENV}\", user_id = \"{}\", \
          client_id = \"{}\", channels = {channels:?}, send_via = \"{send_via}\", \
          irc_server = \"127.0.0.1\", irc_port = {}, helix_base = \"{}\", \
          request_timeout_ms = 3000, answer_timeout_ms = 3000, reconnect_min_ms = 50, \
-         reconnect_max_ms = 500 }}\n",
+         reconnect_max_ms = 500",
         config.bot_login,
         config.bot_user_id,
         config.client_id,
         sim.irc_port(),
         sim.helix_base(),
     );
-    let path = dir.join("clawgate.toml");
-    std::fs::write(&path, text).expect("config written");
-    path
+    channel_config(dir, "twitch", &settings, agent_args, 100)
 }
 
 /// One message a person wrote, and the one final it must get.
