@@ -1,8 +1,9 @@
 //! `cargo xtask ci`: everything CI runs, in order, stopping at the first failure.
 //!
-//! The order puts cheap, common failures first (formatting, lints, docs) and the slow publish
-//! check last: every publishable crate's own tests, built from its packaged `.crate`
-//! ([`packaged`]). First, the test tools a fresh machine lacks are installed (cargo-deny, Debian's
+//! The order puts cheap, common failures first (formatting, lints, docs), then the unpublished
+//! crates' tests, and the slow publish check last: every publishable crate's own tests, built
+//! from its packaged `.crate` ([`packaged`]) — the only place they run, so no test is built and
+//! run twice — followed by the conformance report on the binaries both test runs built. First, the test tools a fresh machine lacks are installed (cargo-deny, Debian's
 //! Chromium and chromedriver: see `setup`); without cargo-nextest the tests run under
 //! `cargo test`.
 
@@ -46,14 +47,17 @@ struct Step {
 struct Environment {
     nextest: bool,
     deny: bool,
+    /// The published crates: their tests run in the packaged crates step, not the test step.
+    published: Vec<String>,
 }
 
 impl Environment {
-    fn probe() -> Self {
-        Environment {
+    fn probe() -> anyhow::Result<Self> {
+        Ok(Environment {
             nextest: succeeds(&mut cargo(["nextest", "--version"])),
             deny: succeeds(&mut cargo(["deny", "--version"])),
-        }
+            published: tidy::published(&tidy::workspace()?),
+        })
     }
 }
 
@@ -102,8 +106,25 @@ fn plan(env: &Environment) -> Vec<Step> {
             },
         },
     ];
+    // The published crates' tests run in the packaged crates step.
+    let excluded: Vec<String> = env
+        .published
+        .iter()
+        .flat_map(|name| ["--exclude".to_owned(), name.clone()])
+        .collect();
+    let workspace_step = |name, command: &[&str]| {
+        let mut args: Vec<String> = command.iter().map(|arg| (*arg).to_owned()).collect();
+        args.extend(excluded.iter().cloned());
+        Step {
+            name,
+            action: Action::Cargo {
+                args,
+                env: Vec::new(),
+            },
+        }
+    };
     if env.nextest {
-        steps.push(cargo_step(
+        steps.push(workspace_step(
             "tests",
             &[
                 "nextest",
@@ -114,12 +135,12 @@ fn plan(env: &Environment) -> Vec<Step> {
             ],
         ));
         // nextest does not run doctests.
-        steps.push(cargo_step(
+        steps.push(workspace_step(
             "doctests",
             &["test", "--doc", "--workspace", "--all-features"],
         ));
     } else {
-        steps.push(cargo_step(
+        steps.push(workspace_step(
             "tests",
             &["test", "--workspace", "--all-features"],
         ));
@@ -149,16 +170,16 @@ fn plan(env: &Environment) -> Vec<Step> {
         }
     });
     steps.push(Step {
-        name: "conformance",
-        action: Action::Xtask {
-            line: "cargo xtask conformance",
-            run: conformance::run,
-        },
-    });
-    steps.push(Step {
         name: "packaged crates",
         action: Action::PackagedCrates {
             nextest: env.nextest,
+        },
+    });
+    steps.push(Step {
+        name: "conformance",
+        action: Action::Xtask {
+            line: "cargo xtask conformance (on the test binaries the two test runs built)",
+            run: conformance::run_after_ci_tests,
         },
     });
     steps
@@ -224,7 +245,7 @@ pub(crate) fn run(only: Option<&str>) -> anyhow::Result<()> {
     let started = Instant::now();
     let color = term_color();
     crate::setup::ensure_test_tools()?;
-    let env = Environment::probe();
+    let env = Environment::probe()?;
     let steps = select(plan(&env), only)?;
     println!(
         "ci: {} steps (nextest: {}, cargo-deny: {}, CARGO_TERM_COLOR={color})",
@@ -288,6 +309,7 @@ mod tests {
         let env = Environment {
             nextest: true,
             deny: true,
+            published: vec!["clawgate".to_owned(), "clawgate-types".to_owned()],
         };
         assert_eq!(
             lines(&env),
@@ -295,13 +317,16 @@ mod tests {
                 "fmt: cargo fmt --all -- --check",
                 "clippy: cargo clippy --workspace --all-targets --all-features -- -D warnings",
                 "docs: RUSTDOCFLAGS=\"-D warnings\" cargo doc --workspace --no-deps --all-features",
-                "tests: cargo nextest run --workspace --all-features --no-fail-fast",
-                "doctests: cargo test --doc --workspace --all-features",
+                "tests: cargo nextest run --workspace --all-features --no-fail-fast \
+                 --exclude clawgate --exclude clawgate-types",
+                "doctests: cargo test --doc --workspace --all-features \
+                 --exclude clawgate --exclude clawgate-types",
                 "codegen: cargo xtask codegen --check",
                 "tidy: cargo xtask tidy",
                 "deny: cargo deny check bans licenses sources",
-                "conformance: cargo xtask conformance",
                 &format!("packaged crates: {}", packaged::line(true)),
+                "conformance: cargo xtask conformance (on the test binaries the two test runs \
+                 built)",
             ]
         );
     }
@@ -342,11 +367,15 @@ mod tests {
             "{lines:?}"
         );
         assert!(lines.contains(&"deny: cargo-deny not installed: skipped".to_owned()));
+        let packaged_at = lines
+            .iter()
+            .position(|line| line.starts_with("packaged crates: "));
+        let conformance_at = lines
+            .iter()
+            .position(|line| line.starts_with("conformance: "));
         assert!(
-            lines
-                .last()
-                .is_some_and(|line| line.starts_with("packaged crates: ")),
-            "{lines:?}"
+            packaged_at.is_some() && conformance_at == packaged_at.map(|at| at + 1),
+            "the conformance report reads what the packaged crates step built: {lines:?}"
         );
     }
 }

@@ -1,10 +1,11 @@
 //! `cargo xtask conformance`: every conformance suite of the workspace, one after another.
 //!
 //! A suite is a set of test binaries and the filter that selects their macro-generated
-//! conformance tests. The binaries are the ones the CI test step runs: built once by
-//! `cargo test --workspace --all-features --no-run` (nothing new to build after that step; a
-//! per-package `cargo test -p` would resolve features per package and build the dependency tree
-//! again for each suite). Before a suite runs, its tests are listed: a suite whose filter matches
+//! conformance tests. The binaries are built once for the whole workspace by
+//! `cargo test --workspace --all-features --no-run` (a per-package `cargo test -p` would resolve
+//! features per package and build the dependency tree again for each suite). In CI they are the
+//! binaries the test steps ran: the unpublished crates' from the repository, the published
+//! crates' from the packaged crates' workspace, so nothing new is built. Before a suite runs, its tests are listed: a suite whose filter matches
 //! nothing fails instead of passing vacuously (a renamed module must not silently switch a suite
 //! off).
 
@@ -14,6 +15,7 @@ use std::process::Command;
 use anyhow::{Context as _, bail};
 
 use crate::cmd::{cargo, display, read_stdout};
+use crate::packaged;
 use crate::tidy::{self, CONFORMANCE, Package};
 
 /// The filter of every suite: the suites' macros generate their tests in `mod conformance`.
@@ -69,9 +71,10 @@ struct TestBinary {
     dir: PathBuf,
 }
 
-/// The command that builds (or finds already built) every test binary of the workspace.
-fn build_args() -> [&'static str; 6] {
-    [
+/// The command that builds (or finds already built) every test binary of the workspace, less
+/// the `excluded` packages.
+fn build_args(excluded: &[String]) -> Vec<String> {
+    let mut args: Vec<String> = [
         "test",
         "--workspace",
         "--all-features",
@@ -79,6 +82,12 @@ fn build_args() -> [&'static str; 6] {
         "--message-format",
         "json-render-diagnostics",
     ]
+    .map(str::to_owned)
+    .to_vec();
+    for package in excluded {
+        args.extend(["--exclude".to_owned(), package.clone()]);
+    }
+    args
 }
 
 /// The package name in a cargo package id: `path+file:///…/name#1.0.0`, or
@@ -189,11 +198,28 @@ fn count_listed(list: &str) -> usize {
     list.lines().filter(|line| line.ends_with(": test")).count()
 }
 
+/// `cargo xtask conformance`: every suite, on test binaries built from the repository.
 pub(crate) fn run() -> anyhow::Result<()> {
+    run_on(vec![cargo(build_args(&[]))])
+}
+
+/// The CI step, after the test steps: the binaries they built (see the module comment).
+pub(crate) fn run_after_ci_tests() -> anyhow::Result<()> {
+    let published = tidy::published(&tidy::workspace()?);
+    run_on(vec![
+        cargo(build_args(&published)),
+        packaged::cargo_in_workspace(build_args(&[])),
+    ])
+}
+
+/// Every suite, on the test binaries the `builds` make (or find already made).
+fn run_on(builds: Vec<Command>) -> anyhow::Result<()> {
     let suites = suites(&tidy::workspace()?);
-    let mut build = cargo(build_args());
-    println!("conformance: {}", display(&build));
-    let binaries = test_binaries(&read_stdout(&mut build)?)?;
+    let mut binaries = Vec::new();
+    for mut build in builds {
+        println!("conformance: {}", display(&build));
+        binaries.extend(test_binaries(&read_stdout(&mut build)?)?);
+    }
     let mut failed = Vec::new();
     for suite in &suites {
         let mut listed = 0;

@@ -9,13 +9,12 @@
 //! one alone there (what `cargo package`'s own verify would build: a crate that compiles only
 //! with features a sibling turns on fails here), then run the tests of all of them in one
 //! `cargo nextest run --workspace` plus their doctests. The runs share the workspace's target
-//! directory, so dependencies the test step built are reused; the repository's `Cargo.lock` is
-//! copied in, so the tests build against the same dependency versions.
+//! directory, so dependencies the earlier steps built are reused; the repository's `Cargo.lock`
+//! is copied in, so the tests build against the same dependency versions.
 //!
-//! The random-instant crash matrices are left out of this run: they live in the gateway's test
-//! binary, which this run builds and whose other tests it runs (so its files and dev-dependencies
-//! are proven), and they run in full in the test step. Run twice they were the longest part of
-//! a CI run.
+//! This is the only run of the publishable crates' tests in CI (the test step runs the
+//! unpublished crates' tests alone): run once from the repository and once from the packages,
+//! the same tests were built and run twice, the longest part of a CI run.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -185,27 +184,16 @@ fn check_args(member: &Publishable) -> Vec<String> {
         .to_vec()
 }
 
-/// The crash matrices' test names all start with this (see the module comment).
-const CRASH_MATRICES: &str = "random_sigkills";
-
 /// The tests of every extracted crate, in one run: under nextest when it is installed.
 fn test_args(nextest: bool) -> Vec<String> {
     let common = ["--workspace", "--all-features", "--no-fail-fast"].map(str::to_owned);
-    if nextest {
-        let mut args = vec!["nextest".to_owned(), "run".to_owned()];
-        args.extend(common);
-        args.extend(["-E".to_owned(), format!("not test(/{CRASH_MATRICES}/)")]);
-        args
+    let mut args = if nextest {
+        vec!["nextest".to_owned(), "run".to_owned()]
     } else {
-        let mut args = vec!["test".to_owned()];
-        args.extend(common);
-        args.extend([
-            "--".to_owned(),
-            "--skip".to_owned(),
-            CRASH_MATRICES.to_owned(),
-        ]);
-        args
-    }
+        vec!["test".to_owned()]
+    };
+    args.extend(common);
+    args
 }
 
 /// The doctests of every extracted crate (nextest does not run them).
@@ -217,11 +205,35 @@ fn doctest_args() -> Vec<String> {
 
 /// Where the step works: `<target>/packaged-crates`, kept between runs so dependency builds are
 /// reused.
-pub(crate) fn work_dir() -> PathBuf {
+fn work_dir() -> PathBuf {
+    target_dir().join("packaged-crates")
+}
+
+/// The repository's target directory. The generated workspace builds into it too: the
+/// dependencies the earlier steps built are reused (the extracted crates are other packages to
+/// cargo, so their own artifacts do not collide with the repository's).
+fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| project_root().join("target"))
-        .join("packaged-crates")
+        .map_or_else(|| project_root().join("target"), PathBuf::from)
+}
+
+/// The generated workspace of extracted crates.
+fn workspace_dir() -> PathBuf {
+    work_dir().join("workspace")
+}
+
+/// `cargo <args>` run in the generated workspace, building into the repository's target
+/// directory: after this step, the same arguments find everything built.
+pub(crate) fn cargo_in_workspace<I, S>(args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: Into<std::ffi::OsString>,
+{
+    let mut command = cargo(args);
+    command
+        .current_dir(workspace_dir())
+        .env("CARGO_TARGET_DIR", target_dir());
+    command
 }
 
 fn remove_dir(path: &Path) -> anyhow::Result<()> {
@@ -307,12 +319,7 @@ pub(crate) fn run(dirty: bool, nextest: bool) -> anyhow::Result<()> {
     }
     let work = work_dir();
     let packaged = work.join("package-target");
-    let workspace = work.join("workspace");
-    // The workspace's own target directory: the dependencies the test step built are reused
-    // (the extracted crates are other packages to cargo, so their own artifacts do not collide
-    // with the workspace's).
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| project_root().join("target"), std::path::PathBuf::from);
+    let workspace = workspace_dir();
 
     // Packaged into a directory of their own, emptied first, so no `.crate` of an earlier run
     // (or a crate no longer published) is extracted.
@@ -339,13 +346,7 @@ pub(crate) fn run(dirty: bool, nextest: bool) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
 
-    let in_workspace = |args: Vec<String>| {
-        let mut command = cargo(args);
-        command
-            .current_dir(&workspace)
-            .env("CARGO_TARGET_DIR", &target);
-        command
-    };
+    let in_workspace = cargo_in_workspace::<Vec<String>, String>;
     let mut failed = Vec::new();
     for member in &members {
         let mut check = in_workspace(check_args(member));
@@ -585,18 +586,12 @@ mod tests {
                 "run",
                 "--workspace",
                 "--all-features",
-                "--no-fail-fast",
-                "-E",
-                "not test(/random_sigkills/)"
+                "--no-fail-fast"
             ]
         );
         assert_eq!(
-            test_args(false)[..4],
+            test_args(false),
             ["test", "--workspace", "--all-features", "--no-fail-fast"]
-        );
-        assert_eq!(
-            test_args(false).last().map(String::as_str),
-            Some(CRASH_MATRICES)
         );
     }
 }

@@ -433,6 +433,17 @@ fn inherits_workspace_lints(manifest: &str) -> bool {
 }
 
 /// The workspace crates, from `cargo metadata --no-deps` and their manifests.
+/// The names of the packages that are published (`publish` not `false`), sorted.
+pub(crate) fn published(packages: &[Package]) -> Vec<String> {
+    let mut names: Vec<String> = packages
+        .iter()
+        .filter(|package| package.manifest.publishable)
+        .map(|package| package.name.clone())
+        .collect();
+    names.sort_unstable();
+    names
+}
+
 pub(crate) fn workspace() -> anyhow::Result<Vec<Package>> {
     let json = read_stdout(&mut cargo([
         "metadata",
