@@ -21,6 +21,9 @@ pub enum Ircv3 {
     /// `cap`, `ircv3`, `echo-message`, `labeled-response`, `msgid`, `batch`, `server-time`,
     /// `message-tags` (`ircv3_ctctags`): what the channel asks for is offered.
     On,
+    /// All of [`Ircv3::On`] but `labeled-response`: echoes come back unlabeled (the channel
+    /// then keeps PING receipts and must still know its echoes from people's lines).
+    EchoOnly,
     /// `cap` alone: `CAP LS` answers, offering none of what the channel asks for.
     Off,
 }
@@ -77,6 +80,15 @@ impl Inspircd {
                 "ircv3",
                 "ircv3_echomessage",
                 "ircv3_labeledresponse",
+                "ircv3_msgid",
+                "ircv3_batch",
+                "ircv3_servertime",
+                "ircv3_ctctags",
+            ],
+            Ircv3::EchoOnly => &[
+                "cap",
+                "ircv3",
+                "ircv3_echomessage",
                 "ircv3_msgid",
                 "ircv3_batch",
                 "ircv3_servertime",

@@ -26,7 +26,7 @@ async fn setup(ircv3: Ircv3) -> (Inspircd, Client, ChannelPlugin) {
     let server = Inspircd::start(ircv3);
     // Only a server with the IRCv3 modules offers message-tags.
     let caps: &[&str] = match ircv3 {
-        Ircv3::On => &["message-tags"],
+        Ircv3::On | Ircv3::EchoOnly => &["message-tags"],
         Ircv3::Off => &[],
     };
     let person = Client::connect_with_caps(server.port, "ada", caps);
@@ -116,8 +116,24 @@ async fn a_multi_line_final_gets_one_labeled_echo_and_msgid_per_line() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn our_echoes_never_reach_the_feed() {
-    let (_server, person, plugin) = setup(Ircv3::On).await;
+async fn our_labeled_echoes_never_reach_the_feed() {
+    our_echoes_never_reach_the_feed(Ircv3::On).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_echo_message_alone_receipts_are_pings_and_echoes_still_never_reach_the_feed() {
+    our_echoes_never_reach_the_feed(Ircv3::EchoOnly).await;
+}
+
+async fn our_echoes_never_reach_the_feed(ircv3: Ircv3) {
+    let (_server, person, plugin) = setup(ircv3).await;
+    let caps = link(&plugin).capabilities();
+    assert!(caps.iter().any(|c| c == "echo-message"), "{caps:?}");
+    assert_eq!(
+        caps.iter().any(|c| c == "labeled-response"),
+        ircv3 == Ircv3::On,
+        "{caps:?}"
+    );
     let sink = Arc::new(Collect {
         events: Mutex::new(Vec::new()),
         stop: watch::channel(false).0,
@@ -129,8 +145,11 @@ async fn our_echoes_never_reach_the_feed() {
         let sink = sink.clone();
         async move { feed.run(sink).await }
     });
-    for (n, text) in ["an answer", "claw: talking to myself"].into_iter().enumerate() {
-        plugin
+    for (n, text) in ["an answer", "claw: talking to myself"]
+        .into_iter()
+        .enumerate()
+    {
+        let receipt = plugin
             .sender
             .send_unit(
                 &context(&plugin, &format!("echo-{n}")),
@@ -138,6 +157,13 @@ async fn our_echoes_never_reach_the_feed() {
             )
             .await
             .expect("sent");
+        // Labeled: the echo's msgid; echo alone: a PING fence's synthetic receipt.
+        assert_eq!(
+            receipt.platform_message_id.starts_with("irc-"),
+            ircv3 == Ircv3::EchoOnly,
+            "{}",
+            receipt.platform_message_id
+        );
     }
     // The server echoed both lines before taking the person's (its lines are in order).
     block(|| {
