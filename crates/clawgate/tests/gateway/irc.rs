@@ -1,11 +1,13 @@
-//! The real binary with an IRC nick on a real ngircd (started by the test, so it outlives a
-//! gateway killed with SIGKILL): the random-time crash matrix, judged from what a person in
-//! the channel received.
+//! The real binary with an IRC nick on a real server (started by the test, so it outlives a
+//! gateway killed with SIGKILL): the random-time crash matrix on ngircd (plain IRC, PING
+//! receipts) and on InspIRCd 3 (IRCv3 echo-message + labeled-response: the labeled echo is the
+//! receipt), judged from what a person in the channel — a second client — received.
 //!
 //! Plain IRC has no message ids, no history and no redelivery, so two outcomes are inherent
 //! and allowed, each with its evidence in the state directory:
-//! - a final whose line was written but whose `PONG` a kill cut off stays
-//!   `unknown_after_send` (reported, never repeated): it may or may not have landed;
+//! - a final whose line was written but whose `PONG` (or labeled echo) a kill cut off stays
+//!   `unknown_after_send` (reported, never repeated): it may or may not have landed; with
+//!   IRCv3 too, InspIRCd 3 has no `draft/chathistory` to look the line up by;
 //! - a line the server relayed to the gateway just before a kill, before its durable inbound
 //!   record, is gone: the server will not send it again. Only lines written while a kill was
 //!   pending may end so; the messages of the last, unkilled run must each get their final.
@@ -15,7 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use clawgate_channel_irc::testing::{Client, Ngircd, Penalties};
+use clawgate_channel_irc::testing::{Client, Inspircd, Ircv3, Ngircd, Penalties};
 
 use crate::support::{
     GatewayProcess, Rng, channel_config, crash_seed, crash_size, demo_reply, leftover_processes,
@@ -26,10 +28,24 @@ const NICK: &str = "clawbot";
 const CHANNEL: &str = "#crash";
 const PERSON: &str = "ada";
 
+/// Which server the nick is on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Server {
+    Ngircd,
+    /// With its IRCv3 modules.
+    Inspircd,
+}
+
+/// A running server of either kind (stopped by its pid when dropped).
+enum Running {
+    Ngircd(Ngircd),
+    Inspircd(Inspircd),
+}
+
 /// A server, a person in the channel, and a state directory for the gateway's nick.
 struct Network {
-    /// Runs until the test ends (stopped by its pid when dropped).
-    _server: Ngircd,
+    /// Runs until the test ends.
+    _server: Running,
     person: Client,
     dir: tempfile::TempDir,
     config: PathBuf,
@@ -54,11 +70,26 @@ struct Asked {
 
 impl Network {
     fn start(agent_args: &[&str]) -> Network {
-        let server = Ngircd::start(Penalties::Off);
-        let person = Client::connect(server.port, PERSON);
+        Network::on(Server::Ngircd, agent_args)
+    }
+
+    fn on(kind: Server, agent_args: &[&str]) -> Network {
+        let (server, port) = match kind {
+            Server::Ngircd => {
+                let server = Ngircd::start(Penalties::Off);
+                let port = server.port;
+                (Running::Ngircd(server), port)
+            }
+            Server::Inspircd => {
+                let server = Inspircd::start(Ircv3::On);
+                let port = server.port;
+                (Running::Inspircd(server), port)
+            }
+        };
+        let person = Client::connect(port, PERSON);
         person.join(CHANNEL);
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = config_file(dir.path(), server.port, agent_args);
+        let config = config_file(dir.path(), port, agent_args);
         Network {
             _server: server,
             person,
@@ -241,12 +272,26 @@ fn lines_queued_behind_a_running_turn_survive_a_kill() {
 
 #[test]
 fn random_sigkills_on_an_irc_nick_never_duplicate_or_silently_lose_a_final() {
+    crash_matrix(Server::Ngircd);
+}
+
+/// The same matrix where receipts are InspIRCd's labeled echoes.
+#[test]
+fn random_sigkills_on_an_ircv3_nick_never_duplicate_or_silently_lose_a_final() {
+    crash_matrix(Server::Inspircd);
+}
+
+fn crash_matrix(server: Server) {
     const WORDS: usize = 8;
+    let name = match server {
+        Server::Ngircd => "irc",
+        Server::Inspircd => "irc (inspircd)",
+    };
     let seed = crash_seed();
     let (kills, count) = crash_size("IRC", 8, 24);
-    eprintln!("irc crash matrix: seed {seed}, {kills} kills, {count} messages");
+    eprintln!("{name} crash matrix: seed {seed}, {kills} kills, {count} messages");
     let mut rng = Rng(seed);
-    let network = Network::start(&["--chunk-ms", "25", "--words", "8"]);
+    let network = Network::on(server, &["--chunk-ms", "25", "--words", "8"]);
     let per_kill = count.div_ceil(usize::try_from(kills).unwrap_or(1).max(1));
     let place = |rng: &mut Rng| {
         if rng.below(2) == 0 {
@@ -285,7 +330,7 @@ fn random_sigkills_on_an_irc_nick_never_duplicate_or_silently_lose_a_final() {
     let verdict = judge(&network, &asked);
     let leftovers = leftover_processes(&network.state());
     eprintln!(
-        "irc crash matrix figures: seed={seed} kills={kills} messages={} finals={} unknown={} \
+        "{name} crash matrix figures: seed={seed} kills={kills} messages={} finals={} unknown={} \
          unrecorded={} violations={} leftovers={} seconds={:.1}",
         asked.len(),
         verdict.finals,
@@ -298,7 +343,7 @@ fn random_sigkills_on_an_irc_nick_never_duplicate_or_silently_lose_a_final() {
     if !verdict.problems.is_empty() || !leftovers.is_empty() || !status.success() {
         let kept = network.dir.keep();
         panic!(
-            "irc crash matrix failed (seed {seed}; CLAWGATE_CRASH_SEED={seed} replays it; state \
+            "{name} crash matrix failed (seed {seed}; CLAWGATE_CRASH_SEED={seed} replays it; state \
              kept in {}): clean stop {status}; {:?}; leftovers {leftovers:?}",
             kept.display(),
             verdict.problems
