@@ -36,16 +36,12 @@ enum Server {
     Inspircd,
 }
 
-/// A running server of either kind (stopped by its pid when dropped).
-enum Running {
-    Ngircd(Ngircd),
-    Inspircd(Inspircd),
-}
-
 /// A server, a person in the channel, and a state directory for the gateway's nick.
 struct Network {
-    /// Runs until the test ends.
-    _server: Running,
+    /// The server, of one kind or the other: runs until the test ends (stopped by its pid
+    /// when dropped).
+    _ngircd: Option<Ngircd>,
+    _inspircd: Option<Inspircd>,
     person: Client,
     dir: tempfile::TempDir,
     config: PathBuf,
@@ -74,24 +70,22 @@ impl Network {
     }
 
     fn on(kind: Server, agent_args: &[&str]) -> Network {
-        let (server, port) = match kind {
-            Server::Ngircd => {
-                let server = Ngircd::start(Penalties::Off);
-                let port = server.port;
-                (Running::Ngircd(server), port)
-            }
-            Server::Inspircd => {
-                let server = Inspircd::start(Ircv3::On);
-                let port = server.port;
-                (Running::Inspircd(server), port)
-            }
+        let (ngircd, inspircd) = match kind {
+            Server::Ngircd => (Some(Ngircd::start(Penalties::Off)), None),
+            Server::Inspircd => (None, Some(Inspircd::start(Ircv3::On))),
         };
+        let port = ngircd
+            .as_ref()
+            .map(|s| s.port)
+            .or(inspircd.as_ref().map(|s| s.port))
+            .unwrap_or_default();
         let person = Client::connect(port, PERSON);
         person.join(CHANNEL);
         let dir = tempfile::tempdir().expect("tempdir");
         let config = config_file(dir.path(), port, agent_args);
         Network {
-            _server: server,
+            _ngircd: ngircd,
+            _inspircd: inspircd,
             person,
             dir,
             config,
