@@ -79,7 +79,11 @@ impl Network {
             .map(|s| s.port)
             .or(inspircd.as_ref().map(|s| s.port))
             .unwrap_or_default();
-        let person = Client::connect(port, PERSON);
+        // On InspIRCd the person reads message tags: each line's msgid, to hold receipts to.
+        let person = match kind {
+            Server::Ngircd => Client::connect(port, PERSON),
+            Server::Inspircd => Client::connect_with_caps(port, PERSON, &["message-tags"]),
+        };
         person.join(CHANNEL);
         let dir = tempfile::tempdir().expect("tempdir");
         let config = config_file(dir.path(), port, agent_args);
@@ -160,6 +164,46 @@ impl Network {
         );
         texts
     }
+}
+
+/// IRCv3 only: each sent reply's receipt ids must be the `msgid`s of lines the person saw
+/// (the labeled echo settled it, not a PING fence). Returns how many receipt ids matched, and
+/// the ones that did not.
+fn receipts_are_msgids(network: &Network) -> (usize, Vec<String>) {
+    let mut seen = std::collections::BTreeSet::new();
+    for target in [CHANNEL, PERSON] {
+        seen.extend(
+            network
+                .person
+                .tagged_texts_from(NICK, target)
+                .into_iter()
+                .filter_map(|(msgid, _)| msgid),
+        );
+    }
+    let intents = state_pairs(&network.state(), "SELECT payload, status FROM send_intents");
+    let (mut matched, mut unmatched) = (0, Vec::new());
+    for (payload, status) in intents {
+        if status != "sent" {
+            continue;
+        }
+        let payload: serde_json::Value = serde_json::from_str(&payload).expect("intent JSON");
+        let parts = payload["receipt"]["parts"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for part in parts {
+            let id = part["platformMessageId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if seen.contains(&id) {
+                matched += 1;
+            } else {
+                unmatched.push(id);
+            }
+        }
+    }
+    (matched, unmatched)
 }
 
 fn config_file(dir: &Path, port: u16, agent_args: &[&str]) -> PathBuf {
@@ -321,11 +365,22 @@ fn crash_matrix(server: Server) {
     settle(&network, &asked, Duration::from_secs(20));
     let status = gateway.interrupt();
     network.person.sync();
-    let verdict = judge(&network, &asked);
+    let mut verdict = judge(&network, &asked);
     let leftovers = leftover_processes(&network.state());
+    let labeled = if server == Server::Inspircd {
+        let (matched, unmatched) = receipts_are_msgids(&network);
+        if matched == 0 || !unmatched.is_empty() {
+            verdict.problems.push(format!(
+                "receipts that are no msgid the person saw: {unmatched:?} ({matched} matched)"
+            ));
+        }
+        format!(" labeled_receipts={matched}")
+    } else {
+        String::new()
+    };
     eprintln!(
         "{name} crash matrix figures: seed={seed} kills={kills} messages={} finals={} unknown={} \
-         unrecorded={} violations={} leftovers={} seconds={:.1}",
+         unrecorded={} violations={} leftovers={} seconds={:.1}{labeled}",
         asked.len(),
         verdict.finals,
         verdict.unknown,
