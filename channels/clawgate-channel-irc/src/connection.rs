@@ -539,7 +539,8 @@ async fn run(
                 };
                 if labeled
                     && let Some(flight) = in_flight.as_mut()
-                    && let Some(result) = labeled_answer(flight, &message, &nick, shared)
+                    && let Some(result) =
+                        labeled_answer(flight, &message, &nick, || shared_receipt(shared))
                 {
                     if let Some(done) = in_flight.take() {
                         let _ = done.request.reply.send(result);
@@ -679,12 +680,12 @@ fn labeled_answer(
     flight: &mut InFlight,
     message: &Message,
     nick: &str,
-    shared: &Arc<Shared>,
+    synthetic: impl Fn() -> String,
 ) -> Option<Result<String, SendError>> {
     let receipt = |msgid: Option<&str>| {
         msgid
             .filter(|m| !m.is_empty())
-            .map_or_else(|| shared_receipt(shared), str::to_owned)
+            .map_or_else(&synthetic, str::to_owned)
     };
     let echo = matches!(message.command, Command::PRIVMSG(..) | Command::NOTICE(..))
         && is_us(message, nick);
@@ -695,8 +696,8 @@ fn labeled_answer(
                 None
             }
             _ if echo => Some(Ok(receipt(tag(message, "msgid")))),
-            Command::Response(code, args) if code.is_error() => {
-                Some(Err(labeled_refusal(*code, args, &flight.request.target)))
+            _ if error_numeric(message).is_some() => {
+                labeled_refusal(message, &flight.request.target).map(Err)
             }
             // Processed, nothing to say (a filter may have eaten it): as a PONG would say.
             Command::Raw(command, _) if command == "ACK" => Some(Ok(receipt(None))),
@@ -715,30 +716,46 @@ fn labeled_answer(
     if tag(message, "batch") == Some(batch) {
         if echo {
             flight.echo = tag(message, "msgid").map(str::to_owned);
-        } else if let Command::Response(code, args) = &message.command
-            && code.is_error()
-        {
-            let error = labeled_refusal(*code, args, &flight.request.target);
+        } else if let Some(error) = labeled_refusal(message, &flight.request.target) {
             flight.refusal.get_or_insert(error);
         }
     }
     None
 }
 
+/// An error numeric (4xx/5xx), known to `irc-proto` or not (it parses numerics it has no name
+/// for as raw commands): its code and arguments.
+fn error_numeric(message: &Message) -> Option<(u16, &[String])> {
+    match &message.command {
+        Command::Response(code, args) if code.is_error() => Some((*code as u16, args)),
+        Command::Raw(command, args) if command.len() == 3 => {
+            let code: u16 = command.parse().ok()?;
+            (400..600)
+                .contains(&code)
+                .then_some((code, args.as_slice()))
+        }
+        _ => None,
+    }
+}
+
 /// A labeled error numeric answers our line for sure: the classified refusal, or else a
 /// permission refusal naming the numeric (nothing was relayed either way).
-fn labeled_refusal(code: Response, args: &[String], target: &str) -> SendError {
-    refusal(code, args, target).unwrap_or_else(|| {
+fn labeled_refusal(message: &Message, target: &str) -> Option<SendError> {
+    let (code, args) = error_numeric(message)?;
+    let known = match &message.command {
+        Command::Response(response, _) => refusal(*response, args, target),
+        _ => None,
+    };
+    Some(known.unwrap_or_else(|| {
         SendError::before_io(
             DeliveryFailureKind::Permission,
             format!(
-                "the IRC server refused the line ({}): {}",
-                code as u16,
+                "the IRC server refused the line ({code}): {}",
                 args.last().map_or("", String::as_str)
             ),
         )
-        .with_platform_code((code as u16).to_string())
-    })
+        .with_platform_code(code.to_string())
+    }))
 }
 
 fn unknown(flight: InFlight, why: &str) {
@@ -802,6 +819,103 @@ async fn deliver(shared: &Arc<Shared>, line: &str, nick: &str) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    fn flight(token: &str, target: &str) -> InFlight {
+        let (reply, _) = oneshot::channel();
+        InFlight {
+            request: Request {
+                target: target.to_owned(),
+                line: format!("PRIVMSG {target} :x"),
+                deadline: Instant::now(),
+                reply,
+            },
+            token: token.to_owned(),
+            written_at: Instant::now(),
+            refusal: None,
+            batch: None,
+            echo: None,
+        }
+    }
+
+    /// Feeds lines (as InspIRCd 3.15 writes them) to the labeled line in flight; the outcome
+    /// of the line that settles it, and how many lines that took.
+    fn settle(flight: &mut InFlight, lines: &[&str]) -> Option<(usize, Result<String, SendError>)> {
+        lines.iter().enumerate().find_map(|(n, line)| {
+            let message: Message = line.parse().unwrap();
+            labeled_answer(flight, &message, "bot", || "synthetic".to_owned()).map(|r| (n, r))
+        })
+    }
+
+    #[test]
+    fn a_labeled_echo_alone_or_in_a_batch_is_the_receipt_with_its_msgid() {
+        let mut f = flight("cg1", "#room");
+        let (n, result) = settle(
+            &mut f,
+            &[
+                // Someone else's line and another label's echo settle nothing.
+                "@time=2026-12-01T21:23:15.985Z;msgid=199~1~9 :ada!ada@h PRIVMSG #room :hi",
+                "@msgid=199~1~8;label=cg0 :bot!bot@h PRIVMSG #room :old",
+                "@time=2026-12-01T21:23:15.985Z;msgid=199~1796160178~0;label=cg1;\
+                 inspircd.org/echo :bot!bot@127.0.0.1 PRIVMSG #room :hello one",
+            ],
+        )
+        .unwrap();
+        assert_eq!((n, result.unwrap()), (2, "199~1796160178~0".to_owned()));
+
+        let mut f = flight("cg2", "ada");
+        let (n, result) = settle(
+            &mut f,
+            &[
+                "@time=x;label=cg2 :irc.test BATCH +1 :labeled-response",
+                "@time=x;batch=1 :irc.test 301 bot ada :gone fishing",
+                "@time=x;msgid=199~1~10;inspircd.org/echo;batch=1 :bot!bot@h PRIVMSG ada :x",
+                "@time=x :irc.test BATCH :-1",
+            ],
+        )
+        .unwrap();
+        assert_eq!((n, result.unwrap()), (3, "199~1~10".to_owned()));
+    }
+
+    #[test]
+    fn labeled_numerics_refuse_and_a_labeled_ack_is_processed() {
+        let mut f = flight("cg3", "#room");
+        let (_, result) = settle(
+            &mut f,
+            &["@label=cg3 :irc.test 404 bot #room :You cannot send messages to this channel"],
+        )
+        .unwrap();
+        let error = result.unwrap_err();
+        assert_eq!(error.kind, DeliveryFailureKind::Permission);
+        assert_eq!(error.platform_code.as_deref(), Some("404"));
+        assert_eq!(error.side_effect, clawgate_channel_sdk::SideEffect::None);
+
+        let mut f = flight("cg4", "nobody");
+        let (_, result) = settle(
+            &mut f,
+            &["@label=cg4 :irc.test 401 bot nobody :No such nick"],
+        )
+        .unwrap();
+        assert_eq!(result.unwrap_err().kind, DeliveryFailureKind::NotFound);
+
+        // An error numeric the classifier does not know still answers our line.
+        let mut f = flight("cg5", "#room");
+        let (_, result) = settle(
+            &mut f,
+            &[
+                "@label=cg5 :irc.test BATCH +7 :labeled-response",
+                "@batch=7 :irc.test 489 bot #room :You're not on that channel",
+                "@time=x :irc.test BATCH :-7",
+            ],
+        )
+        .unwrap();
+        let error = result.unwrap_err();
+        assert_eq!(error.kind, DeliveryFailureKind::Permission);
+        assert_eq!(error.platform_code.as_deref(), Some("489"));
+
+        let mut f = flight("cg6", "#room");
+        let (_, result) = settle(&mut f, &["@label=cg6 :irc.test ACK"]).unwrap();
+        assert_eq!(result.unwrap(), "synthetic");
+    }
 
     #[test]
     fn error_numerics_about_the_target_are_refusals_of_their_class() {
