@@ -184,6 +184,14 @@ impl Inspircd {
 
     /// Starts it again on the same port.
     pub fn restart(&mut self) {
+        let ircv3 = self.ircv3;
+        self.restart_with(ircv3);
+    }
+
+    /// Starts it again on the same port, with the IRCv3 modules of `ircv3` (a reconnect that
+    /// lands on a server granting less).
+    pub fn restart_with(&mut self, ircv3: Ircv3) {
+        self.ircv3 = ircv3;
         self.stop();
         if let Err(error) = self.launch() {
             panic!("inspircd did not start again on {}: {error}", self.port);

@@ -264,3 +264,55 @@ async fn without_the_caps_receipts_fall_back_to_ping_fences() {
     block(|| person.sync());
     assert_eq!(person.texts_from(NICK, CHANNEL), vec!["plain IRC"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_to_a_server_granting_less_falls_back_for_that_connection() {
+    let (mut server, person, plugin) = setup(Ircv3::On).await;
+    let labeled = plugin
+        .sender
+        .send_unit(
+            &context(&plugin, "before"),
+            &RenderedMessageUnit::text(0, "labeled"),
+        )
+        .await
+        .expect("sent");
+    assert!(!labeled.platform_message_id.starts_with("irc-"));
+    drop(person);
+    // The same port, now without the IRCv3 modules.
+    block(|| server.restart_with(Ircv3::Off));
+    let person = Client::connect(server.port, "ada");
+    person.join(CHANNEL);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        // Back on, and in the channel (the person is in it already, whoever joined first).
+        if link(&plugin)
+            .current()
+            .is_some_and(|(_, session)| session > 1)
+            && link(&plugin).joined().contains(&CHANNEL.to_owned())
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the channel reconnected");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        link(&plugin).capabilities().is_empty(),
+        "{:?}",
+        link(&plugin).capabilities()
+    );
+    let plain = plugin
+        .sender
+        .send_unit(
+            &context(&plugin, "after"),
+            &RenderedMessageUnit::text(0, "fenced"),
+        )
+        .await
+        .expect("sent");
+    assert!(
+        plain.platform_message_id.starts_with("irc-"),
+        "a PING fence's receipt: {}",
+        plain.platform_message_id
+    );
+    block(|| person.sync());
+    assert_eq!(person.texts_from(NICK, CHANNEL), vec!["fenced"]);
+}
