@@ -699,8 +699,8 @@ fn labeled_answer(
             _ if error_numeric(message).is_some() => {
                 labeled_refusal(message, &flight.request.target).map(Err)
             }
-            // Processed, nothing to say (a filter may have eaten it): as a PONG would say.
-            Command::Raw(command, _) if command == "ACK" => Some(Ok(receipt(None))),
+            // `ACK` (processed, nothing to say: a filter may have eaten it) or a lone
+            // non-error numeric: processed, as a PONG would say.
             _ => Some(Ok(receipt(None))),
         };
     }
