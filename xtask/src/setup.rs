@@ -1,7 +1,7 @@
 //! The test tools `cargo xtask ci` needs beyond cargo, installed once per machine so the README's
 //! test command works on a fresh one: cargo-deny (licenses, bans, sources), Debian's
-//! Chromium + chromedriver (the chat page's browser test), Debian's ngircd (the IRC channel's
-//! test server), three Python venvs under the target directory: aiogram (the Telegram
+//! Chromium + chromedriver (the chat page's browser test), Debian's ngircd and InspIRCd (the IRC
+//! channel's test servers: plain IRC, and IRCv3), three Python venvs under the target directory: aiogram (the Telegram
 //! simulator's cross-check with a client written against the real Bot API), slack-sdk (the same
 //! for the Slack simulator) and Synapse (the Matrix channel's tests run against a real
 //! homeserver), and npm packages under `<target>/node`: tmi.js and twurple (the Twitch
@@ -20,6 +20,8 @@ const CARGO_DENY: &str = "cargo-deny@0.20.2";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// The IRC server the IRC channel's tests run against.
 const NGIRCD: &str = "/usr/sbin/ngircd";
+/// The IRCv3 server the IRC channel's `echo-message`/`labeled-response` tests run against.
+const INSPIRCD: &str = "/usr/sbin/inspircd";
 
 /// A Python package the tests run, pinned, in its own venv at `<target>/python/<venv>` (the
 /// tests find it from their own binary's target directory).
@@ -116,7 +118,10 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
         ensure_npm_tool(&DISCORDJS)?;
     }
     if !Path::new(NGIRCD).exists() {
-        install_ngircd()?;
+        install_irc_server("ngircd", NGIRCD)?;
+    }
+    if !Path::new(INSPIRCD).exists() {
+        install_irc_server("inspircd", INSPIRCD)?;
     }
     if std::env::var_os("CLAWGATE_TMIJS_DIR").is_none() {
         ensure_npm_tool(&TMIJS)?;
@@ -282,38 +287,48 @@ fn install_chromium() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `apt-get install ngircd`, as root or through sudo (the IRC channel's test server).
-fn install_ngircd() -> anyhow::Result<()> {
-    println!("setup: installing Debian's ngircd (once per machine)");
+/// `apt-get install <package>`, as root or through sudo (an IRC channel's test server; the
+/// tests start their own on a free port, so a system service the package starts is stopped).
+fn install_irc_server(package: &str, binary: &str) -> anyhow::Result<()> {
+    println!("setup: installing Debian's {package} (once per machine)");
     let root = Command::new("id")
         .arg("-u")
         .output()
         .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
     if !root && !succeeds(Command::new("sudo").arg("-n").arg("true")) {
         bail!(
-            "{NGIRCD} is missing and this user cannot install packages: install Debian's ngircd \
-             (apt-get install ngircd) for the IRC channel's tests"
+            "{binary} is missing and this user cannot install packages: install Debian's \
+             {package} (apt-get install {package}) for the IRC channel's tests"
         );
     }
-    let apt = |args: &[&str]| {
+    let as_root = |program: &str, args: &[&str]| {
         let mut command = if root {
-            Command::new("apt-get")
+            Command::new(program)
         } else {
             let mut sudo = Command::new("sudo");
-            sudo.arg("apt-get");
+            sudo.arg(program);
             sudo
         };
         command.args(args).env("DEBIAN_FRONTEND", "noninteractive");
         command
     };
+    let apt = |args: &[&str]| as_root("apt-get", args);
     if let Err(error) = run_command(&mut apt(&["update", "-qq"])) {
         println!(
             "setup: apt-get update failed ({error:#}); trying the install with the current index"
         );
     }
-    run_command(&mut apt(&["install", "-y", "-qq", "ngircd"]))?;
-    if !Path::new(NGIRCD).exists() {
-        bail!("apt-get installed ngircd but {NGIRCD} is still missing");
+    run_command(&mut apt(&["install", "-y", "-qq", package]))?;
+    if !Path::new(binary).exists() {
+        bail!("apt-get installed {package} but {binary} is still missing");
+    }
+    // Where an init system started the package's service, stop it and keep it off (best
+    // effort: a container without one started nothing).
+    if Path::new("/run/systemd/system").exists() {
+        let _ = succeeds(&mut as_root("systemctl", &["disable", "--now", package]));
+    } else if Path::new(&format!("/etc/init.d/{package}")).exists() {
+        let _ = succeeds(&mut as_root("update-rc.d", &[package, "disable"]));
+        let _ = succeeds(&mut as_root(&format!("/etc/init.d/{package}"), &["stop"]));
     }
     Ok(())
 }

@@ -2,7 +2,8 @@
 //! SIGKILL mid-reply and restart, an agent killed between two messages, two gateways side by
 //! side, the chat page in a browser, the operator CLI in both modes, a Telegram bot on the Bot
 //! API simulator, Slack, Discord and Twitch bots on their simulators, a Matrix account on a real
-//! Synapse, an IRC nick on a real ngircd, and a Nostr key on a real relay.
+//! Synapse, an IRC nick on a real ngircd and on a real InspIRCd (IRCv3), and a Nostr key on a
+//! real relay.
 
 mod bots;
 mod browser;
