@@ -166,7 +166,7 @@ mod tests {
     fn a_room_message_answers_in_its_thread_and_a_dm_at_top_level() {
         let inbound = receiver()
             .normalize(&event(room(), person(), "hi"))
-            .unwrap();
+            .expect("normalizes");
         assert_eq!(inbound.event_id, "spaces/S/messages/M.M");
         assert_eq!(inbound.message.target.id, "spaces/S");
         assert_eq!(inbound.message.target.kind, TargetKind::Group);
@@ -176,7 +176,9 @@ mod tests {
         );
         assert!(!inbound.is_bot_author);
         let dm = json!({ "name": "spaces/D", "type": "DM", "spaceType": "DIRECT_MESSAGE" });
-        let inbound = receiver().normalize(&event(dm, person(), "hi")).unwrap();
+        let inbound = receiver()
+            .normalize(&event(dm, person(), "hi"))
+            .expect("normalizes");
         assert_eq!(inbound.message.target.kind, TargetKind::Direct);
         assert_eq!(inbound.message.target.thread_id, None);
     }
@@ -185,7 +187,7 @@ mod tests {
     fn argument_text_drops_the_mention() {
         let mut raw = event(room(), person(), "@clawgate what time is it");
         raw["message"]["argumentText"] = json!(" what time is it");
-        let inbound = receiver().normalize(&raw).unwrap();
+        let inbound = receiver().normalize(&raw).expect("normalizes");
         assert_eq!(
             inbound.message.body.map(|b| b.text).as_deref(),
             Some("what time is it")
@@ -212,7 +214,7 @@ mod tests {
             Err(ReceiveError::Ignored { .. })
         ));
         let bot = event(room(), json!({ "name": "users/9", "type": "BOT" }), "beep");
-        assert!(r.normalize(&bot).unwrap().is_bot_author);
+        assert!(r.normalize(&bot).expect("normalizes").is_bot_author);
         let only = GoogleChatReceiver::new("googlechat", ["spaces/other".to_owned()], true, None);
         assert!(matches!(
             only.normalize(&event(room(), person(), "hi")),

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use clawgate_channel_googlechat::message_id_for;
 use clawgate_channel_googlechat::simulator::{Fault, FaultKind, Op, SimulatorConfig};
+use clawgate_channel_googlechat::{GoogleChatOrigin, message_id_for};
 use clawgate_channel_sdk::prelude::*;
 use clawgate_messages::{Messenger, RetryPolicy, SendOptions, SendOutcome};
 use clawgate_types::clock::ManualClock;
@@ -289,18 +289,19 @@ async fn the_engine_settles_both_outcomes_durably_with_one_message_each() {
     }
     assert_eq!(peer.texts(&space), ["landed", "never landed"]);
     let calls = creates(&peer);
-    let landed_id = message_id_for("e-1#0", None);
-    let never_id = message_id_for("e-2#0", None);
     let ids: Vec<_> = calls
         .iter()
         .map(|c| c.param("messageId").unwrap())
         .collect();
+    let landed_id = peer.sim.messages(&space)[0].client_id.clone().unwrap();
+    let never_id = ids[1];
+    assert_ne!(landed_id, never_id);
     assert_eq!(
         ids,
-        [landed_id.as_str(), never_id.as_str(), never_id.as_str()],
+        [landed_id.as_str(), never_id, never_id],
         "the landed one found by GET, never sent again; the other sent again under its ids"
     );
-    assert_eq!(calls[2].param("requestId"), Some(never_id.as_str()));
+    assert_eq!(calls[2].param("requestId"), Some(never_id));
     let gets: Vec<_> = peer
         .sim
         .calls()
@@ -364,9 +365,7 @@ async fn gateway_failure_output_carries_its_marker_in_the_client_id_and_stays_vi
     );
     let landed = peer.sim.messages(&space).pop().unwrap();
     assert_eq!(landed.text, "Agent failed before reply.");
-    assert_eq!(
-        landed.client_id.as_deref(),
-        Some(message_id_for("f-1#0", Some(&origin)).as_str())
-    );
+    let resource = peer.sim.resource(&landed);
+    assert_eq!(GoogleChatOrigin.decode(&resource), Some(origin));
     assert!(landed.client_id.unwrap().starts_with("client-cgf1a-"));
 }

@@ -55,8 +55,9 @@ try:
         )
     )
     raise AssertionError("a reused client id was accepted")
-except exceptions.AlreadyExists:
-    pass
+except exceptions.Conflict as error:
+    # api_core names HTTP exceptions by status code (409: Conflict); the body says which.
+    assert error.response.json()["error"]["status"] == "ALREADY_EXISTS", error.response.text
 
 # A reply into the person's thread, with the client's enum encoding of the reply option.
 reply = client.create_message(
@@ -101,7 +102,7 @@ except exceptions.NotFound:
 try:
     client.delete_message(name=os.environ["SIM_PERSON_MESSAGE"])
     raise AssertionError("the app deleted a person's message")
-except exceptions.PermissionDenied:
+except exceptions.Forbidden:  # HTTP 403, PERMISSION_DENIED in the body
     pass
 
 # The event tokens, as google-auth verifies Chat's.
