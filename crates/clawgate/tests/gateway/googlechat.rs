@@ -6,12 +6,10 @@
 //! Every create carries a `requestId` and a client-assigned `messageId` derived from the unit's
 //! key, so a send whose answer a kill (or an injected fault) cut off is settled after the
 //! restart by a GET of that id: found → committed, 404 → sent again under the same ids, which
-//! can never make a second message. One outcome stays inherent to previews: a preview whose
-//! reply was replayed from the start after a kill may stay visible beside the final (an orphan
-//! preview, always a strict prefix of the final in the same place). The judge allows exactly
-//! these, counts them, and fails on everything else — a duplicate final, a missing final not
-//! recorded unknown, a partial final, a stray, an event the simulator gave up on, a leftover
-//! agent process.
+//! can never make a second message. That holds for previews too (a replayed preview is the same
+//! message), so the judge allows no orphan preview, unlike Slack's: it fails on a duplicate
+//! final, a preview left beside its final, a missing final not recorded unknown, a partial
+//! final, a stray, an event the simulator gave up on, and a leftover agent process.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -123,7 +121,7 @@ struct Verdict {
     finals: usize,
     /// Finals recorded `unknown_after_send` and not visible (reported, never repeated).
     unknown: usize,
-    /// Previews left beside the replayed reply (strict prefixes of its final, same place).
+    /// Previews left beside their final (strict prefixes of it, same place): each a violation.
     orphans: usize,
     problems: Vec<String>,
 }
@@ -193,7 +191,13 @@ fn judge(sim: &GoogleChatSimulator, state: &Path, asked: &[Asked]) -> Verdict {
                     && m.text.len() < a.expected.len()
                     && a.expected.starts_with(m.text.as_str());
                 if orphan {
+                    // Preview creates carry their unit's ids too: a replayed preview is the
+                    // same message, so one left beside its final is a second create.
                     verdict.orphans += 1;
+                    verdict.problems.push(format!(
+                        "message {}: a preview {} left beside its final: {:?}",
+                        a.name, m.name, m.text
+                    ));
                 }
                 !orphan
             });
