@@ -46,8 +46,13 @@ fn now_s() -> i64 {
 
 /// `claims` signed RS256 with the simulator's key, `kid` in the header.
 pub fn sign(claims: &Value) -> String {
+    sign_as(claims, KEY_ID)
+}
+
+/// `claims` signed with the simulator's key but naming key `kid` (one a JWKS may not list).
+pub fn sign_as(claims: &Value, kid: &str) -> String {
     let mut header = Header::new(Algorithm::RS256);
-    header.kid = Some(KEY_ID.to_owned());
+    header.kid = Some(kid.to_owned());
     // The key is a constant of this crate: a failure here is a broken build, not a runtime case.
     jsonwebtoken::encode(&header, claims, &EncodingKey::from_rsa_der(PRIVATE_KEY_DER))
         .unwrap_or_default()

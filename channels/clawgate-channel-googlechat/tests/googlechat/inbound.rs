@@ -199,6 +199,10 @@ async fn missing_forged_expired_and_misaddressed_tokens_are_refused_before_the_b
         ("wrong issuer", bearer(&wrong_iss)),
         ("expired", bearer(&expired)),
         ("no expiry", bearer(&no_exp)),
+        (
+            "a key the JWKS does not list",
+            Some(format!("Bearer {}", keys::sign_as(&good, "some-other-key"))),
+        ),
     ];
     for (what, authorization) in cases {
         assert_eq!(post(url, &event, authorization).await, 401, "{what}");
@@ -374,4 +378,28 @@ async fn marked_echoes_from_bots_drop_in_rooms_before_allow_bots_and_unmarked_on
             outcomes[2]
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_that_cannot_be_fetched_answer_503_so_the_event_comes_again() {
+    let closed = crate::peer::free_port();
+    let peer = Peer::with(
+        crate::peer::quiet(),
+        json!({ "certs_url": format!("http://127.0.0.1:{closed}/jwks") }),
+    )
+    .await;
+    peer.sim.set_endpoint_url(None);
+    let (_dir, store) = store();
+    let running = Running::start(&peer.plugin, &store, None);
+    peer.listening().await;
+    let room = peer.room("no-keys");
+    let message = peer
+        .sim
+        .person_writes(&room, &peer.person, "wait", None)
+        .unwrap();
+    let event = peer.sim.event(&message.name).unwrap().to_string();
+    let good = bearer(&keys::event_claims(&peer.sim.audience()));
+    assert_eq!(post(&peer.events_url, &event, good).await, 503);
+    assert!(running.seen().is_empty());
+    running.stop().await;
 }
