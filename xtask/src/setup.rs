@@ -1,12 +1,9 @@
 //! The test tools `cargo xtask ci` needs beyond cargo, installed once per machine so the README's
-//! test command works on a fresh one: cargo-deny (licenses, bans, sources), Debian's
-//! Chromium + chromedriver (the chat page's browser test), Debian's ngircd and InspIRCd (the IRC
-//! channel's test servers: plain IRC, and IRCv3), three Python venvs under the target directory: aiogram (the Telegram
-//! simulator's cross-check with a client written against the real Bot API), slack-sdk (the same
-//! for the Slack simulator) and Synapse (the Matrix channel's tests run against a real
-//! homeserver), and npm packages under `<target>/node`: tmi.js and twurple (the Twitch
-//! simulator's cross-checks), discord.js's REST and Gateway packages (the Discord simulator's)
-//! and nostr-tools (the Nostr channel's cross-check with a client others wrote).
+//! test command works on a fresh one: cargo-deny (licenses, bans, sources); Debian packages
+//! (Chromium + chromedriver for the chat page's browser test, the IRC servers ngircd and
+//! InspIRCd); pinned Python venvs under `<target>/python` (the simulators' cross-check clients
+//! written against the real APIs, and Synapse, the Matrix channel's real homeserver); pinned npm
+//! packages under `<target>/node` (more cross-check clients). The list is [`ensure_test_tools`].
 //! `cargo xtask setup` runs this alone; `cargo xtask ci` runs it first.
 
 use std::path::{Path, PathBuf};
@@ -49,6 +46,15 @@ const SLACK_SDK: PythonTool = PythonTool {
     version: "3.48.0",
     for_what: "the Slack simulator's slack_sdk test (or point CLAWGATE_SLACK_SDK_PYTHON at a \
                python that has slack_sdk)",
+};
+
+/// Google's generated Chat client (with google-auth) the Google Chat simulator's cross-check uses.
+const GOOGLE_APPS_CHAT: PythonTool = PythonTool {
+    venv: "google-apps-chat",
+    package: "google-apps-chat",
+    version: "0.10.7",
+    for_what: "the Google Chat simulator's google-apps-chat test (or point \
+               CLAWGATE_GOOGLE_CHAT_PYTHON at a python that has google-apps-chat)",
 };
 
 /// The Synapse release the Matrix channel's tests run against (its fixture names the same).
@@ -111,6 +117,9 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     }
     if std::env::var_os("CLAWGATE_SLACK_SDK_PYTHON").is_none() {
         ensure_python_tool(&SLACK_SDK)?;
+    }
+    if std::env::var_os("CLAWGATE_GOOGLE_CHAT_PYTHON").is_none() {
+        ensure_python_tool(&GOOGLE_APPS_CHAT)?;
     }
     ensure_python_tool(&SYNAPSE)?;
     ensure_npm_tool(&NOSTR_TOOLS)?;

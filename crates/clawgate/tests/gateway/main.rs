@@ -1,9 +1,8 @@
 //! End-to-end tests of the real `clawgate` binary: a conversation through the QA platform,
 //! SIGKILL mid-reply and restart, an agent killed between two messages, two gateways side by
 //! side, the chat page in a browser, the operator CLI in both modes, a Telegram bot on the Bot
-//! API simulator, Slack, Discord and Twitch bots on their simulators, a Matrix account on a real
-//! Synapse, an IRC nick on a real ngircd and on a real InspIRCd (IRCv3), and a Nostr key on a
-//! real relay.
+//! API simulator, and every other channel kind on its real server or its simulator (one module
+//! per channel: a reply through it, and its random-instant crash matrix).
 
 mod bots;
 mod browser;
@@ -15,6 +14,7 @@ mod crash_points;
 mod dead_agent;
 mod discord;
 mod failure;
+mod googlechat;
 mod irc;
 mod isolation;
 mod matrix;
