@@ -18,6 +18,8 @@ mod plugin;
 mod receive;
 mod reply;
 pub mod signature;
+#[cfg(feature = "simulator")]
+pub mod simulator;
 mod source;
 
 pub use adapter::{AfterUnknownReply, LineAdapter, retry_key};
