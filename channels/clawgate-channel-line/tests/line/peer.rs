@@ -46,7 +46,43 @@ pub(crate) fn envelope(sim: &LineSimulator, event: Value) -> Value {
     json!({ "destination": sim.bot_user_id(), "event": event, "receivedAtMs": now })
 }
 
+/// The channel the factory builds for `sim` with `settings` over the defaults, its webhook on
+/// `port`, with the access token `token`.
+pub(crate) async fn build(
+    sim: &LineSimulator,
+    state: &std::path::Path,
+    port: u16,
+    settings: &Value,
+    token: &str,
+) -> Result<ChannelPlugin, SetupError> {
+    let mut merged = json!({
+        "token_env": "LINE_TOKEN_UNUSED_IN_TESTS",
+        "channel_secret_env": "LINE_SECRET_UNUSED_IN_TESTS",
+        "api_base": sim.api_url(),
+        "webhook_listen": format!("127.0.0.1:{port}"),
+        "request_timeout_ms": 3000,
+    });
+    for (key, value) in settings.as_object().unwrap() {
+        merged[key] = value.clone();
+    }
+    let setup = ChannelSetup::new(0, "line", "default", merged, state);
+    LineFactory
+        .build_with_secrets(
+            &setup,
+            Secret::new(token),
+            Secret::new(sim.channel_secret()),
+        )
+        .await
+}
+
 impl Peer {
+    /// The same channel built again (a restart: nothing remembered in memory).
+    pub(crate) async fn rebuilt(&self, settings: &Value) -> ChannelPlugin {
+        build(&self.sim, self._state.path(), free_port(), settings, &self.sim.access_token())
+            .await
+            .unwrap()
+    }
+
     pub(crate) async fn start() -> Peer {
         Peer::with(quick(), json!({})).await
     }
@@ -57,23 +93,7 @@ impl Peer {
         let state = tempfile::tempdir().unwrap();
         let port = free_port();
         let webhook_url = format!("http://127.0.0.1:{port}/line/webhook");
-        let mut merged = json!({
-            "token_env": "UNUSED_IN_TESTS",
-            "channel_secret_env": "UNUSED_IN_TESTS",
-            "api_base": sim.api_url(),
-            "webhook_listen": format!("127.0.0.1:{port}"),
-            "request_timeout_ms": 3000,
-        });
-        for (key, value) in settings.as_object().unwrap() {
-            merged[key] = value.clone();
-        }
-        let setup = ChannelSetup::new(0, "line", "default", merged, state.path());
-        let plugin = LineFactory
-            .build_with_secrets(
-                &setup,
-                Secret::new(sim.access_token()),
-                Secret::new(sim.channel_secret()),
-            )
+        let plugin = build(&sim, state.path(), port, &settings, &sim.access_token())
             .await
             .unwrap();
         sim.set_webhook_url(Some(&webhook_url));
