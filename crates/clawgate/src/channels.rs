@@ -16,7 +16,8 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-twitch",
             feature = "channel-slack",
             feature = "channel-nostr",
-            feature = "channel-discord"
+            feature = "channel-discord",
+            feature = "channel-line"
         )),
         allow(unused_mut)
     )]
@@ -41,6 +42,8 @@ pub fn registry() -> ChannelRegistry {
     registry.register(std::sync::Arc::new(
         clawgate_channel_discord::DiscordFactory::default(),
     ));
+    #[cfg(feature = "channel-line")]
+    registry.register(std::sync::Arc::new(clawgate_channel_line::LineFactory));
     registry
 }
 

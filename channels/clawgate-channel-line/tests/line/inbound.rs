@@ -75,7 +75,10 @@ async fn run(peer: &Peer, sink: Arc<Sink>) -> tokio::task::JoinHandle<()> {
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !done() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -110,7 +113,10 @@ async fn a_bad_or_missing_signature_is_refused_before_anything_is_read() {
     assert_eq!(post(&peer, &body, Some("bm90IGFuIEhNQUM=")).await, 401);
     let tampered = body.replace("\"hi\"", "\"hI\"");
     assert_eq!(post(&peer, &tampered, Some(&good)).await, 401);
-    assert!(sink.events.lock().unwrap().is_empty(), "nothing reached the engine");
+    assert!(
+        sink.events.lock().unwrap().is_empty(),
+        "nothing reached the engine"
+    );
     assert_eq!(post(&peer, &body, Some(&good)).await, 200);
     assert_eq!(sink.event_ids(), ["01J0000000000000000000000A"]);
     let handed = sink.events.lock().unwrap()[0].clone();
@@ -134,10 +140,15 @@ async fn a_delivery_not_recorded_is_answered_500_and_line_redelivers_it() {
     let written = peer.sim.user_writes(&user, "hello");
     assert!(peer.sim.events_settled(Duration::from_secs(20)).await);
     let deliveries = peer.sim.deliveries();
-    let shape: Vec<(bool, Option<u16>)> =
-        deliveries.iter().map(|d| (d.is_redelivery, d.status)).collect();
+    let shape: Vec<(bool, Option<u16>)> = deliveries
+        .iter()
+        .map(|d| (d.is_redelivery, d.status))
+        .collect();
     assert_eq!(shape, [(false, Some(500)), (true, Some(200))]);
-    assert_eq!(sink.event_ids(), [written.event_id.clone(), written.event_id.clone()]);
+    assert_eq!(
+        sink.event_ids(),
+        [written.event_id.clone(), written.event_id.clone()]
+    );
     // The receiver sees one event: the engine's dedupe keys on it.
     let receiver = peer.plugin.receiver.clone().unwrap();
     let events = sink.events.lock().unwrap().clone();
@@ -147,8 +158,12 @@ async fn a_delivery_not_recorded_is_answered_500_and_line_redelivers_it() {
     assert_eq!(events[1]["event"]["deliveryContext"]["isRedelivery"], true);
     // Each delivery is signed as LINE signs it.
     for d in &deliveries {
-        signature::verify(peer.sim.channel_secret().as_bytes(), Some(&d.signature), d.body.as_bytes())
-            .unwrap();
+        signature::verify(
+            peer.sim.channel_secret().as_bytes(),
+            Some(&d.signature),
+            d.body.as_bytes(),
+        )
+        .unwrap();
     }
     sink.stop.send_replace(true);
     task.await.unwrap();
@@ -177,14 +192,20 @@ async fn a_batch_is_answered_200_only_when_every_event_is_recorded() {
     peer.sim.set_webhook_url(None);
     let sink = Sink::new(&[false, true]);
     let task = run(&peer, sink.clone()).await;
-    let event = |id: &str| json!({ "type": "message", "webhookEventId": id, "timestamp": 1,
+    let event = |id: &str| {
+        json!({ "type": "message", "webhookEventId": id, "timestamp": 1,
         "deliveryContext": { "isRedelivery": false }, "mode": "active",
         "source": { "type": "user", "userId": "U1" },
-        "message": { "id": id, "type": "text", "text": "hi" } });
+        "message": { "id": id, "type": "text", "text": "hi" } })
+    };
     let body = json!({ "destination": "Ubot", "events": [event("E1"), event("E2")] }).to_string();
     let signed = signature::sign(peer.sim.channel_secret().as_bytes(), body.as_bytes());
     assert_eq!(post(&peer, &body, Some(&signed)).await, 500);
-    assert_eq!(sink.event_ids(), ["E1", "E2"], "each event handed over on its own");
+    assert_eq!(
+        sink.event_ids(),
+        ["E1", "E2"],
+        "each event handed over on its own"
+    );
     assert_eq!(post(&peer, &body, Some(&signed)).await, 200);
     until("both handed twice", || sink.event_ids().len() == 4).await;
     sink.stop.send_replace(true);

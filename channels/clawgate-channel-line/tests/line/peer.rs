@@ -78,9 +78,15 @@ pub(crate) async fn build(
 impl Peer {
     /// The same channel built again (a restart: nothing remembered in memory).
     pub(crate) async fn rebuilt(&self, settings: &Value) -> ChannelPlugin {
-        build(&self.sim, self._state.path(), free_port(), settings, &self.sim.access_token())
-            .await
-            .unwrap()
+        build(
+            &self.sim,
+            self._state.path(),
+            free_port(),
+            settings,
+            &self.sim.access_token(),
+        )
+        .await
+        .unwrap()
     }
 
     pub(crate) async fn start() -> Peer {

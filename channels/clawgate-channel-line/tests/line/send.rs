@@ -13,8 +13,8 @@ use clawgate_channel_line::{MAX_TEXT_CHARS, retry_key};
 use clawgate_channel_sdk::prelude::*;
 use clawgate_messages::{Messenger, RetryPolicy, SendOptions, SendOutcome};
 use clawgate_store::{IntentFilter, IntentStore as _};
-use clawgate_types::clock::ManualClock;
 use clawgate_types::IntentStatus;
+use clawgate_types::clock::ManualClock;
 use serde_json::json;
 
 use crate::peer::{Peer, quick};
@@ -23,7 +23,11 @@ use crate::peer::{Peer, quick};
 fn engine(
     dir: &std::path::Path,
     sender: Arc<dyn ChannelMessageAdapter>,
-) -> (Messenger, Arc<clawgate_store::SqliteStore>, Arc<ManualClock>) {
+) -> (
+    Messenger,
+    Arc<clawgate_store::SqliteStore>,
+    Arc<ManualClock>,
+) {
     let store = Arc::new(clawgate_store::testing::open_store(dir));
     let clock = Arc::new(ManualClock::new(1_000));
     let policy = RetryPolicy {
@@ -31,7 +35,13 @@ fn engine(
         reconcile_delay_ms: 1_000,
         ..RetryPolicy::default()
     };
-    let messenger = Messenger::new(store.clone(), vec![sender], policy, clock.clone(), "line-tests");
+    let messenger = Messenger::new(
+        store.clone(),
+        vec![sender],
+        policy,
+        clock.clone(),
+        "line-tests",
+    );
     (messenger, store, clock)
 }
 
@@ -93,7 +103,11 @@ async fn a_fresh_token_replies_with_five_messages_and_the_rest_is_pushed() {
     let dir = tempfile::tempdir().unwrap();
     let (messenger, _, _) = engine(dir.path(), peer.plugin.sender.clone());
     let text: String = (0..7)
-        .map(|i| char::from(b'a' + i).to_string().repeat(MAX_TEXT_CHARS as usize))
+        .map(|i| {
+            char::from(b'a' + i)
+                .to_string()
+                .repeat(MAX_TEXT_CHARS as usize)
+        })
         .collect();
     let (message, options) = reply(&target, &key, &text);
     let report = messenger.send(message, options).await.unwrap();
@@ -101,18 +115,36 @@ async fn a_fresh_token_replies_with_five_messages_and_the_rest_is_pushed() {
     assert_eq!(receipt.parts.len(), 3, "one reply call and two pushes");
     assert_eq!(
         vias(&peer, &target.id),
-        ["reply", "reply", "reply", "reply", "reply", "push+key", "push+key"]
+        [
+            "reply", "reply", "reply", "reply", "reply", "push+key", "push+key"
+        ]
     );
     assert_eq!(peer.texts(&target.id).concat(), text);
     let calls = peer.sim.calls();
     let reply_call = calls.iter().find(|c| c.path == REPLY_PATH).unwrap();
     assert_eq!(reply_call.body["replyToken"], token.as_str());
-    assert_eq!(reply_call.retry_key, None, "the Reply API takes no retry key");
+    assert_eq!(
+        reply_call.retry_key, None,
+        "the Reply API takes no retry key"
+    );
     // Each push under its unit's key.
-    let keys: Vec<_> = calls.iter().filter(|c| c.path == PUSH_PATH).map(|c| c.retry_key.clone()).collect();
-    assert_eq!(keys, [Some(retry_key(&format!("{key}#1"))), Some(retry_key(&format!("{key}#2")))]);
+    let keys: Vec<_> = calls
+        .iter()
+        .filter(|c| c.path == PUSH_PATH)
+        .map(|c| c.retry_key.clone())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            Some(retry_key(&format!("{key}#1"))),
+            Some(retry_key(&format!("{key}#2")))
+        ]
+    );
     // The receipt keeps all five ids of the reply.
-    let ids = receipt.parts[0].raw.as_ref().unwrap()["ids"].as_array().unwrap().len();
+    let ids = receipt.parts[0].raw.as_ref().unwrap()["ids"]
+        .as_array()
+        .unwrap()
+        .len();
     assert_eq!(ids, 5);
     peer.sim.stop().await;
 }
@@ -125,9 +157,25 @@ async fn a_refused_token_falls_back_to_push_and_a_second_generation_pushes() {
     let dir = tempfile::tempdir().unwrap();
     let (messenger, _, _) = engine(dir.path(), peer.plugin.sender.clone());
     let (message, options) = reply(&target, &key, "late answer");
-    assert!(messenger.send(message, options).await.unwrap().outcome.receipt().is_some());
-    let calls: Vec<(String, u16)> = peer.sim.calls().iter().map(|c| (c.path.clone(), c.status)).collect();
-    assert_eq!(calls[1..], [(REPLY_PATH.to_owned(), 400), (PUSH_PATH.to_owned(), 200)]);
+    assert!(
+        messenger
+            .send(message, options)
+            .await
+            .unwrap()
+            .outcome
+            .receipt()
+            .is_some()
+    );
+    let calls: Vec<(String, u16)> = peer
+        .sim
+        .calls()
+        .iter()
+        .map(|c| (c.path.clone(), c.status))
+        .collect();
+    assert_eq!(
+        calls[1..],
+        [(REPLY_PATH.to_owned(), 400), (PUSH_PATH.to_owned(), 200)]
+    );
     assert_eq!(vias(&peer, &target.id), ["push+key"]);
 
     // A token is used once: generation 1 of a reply to the same event pushes.
@@ -149,7 +197,9 @@ async fn with_push_off_an_unusable_token_is_a_permission_failure() {
     let adapter = peer.plugin.sender.clone();
     let render = adapter.render().unwrap();
     let (message, _) = reply(&target, &key, "late");
-    let batch = render.render(&message, adapter.capabilities(), &key).unwrap();
+    let batch = render
+        .render(&message, adapter.capabilities(), &key)
+        .unwrap();
     let ctx = SendContext::new(message, key.clone());
     let error = adapter.send_unit(&ctx, &batch.units[0]).await.unwrap_err();
     assert_eq!(error.kind, DeliveryFailureKind::Permission, "{error:?}");
@@ -159,7 +209,10 @@ async fn with_push_off_an_unusable_token_is_a_permission_failure() {
     // Without a token at all (a relayed message), nothing is pushed either.
     let relay = ChannelMessage::outbound("line:relay:1", "line", target.clone(), "hi");
     let ctx = SendContext::new(relay, "line:relay:1");
-    let error = adapter.send_unit(&ctx, &RenderedMessageUnit::text(0, "hi")).await.unwrap_err();
+    let error = adapter
+        .send_unit(&ctx, &RenderedMessageUnit::text(0, "hi"))
+        .await
+        .unwrap_err();
     assert_eq!(error.kind, DeliveryFailureKind::Permission);
     peer.sim.stop().await;
 }
@@ -168,12 +221,16 @@ async fn with_push_off_an_unusable_token_is_a_permission_failure() {
 async fn a_lost_reply_is_parked_and_never_sent_again() {
     let peer = Peer::start().await;
     let (target, key, _) = asked(&peer, "lostreply");
-    peer.sim.inject(Fault::on(REPLY_PATH, FaultKind::LoseAnswer));
+    peer.sim
+        .inject(Fault::on(REPLY_PATH, FaultKind::LoseAnswer));
     let dir = tempfile::tempdir().unwrap();
     let (messenger, store, clock) = engine(dir.path(), peer.plugin.sender.clone());
     let (message, options) = reply(&target, &key, "answer");
     let report = messenger.send(message, options).await.unwrap();
-    assert!(matches!(report.outcome, SendOutcome::Unknown { .. }), "{report:?}");
+    assert!(
+        matches!(report.outcome, SendOutcome::Unknown { .. }),
+        "{report:?}"
+    );
     for _ in 0..3 {
         clock.advance(60_000);
         messenger.recover().await.unwrap();
@@ -183,9 +240,16 @@ async fn a_lost_reply_is_parked_and_never_sent_again() {
     let (messenger, _, clock) = engine(dir.path(), peer.rebuilt(&json!({})).await.sender);
     clock.advance(60_000);
     messenger.recover().await.unwrap();
-    assert_eq!(peer.texts(&target.id), ["answer"], "landed once, never repeated");
+    assert_eq!(
+        peer.texts(&target.id),
+        ["answer"],
+        "landed once, never repeated"
+    );
     assert_eq!(statuses(&store).await, [IntentStatus::UnknownAfterSend]);
-    assert!(peer.sim.calls().iter().all(|c| c.path != PUSH_PATH), "no push");
+    assert!(
+        peer.sim.calls().iter().all(|c| c.path != PUSH_PATH),
+        "no push"
+    );
     peer.sim.stop().await;
 }
 
@@ -193,7 +257,8 @@ async fn a_lost_reply_is_parked_and_never_sent_again() {
 async fn a_lost_reply_is_pushed_when_the_settings_say_so() {
     let peer = Peer::with(quick(), json!({ "after_unknown_reply": "push" })).await;
     let (target, key, _) = asked(&peer, "pushafter");
-    peer.sim.inject(Fault::on(REPLY_PATH, FaultKind::LoseAnswer));
+    peer.sim
+        .inject(Fault::on(REPLY_PATH, FaultKind::LoseAnswer));
     let dir = tempfile::tempdir().unwrap();
     let (messenger, store, clock) = engine(dir.path(), peer.plugin.sender.clone());
     let (message, options) = reply(&target, &key, "answer");
@@ -215,18 +280,29 @@ async fn a_lost_push_is_settled_by_its_retry_key_after_a_restart() {
     let (messenger, store, _) = engine(dir.path(), peer.plugin.sender.clone());
     let (message, options) = reply(&target, "line:relay:lost", "pushed once");
     let report = messenger.send(message, options).await.unwrap();
-    assert!(matches!(report.outcome, SendOutcome::Unknown { .. }), "{report:?}");
+    assert!(
+        matches!(report.outcome, SendOutcome::Unknown { .. }),
+        "{report:?}"
+    );
     drop(messenger);
     let (messenger, _, clock) = engine(dir.path(), peer.rebuilt(&json!({})).await.sender);
     clock.advance(60_000);
     messenger.recover().await.unwrap();
     assert_eq!(peer.texts(&target.id), ["pushed once"]);
     assert_eq!(statuses(&store).await, [IntentStatus::Sent]);
-    let pushes: Vec<_> = peer.sim.calls().into_iter().filter(|c| c.path == PUSH_PATH).collect();
+    let pushes: Vec<_> = peer
+        .sim
+        .calls()
+        .into_iter()
+        .filter(|c| c.path == PUSH_PATH)
+        .collect();
     assert_eq!(pushes.len(), 2);
     assert_eq!(pushes[0].retry_key, pushes[1].retry_key);
     assert_eq!((pushes[0].status, pushes[0].answered), (200, false));
-    assert_eq!(pushes[1].status, 409, "the repeat is LINE's 'already accepted'");
+    assert_eq!(
+        pushes[1].status, 409,
+        "the repeat is LINE's 'already accepted'"
+    );
     peer.sim.stop().await;
 }
 
@@ -239,7 +315,12 @@ async fn line_refusals_are_failure_classes() {
     let peer = Peer::with(config, json!({})).await;
     let target = MessageTarget::direct(peer.sim.user("refusals"));
     let adapter = peer.plugin.sender.clone();
-    let ctx = |key: &str| SendContext::new(ChannelMessage::outbound(key, "line", target.clone(), ""), key);
+    let ctx = |key: &str| {
+        SendContext::new(
+            ChannelMessage::outbound(key, "line", target.clone(), ""),
+            key,
+        )
+    };
     let unit = RenderedMessageUnit::text(0, "x");
     adapter.send_unit(&ctx("k-1"), &unit).await.unwrap();
     let quota = adapter.send_unit(&ctx("k-2"), &unit).await.unwrap_err();
@@ -251,13 +332,20 @@ async fn line_refusals_are_failure_classes() {
     let too_long = RenderedMessageUnit::text(0, "y".repeat(MAX_TEXT_CHARS as usize + 1));
     let invalid = adapter.send_unit(&ctx("k-4"), &too_long).await.unwrap_err();
     assert_eq!(invalid.kind, DeliveryFailureKind::InvalidPayload);
-    assert!(invalid.message.contains("messages[0].text"), "{}", invalid.message);
+    assert!(
+        invalid.message.contains("messages[0].text"),
+        "{}",
+        invalid.message
+    );
     // A reply the server failed on may have gone out: unknown, never a retry with the token.
     let (target, key, _) = asked(&peer, "fivehundred");
-    peer.sim.inject(Fault::on(REPLY_PATH, FaultKind::InternalError(500)));
+    peer.sim
+        .inject(Fault::on(REPLY_PATH, FaultKind::InternalError(500)));
     let render = adapter.render().unwrap();
     let (message, _) = reply(&target, &key, "answer");
-    let batch = render.render(&message, adapter.capabilities(), &key).unwrap();
+    let batch = render
+        .render(&message, adapter.capabilities(), &key)
+        .unwrap();
     let ctx = SendContext::new(message, key.clone());
     let error = adapter.send_unit(&ctx, &batch.units[0]).await.unwrap_err();
     assert_eq!(error.side_effect, SideEffect::Possible, "{error:?}");
@@ -269,9 +357,15 @@ async fn line_refusals_are_failure_classes() {
 async fn a_wrong_token_stops_the_start_naming_the_setting_and_no_edits_are_declared() {
     let peer = Peer::start().await;
     let state = tempfile::tempdir().unwrap();
-    let error = crate::peer::build(&peer.sim, state.path(), crate::peer::free_port(), &json!({}), "wrong")
-        .await
-        .unwrap_err();
+    let error = crate::peer::build(
+        &peer.sim,
+        state.path(),
+        crate::peer::free_port(),
+        &json!({}),
+        "wrong",
+    )
+    .await
+    .unwrap_err();
     let text = error.to_string();
     assert!(text.contains("token_env"), "{text}");
     assert!(!text.contains("wrong"), "the token never prints: {text}");

@@ -73,17 +73,42 @@ async fn reply_tokens_work_once_and_not_after_expiry() {
     assert_eq!(first.status, 200);
     let sent = first.body["sentMessages"].as_array().unwrap();
     assert_eq!(sent.len(), 2);
-    assert!(sent.iter().all(|m| m["id"].as_str().unwrap().chars().all(|c| c.is_ascii_digit())
-        && m["quoteToken"].is_string()));
+    assert!(sent.iter().all(|m| {
+        m["id"]
+            .as_str()
+            .unwrap()
+            .chars()
+            .all(|c| c.is_ascii_digit())
+            && m["quoteToken"].is_string()
+    }));
     let again = call(&sim, REPLY_PATH, body, None).await;
-    assert_eq!((again.status, again.body.clone()), (400, json!({ "message": "Invalid reply token" })));
+    assert_eq!(
+        (again.status, again.body.clone()),
+        (400, json!({ "message": "Invalid reply token" }))
+    );
     let other = sim.user_writes(&user, "more");
     assert!(sim.expire_reply_token(&other.reply_token));
-    let late = call(&sim, REPLY_PATH, json!({ "replyToken": other.reply_token, "messages": [text("late")] }), None).await;
+    let late = call(
+        &sim,
+        REPLY_PATH,
+        json!({ "replyToken": other.reply_token, "messages": [text("late")] }),
+        None,
+    )
+    .await;
     assert_eq!(late.body["message"], "Invalid reply token");
-    let unknown = call(&sim, REPLY_PATH, json!({ "replyToken": "nope", "messages": [text("x")] }), None).await;
+    let unknown = call(
+        &sim,
+        REPLY_PATH,
+        json!({ "replyToken": "nope", "messages": [text("x")] }),
+        None,
+    )
+    .await;
     assert_eq!(unknown.status, 400);
-    let texts: Vec<String> = sim.bot_messages(&user).into_iter().map(|m| m.text).collect();
+    let texts: Vec<String> = sim
+        .bot_messages(&user)
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
     assert_eq!(texts, ["one", "two"], "refused replies send nothing");
     sim.stop().await;
 }
@@ -100,7 +125,10 @@ async fn a_token_past_its_event_age_is_invalid_even_when_redelivered() {
     let written = sim.user_writes(&user, "hi");
     sim.redeliver(&written.event_id);
     let body = json!({ "replyToken": written.reply_token, "messages": [text("late")] });
-    assert_eq!(call(&sim, REPLY_PATH, body, None).await.body["message"], "Invalid reply token");
+    assert_eq!(
+        call(&sim, REPLY_PATH, body, None).await.body["message"],
+        "Invalid reply token"
+    );
     assert!(sim.bot_messages(&user).is_empty());
     sim.stop().await;
 }
@@ -113,7 +141,13 @@ async fn a_repeated_retry_key_answers_409_with_the_original_ids_until_it_is_forg
     let bad = call(&sim, PUSH_PATH, body.clone(), Some("not-a-uuid")).await;
     assert_eq!(bad.status, 400);
     // A refused request registers no key: the same key with a valid body is a first request.
-    let invalid = call(&sim, PUSH_PATH, json!({ "to": user, "messages": [] }), Some(KEY)).await;
+    let invalid = call(
+        &sim,
+        PUSH_PATH,
+        json!({ "to": user, "messages": [] }),
+        Some(KEY),
+    )
+    .await;
     assert_eq!(invalid.status, 400);
     assert_eq!(invalid.body["details"][0]["property"], "messages");
     let first = call(&sim, PUSH_PATH, body.clone(), Some(KEY)).await;
@@ -123,11 +157,18 @@ async fn a_repeated_retry_key_answers_409_with_the_original_ids_until_it_is_forg
     assert_eq!(repeat.body["message"], "The retry key is already accepted");
     assert_eq!(repeat.body["sentMessages"], first.body["sentMessages"]);
     assert_eq!(repeat.accepted, first.request_id);
-    assert_ne!(repeat.request_id, first.request_id, "every answer has its own request id");
+    assert_ne!(
+        repeat.request_id, first.request_id,
+        "every answer has its own request id"
+    );
     assert_eq!(sim.bot_messages(&user).len(), 1);
     sim.expire_retry_keys();
     assert_eq!(call(&sim, PUSH_PATH, body, Some(KEY)).await.status, 200);
-    assert_eq!(sim.bot_messages(&user).len(), 2, "after 24 hours the key is a new request");
+    assert_eq!(
+        sim.bot_messages(&user).len(),
+        2,
+        "after 24 hours the key is a new request"
+    );
     sim.stop().await;
 }
 
@@ -140,31 +181,100 @@ async fn limits_error_bodies_auth_and_the_two_429s() {
     let sim = LineSimulator::start(config).await.unwrap();
     let user = sim.user("ada");
     let six: Vec<Value> = (0..6).map(|i| text(&i.to_string())).collect();
-    let too_many = call(&sim, PUSH_PATH, json!({ "to": user, "messages": six }), None).await;
+    let too_many = call(
+        &sim,
+        PUSH_PATH,
+        json!({ "to": user, "messages": six }),
+        None,
+    )
+    .await;
     assert_eq!(too_many.status, 400);
-    assert_eq!(too_many.body["details"], json!([{ "message": "Size must be between 1 and 5", "property": "messages" }]));
+    assert_eq!(
+        too_many.body["details"],
+        json!([{ "message": "Size must be between 1 and 5", "property": "messages" }])
+    );
     let long = "x".repeat(5_001);
-    let too_long = call(&sim, PUSH_PATH, json!({ "to": user, "messages": [text("ok"), text(&long)] }), None).await;
-    assert_eq!(too_long.body, json!({ "message": "The request body has 1 error(s)",
-        "details": [{ "message": "Length must be between 0 and 5000", "property": "messages[1].text" }] }));
+    let too_long = call(
+        &sim,
+        PUSH_PATH,
+        json!({ "to": user, "messages": [text("ok"), text(&long)] }),
+        None,
+    )
+    .await;
+    assert_eq!(
+        too_long.body,
+        json!({ "message": "The request body has 1 error(s)",
+        "details": [{ "message": "Length must be between 0 and 5000", "property": "messages[1].text" }] })
+    );
     let exact = "y".repeat(5_000);
-    assert_eq!(call(&sim, PUSH_PATH, json!({ "to": user, "messages": [text(&exact)] }), None).await.status, 200);
-    let nobody = call(&sim, PUSH_PATH, json!({ "to": "Uffffffffffffffffffffffffffffffff", "messages": [text("x")] }), None).await;
-    assert_eq!((nobody.status, nobody.body["details"][0]["property"].clone()), (400, json!("to")));
-    let quota = call(&sim, PUSH_PATH, json!({ "to": user, "messages": [text("x")] }), None).await;
-    assert_eq!((quota.status, quota.body["message"].clone()), (429, json!("You have reached your monthly limit.")));
+    assert_eq!(
+        call(
+            &sim,
+            PUSH_PATH,
+            json!({ "to": user, "messages": [text(&exact)] }),
+            None
+        )
+        .await
+        .status,
+        200
+    );
+    let nobody = call(
+        &sim,
+        PUSH_PATH,
+        json!({ "to": "Uffffffffffffffffffffffffffffffff", "messages": [text("x")] }),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (nobody.status, nobody.body["details"][0]["property"].clone()),
+        (400, json!("to"))
+    );
+    let quota = call(
+        &sim,
+        PUSH_PATH,
+        json!({ "to": user, "messages": [text("x")] }),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (quota.status, quota.body["message"].clone()),
+        (429, json!("You have reached your monthly limit."))
+    );
     sim.inject(Fault::on(REPLY_PATH, FaultKind::RateLimited));
     let written = sim.user_writes(&user, "hi");
     let body = json!({ "replyToken": written.reply_token, "messages": [text("r")] });
     let limited = call(&sim, REPLY_PATH, body.clone(), None).await;
     assert_eq!(limited.status, 429);
-    assert_eq!(limited.body["message"], "The API rate limit has been exceeded. Try again later.");
-    assert_eq!(call(&sim, REPLY_PATH, body, None).await.status, 200, "a 429 used nothing up");
-    let refused = call_as(&sim, "wrong", PUSH_PATH, json!({ "to": user, "messages": [text("x")] }), None).await;
+    assert_eq!(
+        limited.body["message"],
+        "The API rate limit has been exceeded. Try again later."
+    );
+    assert_eq!(
+        call(&sim, REPLY_PATH, body, None).await.status,
+        200,
+        "a 429 used nothing up"
+    );
+    let refused = call_as(
+        &sim,
+        "wrong",
+        PUSH_PATH,
+        json!({ "to": user, "messages": [text("x")] }),
+        None,
+    )
+    .await;
     assert_eq!(refused.status, 401);
-    assert!(refused.body["message"].as_str().unwrap().starts_with("Authentication failed"));
+    assert!(
+        refused.body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Authentication failed")
+    );
     assert!(refused.request_id.is_some());
-    let texts: Vec<String> = sim.bot_messages(&user).into_iter().map(|m| m.text).collect();
+    let texts: Vec<String> = sim
+        .bot_messages(&user)
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
     assert_eq!(texts, [exact, "r".to_owned()]);
     sim.stop().await;
 }
@@ -181,7 +291,10 @@ async fn a_lost_answer_leaves_the_message_and_webhooks_carry_line_fields() {
         .json(&json!({ "to": group, "messages": [text("landed")] }))
         .send()
         .await;
-    assert!(lost.is_err() || lost.unwrap().bytes().await.is_err(), "no answer");
+    assert!(
+        lost.is_err() || lost.unwrap().bytes().await.is_err(),
+        "no answer"
+    );
     let landed = sim.bot_messages(&group);
     assert_eq!(landed.len(), 1);
     assert_eq!(landed[0].via, Via::Push(None));
@@ -189,7 +302,10 @@ async fn a_lost_answer_leaves_the_message_and_webhooks_carry_line_fields() {
     // A group message's event: group source with the member, a ULID event id, a reply token.
     let written = sim.member_writes(&group, &user, "in the group");
     let event = sim.event(&written.event_id).unwrap();
-    assert_eq!(event["source"], json!({ "type": "group", "groupId": group, "userId": user }));
+    assert_eq!(
+        event["source"],
+        json!({ "type": "group", "groupId": group, "userId": user })
+    );
     assert_eq!(written.event_id.len(), 26);
     assert_eq!(event["deliveryContext"]["isRedelivery"], false);
     assert_eq!(event["mode"], "active");

@@ -1,7 +1,7 @@
 //! End-to-end tests of the real `clawgate` binary: a conversation through the QA platform,
 //! SIGKILL mid-reply and restart, an agent killed between two messages, two gateways side by
 //! side, the chat page in a browser, the operator CLI in both modes, a Telegram bot on the Bot
-//! API simulator, Slack, Discord and Twitch bots on their simulators, a Matrix account on a real
+//! API simulator, Slack, Discord, Twitch and LINE bots on their simulators, a Matrix account on a real
 //! Synapse, an IRC nick on a real ngircd, and a Nostr key on a real relay.
 
 mod bots;
@@ -16,6 +16,7 @@ mod discord;
 mod failure;
 mod irc;
 mod isolation;
+mod line;
 mod matrix;
 mod nostr;
 mod platform_faults;
