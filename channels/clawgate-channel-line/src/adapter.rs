@@ -21,7 +21,7 @@ use clawgate_channel_sdk::{
     ChannelMessageAdapter, MessageRenderAdapter, Reconciliation, SendContext, SendError,
 };
 use clawgate_types::{
-    DeliveryCapabilities, DeliveryFailureKind, MessageCapabilities, MessageReceiptPart,
+    ChannelMessage, DeliveryCapabilities, DeliveryFailureKind, MessageCapabilities, MessageReceiptPart,
     RenderedMessageUnit, TextCapabilities,
 };
 use serde::Deserialize;
@@ -226,16 +226,25 @@ impl LineAdapter {
         token: &str,
         messages: &[Value],
     ) -> Result<Option<MessageReceiptPart>, SendError> {
-        lock(&self.attempts).insert(ctx.unit_key(unit), Attempt::Reply);
+        let key = ctx.unit_key(unit);
+        lock(&self.attempts).insert(key.clone(), Attempt::Reply);
         let body = json!({ "replyToken": token, "messages": messages });
-        match self.api.send("/v2/bot/message/reply", &body, None).await {
-            Ok(sent) => Self::part(unit, &sent, "reply").map(Some),
-            Err(error) if error.is_invalid_reply_token() => Ok(None),
+        let outcome = self.api.send("/v2/bot/message/reply", &body, None).await;
+        let definite = match &outcome {
+            Ok(_) | Err(CallError::Lost(_)) => false,
             // A server error of the Reply API may come after the reply went out, and a reply
             // cannot be sent twice: unknown.
-            Err(CallError::Refused {
-                status, message, ..
-            }) if status >= 500 => {
+            Err(CallError::Refused { status, .. }) => *status < 500,
+            Err(CallError::Unreachable(_)) => true,
+        };
+        if definite {
+            // Nothing was sent: a later attempt may use the token again.
+            lock(&self.attempts).remove(&key);
+        }
+        match outcome {
+            Ok(sent) => Self::part(unit, &sent, "reply").map(Some),
+            Err(error) if error.is_invalid_reply_token() => Ok(None),
+            Err(CallError::Refused { status, message, .. }) if status >= 500 => {
                 Err(CallError::Lost(format!("HTTP {status} {message}")).into_send_error("reply"))
             }
             Err(error) => Err(error.into_send_error("reply")),
@@ -323,8 +332,13 @@ impl ChannelMessageAdapter for LineAdapter {
         if !self.push {
             return Ok(Reconciliation::Unresolved);
         }
-        if let Some(at) = ctx.message.timestamp
-            && now_ms().saturating_sub(u64::try_from(at).unwrap_or(0)) > RETRY_KEY_WINDOW_MS
+        let sent_at = unit.payload.get("renderedAtMs").and_then(Value::as_u64).or_else(|| {
+            ctx.message
+                .timestamp
+                .and_then(|at| u64::try_from(at).ok())
+        });
+        if let Some(at) = sent_at
+            && now_ms().saturating_sub(at) > RETRY_KEY_WINDOW_MS
         {
             warn!(channel = %self.name, unit = %key, "a LINE push's outcome is unknown and its retry key has expired (24 h): parked");
             return Ok(Reconciliation::Unresolved);
@@ -336,6 +350,12 @@ impl ChannelMessageAdapter for LineAdapter {
         // it is sent now. A refusal settles nothing: asked again later.
         let part = self.push(ctx, unit, messages_of(unit)?).await?;
         Ok(Reconciliation::Sent(Box::new(part)))
+    }
+
+    /// LINE cannot edit or delete a bot message, so a preview could never become the final nor
+    /// be removed: every reply is sent once, complete.
+    fn previews(&self, _message: &ChannelMessage) -> bool {
+        false
     }
 
     fn render(&self) -> Option<&dyn MessageRenderAdapter> {

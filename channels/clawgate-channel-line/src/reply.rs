@@ -180,8 +180,9 @@ impl MessageRenderAdapter for LineRenderer {
             .filter(|t| !t.trim().is_empty())
             .ok_or(RenderError::Empty)?;
         let chunks = chunk_text(text, MAX_TEXT_CHARS as usize);
+        let now = now_ms();
         let claimed = event_of_key(idempotency_key)
-            .and_then(|event| self.tokens.claim(event, idempotency_key, now_ms()));
+            .and_then(|event| self.tokens.claim(event, idempotency_key, now));
         let mut units = Vec::new();
         let mut rest = chunks.as_slice();
         if let Some((token, usable_until_ms)) = claimed {
@@ -190,6 +191,7 @@ impl MessageRenderAdapter for LineRenderer {
             units.push(json!({
                 "messages": first.iter().map(|c| text_message(c)).collect::<Vec<_>>(),
                 "reply": { "token": token, "usableUntilMs": usable_until_ms },
+                "renderedAtMs": now,
             }));
             rest = others;
         }

@@ -374,5 +374,65 @@ async fn a_wrong_token_stops_the_start_naming_the_setting_and_no_edits_are_decla
     assert!(capabilities.live.is_none());
     assert!(!capabilities.can_edit() && !capabilities.can_delete());
     assert!(peer.plugin.sender.live().is_none());
+    let message = ChannelMessage::outbound("m", "line", MessageTarget::direct("U1"), "x");
+    assert!(!peer.plugin.sender.previews(&message), "no previews: they could never be removed");
+    peer.sim.stop().await;
+}
+
+#[tokio::test]
+async fn a_push_older_than_its_retry_key_is_parked_not_repeated() {
+    let peer = Peer::start().await;
+    let target = MessageTarget::direct(peer.sim.user("old"));
+    // A process that never sent it (a restart), reconciling a unit rendered a day ago.
+    let adapter = peer.rebuilt(&json!({})).await.sender;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let unit = |rendered: u64| {
+        RenderedMessageUnit::new(
+            0,
+            clawgate_types::MessagePartKind::Text,
+            json!({ "messages": [{ "type": "text", "text": "old" }], "renderedAtMs": rendered }),
+        )
+    };
+    let mut ctx = SendContext::new(
+        ChannelMessage::outbound("line:relay:old", "line", target.clone(), ""),
+        "line:relay:old",
+    );
+    ctx.intent_id = Some(clawgate_types::IntentId::parse(clawgate_store::ids::new_id()).unwrap());
+    let day = 24 * 60 * 60 * 1_000;
+    assert_eq!(
+        adapter.reconcile_unknown_send(&ctx, &unit(now - day)).await.unwrap(),
+        Reconciliation::Unresolved,
+        "LINE forgot the key: a push now could duplicate"
+    );
+    assert!(peer.sim.calls().iter().all(|c| c.path != PUSH_PATH));
+    // Within the window the same push settles it.
+    assert!(matches!(
+        adapter.reconcile_unknown_send(&ctx, &unit(now - 60_000)).await.unwrap(),
+        Reconciliation::Sent(_)
+    ));
+    assert_eq!(peer.texts(&target.id), ["old"]);
+    peer.sim.stop().await;
+}
+
+#[tokio::test]
+async fn a_reply_refused_by_the_rate_limit_is_retried_with_its_token() {
+    let peer = Peer::start().await;
+    let (target, key, token) = asked(&peer, "ratelimited");
+    peer.sim.inject(Fault::on(REPLY_PATH, FaultKind::RateLimited));
+    let dir = tempfile::tempdir().unwrap();
+    let (messenger, store, clock) = engine(dir.path(), peer.plugin.sender.clone());
+    let (message, options) = reply(&target, &key, "answer");
+    let report = messenger.send(message, options).await.unwrap();
+    assert!(matches!(report.outcome, SendOutcome::RetryScheduled { .. }), "{report:?}");
+    clock.advance(60_000);
+    messenger.recover().await.unwrap();
+    // A 429 sent nothing: the token was still unused, and the retry replies with it.
+    let landed = peer.sim.bot_messages(&target.id);
+    assert_eq!(landed.len(), 1);
+    assert_eq!(landed[0].via, Via::Reply(token));
+    assert_eq!(statuses(&store).await, [IntentStatus::Sent]);
     peer.sim.stop().await;
 }
