@@ -21,8 +21,8 @@ use clawgate_channel_sdk::{
     ChannelMessageAdapter, MessageRenderAdapter, Reconciliation, SendContext, SendError,
 };
 use clawgate_types::{
-    ChannelMessage, DeliveryCapabilities, DeliveryFailureKind, MessageCapabilities, MessageReceiptPart,
-    RenderedMessageUnit, TextCapabilities,
+    ChannelMessage, DeliveryCapabilities, DeliveryFailureKind, MessageCapabilities,
+    MessageReceiptPart, RenderedMessageUnit, TextCapabilities,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -30,6 +30,7 @@ use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
 use crate::client::{CallError, MessagingApi, Sent};
+use crate::journal::ReplyJournal;
 use crate::reply::{LineRenderer, MAX_MESSAGES_PER_CALL, MAX_TEXT_CHARS, now_ms};
 
 /// How long LINE remembers a retry key; a reconciliation later than this (with a margin)
@@ -64,6 +65,7 @@ pub struct LineAdapter {
     push: bool,
     after_unknown_reply: AfterUnknownReply,
     attempts: Mutex<HashMap<String, Attempt>>,
+    journal: ReplyJournal,
 }
 
 impl std::fmt::Debug for LineAdapter {
@@ -161,6 +163,7 @@ impl LineAdapter {
         renderer: LineRenderer,
         push: bool,
         after_unknown_reply: AfterUnknownReply,
+        journal: ReplyJournal,
     ) -> LineAdapter {
         LineAdapter {
             name: name.to_owned(),
@@ -170,6 +173,7 @@ impl LineAdapter {
             push,
             after_unknown_reply,
             attempts: Mutex::new(HashMap::new()),
+            journal,
         }
     }
 
@@ -227,6 +231,13 @@ impl LineAdapter {
         messages: &[Value],
     ) -> Result<Option<MessageReceiptPart>, SendError> {
         let key = ctx.unit_key(unit);
+        // On disk before the call: after a crash, no entry proves the reply never left.
+        self.journal.start(&key).map_err(|e| {
+            SendError::before_io(
+                DeliveryFailureKind::Transient,
+                format!("LINE reply: the reply journal cannot be written ({e}); not sent"),
+            )
+        })?;
         lock(&self.attempts).insert(key.clone(), Attempt::Reply);
         let body = json!({ "replyToken": token, "messages": messages });
         let outcome = self.api.send("/v2/bot/message/reply", &body, None).await;
@@ -244,7 +255,9 @@ impl LineAdapter {
         match outcome {
             Ok(sent) => Self::part(unit, &sent, "reply").map(Some),
             Err(error) if error.is_invalid_reply_token() => Ok(None),
-            Err(CallError::Refused { status, message, .. }) if status >= 500 => {
+            Err(CallError::Refused {
+                status, message, ..
+            }) if status >= 500 => {
                 Err(CallError::Lost(format!("HTTP {status} {message}")).into_send_error("reply"))
             }
             Err(error) => Err(error.into_send_error("reply")),
@@ -315,6 +328,10 @@ impl ChannelMessageAdapter for LineAdapter {
         unit: &RenderedMessageUnit,
     ) -> Result<Reconciliation, SendError> {
         let key = ctx.unit_key(unit);
+        // This channel never shows previews: nothing of a preview unit was ever sent.
+        if key.contains("~preview") {
+            return Ok(Reconciliation::NotSent);
+        }
         let attempted = lock(&self.attempts).get(&key).copied();
         let maybe_reply = match attempted {
             Some(Attempt::Reply) => true,
@@ -322,7 +339,11 @@ impl ChannelMessageAdapter for LineAdapter {
             // Nothing of it went out from this process, and outside a durable intent no
             // process before could have sent it.
             None if ctx.intent_id.is_none() => return Ok(Reconciliation::NotSent),
-            // A process before may have replied with the token (it cannot be told from here).
+            // A reply that never started (no journal entry) never left: sending it is safe.
+            None if reply_of(unit).is_some() && !self.journal.started(&key) => {
+                return Ok(Reconciliation::NotSent);
+            }
+            // A process before started a reply with the token: it may have landed.
             None => reply_of(unit).is_some(),
         };
         if maybe_reply && self.after_unknown_reply == AfterUnknownReply::Park {
@@ -332,11 +353,11 @@ impl ChannelMessageAdapter for LineAdapter {
         if !self.push {
             return Ok(Reconciliation::Unresolved);
         }
-        let sent_at = unit.payload.get("renderedAtMs").and_then(Value::as_u64).or_else(|| {
-            ctx.message
-                .timestamp
-                .and_then(|at| u64::try_from(at).ok())
-        });
+        let sent_at = unit
+            .payload
+            .get("renderedAtMs")
+            .and_then(Value::as_u64)
+            .or_else(|| ctx.message.timestamp.and_then(|at| u64::try_from(at).ok()));
         if let Some(at) = sent_at
             && now_ms().saturating_sub(at) > RETRY_KEY_WINDOW_MS
         {

@@ -14,6 +14,7 @@
 
 mod adapter;
 mod client;
+mod journal;
 mod plugin;
 mod receive;
 mod reply;

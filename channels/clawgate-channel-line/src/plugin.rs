@@ -16,6 +16,7 @@ use tracing::warn;
 
 use crate::adapter::{AfterUnknownReply, LineAdapter};
 use crate::client::{CallError, MessagingApi};
+use crate::journal::ReplyJournal;
 use crate::receive::LineReceiver;
 use crate::reply::{LINE_REPLY, LineRenderer, ReplyTokens};
 use crate::source::{WebhookConfig, WebhookSource};
@@ -183,6 +184,16 @@ impl LineFactory {
         let timeout = Duration::from_millis(settings.request_timeout_ms.max(1));
         let api = MessagingApi::new(&settings.api_base, token, timeout);
         let bot = check_token(setup, &settings, &api).await?;
+        let journal = ReplyJournal::open(&setup.state_dir).map_err(|e| {
+            SetupError::new(
+                setup.key(""),
+                format!(
+                    "the LINE reply journal in {} cannot be opened: {e} (check the state \
+                     directory's permissions)",
+                    setup.state_dir.display()
+                ),
+            )
+        })?;
         let tokens = ReplyTokens::default();
         let adapter = Arc::new(LineAdapter::new(
             &setup.name,
@@ -190,6 +201,7 @@ impl LineFactory {
             LineRenderer::new(tokens.clone()),
             settings.push,
             settings.after_unknown_reply,
+            journal,
         ));
         let receiver = Arc::new(LineReceiver::new(
             &setup.name,

@@ -375,7 +375,10 @@ async fn a_wrong_token_stops_the_start_naming_the_setting_and_no_edits_are_decla
     assert!(!capabilities.can_edit() && !capabilities.can_delete());
     assert!(peer.plugin.sender.live().is_none());
     let message = ChannelMessage::outbound("m", "line", MessageTarget::direct("U1"), "x");
-    assert!(!peer.plugin.sender.previews(&message), "no previews: they could never be removed");
+    assert!(
+        !peer.plugin.sender.previews(&message),
+        "no previews: they could never be removed"
+    );
     peer.sim.stop().await;
 }
 
@@ -403,14 +406,20 @@ async fn a_push_older_than_its_retry_key_is_parked_not_repeated() {
     ctx.intent_id = Some(clawgate_types::IntentId::parse(clawgate_store::ids::new_id()).unwrap());
     let day = 24 * 60 * 60 * 1_000;
     assert_eq!(
-        adapter.reconcile_unknown_send(&ctx, &unit(now - day)).await.unwrap(),
+        adapter
+            .reconcile_unknown_send(&ctx, &unit(now - day))
+            .await
+            .unwrap(),
         Reconciliation::Unresolved,
         "LINE forgot the key: a push now could duplicate"
     );
     assert!(peer.sim.calls().iter().all(|c| c.path != PUSH_PATH));
     // Within the window the same push settles it.
     assert!(matches!(
-        adapter.reconcile_unknown_send(&ctx, &unit(now - 60_000)).await.unwrap(),
+        adapter
+            .reconcile_unknown_send(&ctx, &unit(now - 60_000))
+            .await
+            .unwrap(),
         Reconciliation::Sent(_)
     ));
     assert_eq!(peer.texts(&target.id), ["old"]);
@@ -421,12 +430,16 @@ async fn a_push_older_than_its_retry_key_is_parked_not_repeated() {
 async fn a_reply_refused_by_the_rate_limit_is_retried_with_its_token() {
     let peer = Peer::start().await;
     let (target, key, token) = asked(&peer, "ratelimited");
-    peer.sim.inject(Fault::on(REPLY_PATH, FaultKind::RateLimited));
+    peer.sim
+        .inject(Fault::on(REPLY_PATH, FaultKind::RateLimited));
     let dir = tempfile::tempdir().unwrap();
     let (messenger, store, clock) = engine(dir.path(), peer.plugin.sender.clone());
     let (message, options) = reply(&target, &key, "answer");
     let report = messenger.send(message, options).await.unwrap();
-    assert!(matches!(report.outcome, SendOutcome::RetryScheduled { .. }), "{report:?}");
+    assert!(
+        matches!(report.outcome, SendOutcome::RetryScheduled { .. }),
+        "{report:?}"
+    );
     clock.advance(60_000);
     messenger.recover().await.unwrap();
     // A 429 sent nothing: the token was still unused, and the retry replies with it.
@@ -434,5 +447,45 @@ async fn a_reply_refused_by_the_rate_limit_is_retried_with_its_token() {
     assert_eq!(landed.len(), 1);
     assert_eq!(landed[0].via, Via::Reply(token));
     assert_eq!(statuses(&store).await, [IntentStatus::Sent]);
+    peer.sim.stop().await;
+}
+
+#[tokio::test]
+async fn after_a_restart_a_reply_that_never_started_is_not_sent_and_one_that_did_is_parked() {
+    let peer = Peer::start().await;
+    let (target, key, _) = asked(&peer, "journal");
+    let adapter = peer.plugin.sender.clone();
+    let (message, _) = reply(&target, &key, "answer");
+    let batch = adapter
+        .render()
+        .unwrap()
+        .render(&message, adapter.capabilities(), &key)
+        .unwrap();
+    let mut ctx = SendContext::new(message, key.clone());
+    ctx.intent_id = Some(clawgate_types::IntentId::parse(clawgate_store::ids::new_id()).unwrap());
+    // Killed after the intent was written, before the reply call: no journal entry.
+    let restarted = peer.rebuilt(&json!({})).await.sender;
+    assert_eq!(
+        restarted
+            .reconcile_unknown_send(&ctx, &batch.units[0])
+            .await
+            .unwrap(),
+        Reconciliation::NotSent
+    );
+    // Killed while the reply call was out (the answer is lost here): the entry says it may
+    // have landed.
+    peer.sim
+        .inject(Fault::on(REPLY_PATH, FaultKind::LoseAnswer));
+    let error = adapter.send_unit(&ctx, &batch.units[0]).await.unwrap_err();
+    assert_eq!(error.side_effect, SideEffect::Possible);
+    let restarted = peer.rebuilt(&json!({})).await.sender;
+    assert_eq!(
+        restarted
+            .reconcile_unknown_send(&ctx, &batch.units[0])
+            .await
+            .unwrap(),
+        Reconciliation::Unresolved
+    );
+    assert_eq!(peer.texts(&target.id), ["answer"]);
     peer.sim.stop().await;
 }

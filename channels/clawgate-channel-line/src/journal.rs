@@ -1,0 +1,85 @@
+//! The reply journal: the unit keys of every reply call this channel ever started, written and
+//! synced to the channel's state directory before the call goes out. After a restart it tells
+//! a reply that never left (no entry: safe to send) from one whose outcome is unknown (an
+//! entry: LINE cannot say whether it landed). Pushes need none: their retry key settles them.
+
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Unit keys of started replies, durable in `<state_dir>/reply-journal`.
+#[derive(Debug)]
+pub(crate) struct ReplyJournal {
+    path: PathBuf,
+    started: Mutex<HashSet<String>>,
+}
+
+impl ReplyJournal {
+    /// Opens (or creates) the journal in `dir`.
+    pub(crate) fn open(dir: &Path) -> std::io::Result<ReplyJournal> {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join("reply-journal");
+        let started = match File::open(&path) {
+            Ok(file) => BufReader::new(file)
+                .lines()
+                .map_while(Result::ok)
+                .filter(|l| !l.is_empty())
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashSet::new(),
+            Err(e) => return Err(e),
+        };
+        Ok(ReplyJournal {
+            path,
+            started: Mutex::new(started),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.started
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether a reply of `key` was ever started.
+    pub(crate) fn started(&self, key: &str) -> bool {
+        self.lock().contains(key)
+    }
+
+    /// Records that a reply of `key` starts now; returns once it is on disk.
+    pub(crate) fn start(&self, key: &str) -> std::io::Result<()> {
+        let mut started = self.lock();
+        if started.contains(key) {
+            return Ok(());
+        }
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)?;
+        file.write_all(format!("{key}\n").as_bytes())?;
+        file.sync_data()?;
+        started.insert(key.to_owned());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn started_replies_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = ReplyJournal::open(dir.path()).unwrap();
+        assert!(!journal.started("k#0"));
+        journal.start("k#0").unwrap();
+        journal.start("k#0").unwrap();
+        assert!(journal.started("k#0"));
+        let again = ReplyJournal::open(dir.path()).unwrap();
+        assert!(again.started("k#0"));
+        assert!(!again.started("k#1"));
+        let text = std::fs::read_to_string(dir.path().join("reply-journal")).unwrap();
+        assert_eq!(text, "k#0\n");
+    }
+}
