@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// Unit keys of started replies, durable in `<state_dir>/reply-journal`.
+/// Unit keys of started replies, durable in `<state_dir>/<channel>.reply-journal`.
 #[derive(Debug)]
 pub(crate) struct ReplyJournal {
     path: PathBuf,
@@ -17,10 +17,10 @@ pub(crate) struct ReplyJournal {
 }
 
 impl ReplyJournal {
-    /// Opens (or creates) the journal in `dir`.
-    pub(crate) fn open(dir: &Path) -> std::io::Result<ReplyJournal> {
+    /// Opens (or creates) the journal of channel `name` in `dir`.
+    pub(crate) fn open(dir: &Path, name: &str) -> std::io::Result<ReplyJournal> {
         std::fs::create_dir_all(dir)?;
-        let path = dir.join("reply-journal");
+        let path = dir.join(format!("{name}.reply-journal"));
         let started = match File::open(&path) {
             Ok(file) => BufReader::new(file)
                 .lines()
@@ -71,15 +71,15 @@ mod tests {
     #[test]
     fn started_replies_survive_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let journal = ReplyJournal::open(dir.path()).unwrap();
+        let journal = ReplyJournal::open(dir.path(), "line").unwrap();
         assert!(!journal.started("k#0"));
         journal.start("k#0").unwrap();
         journal.start("k#0").unwrap();
         assert!(journal.started("k#0"));
-        let again = ReplyJournal::open(dir.path()).unwrap();
+        let again = ReplyJournal::open(dir.path(), "line").unwrap();
         assert!(again.started("k#0"));
         assert!(!again.started("k#1"));
-        let text = std::fs::read_to_string(dir.path().join("reply-journal")).unwrap();
+        let text = std::fs::read_to_string(dir.path().join("line.reply-journal")).unwrap();
         assert_eq!(text, "k#0\n");
     }
 }

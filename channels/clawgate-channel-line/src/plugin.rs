@@ -184,7 +184,7 @@ impl LineFactory {
         let timeout = Duration::from_millis(settings.request_timeout_ms.max(1));
         let api = MessagingApi::new(&settings.api_base, token, timeout);
         let bot = check_token(setup, &settings, &api).await?;
-        let journal = ReplyJournal::open(&setup.state_dir).map_err(|e| {
+        let journal = ReplyJournal::open(&setup.state_dir, &setup.name).map_err(|e| {
             SetupError::new(
                 setup.key(""),
                 format!(
