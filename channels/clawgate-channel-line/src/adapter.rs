@@ -249,8 +249,12 @@ impl LineAdapter {
             Err(CallError::Unreachable(_)) => true,
         };
         if definite {
-            // Nothing was sent: a later attempt may use the token again.
+            // Nothing was sent: a later attempt may use the token again, and after a restart
+            // this unit is not a reply that may have landed.
             lock(&self.attempts).remove(&key);
+            if let Err(error) = self.journal.refused(&key) {
+                warn!(channel = %self.name, %error, "the reply journal was not updated; this reply counts as possibly sent after a restart");
+            }
         }
         match outcome {
             Ok(sent) => Self::part(unit, &sent, "reply").map(Some),

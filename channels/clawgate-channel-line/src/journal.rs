@@ -1,7 +1,9 @@
 //! The reply journal: the unit keys of every reply call this channel ever started, written and
-//! synced to the channel's state directory before the call goes out. After a restart it tells
-//! a reply that never left (no entry: safe to send) from one whose outcome is unknown (an
-//! entry: LINE cannot say whether it landed). Pushes need none: their retry key settles them.
+//! synced to the channel's state directory before the call goes out, and a `!<key>` line when
+//! LINE refused the call (nothing was sent). After a restart it tells a reply that never left
+//! (no entry, or refused: safe to send, or to settle as a push) from one whose outcome is
+//! unknown (an entry: LINE cannot say whether it landed). Pushes need none: their retry key
+//! settles them.
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -21,15 +23,20 @@ impl ReplyJournal {
     pub(crate) fn open(dir: &Path, name: &str) -> std::io::Result<ReplyJournal> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(format!("{name}.reply-journal"));
-        let started = match File::open(&path) {
-            Ok(file) => BufReader::new(file)
-                .lines()
-                .map_while(Result::ok)
-                .filter(|l| !l.is_empty())
-                .collect(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashSet::new(),
+        let mut started = HashSet::new();
+        match File::open(&path) {
+            Ok(file) => {
+                for line in BufReader::new(file).lines().map_while(Result::ok) {
+                    match line.strip_prefix('!') {
+                        Some(refused) => started.remove(refused),
+                        None if !line.is_empty() => started.insert(line),
+                        None => false,
+                    };
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
-        };
+        }
         Ok(ReplyJournal {
             path,
             started: Mutex::new(started),
@@ -47,19 +54,31 @@ impl ReplyJournal {
         self.lock().contains(key)
     }
 
+    fn append(&self, line: &str) -> std::io::Result<()> {
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)?;
+        file.write_all(format!("{line}\n").as_bytes())?;
+        file.sync_data()
+    }
+
     /// Records that a reply of `key` starts now; returns once it is on disk.
     pub(crate) fn start(&self, key: &str) -> std::io::Result<()> {
         let mut started = self.lock();
         if started.contains(key) {
             return Ok(());
         }
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)?;
-        file.write_all(format!("{key}\n").as_bytes())?;
-        file.sync_data()?;
+        self.append(key)?;
         started.insert(key.to_owned());
+        Ok(())
+    }
+
+    /// Records that LINE refused the reply of `key`: nothing of it was sent.
+    pub(crate) fn refused(&self, key: &str) -> std::io::Result<()> {
+        let mut started = self.lock();
+        self.append(&format!("!{key}"))?;
+        started.remove(key);
         Ok(())
     }
 }
@@ -81,5 +100,12 @@ mod tests {
         assert!(!again.started("k#1"));
         let text = std::fs::read_to_string(dir.path().join("line.reply-journal")).unwrap();
         assert_eq!(text, "k#0\n");
+        again.refused("k#0").unwrap();
+        assert!(!again.started("k#0"));
+        assert!(
+            !ReplyJournal::open(dir.path(), "line")
+                .unwrap()
+                .started("k#0")
+        );
     }
 }

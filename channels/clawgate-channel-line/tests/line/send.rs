@@ -489,3 +489,27 @@ async fn after_a_restart_a_reply_that_never_started_is_not_sent_and_one_that_did
     assert_eq!(peer.texts(&target.id), ["answer"]);
     peer.sim.stop().await;
 }
+
+#[tokio::test]
+async fn a_refused_reply_then_a_lost_push_is_settled_by_the_push_after_a_restart() {
+    let peer = Peer::start().await;
+    let (target, key, token) = asked(&peer, "refusedthenlost");
+    peer.sim.expire_reply_token(&token);
+    peer.sim.inject(Fault::on(PUSH_PATH, FaultKind::LoseAnswer));
+    let dir = tempfile::tempdir().unwrap();
+    let (messenger, store, _) = engine(dir.path(), peer.plugin.sender.clone());
+    let (message, options) = reply(&target, &key, "answer");
+    let report = messenger.send(message, options).await.unwrap();
+    assert!(
+        matches!(report.outcome, SendOutcome::Unknown { .. }),
+        "{report:?}"
+    );
+    drop(messenger);
+    // The journal says the reply was refused: the unit is a push, settled by its retry key.
+    let (messenger, _, clock) = engine(dir.path(), peer.rebuilt(&json!({})).await.sender);
+    clock.advance(60_000);
+    messenger.recover().await.unwrap();
+    assert_eq!(vias(&peer, &target.id), ["push+key"]);
+    assert_eq!(statuses(&store).await, [IntentStatus::Sent]);
+    peer.sim.stop().await;
+}

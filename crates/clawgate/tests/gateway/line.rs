@@ -113,7 +113,7 @@ struct Verdict {
     finals: usize,
     /// Replies whose call was cut mid-flight, left unknown for an operator.
     parked: usize,
-    /// Later messages of a conversation waiting behind a parked reply.
+    /// Later messages of a conversation waiting behind a parked reply (visible or not).
     held: usize,
     problems: Vec<String>,
 }
@@ -146,9 +146,14 @@ fn judge(sim: &LineSimulator, state: &Path, asked: &[Asked]) -> Verdict {
             });
             // Started: its call reached LINE, or the kill came between the journal and LINE.
             let started = token_used || journal.lines().any(|l| l.starts_with(&prefix));
+            let unknown = replies.iter().any(|s| *s == "unknown_after_send");
             match finals {
-                1 => verdict.finals += 1,
-                0 if replies.iter().any(|s| *s == "unknown_after_send") && started => {
+                1 => {
+                    verdict.finals += 1;
+                    // Visible, but its intent is parked: the conversation waits behind it.
+                    blocked |= unknown;
+                }
+                0 if unknown && started => {
                     verdict.parked += 1;
                     blocked = true;
                 }
