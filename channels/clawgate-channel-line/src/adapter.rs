@@ -389,6 +389,7 @@ impl ChannelMessageAdapter for LineAdapter {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly by design.
 mod tests {
     use super::*;
 

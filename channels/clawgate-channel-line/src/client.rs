@@ -321,6 +321,7 @@ fn refusal(status: u16, body: &Value, retry_after: Option<u64>) -> CallError {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly by design.
 mod tests {
     use super::*;
 

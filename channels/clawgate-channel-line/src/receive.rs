@@ -133,6 +133,7 @@ impl MessageReceiveAdapter for LineReceiver {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly by design.
 mod tests {
     use clawgate_types::TargetKind;
     use serde_json::json;

@@ -218,6 +218,7 @@ impl MessageRenderAdapter for LineRenderer {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly by design.
 mod tests {
     use clawgate_types::MessageTarget;
 

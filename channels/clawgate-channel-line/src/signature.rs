@@ -55,6 +55,7 @@ pub fn verify(secret: &[u8], signature: Option<&str>, body: &[u8]) -> Result<(),
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly by design.
 mod tests {
     use super::*;
 
