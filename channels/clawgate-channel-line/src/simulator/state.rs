@@ -150,6 +150,8 @@ pub(crate) struct QueuedEvent {
     pub(crate) in_flight: bool,
     pub(crate) redeliveries: u32,
     pub(crate) next_at: Instant,
+    /// A redelivery asked for while an attempt was in flight: due once it ends.
+    pub(crate) again: bool,
 }
 
 /// An API error: status and LINE's error body.
@@ -292,6 +294,7 @@ impl World {
             in_flight: false,
             redeliveries: 0,
             next_at: Instant::now(),
+            again: false,
         });
         id
     }
@@ -384,6 +387,10 @@ impl World {
             return false;
         };
         let event = &mut self.events[index];
+        if event.in_flight {
+            event.again = true;
+            return true;
+        }
         event.acked = false;
         event.given_up = false;
         event.redeliveries += 1;

@@ -91,6 +91,12 @@ async fn attempt(inner: Arc<Inner>, http: reqwest::Client, index: usize, url: St
             }
         }
     }
+    if std::mem::take(&mut event.again) {
+        event.acked = false;
+        event.given_up = false;
+        event.redeliveries += 1;
+        event.next_at = Instant::now();
+    }
     world.deliveries.push(DeliveryRecord {
         event_ids,
         is_redelivery,
