@@ -57,6 +57,15 @@ const GOOGLE_APPS_CHAT: PythonTool = PythonTool {
                CLAWGATE_GOOGLE_CHAT_PYTHON at a python that has google-apps-chat)",
 };
 
+/// LINE's official SDK the LINE simulator's cross-check is written against.
+const LINE_BOT_SDK: PythonTool = PythonTool {
+    venv: "line-bot-sdk",
+    package: "line-bot-sdk",
+    version: "3.27.0",
+    for_what: "the LINE simulator's line-bot-sdk test (or point CLAWGATE_LINE_BOT_SDK_PYTHON at \
+               a python that has line-bot-sdk)",
+};
+
 /// The Synapse release the Matrix channel's tests run against (its fixture names the same).
 const SYNAPSE: PythonTool = PythonTool {
     venv: "synapse",
@@ -120,6 +129,9 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     }
     if std::env::var_os("CLAWGATE_GOOGLE_CHAT_PYTHON").is_none() {
         ensure_python_tool(&GOOGLE_APPS_CHAT)?;
+    }
+    if std::env::var_os("CLAWGATE_LINE_BOT_SDK_PYTHON").is_none() {
+        ensure_python_tool(&LINE_BOT_SDK)?;
     }
     ensure_python_tool(&SYNAPSE)?;
     ensure_npm_tool(&NOSTR_TOOLS)?;

@@ -17,7 +17,8 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-slack",
             feature = "channel-nostr",
             feature = "channel-discord",
-            feature = "channel-googlechat"
+            feature = "channel-googlechat",
+            feature = "channel-line",
         )),
         allow(unused_mut)
     )]
@@ -46,6 +47,8 @@ pub fn registry() -> ChannelRegistry {
     registry.register(std::sync::Arc::new(
         clawgate_channel_googlechat::GoogleChatFactory,
     ));
+    #[cfg(feature = "channel-line")]
+    registry.register(std::sync::Arc::new(clawgate_channel_line::LineFactory));
     registry
 }
 

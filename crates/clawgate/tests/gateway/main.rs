@@ -17,6 +17,7 @@ mod failure;
 mod googlechat;
 mod irc;
 mod isolation;
+mod line;
 mod matrix;
 mod nostr;
 mod platform_faults;
