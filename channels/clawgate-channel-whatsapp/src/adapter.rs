@@ -7,8 +7,9 @@
 use async_trait::async_trait;
 use clawgate_channel_sdk::{ChannelMessageAdapter, Reconciliation, SendContext, SendError};
 use clawgate_types::{
-    DeliveryCapabilities, DeliveryFailureKind, MessageCapabilities, MessageReceiptPart,
-    RenderedMessageUnit, TextCapabilities, ThreadCapabilities,
+    AttachmentCapabilities, DeliveryCapabilities, DeliveryFailureKind, MessageCapabilities,
+    MessagePartKind, MessageReceiptPart, RenderedMessageUnit, TextCapabilities,
+    ThreadCapabilities,
 };
 use serde_json::{Value, json};
 use tracing::warn;
@@ -50,6 +51,8 @@ fn capabilities() -> MessageCapabilities {
                 .with_chunking(true),
         )
         .with_threads(ThreadCapabilities::default().with_reply(true))
+        // Media by `link` (Meta fetches it); uploads (`POST /media`) are not used.
+        .with_attachments(AttachmentCapabilities::default().with_remote_url(true))
         .with_delivery(
             DeliveryCapabilities::default()
                 .with_idempotency_key(false)
@@ -71,6 +74,31 @@ fn text_of(unit: &RenderedMessageUnit) -> Result<&str, SendError> {
         .ok_or_else(|| invalid("a WhatsApp text unit needs a `text` string"))
 }
 
+/// A media unit (a serialized attachment with a `url`) as the message type its MIME type
+/// asks for: jpeg/png images, video, audio, anything else a document (with its file name).
+fn media_of(unit: &RenderedMessageUnit) -> Result<(&'static str, Value), SendError> {
+    let field = |key: &str| unit.payload.get(key).and_then(Value::as_str);
+    let link = field("url")
+        .filter(|u| u.starts_with("https://") || u.starts_with("http://"))
+        .ok_or_else(|| {
+            invalid("WhatsApp sends media by an http(s) link; uploads are not supported")
+        })?;
+    let mime = field("mimeType").unwrap_or_default();
+    let kind = match mime {
+        "image/jpeg" | "image/png" => "image",
+        m if m.starts_with("video/") => "video",
+        m if m.starts_with("audio/") => "audio",
+        _ => "document",
+    };
+    let mut media = json!({ "link": link });
+    if kind == "document"
+        && let Some(name) = field("fileName")
+    {
+        media["filename"] = json!(name);
+    }
+    Ok((kind, media))
+}
+
 impl WhatsAppAdapter {
     pub(crate) fn new(
         name: &str,
@@ -87,16 +115,16 @@ impl WhatsAppAdapter {
         }
     }
 
-    /// The body of one text unit to `to`.
-    fn body(&self, ctx: &SendContext, key: &str, text: &str) -> Value {
+    /// The body of one unit to the target: `content` is its `text` or media object.
+    fn body(&self, ctx: &SendContext, key: &str, kind: &str, content: Value) -> Value {
         let mut body = json!({
             "messaging_product": "whatsapp",
             "recipient_type": "individual",
             "to": ctx.message.target.id,
-            "type": "text",
-            "text": { "body": text, "preview_url": self.preview_url },
+            "type": kind,
             "biz_opaque_callback_data": key,
         });
+        body[kind] = content;
         // Only a WhatsApp message can be quoted.
         if let Some(quoted) = ctx
             .message
@@ -126,15 +154,20 @@ impl ChannelMessageAdapter for WhatsAppAdapter {
         ctx: &SendContext,
         unit: &RenderedMessageUnit,
     ) -> Result<MessageReceiptPart, SendError> {
-        let text = text_of(unit)?;
-        if text.trim().is_empty() {
-            return Err(invalid("WhatsApp refuses an empty text body"));
-        }
-        if text.chars().count() > MAX_TEXT_CHARS as usize {
-            return Err(invalid(format!(
-                "a WhatsApp text body holds at most {MAX_TEXT_CHARS} characters"
-            )));
-        }
+        let (kind, content) = if unit.kind == MessagePartKind::Text {
+            let text = text_of(unit)?;
+            if text.trim().is_empty() {
+                return Err(invalid("WhatsApp refuses an empty text body"));
+            }
+            if text.chars().count() > MAX_TEXT_CHARS as usize {
+                return Err(invalid(format!(
+                    "a WhatsApp text body holds at most {MAX_TEXT_CHARS} characters"
+                )));
+            }
+            ("text", json!({ "body": text, "preview_url": self.preview_url }))
+        } else {
+            media_of(unit)?
+        };
         let key = ctx.unit_key(unit);
         if key.len() > MAX_CALLBACK_DATA {
             return Err(invalid(format!(
@@ -142,9 +175,13 @@ impl ChannelMessageAdapter for WhatsAppAdapter {
                 key.len()
             )));
         }
+        // Before any I/O: a key without this record provably never went out.
+        self.book.attempted(&key).await.map_err(|e| {
+            SendError::before_io(DeliveryFailureKind::Transient, e.to_string())
+        })?;
         let answer = self
             .api
-            .messages(&self.body(ctx, &key, text))
+            .messages(&self.body(ctx, &key, kind, content))
             .await
             .map_err(|e| e.into_send_error("send"))?;
         let wamid = answer
@@ -156,35 +193,44 @@ impl ChannelMessageAdapter for WhatsAppAdapter {
                     "WhatsApp answered the send without messages[0].id",
                 )
             })?;
+        if let Err(error) = self.book.answered(&key, wamid).await {
+            // The engine records the receipt itself; the book only backs reconciliation.
+            warn!(channel = %self.name, %error, "the answer was not written to the status book");
+        }
         Ok(MessageReceiptPart::new(wamid, unit.kind, unit.index))
     }
 
-    /// Settled only by a status webhook carrying the unit's key: `sent`, `delivered` or `read`
-    /// prove the message is WhatsApp's. Nothing proves it absent (there is no "get sent
-    /// message" API, Meta retries a status delivery for days, and a `failed` status can come
-    /// beside a `delivered` one), so without that evidence the unit stays unknown: the engine
-    /// asks again later and an operator sees it, it is never sent a second time.
+    /// Settled from the [`StatusBook`]: an answer or a `sent`/`delivered`/`read` status with
+    /// the unit's key proves the message is WhatsApp's (its `wamid`); no attempt record proves
+    /// it never went out. An attempt without either stays unknown: there is no "get sent
+    /// message" API, Meta delivers a status late when our listener was down (retrying for
+    /// 7 days), and a `failed` status can come beside a `delivered` one, so no wait proves it
+    /// absent. The engine asks again later and an operator sees it; it is never sent twice.
     async fn reconcile_unknown_send(
         &self,
         ctx: &SendContext,
         unit: &RenderedMessageUnit,
     ) -> Result<Reconciliation, SendError> {
         let key = ctx.unit_key(unit);
-        match self.book.get(&key) {
-            Some(evidence) if evidence.accepted => Ok(Reconciliation::Sent(Box::new(
-                MessageReceiptPart::new(evidence.wamid, unit.kind, unit.index),
+        let Some(evidence) = self.book.get(&key) else {
+            return Ok(Reconciliation::NotSent);
+        };
+        match evidence.wamid {
+            Some(wamid) if evidence.accepted => Ok(Reconciliation::Sent(Box::new(
+                MessageReceiptPart::new(wamid, unit.kind, unit.index),
             ))),
-            Some(evidence) => {
-                warn!(
-                    channel = %self.name,
-                    key,
-                    wamid = %evidence.wamid,
-                    codes = ?evidence.failed_codes,
-                    "WhatsApp reported this message failed and never sent: left for an operator"
-                );
+            wamid => {
+                if !evidence.failed_codes.is_empty() {
+                    warn!(
+                        channel = %self.name,
+                        key,
+                        wamid = ?wamid,
+                        codes = ?evidence.failed_codes,
+                        "WhatsApp reported this message failed and never sent: left for an operator"
+                    );
+                }
                 Ok(Reconciliation::Unresolved)
             }
-            None => Ok(Reconciliation::Unresolved),
         }
     }
 }

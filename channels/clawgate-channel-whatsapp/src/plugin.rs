@@ -51,6 +51,10 @@ pub struct WhatsAppSettings {
     /// People answered (`wa_id`s, digits only); empty: everyone who writes.
     #[serde(default)]
     pub allowed_senders: Vec<String>,
+    /// Senders that are automated (another business's bot, a notifier), reported as bots so
+    /// the entry's `allow_bots` decides whether they are answered.
+    #[serde(default)]
+    pub bot_senders: Vec<String>,
     /// Let WhatsApp render a preview of the first link in a reply.
     #[serde(default)]
     pub preview_url: bool,
@@ -208,6 +212,7 @@ impl WhatsAppFactory {
             &setup.name,
             &settings.phone_number_id,
             settings.allowed_senders.iter().cloned(),
+            settings.bot_senders.iter().cloned(),
         ));
         let source = InboundSource::Pushed(Arc::new(WebhookSource::new(
             WebhookConfig {

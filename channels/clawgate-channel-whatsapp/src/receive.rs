@@ -5,6 +5,8 @@
 //! message's `wamid`: every redelivery of it, alone or batched with others, is one event to the
 //! engine, deduped durably for as long as Meta retries (7 days).
 //!
+//! - Senders listed in `bot_senders` (automated numbers the operator knows) are reported as
+//!   bots, so `allow_bots` governs them; WhatsApp itself never says.
 //! - Conversations are direct: the target is the person's `wa_id` (`from`).
 //! - Answered: `text`, a quick-reply `button`, an `interactive` button or list reply, and media
 //!   with a caption (the caption is the prompt; the media is not fetched). Not answered
@@ -26,6 +28,7 @@ pub struct WhatsAppReceiver {
     name: String,
     phone_number_id: String,
     allowed_senders: BTreeSet<String>,
+    bot_senders: BTreeSet<String>,
 }
 
 impl WhatsAppReceiver {
@@ -33,11 +36,13 @@ impl WhatsAppReceiver {
         name: &str,
         phone_number_id: &str,
         allowed_senders: impl IntoIterator<Item = String>,
+        bot_senders: impl IntoIterator<Item = String>,
     ) -> WhatsAppReceiver {
         WhatsAppReceiver {
             name: name.to_owned(),
             phone_number_id: phone_number_id.to_owned(),
             allowed_senders: allowed_senders.into_iter().collect(),
+            bot_senders: bot_senders.into_iter().collect(),
         }
     }
 
@@ -128,7 +133,9 @@ impl MessageReceiveAdapter for WhatsAppReceiver {
             })
             .and_then(|c| c.pointer("/profile/name"))
             .and_then(Value::as_str);
-        let mut sender = MessageActor::new(from);
+        // WhatsApp does not say who is automated; the operator lists the numbers that are.
+        let bot = self.bot_senders.contains(from);
+        let mut sender = MessageActor::new(from).with_is_bot(bot);
         if let Some(name) = name {
             sender = sender.with_display_name(name.to_owned());
         }
@@ -137,7 +144,7 @@ impl MessageReceiveAdapter for WhatsAppReceiver {
             .with_sender(sender)
             // Kept so an unfinished event can be worked on again from its durable record.
             .with_raw(raw.clone());
-        Ok(NormalizedInbound::new(id, inbound))
+        Ok(NormalizedInbound::new(id, inbound).by_bot(bot))
     }
 }
 
@@ -159,7 +166,7 @@ mod tests {
     }
 
     fn receiver() -> WhatsAppReceiver {
-        WhatsAppReceiver::new("whatsapp", "PN1", Vec::new())
+        WhatsAppReceiver::new("whatsapp", "PN1", Vec::new(), vec!["4917000".to_owned()])
     }
 
     #[test]
@@ -209,7 +216,7 @@ mod tests {
             r.normalize(&json!({ "object": "page" })),
             Err(ReceiveError::Malformed { .. })
         ));
-        let only_bob = WhatsAppReceiver::new("whatsapp", "PN1", vec!["49999".to_owned()]);
+        let only_bob = WhatsAppReceiver::new("whatsapp", "PN1", vec!["49999".to_owned()], Vec::new());
         assert!(matches!(
             only_bob.normalize(&text),
             Err(ReceiveError::Ignored { .. })

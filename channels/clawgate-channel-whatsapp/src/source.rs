@@ -148,7 +148,7 @@ async fn record_status(book: &StatusBook, status: &Value) -> bool {
     if state == "failed" {
         warn!(key, wamid, code = ?failure, "WhatsApp reports a message failed");
     }
-    match book.record(key, wamid, state, failure).await {
+    match book.status(key, wamid, state, failure).await {
         Ok(()) => true,
         Err(error) => {
             warn!(%error, "a status could not be recorded; Meta will deliver it again");

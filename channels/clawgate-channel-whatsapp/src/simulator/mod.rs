@@ -430,6 +430,21 @@ impl WhatsAppSimulator {
         Some(self.deliver_raw(body))
     }
 
+    /// Opens `wa_id`'s window as if they had written just now, without a webhook (their message
+    /// predates the test).
+    pub fn open_window(&self, wa_id: &str) {
+        self.inner
+            .world()
+            .windows
+            .insert(wa_id.to_owned(), std::time::Instant::now());
+    }
+
+    /// The next webhook attempt's answer is lost (read by nobody): it counts as failed and is
+    /// delivered again, as when Meta's connection to the callback URL drops.
+    pub fn cut_next_delivery(&self) {
+        self.inner.world().cut_deliveries += 1;
+    }
+
     /// The customer-service window of `wa_id` closes (as 24 hours after their last message).
     pub fn close_window(&self, wa_id: &str) {
         self.inner.world().windows.remove(wa_id);
@@ -489,6 +504,28 @@ impl WhatsAppSimulator {
             .iter()
             .filter(|d| !d.acked && !d.given_up)
             .count()
+    }
+
+    /// Waits until every status delivery is answered 2xx (or given up); `false` after
+    /// `deadline`.
+    pub async fn statuses_settled(&self, deadline: Duration) -> bool {
+        let until = tokio::time::Instant::now() + deadline;
+        loop {
+            let pending = self
+                .inner
+                .world()
+                .deliveries
+                .iter()
+                .filter(|d| !d.acked && !d.given_up && d.body.to_string().contains("\"statuses\""))
+                .count();
+            if pending == 0 {
+                return true;
+            }
+            if tokio::time::Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Waits until every delivery is answered 2xx (or given up); `false` after `deadline`.

@@ -86,6 +86,8 @@ pub(crate) struct World {
     pub(crate) inbound: Vec<SimInbound>,
     pub(crate) calls: Vec<CallRecord>,
     pub(crate) deliveries: Vec<QueuedDelivery>,
+    /// Webhook attempts whose answer is to be lost.
+    pub(crate) cut_deliveries: u32,
     next_id: u64,
 }
 
@@ -143,6 +145,7 @@ impl World {
             inbound: Vec::new(),
             calls: Vec::new(),
             deliveries: Vec::new(),
+            cut_deliveries: 0,
             next_id: 0,
         }
     }

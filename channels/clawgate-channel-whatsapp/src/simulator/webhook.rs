@@ -67,8 +67,12 @@ async fn attempt(inner: Arc<Inner>, http: reqwest::Client, id: usize, url: Strin
         .timeout(inner.config.answer_deadline)
         .send()
         .await;
-    let status = sent.map_or(0, |r| r.status().as_u16());
+    let mut status = sent.map_or(0, |r| r.status().as_u16());
     let mut world = inner.world();
+    if world.cut_deliveries > 0 {
+        world.cut_deliveries -= 1;
+        status = 0;
+    }
     let Some(delivery) = world.deliveries.get_mut(id) else {
         return;
     };

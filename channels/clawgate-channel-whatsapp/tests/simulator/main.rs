@@ -1,0 +1,1 @@
+//! The Cloud API simulator on its own.
