@@ -116,7 +116,14 @@ impl WhatsAppAdapter {
     }
 
     /// The body of one unit to the target: `content` is its `text` or media object.
-    fn body(&self, ctx: &SendContext, key: &str, kind: &str, content: Value) -> Value {
+    fn body(
+        &self,
+        ctx: &SendContext,
+        unit: &RenderedMessageUnit,
+        key: &str,
+        kind: &str,
+        content: Value,
+    ) -> Value {
         let mut body = json!({
             "messaging_product": "whatsapp",
             "recipient_type": "individual",
@@ -125,13 +132,13 @@ impl WhatsAppAdapter {
             "biz_opaque_callback_data": key,
         });
         body[kind] = content;
-        // Only a WhatsApp message can be quoted.
+        // Only a WhatsApp message can be quoted, and only the first chunk quotes it.
         if let Some(quoted) = ctx
             .message
             .relation
             .as_ref()
             .and_then(|r| r.reply_to_id())
-            .filter(|id| id.starts_with("wamid."))
+            .filter(|id| unit.index == 0 && id.starts_with("wamid."))
         {
             body["context"] = json!({ "message_id": quoted });
         }
@@ -181,7 +188,7 @@ impl ChannelMessageAdapter for WhatsAppAdapter {
         })?;
         let answer = self
             .api
-            .messages(&self.body(ctx, &key, kind, content))
+            .messages(&self.body(ctx, unit, &key, kind, content))
             .await
             .map_err(|e| e.into_send_error("send"))?;
         let wamid = answer

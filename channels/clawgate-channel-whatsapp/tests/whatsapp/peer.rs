@@ -149,6 +149,11 @@ impl Peer {
         peer
     }
 
+    /// The channel's state directory.
+    pub(crate) fn state_dir(&self) -> &std::path::Path {
+        self._state.path()
+    }
+
     /// The plugin with the case-attaching source.
     pub(crate) fn attached_plugin(&self) -> ChannelPlugin {
         let mut plugin = self.plugin.clone();
