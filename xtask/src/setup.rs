@@ -1,12 +1,12 @@
 //! The test tools `cargo xtask ci` needs beyond cargo, installed once per machine so the README's
 //! test command works on a fresh one: cargo-deny (licenses, bans, sources), Debian's
 //! Chromium + chromedriver (the chat page's browser test), Debian's ngircd (the IRC channel's
-//! test server), three Python venvs under the target directory: aiogram (the Telegram
+//! test server), four Python venvs under the target directory: aiogram (the Telegram
 //! simulator's cross-check with a client written against the real Bot API), slack-sdk (the same
-//! for the Slack simulator) and Synapse (the Matrix channel's tests run against a real
-//! homeserver), and npm packages under `<target>/node`: tmi.js and twurple (the Twitch
-//! simulator's cross-checks), discord.js's REST and Gateway packages (the Discord simulator's)
-//! and nostr-tools (the Nostr channel's cross-check with a client others wrote).
+//! for the Slack simulator), pywa (the same for the WhatsApp simulator) and Synapse (the Matrix
+//! channel's tests run against a real homeserver), and npm packages under `<target>/node`:
+//! tmi.js and twurple (the Twitch simulator's cross-checks), discord.js's REST and Gateway
+//! packages (the Discord simulator's) and nostr-tools (the Nostr channel's cross-check with a client others wrote).
 //! `cargo xtask setup` runs this alone; `cargo xtask ci` runs it first.
 
 use std::path::{Path, PathBuf};
@@ -47,6 +47,15 @@ const SLACK_SDK: PythonTool = PythonTool {
     version: "3.48.0",
     for_what: "the Slack simulator's slack_sdk test (or point CLAWGATE_SLACK_SDK_PYTHON at a \
                python that has slack_sdk)",
+};
+
+/// The pywa the WhatsApp simulator's cross-check is written against.
+const PYWA: PythonTool = PythonTool {
+    venv: "pywa",
+    package: "pywa",
+    version: "4.5.0",
+    for_what: "the WhatsApp simulator's pywa test (or point CLAWGATE_PYWA_PYTHON at a python \
+               that has pywa)",
 };
 
 /// The Synapse release the Matrix channel's tests run against (its fixture names the same).
@@ -109,6 +118,9 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     }
     if std::env::var_os("CLAWGATE_SLACK_SDK_PYTHON").is_none() {
         ensure_python_tool(&SLACK_SDK)?;
+    }
+    if std::env::var_os("CLAWGATE_PYWA_PYTHON").is_none() {
+        ensure_python_tool(&PYWA)?;
     }
     ensure_python_tool(&SYNAPSE)?;
     ensure_npm_tool(&NOSTR_TOOLS)?;

@@ -8,8 +8,7 @@ use async_trait::async_trait;
 use clawgate_channel_sdk::{ChannelMessageAdapter, Reconciliation, SendContext, SendError};
 use clawgate_types::{
     AttachmentCapabilities, DeliveryCapabilities, DeliveryFailureKind, MessageCapabilities,
-    MessagePartKind, MessageReceiptPart, RenderedMessageUnit, TextCapabilities,
-    ThreadCapabilities,
+    MessagePartKind, MessageReceiptPart, RenderedMessageUnit, TextCapabilities, ThreadCapabilities,
 };
 use serde_json::{Value, json};
 use tracing::warn;
@@ -171,7 +170,10 @@ impl ChannelMessageAdapter for WhatsAppAdapter {
                     "a WhatsApp text body holds at most {MAX_TEXT_CHARS} characters"
                 )));
             }
-            ("text", json!({ "body": text, "preview_url": self.preview_url }))
+            (
+                "text",
+                json!({ "body": text, "preview_url": self.preview_url }),
+            )
         } else {
             media_of(unit)?
         };
@@ -183,9 +185,10 @@ impl ChannelMessageAdapter for WhatsAppAdapter {
             )));
         }
         // Before any I/O: a key without this record provably never went out.
-        self.book.attempted(&key).await.map_err(|e| {
-            SendError::before_io(DeliveryFailureKind::Transient, e.to_string())
-        })?;
+        self.book
+            .attempted(&key)
+            .await
+            .map_err(|e| SendError::before_io(DeliveryFailureKind::Transient, e.to_string()))?;
         let answer = self
             .api
             .messages(&self.body(ctx, unit, &key, kind, content))

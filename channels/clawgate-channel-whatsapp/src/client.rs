@@ -322,7 +322,10 @@ mod tests {
             let error = refused(status, code).into_send_error("send");
             assert_eq!(error.kind, kind, "{code}");
             assert_eq!(error.side_effect, SideEffect::None, "{code}");
-            assert_eq!(error.platform_code.as_deref(), Some(code.to_string().as_str()));
+            assert_eq!(
+                error.platform_code.as_deref(),
+                Some(code.to_string().as_str())
+            );
         }
         let window = refused(400, 131_047).into_send_error("send");
         assert!(window.message.contains("24 hours"), "{}", window.message);

@@ -110,7 +110,9 @@ async fn check_number(
                 verified_name: field("verified_name"),
             }))
         }
-        Err(CallError::Refused(error)) if error.kind() == clawgate_types::DeliveryFailureKind::Auth => {
+        Err(CallError::Refused(error))
+            if error.kind() == clawgate_types::DeliveryFailureKind::Auth =>
+        {
             Err(setup.invalid(
                 "token_env",
                 format!(
@@ -181,7 +183,10 @@ impl WhatsAppFactory {
             ));
         }
         if settings.phone_number_id.is_empty()
-            || !settings.phone_number_id.chars().all(|c| c.is_ascii_alphanumeric())
+            || !settings
+                .phone_number_id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric())
         {
             return Err(setup.invalid(
                 "phone_number_id",
@@ -200,8 +205,8 @@ impl WhatsAppFactory {
             timeout,
         );
         let number = check_number(setup, &settings, &api).await?;
-        let book = StatusBook::open(&setup.state_dir)
-            .map_err(|e| setup.invalid("", e.to_string()))?;
+        let book =
+            StatusBook::open(&setup.state_dir).map_err(|e| setup.invalid("", e.to_string()))?;
         let adapter = Arc::new(WhatsAppAdapter::new(
             &setup.name,
             api.clone(),

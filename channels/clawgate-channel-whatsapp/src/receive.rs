@@ -67,8 +67,9 @@ fn text_of(message: &Value, kind: &str) -> Option<String> {
     let text = match kind {
         "text" => at("/text/body"),
         "button" => at("/button/text"),
-        "interactive" => at("/interactive/button_reply/title")
-            .or_else(|| at("/interactive/list_reply/title")),
+        "interactive" => {
+            at("/interactive/button_reply/title").or_else(|| at("/interactive/list_reply/title"))
+        }
         "image" | "video" | "document" => at(&format!("/{kind}/caption")),
         _ => None,
     }?;
@@ -172,8 +173,10 @@ mod tests {
     #[test]
     fn messages_are_normalized_by_type_and_the_rest_ignored() {
         let r = receiver();
-        let text = envelope(json!({ "from": "4915112345", "id": "wamid.A", "timestamp": "1",
-            "type": "text", "text": { "body": "hello" } }));
+        let text = envelope(
+            json!({ "from": "4915112345", "id": "wamid.A", "timestamp": "1",
+            "type": "text", "text": { "body": "hello" } }),
+        );
         let got = r.normalize(&text).unwrap();
         assert_eq!(got.event_id, "wamid.A");
         assert_eq!(got.message.body.as_ref().unwrap().text, "hello");
@@ -185,14 +188,23 @@ mod tests {
         let button = envelope(json!({ "from": "4915112345", "id": "wamid.B", "type":
             "interactive", "interactive": { "type": "button_reply",
             "button_reply": { "id": "b1", "title": "Yes" } } }));
-        assert_eq!(r.normalize(&button).unwrap().message.body.unwrap().text, "Yes");
+        assert_eq!(
+            r.normalize(&button).unwrap().message.body.unwrap().text,
+            "Yes"
+        );
         for ignored in [
-            envelope(json!({ "from": "4915112345", "id": "wamid.C", "type": "reaction",
-                "reaction": { "message_id": "wamid.A", "emoji": "👍" } })),
-            envelope(json!({ "from": "4915112345", "id": "wamid.D", "type": "image",
-                "image": { "id": "m1", "mime_type": "image/jpeg" } })),
-            envelope(json!({ "from": "15550001111", "id": "wamid.E", "type": "text",
-                "text": { "body": "our own" } })),
+            envelope(
+                json!({ "from": "4915112345", "id": "wamid.C", "type": "reaction",
+                "reaction": { "message_id": "wamid.A", "emoji": "👍" } }),
+            ),
+            envelope(
+                json!({ "from": "4915112345", "id": "wamid.D", "type": "image",
+                "image": { "id": "m1", "mime_type": "image/jpeg" } }),
+            ),
+            envelope(
+                json!({ "from": "15550001111", "id": "wamid.E", "type": "text",
+                "text": { "body": "our own" } }),
+            ),
         ] {
             assert!(
                 matches!(r.normalize(&ignored), Err(ReceiveError::Ignored { .. })),
@@ -204,7 +216,10 @@ mod tests {
             .as_object_mut()
             .unwrap()
             .remove("messages");
-        assert!(matches!(r.normalize(&status), Err(ReceiveError::Ignored { .. })));
+        assert!(matches!(
+            r.normalize(&status),
+            Err(ReceiveError::Ignored { .. })
+        ));
         let mut other_number = text.clone();
         other_number["entry"][0]["changes"][0]["value"]["metadata"]["phone_number_id"] =
             json!("PN2");
@@ -216,7 +231,8 @@ mod tests {
             r.normalize(&json!({ "object": "page" })),
             Err(ReceiveError::Malformed { .. })
         ));
-        let only_bob = WhatsAppReceiver::new("whatsapp", "PN1", vec!["49999".to_owned()], Vec::new());
+        let only_bob =
+            WhatsAppReceiver::new("whatsapp", "PN1", vec!["49999".to_owned()], Vec::new());
         assert!(matches!(
             only_bob.normalize(&text),
             Err(ReceiveError::Ignored { .. })

@@ -284,7 +284,11 @@ mod tests {
             messages[1].pointer("/entry/0/changes/0/value/metadata/phone_number_id"),
             Some(&json!("PN"))
         );
-        assert!(messages[0].pointer("/entry/0/changes/0/value/statuses").is_none());
+        assert!(
+            messages[0]
+                .pointer("/entry/0/changes/0/value/statuses")
+                .is_none()
+        );
         assert_eq!(statuses.len(), 1);
     }
 

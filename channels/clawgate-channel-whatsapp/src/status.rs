@@ -169,10 +169,12 @@ impl StatusBook {
     async fn change(&self, key: &str, change: Change<'_>, sync: bool) -> Result<(), BookError> {
         let line = {
             let mut by_key = lock(&self.inner.by_key);
-            let entry = by_key.entry(key.to_owned()).or_insert_with(|| StatusEvidence {
-                key: key.to_owned(),
-                ..StatusEvidence::default()
-            });
+            let entry = by_key
+                .entry(key.to_owned())
+                .or_insert_with(|| StatusEvidence {
+                    key: key.to_owned(),
+                    ..StatusEvidence::default()
+                });
             let before = entry.clone();
             match change {
                 Change::Attempted => entry.attempted = true,
@@ -231,7 +233,9 @@ mod tests {
             .await
             .unwrap();
         assert!(!book.get("k#0").unwrap().accepted);
-        book.status("k#0", "wamid.A", "delivered", None).await.unwrap();
+        book.status("k#0", "wamid.A", "delivered", None)
+            .await
+            .unwrap();
         book.status("k#0", "wamid.A", "read", None).await.unwrap();
         book.attempted("k#1").await.unwrap();
         book.answered("k#1", "wamid.B").await.unwrap();

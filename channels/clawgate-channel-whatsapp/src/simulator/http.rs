@@ -95,10 +95,7 @@ async fn handle(
     let segments: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
     let (version, rest) = match segments.split_first() {
         Some((version, rest)) if is_version(version) => (*version, rest),
-        _ => (
-            "",
-            segments.as_slice(),
-        ),
+        _ => ("", segments.as_slice()),
     };
     let path = format!("/{}", rest.join("/"));
     let bearer = headers

@@ -292,6 +292,7 @@ pub struct Fault {
     pub(crate) kind: FaultKind,
     pub(crate) after: u32,
     pub(crate) times: u32,
+    pub(crate) to: Option<String>,
 }
 
 impl Fault {
@@ -301,6 +302,7 @@ impl Fault {
             kind,
             after: 0,
             times: 1,
+            to: None,
         }
     }
 
@@ -312,6 +314,12 @@ impl Fault {
     /// After `sends` more sends go through.
     pub fn after(mut self, sends: u32) -> Fault {
         self.after = sends;
+        self
+    }
+
+    /// Only sends to `wa_id` meet it (and count towards `after`).
+    pub fn to(mut self, wa_id: &str) -> Fault {
+        self.to = Some(wa_id.to_owned());
         self
     }
 

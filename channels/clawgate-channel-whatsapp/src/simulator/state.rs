@@ -91,6 +91,16 @@ pub(crate) struct World {
     next_id: u64,
 }
 
+/// The person's business-scoped user id (`<country>.<digits>`), which Meta adds beside the
+/// `wa_id` in `contacts` (messages and statuses alike).
+fn bsuid(wa_id: &str) -> String {
+    let mut hash: u64 = 14_695_981_039_346_656_037;
+    for byte in wa_id.bytes() {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(1_099_511_628_211);
+    }
+    format!("DE.{hash}")
+}
+
 fn now_s() -> String {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -220,7 +230,7 @@ impl World {
 
     fn contacts(&mut self, wa_id: &str, name: &str) -> Value {
         self.names.insert(wa_id.to_owned(), name.to_owned());
-        json!([{ "profile": { "name": name }, "wa_id": wa_id }])
+        json!([{ "profile": { "name": name }, "wa_id": wa_id, "user_id": bsuid(wa_id) }])
     }
 
     pub(crate) fn person_writes(
@@ -304,6 +314,7 @@ impl World {
         let value = json!({
             "messaging_product": "whatsapp",
             "metadata": self.metadata(),
+            "contacts": [{ "wa_id": message.to, "user_id": bsuid(&message.to) }],
             "statuses": [entry],
         });
         let body = self.notification(value);
@@ -364,8 +375,13 @@ impl World {
         })
     }
 
-    fn take_fault(&mut self) -> Option<FaultKind> {
-        let fault = self.faults.first_mut()?;
+    /// The first queued fault for a send to `to`, if one is due.
+    fn take_fault(&mut self, to: &str) -> Option<FaultKind> {
+        let index = self
+            .faults
+            .iter()
+            .position(|f| f.to.as_deref().is_none_or(|t| t == to))?;
+        let fault = &mut self.faults[index];
         if fault.after > 0 {
             fault.after -= 1;
             return None;
@@ -373,7 +389,7 @@ impl World {
         let kind = fault.kind.clone();
         fault.times -= 1;
         if fault.times == 0 {
-            self.faults.remove(0);
+            self.faults.remove(index);
         }
         Some(kind)
     }
@@ -388,7 +404,14 @@ impl World {
         if body.get("status").is_some() {
             return self.mark_read(body);
         }
-        let fault = self.take_fault();
+        let to: String = body
+            .get("to")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .chars()
+            .filter(char::is_ascii_digit)
+            .collect();
+        let fault = self.take_fault(&to);
         match &fault {
             Some(FaultKind::Refuse(fault)) => return Outcome::Refused(fault.clone()),
             Some(FaultKind::ServerError(status)) => return Outcome::ServerError(*status),
@@ -492,7 +515,9 @@ impl World {
                 context
                     .get("message_id")
                     .and_then(Value::as_str)
-                    .ok_or_else(|| bad_parameter("The parameter context['message_id'] is required."))?
+                    .ok_or_else(|| {
+                        bad_parameter("The parameter context['message_id'] is required.")
+                    })?
                     .to_owned(),
             ),
         };
@@ -516,7 +541,9 @@ impl World {
                     None => false,
                     Some(Value::Bool(b)) => *b,
                     Some(_) => {
-                        return Err(bad_parameter("Param text['preview_url'] must be a boolean."));
+                        return Err(bad_parameter(
+                            "Param text['preview_url'] must be a boolean.",
+                        ));
                     }
                 };
                 (Some(text_body.to_owned()), None, preview_url)

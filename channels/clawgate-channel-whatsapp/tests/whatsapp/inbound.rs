@@ -143,7 +143,10 @@ async fn unsigned_forged_and_tampered_deliveries_are_refused_before_parsing() {
     let running = Running::start(&peer.attached_plugin(), &store);
     let person = peer.person("signed");
     peer.sim.person_writes(&person.id, "Ada", "genuine");
-    until("the genuine message", || running.seen().contains_key("genuine")).await;
+    until("the genuine message", || {
+        running.seen().contains_key("genuine")
+    })
+    .await;
     let genuine = peer.sim.deliveries().pop().unwrap();
     assert_eq!(genuine.attempts.last(), Some(&200));
     // Another message: new text, new wamid (the genuine one's id would be deduplicated).
@@ -159,7 +162,12 @@ async fn unsigned_forged_and_tampered_deliveries_are_refused_before_parsing() {
     let secret = peer.sim.app_secret();
     assert_eq!(post(&peer.webhook_url, &body, None).await, 401, "unsigned");
     assert_eq!(
-        post(&peer.webhook_url, &body, Some(signature::sign(b"not-the-secret", body.as_bytes()))).await,
+        post(
+            &peer.webhook_url,
+            &body,
+            Some(signature::sign(b"not-the-secret", body.as_bytes()))
+        )
+        .await,
         403,
         "signed with another secret"
     );
@@ -176,15 +184,28 @@ async fn unsigned_forged_and_tampered_deliveries_are_refused_before_parsing() {
     );
     // Not even parsed: garbage under a bad signature is refused like the rest, and garbage
     // under a good one is a 400.
-    assert_eq!(post(&peer.webhook_url, "{not json", Some("sha256=00".into())).await, 401);
     assert_eq!(
-        post(&peer.webhook_url, "{not json", Some(signature::sign(secret.as_bytes(), b"{not json"))).await,
+        post(&peer.webhook_url, "{not json", Some("sha256=00".into())).await,
+        401
+    );
+    assert_eq!(
+        post(
+            &peer.webhook_url,
+            "{not json",
+            Some(signature::sign(secret.as_bytes(), b"{not json"))
+        )
+        .await,
         400
     );
     // The same forged body, properly signed, would have been a turn: the refusals above are
     // the signature's doing.
     assert_eq!(
-        post(&peer.webhook_url, &body, Some(signature::sign(secret.as_bytes(), body.as_bytes()))).await,
+        post(
+            &peer.webhook_url,
+            &body,
+            Some(signature::sign(secret.as_bytes(), body.as_bytes()))
+        )
+        .await,
         200
     );
     until("the signed copy", || running.seen().contains_key("forged")).await;
@@ -195,22 +216,38 @@ async fn unsigned_forged_and_tampered_deliveries_are_refused_before_parsing() {
 #[tokio::test]
 async fn the_verification_handshake_echoes_the_challenge_only_for_our_token() {
     let peer = Peer::start().await;
-    assert!(peer.sim.subscribe(&peer.webhook_url, VERIFY_TOKEN).await.is_ok());
-    let refused = peer.sim.subscribe(&peer.webhook_url, "guessed").await.unwrap_err();
+    assert!(
+        peer.sim
+            .subscribe(&peer.webhook_url, VERIFY_TOKEN)
+            .await
+            .is_ok()
+    );
+    let refused = peer
+        .sim
+        .subscribe(&peer.webhook_url, "guessed")
+        .await
+        .unwrap_err();
     assert!(refused.contains("403"), "{refused}");
     let answer = |mode: &'static str, token: &'static str| {
         let url = peer.webhook_url.clone();
         async move {
             let response = reqwest::Client::new()
                 .get(url)
-                .query(&[("hub.mode", mode), ("hub.verify_token", token), ("hub.challenge", "1158201444")])
+                .query(&[
+                    ("hub.mode", mode),
+                    ("hub.verify_token", token),
+                    ("hub.challenge", "1158201444"),
+                ])
                 .send()
                 .await
                 .unwrap();
             (response.status().as_u16(), response.text().await.unwrap())
         }
     };
-    assert_eq!(answer("subscribe", VERIFY_TOKEN).await, (200, "1158201444".to_owned()));
+    assert_eq!(
+        answer("subscribe", VERIFY_TOKEN).await,
+        (200, "1158201444".to_owned())
+    );
     assert_eq!(answer("unsubscribe", VERIFY_TOKEN).await.0, 403);
     assert_eq!(answer("subscribe", "meatyhamhoc").await.0, 403);
 }
@@ -228,7 +265,10 @@ async fn deliveries_wait_with_503_until_recorded_and_redeliveries_make_one_turn(
     .await;
     assert!(peer.sim.deliveries()[0].attempts.iter().all(|s| *s == 503));
     let running = Running::start(&peer.attached_plugin(), &store);
-    until("the redelivered message", || running.seen().contains_key("while down")).await;
+    until("the redelivered message", || {
+        running.seen().contains_key("while down")
+    })
+    .await;
     assert!(peer.sim.deliveries_settled(Duration::from_secs(20)).await);
     assert_eq!(peer.sim.deliveries()[0].attempts.last(), Some(&200));
     // Meta sends it again (a copy for another app, a retry that raced its answer), also
@@ -239,7 +279,10 @@ async fn deliveries_wait_with_503_until_recorded_and_redeliveries_make_one_turn(
     let running = Running::start(&peer.attached_plugin(), &store);
     peer.sim.replay(0);
     peer.sim.person_writes(&person.id, "Ada", "after restart");
-    until("the next message", || running.seen().contains_key("after restart")).await;
+    until("the next message", || {
+        running.seen().contains_key("after restart")
+    })
+    .await;
     assert!(peer.sim.deliveries_settled(Duration::from_secs(20)).await);
     running.stop().await;
     let replays = peer.sim.deliveries().iter().filter(|d| d.acked).count();
@@ -272,7 +315,11 @@ async fn a_batch_is_one_event_per_message_and_statuses_are_never_turns() {
         .sim
         .deliveries()
         .iter()
-        .filter_map(|d| d.body.pointer("/entry/0/changes/0/value/statuses/0/status").cloned())
+        .filter_map(|d| {
+            d.body
+                .pointer("/entry/0/changes/0/value/statuses/0/status")
+                .cloned()
+        })
         .filter_map(|s| s.as_str().map(str::to_owned))
         .collect();
     assert_eq!(statuses.len(), 3, "{statuses:?}");
@@ -280,7 +327,10 @@ async fn a_batch_is_one_event_per_message_and_statuses_are_never_turns() {
         assert!(statuses.iter().any(|s| s == status), "{statuses:?}");
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(running.seen(), counts(&[("one", 1), ("two", 1), ("three", 1)]));
+    assert_eq!(
+        running.seen(),
+        counts(&[("one", 1), ("two", 1), ("three", 1)])
+    );
     running.stop().await;
     let book = clawgate_channel_whatsapp::StatusBook::open(peer.state_dir()).unwrap();
     let evidence = book.get("s-1#0").unwrap();
@@ -296,7 +346,10 @@ async fn recorded_messages_are_marked_read_when_the_account_says_so() {
     let person = peer.person("reads");
     let wamid = peer.sim.person_writes(&person.id, "Ada", "seen?");
     until("the message read", || {
-        peer.sim.inbound().iter().any(|m| m.wamid == wamid && m.read)
+        peer.sim
+            .inbound()
+            .iter()
+            .any(|m| m.wamid == wamid && m.read)
     })
     .await;
     let read = peer

@@ -240,7 +240,8 @@ impl clawgate_conformance::ConformancePeer for Peer {
     }
 
     fn inject_lost_answer(&self, after: u32) -> bool {
-        self.sim.inject(Fault::new(FaultKind::LoseAnswer).after(after));
+        self.sim
+            .inject(Fault::new(FaultKind::LoseAnswer).after(after));
         true
     }
 

@@ -54,34 +54,62 @@ async fn statuses(store: &clawgate_store::SqliteStore) -> Vec<IntentStatus> {
 async fn long_replies_are_chunked_at_4096_and_quote_the_question_once() {
     let peer = Peer::start().await;
     let person = peer.person("chunks");
-    let question = peer.sim.person_writes(&person.id, "Ada", "tell me everything");
+    let question = peer
+        .sim
+        .person_writes(&person.id, "Ada", "tell me everything");
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(1_000));
     let (messenger, _store) = engine_in(dir.path(), peer.plugin.sender.clone(), clock);
     let text = format!("{} {}", "a".repeat(4_000), "b".repeat(3_000));
-    let message =
-        reply(&person, "chunks-1", &text).with_relation(MessageRelation::reply_to(question.clone()));
-    let report = messenger.send(message, SendOptions::default()).await.unwrap();
+    let message = reply(&person, "chunks-1", &text)
+        .with_relation(MessageRelation::reply_to(question.clone()));
+    let report = messenger
+        .send(message, SendOptions::default())
+        .await
+        .unwrap();
     let SendOutcome::Sent { receipt } = report.outcome else {
         panic!("{report:?}")
     };
     let landed = peer.sim.sent(&person.id);
     assert_eq!(landed.len(), 2);
-    assert!(landed.iter().all(|m| m.text.as_ref().unwrap().chars().count() <= 4_096));
+    assert!(
+        landed
+            .iter()
+            .all(|m| m.text.as_ref().unwrap().chars().count() <= 4_096)
+    );
     assert_eq!(
-        landed.iter().map(|m| m.text.clone().unwrap()).collect::<String>(),
+        landed
+            .iter()
+            .map(|m| m.text.clone().unwrap())
+            .collect::<String>(),
         text
     );
     assert_eq!(landed[0].context.as_deref(), Some(question.as_str()));
     assert_eq!(landed[1].context, None, "only the first chunk quotes");
     assert!(landed.iter().all(|m| !m.preview_url));
     // Receipts are the wamids WhatsApp gave; each chunk carries its own unit key.
-    let ids: Vec<_> = receipt.parts.iter().map(|p| p.platform_message_id.clone()).collect();
-    assert_eq!(ids, landed.iter().map(|m| m.wamid.clone()).collect::<Vec<_>>());
+    let ids: Vec<_> = receipt
+        .parts
+        .iter()
+        .map(|p| p.platform_message_id.clone())
+        .collect();
+    assert_eq!(
+        ids,
+        landed.iter().map(|m| m.wamid.clone()).collect::<Vec<_>>()
+    );
     assert!(ids.iter().all(|id| id.starts_with("wamid.")));
-    let keys: Vec<_> = landed.iter().map(|m| m.callback_data.clone().unwrap()).collect();
-    assert!(keys[0].ends_with("#0") && keys[1].ends_with("#1"), "{keys:?}");
-    assert_eq!(keys[0].trim_end_matches("#0"), keys[1].trim_end_matches("#1"));
+    let keys: Vec<_> = landed
+        .iter()
+        .map(|m| m.callback_data.clone().unwrap())
+        .collect();
+    assert!(
+        keys[0].ends_with("#0") && keys[1].ends_with("#1"),
+        "{keys:?}"
+    );
+    assert_eq!(
+        keys[0].trim_end_matches("#0"),
+        keys[1].trim_end_matches("#1")
+    );
 }
 
 #[tokio::test]
@@ -117,10 +145,16 @@ async fn outside_the_24_hour_window_a_send_fails_once_and_is_not_retried() {
     // Once the person writes again, the window is open.
     peer.sim.person_writes(&person.id, "Ada", "back");
     let report = messenger
-        .send(reply(&person, "late-2", "welcome back"), SendOptions::default())
+        .send(
+            reply(&person, "late-2", "welcome back"),
+            SendOptions::default(),
+        )
         .await
         .unwrap();
-    assert!(matches!(report.outcome, SendOutcome::Sent { .. }), "{report:?}");
+    assert!(
+        matches!(report.outcome, SendOutcome::Sent { .. }),
+        "{report:?}"
+    );
 }
 
 #[tokio::test]
@@ -212,7 +246,9 @@ async fn the_factory_checks_the_token_and_the_number_and_names_the_key() {
         .unwrap_err();
     assert_eq!(error.key, "channels[3].settings.token_env", "{error}");
     assert!(error.reason.contains("WA_TOKEN"), "{error}");
-    let error = build(settings("999999"), &peer.sim.token()).await.unwrap_err();
+    let error = build(settings("999999"), &peer.sim.token())
+        .await
+        .unwrap_err();
     assert_eq!(error.key, "channels[3].settings.phone_number_id", "{error}");
     let mut typo = settings(&peer.sim.phone_number_id());
     typo["phone_numer_id"] = json!("1");
@@ -221,7 +257,11 @@ async fn the_factory_checks_the_token_and_the_number_and_names_the_key() {
     let plugin = build(settings(&peer.sim.phone_number_id()), &peer.sim.token())
         .await
         .unwrap();
-    assert!(plugin.description.contains("+15550783881"), "{}", plugin.description);
+    assert!(
+        plugin.description.contains("+15550783881"),
+        "{}",
+        plugin.description
+    );
     // Secrets never print.
     assert!(!format!("{:?}", plugin.sender.capabilities()).contains(&peer.sim.token()));
     let parsed: WhatsAppSettings =
@@ -236,7 +276,10 @@ async fn finals_are_plain_durable_sends_without_previews_or_edits() {
     let peer = Peer::start().await;
     let person = peer.person("plain");
     let capabilities = peer.plugin.sender.capabilities();
-    assert!(capabilities.live.is_none(), "WhatsApp declares no live previews");
+    assert!(
+        capabilities.live.is_none(),
+        "WhatsApp declares no live previews"
+    );
     assert!(peer.plugin.sender.live().is_none());
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(1_000));
@@ -244,17 +287,29 @@ async fn finals_are_plain_durable_sends_without_previews_or_edits() {
     // The platform refuses the first attempt: the intent must already be durable then.
     peer.sim.inject(Fault::code(131_000));
     let report = messenger
-        .send(reply(&person, "final-1", "the answer"), SendOptions::default())
+        .send(
+            reply(&person, "final-1", "the answer"),
+            SendOptions::default(),
+        )
         .await
         .unwrap();
     assert!(report.durable);
-    assert!(matches!(report.outcome, SendOutcome::RetryScheduled { .. }), "{report:?}");
+    assert!(
+        matches!(report.outcome, SendOutcome::RetryScheduled { .. }),
+        "{report:?}"
+    );
     let intents = store
-        .list_intents(&IntentFilter { limit: 10, ..IntentFilter::default() })
+        .list_intents(&IntentFilter {
+            limit: 10,
+            ..IntentFilter::default()
+        })
         .await
         .unwrap();
     assert_eq!(intents.len(), 1);
-    assert!(intents[0].batch.is_some(), "the rendered final is stored before I/O");
+    assert!(
+        intents[0].batch.is_some(),
+        "the rendered final is stored before I/O"
+    );
     drop(messenger);
     // A restart sends it from the stored intent alone.
     let clock = Arc::new(ManualClock::new(60_000));
@@ -263,7 +318,10 @@ async fn finals_are_plain_durable_sends_without_previews_or_edits() {
     assert_eq!(peer.texts(&person.id), vec!["the answer"]);
     assert_eq!(statuses(&store).await, vec![IntentStatus::Sent]);
     let methods: Vec<_> = peer.sim.calls().iter().map(|c| c.method.clone()).collect();
-    assert!(methods.iter().all(|m| m == "GET" || m == "POST"), "{methods:?}");
+    assert!(
+        methods.iter().all(|m| m == "GET" || m == "POST"),
+        "{methods:?}"
+    );
 }
 
 #[tokio::test]
@@ -278,10 +336,16 @@ async fn an_unknown_send_is_settled_by_its_status_webhook_after_a_restart() {
     {
         let (messenger, _store) = engine_in(dir.path(), peer.plugin.sender.clone(), clock.clone());
         let report = messenger
-            .send(reply(&person, "lost-1", "exactly once"), SendOptions::default())
+            .send(
+                reply(&person, "lost-1", "exactly once"),
+                SendOptions::default(),
+            )
             .await
             .unwrap();
-        assert!(matches!(report.outcome, SendOutcome::Unknown { .. }), "{report:?}");
+        assert!(
+            matches!(report.outcome, SendOutcome::Unknown { .. }),
+            "{report:?}"
+        );
     }
     // Restarted, before the status arrived: still unknown, never resent.
     clock.advance(60_000);
@@ -298,7 +362,10 @@ async fn an_unknown_send_is_settled_by_its_status_webhook_after_a_restart() {
     let landed = peer.sim.sent(&person.id);
     assert_eq!(landed.len(), 1, "sent exactly once");
     let intent = store
-        .list_intents(&IntentFilter { limit: 1, ..IntentFilter::default() })
+        .list_intents(&IntentFilter {
+            limit: 1,
+            ..IntentFilter::default()
+        })
         .await
         .unwrap()
         .remove(0);
