@@ -281,6 +281,7 @@ impl GraphApi {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly by design.
 mod tests {
     use super::*;
     use clawgate_channel_sdk::SideEffect;

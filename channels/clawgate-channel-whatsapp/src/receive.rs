@@ -150,6 +150,7 @@ impl MessageReceiveAdapter for WhatsAppReceiver {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly by design.
 mod tests {
     use super::*;
     use serde_json::json;

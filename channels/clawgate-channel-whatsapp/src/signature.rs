@@ -68,6 +68,7 @@ pub fn verify(secret: &[u8], header: Option<&str>, body: &[u8]) -> Result<(), Si
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly by design.
 mod tests {
     use super::*;
 

@@ -261,6 +261,7 @@ impl PushedFeed for WebhookSource {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly by design.
 mod tests {
     use super::*;
 

@@ -221,6 +221,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly by design.
 mod tests {
     use super::*;
 
