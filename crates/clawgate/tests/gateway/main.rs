@@ -26,3 +26,4 @@ mod support;
 mod telegram;
 mod twitch;
 mod webdriver;
+mod whatsapp;
