@@ -9,7 +9,10 @@
 //! inherent: a request killed after its attempt was recorded but before Meta received it has
 //! no evidence either way, so its reply stays `unknown_after_send` for an operator. The judge
 //! allows exactly that, and only when the simulator's record proves the request never arrived
-//! (no message carries that key); it fails on everything else — a duplicate final, a missing
+//! (no message carries that key). The engine keeps reconciling such a reply and the person's
+//! conversation lane waits behind it, so their later messages stay recorded (`received`) and
+//! unanswered until an operator settles it; those are counted apart (`blocked_behind_unknown`)
+//! and allowed only with that evidence. Everything else fails — a duplicate final, a missing
 //! final, a partial or stray message, a delivery Meta gave up on, a leftover agent process.
 
 use std::collections::HashMap;
@@ -121,6 +124,9 @@ struct Verdict {
     /// Replies recorded `unknown_after_send` whose request provably never reached WhatsApp
     /// (no message carries their key): left for an operator, never repeated.
     unknown: usize,
+    /// Later messages of a person whose conversation waits behind such a reply: recorded
+    /// durably (`received`), not answered while the engine keeps asking about the one before.
+    blocked: usize,
     problems: Vec<String>,
 }
 
@@ -137,12 +143,22 @@ fn reply_statuses(state: &Path) -> HashMap<String, String> {
         .collect()
 }
 
+/// Inbound records of the state directory: event id → status.
+fn inbound_statuses(state: &Path) -> HashMap<String, String> {
+    state_pairs(state, "SELECT event_id, status FROM inbound_records")
+        .into_iter()
+        .collect()
+}
+
 fn judge(sim: &WhatsAppSimulator, state: &Path, asked: &[Asked]) -> Verdict {
     let statuses = reply_statuses(state);
+    let inbound = inbound_statuses(state);
+    // People with a reply parked as unknown (and the position of that message).
+    let mut parked: HashMap<String, usize> = HashMap::new();
     let sent = sim.all_sent();
     let mut verdict = Verdict::default();
     let mut unmatched: Vec<SimMessage> = sent.clone();
-    for a in asked {
+    for (at, a) in asked.iter().enumerate() {
         let prefix = format!("whatsapp:reply:{}:", a.wamid);
         let replies: Vec<(&String, &String)> = statuses
             .iter()
@@ -167,8 +183,15 @@ fn judge(sim: &WhatsAppSimulator, state: &Path, asked: &[Asked]) -> Verdict {
                             .is_some_and(|data| data.starts_with(key.as_str()))
                     })
                 });
+                let behind = parked.get(&a.wa_id).is_some_and(|first| *first < at);
                 if !unknown.is_empty() && !arrived {
                     verdict.unknown += 1;
+                    parked.entry(a.wa_id.clone()).or_insert(at);
+                } else if replies.is_empty()
+                    && behind
+                    && inbound.get(&a.wamid).map(String::as_str) == Some("received")
+                {
+                    verdict.blocked += 1;
                 } else {
                     verdict.problems.push(format!(
                         "message {} from {}: no final, replies {replies:?}",
@@ -202,7 +225,8 @@ async fn settle(sim: &WhatsAppSimulator, state: &Path, asked: &[Asked], quiet: D
     let mut last = (0, Instant::now());
     loop {
         let verdict = judge(sim, state, asked);
-        if verdict.finals + verdict.unknown == asked.len() && sim.pending_deliveries() == 0 {
+        let settled = verdict.finals + verdict.unknown + verdict.blocked;
+        if settled == asked.len() && sim.pending_deliveries() == 0 {
             tokio::time::sleep(Duration::from_secs(1)).await;
             return;
         }
@@ -270,11 +294,12 @@ async fn random_sigkills_on_a_whatsapp_number_never_duplicate_or_silently_lose_a
     let lost = app.sim.calls().iter().filter(|c| !c.answered).count();
     eprintln!(
         "whatsapp crash matrix figures: seed={seed} kills={kills} messages={} finals={} \
-         unknown={} lost_answers={lost} webhooks={} redelivered={redelivered} violations={} \
-         leftovers={} seconds={:.1}",
+         unknown={} blocked_behind_unknown={} lost_answers={lost} webhooks={} \
+         redelivered={redelivered} violations={} leftovers={} seconds={:.1}",
         asked.len(),
         verdict.finals,
         verdict.unknown,
+        verdict.blocked,
         deliveries.len(),
         verdict.problems.len(),
         leftovers.len(),
@@ -295,11 +320,23 @@ async fn random_sigkills_on_a_whatsapp_number_never_duplicate_or_silently_lose_a
 async fn a_whatsapp_conversation_through_the_binary_verifies_the_webhook_and_answers_plainly() {
     let app = App::start(&["--chunk-ms", "40", "--words", "12"]).await;
     let gateway = app.gateway().expect("gateway starts");
-    // Meta's handshake against the running listener, before any notification goes there.
-    app.sim
-        .subscribe(&app.webhook_url, VERIFY_TOKEN)
-        .await
-        .expect("the gateway answers the verification challenge");
+    // Meta's handshake against the running listener (it binds once the gateway has started
+    // its sources), before any notification goes there.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Err(why) = app.sim.subscribe(&app.webhook_url, VERIFY_TOKEN).await {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway never answered the verification challenge: {why}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        app.sim
+            .subscribe(&app.webhook_url, "not-our-token")
+            .await
+            .is_err(),
+        "a wrong verify token is refused"
+    );
     let asked = vec![
         app.write("4915112340001", "hello from WhatsApp", 12),
         app.write("4915112340002", "hello again", 12),
@@ -308,7 +345,11 @@ async fn a_whatsapp_conversation_through_the_binary_verifies_the_webhook_and_ans
     let status = gateway.interrupt();
     let verdict = judge(&app.sim, &app.state(), &asked);
     assert!(verdict.holds(), "{verdict:?}");
-    assert_eq!((verdict.finals, verdict.unknown), (2, 0), "{verdict:?}");
+    assert_eq!(
+        (verdict.finals, verdict.unknown, verdict.blocked),
+        (2, 0, 0),
+        "{verdict:?}"
+    );
     // Plain durable finals: one send per answer, no preview, no edit (WhatsApp has none).
     let sends = app
         .sim
