@@ -66,6 +66,15 @@ const LINE_BOT_SDK: PythonTool = PythonTool {
                a python that has line-bot-sdk)",
 };
 
+/// The pywa the WhatsApp simulator's cross-check is written against.
+const PYWA: PythonTool = PythonTool {
+    venv: "pywa",
+    package: "pywa",
+    version: "4.5.0",
+    for_what: "the WhatsApp simulator's pywa test (or point CLAWGATE_PYWA_PYTHON at a python \
+               that has pywa)",
+};
+
 /// The Synapse release the Matrix channel's tests run against (its fixture names the same).
 const SYNAPSE: PythonTool = PythonTool {
     venv: "synapse",
@@ -132,6 +141,9 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     }
     if std::env::var_os("CLAWGATE_LINE_BOT_SDK_PYTHON").is_none() {
         ensure_python_tool(&LINE_BOT_SDK)?;
+    }
+    if std::env::var_os("CLAWGATE_PYWA_PYTHON").is_none() {
+        ensure_python_tool(&PYWA)?;
     }
     ensure_python_tool(&SYNAPSE)?;
     ensure_npm_tool(&NOSTR_TOOLS)?;

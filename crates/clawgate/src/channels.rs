@@ -19,6 +19,7 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-discord",
             feature = "channel-googlechat",
             feature = "channel-line",
+            feature = "channel-whatsapp",
         )),
         allow(unused_mut)
     )]
@@ -49,6 +50,10 @@ pub fn registry() -> ChannelRegistry {
     ));
     #[cfg(feature = "channel-line")]
     registry.register(std::sync::Arc::new(clawgate_channel_line::LineFactory));
+    #[cfg(feature = "channel-whatsapp")]
+    registry.register(std::sync::Arc::new(
+        clawgate_channel_whatsapp::WhatsAppFactory,
+    ));
     registry
 }
 

@@ -28,3 +28,4 @@ mod support;
 mod telegram;
 mod twitch;
 mod webdriver;
+mod whatsapp;
