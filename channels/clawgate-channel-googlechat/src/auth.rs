@@ -344,10 +344,11 @@ mod tests {
 
     #[test]
     fn a_service_account_key_loads_and_signs() {
-        let key = ServiceAccountKey::parse(&key_json("service_account", PEM)).unwrap();
+        let key = ServiceAccountKey::parse(&key_json("service_account", PEM))
+            .expect("the test key loads");
         assert_eq!(key.client_email, "app@p.iam.gserviceaccount.com");
-        let jwt = key.assertion().unwrap();
-        let header = jsonwebtoken::decode_header(&jwt).unwrap();
+        let jwt = key.assertion().expect("the test key signs");
+        let header = jsonwebtoken::decode_header(&jwt).expect("a JWT");
         assert_eq!(header.alg, Algorithm::RS256);
         assert_eq!(header.kid.as_deref(), Some("k1"));
         assert!(!format!("{key:?}").contains("PRIVATE"));
@@ -375,7 +376,9 @@ mod tests {
             ),
         ];
         for (text, expected) in cases {
-            let error = ServiceAccountKey::parse(&text).unwrap_err().to_string();
+            let error = ServiceAccountKey::parse(&text)
+                .expect_err("refused")
+                .to_string();
             assert!(error.contains(expected), "{error}");
             assert!(
                 !error.contains("secret") && !error.contains("c2VjcmV0"),
