@@ -355,6 +355,34 @@ mod tests {
     }
 
     #[test]
+    fn the_key_and_a_cached_token_never_print() {
+        let key = ServiceAccountKey::parse(&key_json("service_account", PEM)).expect("loads");
+        let source = TokenSource::new(
+            key,
+            "KEY_ENV",
+            reqwest::Client::new(),
+            Duration::from_secs(1),
+        );
+        *source.cached.try_lock().expect("unlocked") = Some(Cached {
+            token: Secret::new("ya29.minted-secret"),
+            refresh_at: Instant::now(),
+        });
+        let api = crate::client::ChatApi::new(
+            "http://127.0.0.1:1/",
+            crate::client::Credentials::ServiceAccount(std::sync::Arc::new(source)),
+            reqwest::Client::new(),
+            Duration::from_secs(1),
+        );
+        let shown = format!("{api:?}");
+        assert!(shown.contains("app@p.iam.gserviceaccount.com"), "{shown}");
+        let body = PEM.lines().nth(1).expect("a PEM body");
+        assert!(
+            !shown.contains(body) && !shown.contains("minted-secret"),
+            "{shown}"
+        );
+    }
+
+    #[test]
     fn bad_keys_are_refused_without_quoting_them() {
         let cases = [
             ("{not json".to_owned(), "is not a JSON object"),
