@@ -416,3 +416,32 @@ async fn a_missing_audience_stops_the_start_naming_the_setting() {
         "never prints the key: {error}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_is_no_service_account_key_stops_the_start_naming_the_variable() {
+    let app = App::start(&[]).await;
+    let mut key: serde_json::Value = serde_json::from_str(&app.key).expect("the key is JSON");
+    key["type"] = serde_json::json!("authorized_user");
+    let error = GatewayProcess::try_start(
+        &app.state(),
+        &app.config,
+        &[(KEY_ENV, key.to_string().as_str())],
+    )
+    .err()
+    .expect("the start fails");
+    assert!(
+        error.contains("channels[0].settings.service_account_key_env")
+            && error.contains(KEY_ENV)
+            && error.contains("\"authorized_user\""),
+        "names the setting, the variable and the type: {error}"
+    );
+    let pem = key["private_key"].as_str().expect("a private key");
+    assert!(
+        pem.lines()
+            .skip(1)
+            .take(3)
+            .all(|line| !error.contains(line)),
+        "never prints the key: {error}"
+    );
+    assert!(app.sim.token_requests().is_empty());
+}
