@@ -361,4 +361,29 @@ mod tests {
         );
         assert!(!format!("{api:?}").contains("very-secret"));
     }
+
+    #[test]
+    fn a_service_account_key_and_its_cached_token_never_print() {
+        const PEM: &str = include_str!("simulator/service-account-key.pem");
+        let key = json!({
+            "type": "service_account", "private_key_id": "k1", "private_key": PEM,
+            "client_email": "app@p.iam.gserviceaccount.com", "token_uri": "http://127.0.0.1:1/token",
+        });
+        let key = crate::auth::ServiceAccountKey::parse(&key.to_string()).expect("loads");
+        let source = TokenSource::new(key, "KEY_ENV", http_client(), Duration::from_secs(1))
+            .with_cached("ya29.minted-secret");
+        let api = ChatApi::new(
+            "http://127.0.0.1:1/",
+            Credentials::ServiceAccount(Arc::new(source)),
+            http_client(),
+            Duration::from_secs(1),
+        );
+        let shown = format!("{api:?}");
+        assert!(shown.contains("app@p.iam.gserviceaccount.com"), "{shown}");
+        let body = PEM.lines().nth(1).expect("a PEM body");
+        assert!(
+            !shown.contains(body) && !shown.contains("minted-secret"),
+            "{shown}"
+        );
+    }
 }
