@@ -2,12 +2,15 @@
 //! envelope: nothing happened), it never reached Google, or it went out and no usable answer
 //! came back (Google may have acted).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use clawgate_channel_sdk::{Secret, SendError};
 use clawgate_types::DeliveryFailureKind;
 use reqwest::Method;
 use serde_json::Value;
+
+use crate::auth::{TokenFailure, TokenSource};
 
 /// The wait a 429 without a delay of its own gets: the documented answer is exponential
 /// backoff, which the engine's retry policy grows from here.
@@ -27,6 +30,11 @@ pub(crate) enum CallError {
     Unreachable(String),
     /// The request went out and no usable answer came back.
     Lost(String),
+    /// No access token could be had: the call never went out.
+    Token {
+        failure: TokenFailure,
+        key_env: String,
+    },
 }
 
 impl CallError {
@@ -44,6 +52,7 @@ impl CallError {
         let CallError::Refused { code, status, .. } = self else {
             return match self {
                 CallError::Unreachable(_) => Transient,
+                CallError::Token { failure, .. } => failure.kind(),
                 _ => Unknown,
             };
         };
@@ -96,6 +105,7 @@ impl CallError {
                      ({reason}); Google may have acted"
                 ),
             ),
+            CallError::Token { failure, key_env } => failure.into_send_error(&key_env),
         }
     }
 }
@@ -104,8 +114,9 @@ impl CallError {
 fn hint(status: &str) -> &'static str {
     match status {
         "UNAUTHENTICATED" => {
-            " (check the access token in token_env: an OAuth token of the Chat app's service \
-             account with the https://www.googleapis.com/auth/chat.bot scope)"
+            " (check the credentials: the access token in token_env is an OAuth token of the \
+             Chat app's service account with the https://www.googleapis.com/auth/chat.bot \
+             scope; a service account key's token was refused even freshly minted)"
         }
         "PERMISSION_DENIED" => " (add the Chat app to the space, or check its configuration)",
         _ => "",
@@ -129,11 +140,20 @@ fn retry_delay_ms(error: &Value, header: Option<u64>) -> Option<u64> {
     from_details.or(header.map(|s| s.saturating_mul(1_000)))
 }
 
-/// The Chat API endpoint and the app's access token.
+/// Where the access token of each call comes from.
+#[derive(Debug, Clone)]
+pub(crate) enum Credentials {
+    /// A token given ready (`token_env`); nobody here can renew it.
+    Static(Secret),
+    /// Tokens minted from the service account's key, renewed as they age.
+    ServiceAccount(Arc<TokenSource>),
+}
+
+/// The Chat API endpoint and the app's credentials.
 #[derive(Clone)]
 pub(crate) struct ChatApi {
     base: String,
-    token: Secret,
+    credentials: Credentials,
     http: reqwest::Client,
     timeout: Duration,
 }
@@ -143,28 +163,40 @@ impl std::fmt::Debug for ChatApi {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChatApi")
             .field("base", &self.base)
-            .field("token", &self.token)
+            .field("credentials", &self.credentials)
             .finish_non_exhaustive()
     }
 }
 
+/// One HTTP client for the API and the token endpoint.
+pub(crate) fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap_or_default()
+}
+
 impl ChatApi {
-    /// Calls below `base` (`https://chat.googleapis.com/`, the simulator) with `token`; each
-    /// may take `timeout` before its outcome counts as unknown.
-    pub(crate) fn new(base: &str, token: Secret, timeout: Duration) -> ChatApi {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .build()
-            .unwrap_or_default();
+    /// Calls below `base` (`https://chat.googleapis.com/`, the simulator) with `credentials`;
+    /// each may take `timeout` before its outcome counts as unknown.
+    pub(crate) fn new(
+        base: &str,
+        credentials: Credentials,
+        http: reqwest::Client,
+        timeout: Duration,
+    ) -> ChatApi {
         ChatApi {
             base: format!("{}/", base.trim_end_matches('/')),
-            token,
+            credentials,
             http,
             timeout,
         }
     }
 
     /// `method` on `v1/{path}` with `query` and a JSON `body`; the answer's JSON object.
+    ///
+    /// With a service account, a 401 forgets the token and the call is made once more with a
+    /// fresh one: Google refused the first, so nothing of it took effect.
     pub(crate) async fn call(
         &self,
         method: Method,
@@ -172,10 +204,42 @@ impl ChatApi {
         query: &[(&str, &str)],
         body: Option<&Value>,
     ) -> Result<Value, CallError> {
+        let source = match &self.credentials {
+            Credentials::Static(token) => {
+                return self.call_with(method, path, query, body, token).await;
+            }
+            Credentials::ServiceAccount(source) => source,
+        };
+        let token_failed = |failure| CallError::Token {
+            failure,
+            key_env: source.key_env.clone(),
+        };
+        let token = source.token().await.map_err(token_failed)?;
+        match self
+            .call_with(method.clone(), path, query, body, &token)
+            .await
+        {
+            Err(CallError::Refused { code: 401, .. }) => {
+                source.invalidate(&token).await;
+                let fresh = source.token().await.map_err(token_failed)?;
+                self.call_with(method, path, query, body, &fresh).await
+            }
+            outcome => outcome,
+        }
+    }
+
+    async fn call_with(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<&Value>,
+        token: &Secret,
+    ) -> Result<Value, CallError> {
         let mut request = self
             .http
             .request(method, format!("{}v1/{path}", self.base))
-            .bearer_auth(self.token.expose())
+            .bearer_auth(token.expose())
             .query(query)
             .timeout(self.timeout);
         if let Some(body) = body {
@@ -291,9 +355,35 @@ mod tests {
     fn the_token_never_prints() {
         let api = ChatApi::new(
             "http://127.0.0.1:1/",
-            Secret::new("ya29.very-secret"),
+            Credentials::Static(Secret::new("ya29.very-secret")),
+            http_client(),
             Duration::from_secs(1),
         );
         assert!(!format!("{api:?}").contains("very-secret"));
+    }
+
+    #[test]
+    fn a_service_account_key_and_its_cached_token_never_print() {
+        const PEM: &str = include_str!("simulator/service-account-key.pem");
+        let key = json!({
+            "type": "service_account", "private_key_id": "k1", "private_key": PEM,
+            "client_email": "app@p.iam.gserviceaccount.com", "token_uri": "http://127.0.0.1:1/token",
+        });
+        let key = crate::auth::ServiceAccountKey::parse(&key.to_string()).expect("loads");
+        let source = TokenSource::new(key, "KEY_ENV", http_client(), Duration::from_secs(1))
+            .with_cached("ya29.minted-secret");
+        let api = ChatApi::new(
+            "http://127.0.0.1:1/",
+            Credentials::ServiceAccount(Arc::new(source)),
+            http_client(),
+            Duration::from_secs(1),
+        );
+        let shown = format!("{api:?}");
+        assert!(shown.contains("app@p.iam.gserviceaccount.com"), "{shown}");
+        let body = PEM.lines().nth(1).expect("a PEM body");
+        assert!(
+            !shown.contains(body) && !shown.contains("minted-secret"),
+            "{shown}"
+        );
     }
 }

@@ -12,7 +12,8 @@ use clawgate_channel_sdk::{
 use serde::Deserialize;
 
 use crate::adapter::GoogleChatAdapter;
-use crate::client::ChatApi;
+use crate::auth::{ServiceAccountKey, TokenSource};
+use crate::client::{ChatApi, Credentials, http_client};
 use crate::receive::GoogleChatReceiver;
 use crate::source::{EventsConfig, EventsFeed, EventsSource};
 
@@ -26,9 +27,15 @@ pub const DEFAULT_CERTS_URL: &str =
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GoogleChatSettings {
-    /// The environment variable holding the app's OAuth access token (its service account's,
-    /// scope `https://www.googleapis.com/auth/chat.bot`).
-    pub token_env: String,
+    /// The environment variable holding the app's service account JSON key: access tokens are
+    /// minted from it and renewed before they expire. Exactly one of this and `token_env`.
+    #[serde(default)]
+    pub service_account_key_env: Option<String>,
+    /// The environment variable holding a ready OAuth access token (its service account's,
+    /// scope `https://www.googleapis.com/auth/chat.bot`); it is never renewed here, and Google's
+    /// last an hour.
+    #[serde(default)]
+    pub token_env: Option<String>,
     /// The address the events listener binds; the app's HTTP endpoint URL must reach it.
     pub events_listen: SocketAddr,
     /// The path the listener serves (the endpoint URL's path).
@@ -73,6 +80,15 @@ fn default_request_timeout_ms() -> u64 {
     10_000
 }
 
+/// The secret a `googlechat` account authenticates with, as read from its variable.
+#[derive(Debug, Clone)]
+pub enum GoogleChatCredentials {
+    /// The content of `service_account_key_env`: a service account's JSON key.
+    ServiceAccountKey(Secret),
+    /// The content of `token_env`: an OAuth access token.
+    AccessToken(Secret),
+}
+
 /// Builds `googlechat` channels.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GoogleChatFactory;
@@ -85,8 +101,34 @@ impl ChannelFactory for GoogleChatFactory {
 
     async fn build(&self, setup: ChannelSetup) -> Result<ChannelPlugin, SetupError> {
         let settings: GoogleChatSettings = setup.settings()?;
-        let token = setup.secret("token_env", &settings.token_env)?;
-        self.build_with_secrets(&setup, token).await
+        let credentials = match credential_setting(&setup, &settings)? {
+            ("service_account_key_env", var) => GoogleChatCredentials::ServiceAccountKey(
+                setup.secret("service_account_key_env", var)?,
+            ),
+            (_, var) => GoogleChatCredentials::AccessToken(setup.secret("token_env", var)?),
+        };
+        self.build_with_secrets(&setup, credentials).await
+    }
+}
+
+/// The one credential setting given, and the variable it names.
+fn credential_setting<'a>(
+    setup: &ChannelSetup,
+    settings: &'a GoogleChatSettings,
+) -> Result<(&'static str, &'a str), SetupError> {
+    match (&settings.service_account_key_env, &settings.token_env) {
+        (Some(key), None) => Ok(("service_account_key_env", key)),
+        (None, Some(token)) => Ok(("token_env", token)),
+        (Some(_), Some(_)) => Err(setup.invalid(
+            "token_env",
+            "set one of service_account_key_env (a service account JSON key: tokens are minted \
+             and renewed) and token_env (a ready access token), not both",
+        )),
+        (None, None) => Err(setup.invalid(
+            "service_account_key_env",
+            "the app's credentials are needed: service_account_key_env names the variable \
+             holding its service account JSON key (or token_env one holding an access token)",
+        )),
     }
 }
 
@@ -105,14 +147,15 @@ fn check_url(setup: &ChannelSetup, key: &str, url: &str) -> Result<(), SetupErro
 }
 
 impl GoogleChatFactory {
-    /// Builds the account of `setup` with its access `token` given (the gateway reads it from
-    /// the variable the settings name).
+    /// Builds the account of `setup` with its `credentials` given (the gateway reads them from
+    /// the variable the settings name; they must be of the kind the settings name).
     pub async fn build_with_secrets(
         &self,
         setup: &ChannelSetup,
-        token: Secret,
+        credentials: GoogleChatCredentials,
     ) -> Result<ChannelPlugin, SetupError> {
         let settings: GoogleChatSettings = setup.settings()?;
+        let (setting, var) = credential_setting(setup, &settings)?;
         check_url(setup, "api_base", &settings.api_base)?;
         check_url(setup, "certs_url", &settings.certs_url)?;
         if !settings.events_path.starts_with('/') {
@@ -125,17 +168,37 @@ impl GoogleChatFactory {
                  endpoint URL, as the Chat API's connection settings say)",
             ));
         }
-        if token.expose().is_empty() {
-            return Err(setup.invalid(
-                "token_env",
-                format!(
-                    "{} is empty: it holds the app's OAuth access token",
-                    settings.token_env
-                ),
-            ));
-        }
         let timeout = Duration::from_millis(settings.request_timeout_ms.max(1));
-        let api = ChatApi::new(&settings.api_base, token, timeout);
+        let http = http_client();
+        let credentials = match (setting, credentials) {
+            ("token_env", GoogleChatCredentials::AccessToken(token)) => {
+                if token.expose().is_empty() {
+                    return Err(setup.invalid(
+                        "token_env",
+                        format!("{var} is empty: it holds the app's OAuth access token"),
+                    ));
+                }
+                Credentials::Static(token)
+            }
+            ("service_account_key_env", GoogleChatCredentials::ServiceAccountKey(key)) => {
+                let key = ServiceAccountKey::parse(key.expose())
+                    .map_err(|e| setup.invalid("service_account_key_env", format!("{var} {e}")))?;
+                check_url(setup, "service_account_key_env", &key.token_uri)?;
+                Credentials::ServiceAccount(Arc::new(TokenSource::new(
+                    key,
+                    var,
+                    http.clone(),
+                    timeout,
+                )))
+            }
+            (setting, _) => {
+                return Err(setup.invalid(
+                    setting,
+                    "the credentials given are not of the kind this setting names",
+                ));
+            }
+        };
+        let api = ChatApi::new(&settings.api_base, credentials, http, timeout);
         let adapter = Arc::new(GoogleChatAdapter::new(&setup.name, api));
         let receiver = Arc::new(GoogleChatReceiver::new(
             &setup.name,

@@ -16,6 +16,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
+use super::oauth::{Bearer, TOKEN_PATH};
 use super::state::{ApiError, CreateArgs, Inner, quota_exceeded};
 use super::{CallRecord, FaultKind, Op, SimulatorConfig, events, keys};
 
@@ -151,9 +152,12 @@ impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Cutt
 
 /// The query string's pairs, percent-decoded.
 pub(crate) fn query_pairs(uri: &Uri) -> Vec<(String, String)> {
-    uri.query()
-        .unwrap_or_default()
-        .split('&')
+    form_pairs(uri.query().unwrap_or_default())
+}
+
+/// The pairs of an `application/x-www-form-urlencoded` text, percent-decoded.
+pub(crate) fn form_pairs(text: &str) -> Vec<(String, String)> {
+    text.split('&')
         .filter(|pair| !pair.is_empty())
         .map(|pair| {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -253,6 +257,20 @@ async fn handle(
     match uri.path() {
         keys::JWKS_PATH => return axum::Json(keys::jwks()).into_response(),
         keys::X509_PATH => return axum::Json(keys::x509()).into_response(),
+        TOKEN_PATH if method == Method::POST => {
+            let form = form_pairs(&String::from_utf8_lossy(&body));
+            let own_uri = format!("http://{}{TOKEN_PATH}", inner.addr);
+            let mut world = inner.world();
+            if world.oauth.take_lost() {
+                drop(world);
+                connection.cut.store(true, Ordering::SeqCst);
+                return StatusCode::SERVICE_UNAVAILABLE.into_response();
+            }
+            let (status, answer) = world.oauth.grant(&form, &own_uri);
+            drop(world);
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+            return (status, axum::Json(answer)).into_response();
+        }
         _ => {}
     }
     let Some(route) = route(&method, uri.path()) else {
@@ -282,9 +300,21 @@ async fn handle(
     };
     let mut world = inner.world();
     let fault = world.take_fault(route.op);
-    let outcome = match (&bearer, &parsed) {
-        (None, _) => Err(unauthenticated(false)),
-        (Some(token), _) if *token != inner.config.access_token => Err(unauthenticated(true)),
+    let credentials = match &bearer {
+        None => Err(unauthenticated(false)),
+        Some(token) if *token == inner.config.access_token => Ok(()),
+        Some(token) => match world.oauth.bearer(token) {
+            Bearer::Valid => Ok(()),
+            Bearer::NoScope => Err(ApiError::new(
+                403,
+                "PERMISSION_DENIED",
+                "Request had insufficient authentication scopes.",
+            )),
+            Bearer::Invalid => Err(unauthenticated(true)),
+        },
+    };
+    let outcome = match (credentials, &parsed) {
+        (Err(error), _) => Err(error),
         (_, Err(error)) => Err(error.clone()),
         (_, Ok(body)) => match &fault {
             Some(FaultKind::Error {

@@ -21,12 +21,17 @@
 //! judge from the platform's own record ([`GoogleChatSimulator::messages`],
 //! [`GoogleChatSimulator::calls`], [`GoogleChatSimulator::deliveries`]).
 //!
+//! The OAuth token endpoint ([`GoogleChatSimulator::token_uri`]) grants service accounts
+//! registered with [`GoogleChatSimulator::register_service_account`] access tokens for their
+//! signed assertions; the API accepts them until they expire or are revoked.
+//!
 //! Invariants: a refused call has no effect; a call that took effect is in the record whether
 //! or not its answer reached the client.
 
 mod events;
 mod http;
 pub mod keys;
+mod oauth;
 mod state;
 
 use std::net::SocketAddr;
@@ -37,6 +42,10 @@ use serde_json::Value;
 
 use state::Inner;
 
+pub use oauth::{
+    GOOGLE_TOKEN_URI, TEST_SERVICE_ACCOUNT_KEY_ID, TEST_SERVICE_ACCOUNT_PRIVATE_KEY,
+    TEST_SERVICE_ACCOUNT_PUBLIC_KEY, TokenFault, TokenRecord,
+};
 pub use state::{MAX_MESSAGE_BYTES, SPACE_WRITES_PER_MINUTE};
 
 /// How a simulator is set up.
@@ -44,8 +53,11 @@ pub use state::{MAX_MESSAGE_BYTES, SPACE_WRITES_PER_MINUTE};
 pub struct SimulatorConfig {
     /// Where to listen; `127.0.0.1:0` picks a free port.
     pub bind: SocketAddr,
-    /// The OAuth access token the API accepts as `Authorization: Bearer …`.
+    /// An OAuth access token the API accepts as `Authorization: Bearer …` for ever (beside
+    /// the ones the token endpoint issues).
     pub access_token: String,
+    /// How long the tokens the token endpoint issues are accepted (Google's: an hour).
+    pub token_lifetime: Duration,
     /// The `aud` of every event token (the Cloud project number, or the endpoint URL).
     pub audience: String,
     /// The per-space write quota (60 a minute) is enforced.
@@ -61,6 +73,7 @@ impl std::fmt::Debug for SimulatorConfig {
         f.debug_struct("SimulatorConfig")
             .field("bind", &self.bind)
             .field("audience", &self.audience)
+            .field("token_lifetime", &self.token_lifetime)
             .field("rate_limits", &self.rate_limits)
             .field("answer_deadline", &self.answer_deadline)
             .field("retry_delays", &self.retry_delays)
@@ -73,6 +86,7 @@ impl Default for SimulatorConfig {
         SimulatorConfig {
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             access_token: "ya29.simulator-access-token".to_owned(),
+            token_lifetime: Duration::from_secs(3_600),
             audience: "123456789012".to_owned(),
             rate_limits: true,
             answer_deadline: Duration::from_secs(30),
@@ -297,6 +311,77 @@ impl GoogleChatSimulator {
     /// The access token the API accepts.
     pub fn access_token(&self) -> String {
         self.inner.config.access_token.clone()
+    }
+
+    /// The token endpoint (`POST`, the JWT-bearer grant): a key file's `token_uri`.
+    pub fn token_uri(&self) -> String {
+        format!("http://{}{}", self.inner.addr, oauth::TOKEN_PATH)
+    }
+
+    /// Registers public key `key_id` (RSA, PEM: SPKI or PKCS#1) of service account
+    /// `client_email`: assertions it signs are granted tokens. False when the PEM is no RSA
+    /// public key.
+    pub fn register_service_account(
+        &self,
+        client_email: &str,
+        key_id: &str,
+        public_key_pem: &str,
+    ) -> bool {
+        self.inner
+            .world()
+            .oauth
+            .register(client_email, key_id, public_key_pem)
+    }
+
+    /// Registers [`TEST_SERVICE_ACCOUNT_PUBLIC_KEY`] for `client_email` and returns the JSON key
+    /// file of that account, `token_uri` this simulator's, as the Cloud console downloads it.
+    pub fn add_test_service_account(&self, client_email: &str) -> String {
+        let key_id = TEST_SERVICE_ACCOUNT_KEY_ID;
+        self.register_service_account(client_email, key_id, TEST_SERVICE_ACCOUNT_PUBLIC_KEY);
+        serde_json::json!({
+            "type": "service_account",
+            "project_id": "clawgate-simulator",
+            "private_key_id": key_id,
+            "private_key": TEST_SERVICE_ACCOUNT_PRIVATE_KEY,
+            "client_email": client_email,
+            "client_id": "100000000000000000002",
+            "auth_uri": "https://accounts.google.com/o/oauth2/auth",
+            "token_uri": self.token_uri(),
+            "auth_provider_x509_cert_url": "https://www.googleapis.com/oauth2/v1/certs",
+            "universe_domain": "googleapis.com",
+        })
+        .to_string()
+    }
+
+    /// Deletes key `key_id` of `client_email`: its assertions are refused `invalid_grant`.
+    pub fn delete_service_account_key(&self, client_email: &str, key_id: &str) -> bool {
+        self.inner.world().oauth.delete_key(client_email, key_id)
+    }
+
+    /// Tokens issued from now on are accepted for `lifetime` (`expires_in` says so).
+    pub fn set_token_lifetime(&self, lifetime: Duration) {
+        self.inner.world().oauth.lifetime = lifetime;
+    }
+
+    /// Revokes every token issued so far (the Chat API answers 401 `UNAUTHENTICATED` to them);
+    /// returns how many were still live.
+    pub fn revoke_tokens(&self) -> usize {
+        self.inner.world().oauth.revoke_all()
+    }
+
+    /// The next token requests meet `faults`, in order.
+    pub fn inject_token_faults(&self, faults: impl IntoIterator<Item = TokenFault>) {
+        self.inner.world().oauth.faults.extend(faults);
+    }
+
+    /// Every token request, in order.
+    pub fn token_requests(&self) -> Vec<TokenRecord> {
+        self.inner.world().oauth.records.clone()
+    }
+
+    /// Tokens issued to `client_email` so far.
+    pub fn tokens_issued(&self, client_email: &str) -> usize {
+        self.inner.world().oauth.issued_to(client_email)
     }
 
     /// The audience of the event tokens.

@@ -163,6 +163,8 @@ pub(crate) struct World {
     pub(crate) endpoint_url: Option<String>,
     pub(crate) cut_next_delivery: bool,
     rate_limits: bool,
+    /// The token endpoint and the tokens it issued.
+    pub(crate) oauth: super::oauth::OAuth,
 }
 
 /// Shared by the HTTP handlers, the event sender and the control handle.
@@ -204,6 +206,7 @@ impl Inner {
             endpoint_url: None,
             cut_next_delivery: false,
             rate_limits: config.rate_limits,
+            oauth: super::oauth::OAuth::new(config.token_lifetime),
         };
         Inner {
             config,

@@ -4,6 +4,7 @@
 //! marked gateway-failure echoes and `allowBots`).
 #![allow(clippy::unwrap_used)]
 
+mod auth;
 mod conformance;
 mod inbound;
 mod peer;

@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use clawgate_channel_googlechat::GoogleChatFactory;
 use clawgate_channel_googlechat::simulator::{
     Fault, FaultKind, GoogleChatSimulator, Op, SimUser, SimulatorConfig, SpaceKind,
 };
+use clawgate_channel_googlechat::{GoogleChatCredentials, GoogleChatFactory};
 use clawgate_channel_sdk::prelude::*;
 use serde_json::{Value, json};
 
@@ -20,6 +20,11 @@ pub(crate) struct Peer {
     spaces: Mutex<HashMap<String, String>>,
     _state: tempfile::TempDir,
 }
+
+/// The service account of [`Peer::with_service_account`].
+pub(crate) const SERVICE_ACCOUNT: &str = "clawgate-app@clawgate-simulator.iam.gserviceaccount.com";
+/// The variable its settings name (the key is handed over directly in these tests).
+pub(crate) const KEY_ENV: &str = "GOOGLE_CHAT_SERVICE_ACCOUNT_KEY";
 
 /// A free loopback port (bound, then released for the listener to take).
 pub(crate) fn free_port() -> u16 {
@@ -49,6 +54,31 @@ impl Peer {
     /// A channel with `settings` merged over the simulator's, on a simulator set up by `config`.
     pub(crate) async fn with(config: SimulatorConfig, settings: Value) -> Peer {
         let sim = GoogleChatSimulator::start(config).await.unwrap();
+        let token = GoogleChatCredentials::AccessToken(Secret::new(sim.access_token()));
+        Peer::built(sim, token, settings).await
+    }
+
+    /// A channel authenticating as service account [`SERVICE_ACCOUNT`] (its key registered
+    /// with the simulator's token endpoint), `settings` merged over the simulator's.
+    pub(crate) async fn with_service_account(config: SimulatorConfig, settings: Value) -> Peer {
+        let sim = GoogleChatSimulator::start(config).await.unwrap();
+        let key = sim.add_test_service_account(SERVICE_ACCOUNT);
+        let mut settings = settings;
+        settings["token_env"] = Value::Null;
+        settings["service_account_key_env"] = json!(KEY_ENV);
+        Peer::built(
+            sim,
+            GoogleChatCredentials::ServiceAccountKey(Secret::new(key)),
+            settings,
+        )
+        .await
+    }
+
+    async fn built(
+        sim: GoogleChatSimulator,
+        credentials: GoogleChatCredentials,
+        settings: Value,
+    ) -> Peer {
         let state = tempfile::tempdir().unwrap();
         let port = free_port();
         let events_url = format!("http://127.0.0.1:{port}/googlechat/events");
@@ -62,11 +92,17 @@ impl Peer {
             "request_timeout_ms": 3000,
         });
         for (key, value) in settings.as_object().unwrap() {
-            merged[key] = value.clone();
+            match value {
+                Value::Null => merged.as_object_mut().unwrap().remove(key),
+                value => merged
+                    .as_object_mut()
+                    .unwrap()
+                    .insert(key.clone(), value.clone()),
+            };
         }
         let setup = ChannelSetup::new(0, "googlechat", "default", merged, state.path());
         let plugin = GoogleChatFactory
-            .build_with_secrets(&setup, Secret::new(sim.access_token()))
+            .build_with_secrets(&setup, credentials)
             .await
             .unwrap();
         sim.set_endpoint_url(Some(&events_url));

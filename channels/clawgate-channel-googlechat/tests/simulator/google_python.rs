@@ -118,3 +118,64 @@ async fn googles_client_drives_the_simulator_and_google_auth_verifies_its_event_
     assert!(reply.is_some_and(|m| m.deleted && m.thread == question.thread));
     sim.stop().await;
 }
+
+#[tokio::test]
+async fn google_auths_service_account_credentials_get_a_token_from_the_simulator() {
+    let python = python();
+    assert!(
+        python.exists(),
+        "{} is missing: run `cargo xtask setup` (it installs google-apps-chat, with google-auth, \
+         into a venv under the target directory), or point CLAWGATE_GOOGLE_CHAT_PYTHON at a \
+         python with google-apps-chat",
+        python.display()
+    );
+    let sim = GoogleChatSimulator::start(SimulatorConfig::default())
+        .await
+        .unwrap();
+    let email = "py-app@clawgate-simulator.iam.gserviceaccount.com";
+    let key = sim.add_test_service_account(email);
+    let ada = sim.person("ada");
+    let space = sim.create_space("room", SpaceKind::Room, Some(&ada));
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/google_auth_check.py");
+    let mut command = Command::new(&python);
+    command
+        .arg(&script)
+        .env("SIM_KEY", &key)
+        .env("SIM_TOKEN_URI", sim.token_uri())
+        .env("SIM_API_URL", sim.api_url())
+        .env("SIM_SPACE", &space);
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("the script's task")
+        .expect("python starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the google-auth script failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    assert!(stdout.contains("checks passed"), "{stdout}");
+    // The endpoint's own record: one grant to the account, one invalid_grant to the stranger.
+    let requests: Vec<_> = sim
+        .token_requests()
+        .into_iter()
+        .map(|r| (r.client_email.unwrap_or_default(), r.status, r.error))
+        .collect();
+    assert_eq!(
+        requests,
+        [
+            (email.to_owned(), 200, None),
+            (
+                "stranger@elsewhere.iam.gserviceaccount.com".to_owned(),
+                400,
+                Some("invalid_grant".to_owned())
+            ),
+        ]
+    );
+    assert_eq!(sim.tokens_issued(email), 1);
+    let texts: Vec<String> = sim.messages(&space).into_iter().map(|m| m.text).collect();
+    assert_eq!(texts, ["as a service account"]);
+    sim.stop().await;
+}

@@ -1,7 +1,8 @@
 //! The real binary with a Google Chat app, on the Google Chat simulator: the simulator runs in
 //! the test process, so it outlives a gateway killed with SIGKILL, and its own record of what
 //! landed is the judge. Events reach the gateway over HTTP with real bearer JWTs; while the
-//! gateway is down they fail and the simulator sends them again.
+//! gateway is down they fail and the simulator sends them again. The gateway authenticates as a
+//! service account: it mints its access tokens at the simulator's token endpoint.
 //!
 //! Every create carries a `requestId` and a client-assigned `messageId` derived from the unit's
 //! key, so a send whose answer a kill (or an injected fault) cut off is settled after the
@@ -24,11 +25,14 @@ use crate::support::{
     state_pairs,
 };
 
-const TOKEN_ENV: &str = "E2E_GOOGLECHAT_TOKEN";
+const KEY_ENV: &str = "E2E_GOOGLECHAT_SERVICE_ACCOUNT_KEY";
+const SERVICE_ACCOUNT: &str = "clawgate-e2e@clawgate-simulator.iam.gserviceaccount.com";
 
 /// A Chat app on a simulator, and a state directory for its gateway.
 struct App {
     sim: GoogleChatSimulator,
+    /// The service account's JSON key the gateway authenticates with.
+    key: String,
     person: SimUser,
     dir: tempfile::TempDir,
     config: PathBuf,
@@ -43,6 +47,8 @@ impl App {
             retry_delays: [300, 1_000, 2_000, 3_000, 5_000, 10_000, 20_000]
                 .map(Duration::from_millis)
                 .to_vec(),
+            // 2 s tokens, renewed after 1 s: a gateway renews its token while messages flow.
+            token_lifetime: Duration::from_secs(2),
             ..SimulatorConfig::default()
         })
         .await
@@ -55,8 +61,10 @@ impl App {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = config_file(dir.path(), &sim, port, agent_args);
         let person = sim.person("ada");
+        let key = sim.add_test_service_account(SERVICE_ACCOUNT);
         App {
             sim,
+            key,
             person,
             dir,
             config,
@@ -71,10 +79,7 @@ impl App {
         GatewayProcess::try_start(
             &self.state(),
             &self.config,
-            &[
-                (TOKEN_ENV, self.sim.access_token().as_str()),
-                ("CLAWGATE_LOG", "info"),
-            ],
+            &[(KEY_ENV, self.key.as_str()), ("CLAWGATE_LOG", "info")],
         )
     }
 
@@ -96,7 +101,7 @@ impl App {
 
 fn config_file(dir: &Path, sim: &GoogleChatSimulator, port: u16, agent_args: &[&str]) -> PathBuf {
     let settings = format!(
-        "token_env = \"{TOKEN_ENV}\", api_base = \"{}\", certs_url = \"{}\", \
+        "service_account_key_env = \"{KEY_ENV}\", api_base = \"{}\", certs_url = \"{}\", \
          audience = \"{}\", app_user = \"{}\", events_listen = \"127.0.0.1:{port}\", \
          request_timeout_ms = 3000",
         sim.api_url(),
@@ -306,6 +311,8 @@ async fn random_sigkills_on_a_google_chat_app_never_duplicate_or_silently_lose_a
         .count();
     let calls = app.sim.calls();
     let lost = calls.iter().filter(|c| !c.answered).count();
+    let token_mints = app.sim.tokens_issued(SERVICE_ACCOUNT);
+    let unauthenticated = calls.iter().filter(|c| c.status == 401).count();
     let settled_found = calls
         .iter()
         .filter(|c| c.op == Op::Get && c.status == 200)
@@ -326,7 +333,8 @@ async fn random_sigkills_on_a_google_chat_app_never_duplicate_or_silently_lose_a
         "googlechat crash matrix figures: seed={seed} kills={kills} messages={} finals={} \
          unknown={} orphan_previews={} lost_answers={lost} gets_found={settled_found} \
          gets_absent={settled_absent} request_id_repeats={request_id_repeats} \
-         event_redeliveries={redeliveries} violations={} leftovers={} seconds={:.1}",
+         event_redeliveries={redeliveries} token_mints={token_mints} \
+         unauthenticated={unauthenticated} violations={} leftovers={} seconds={:.1}",
         asked.len(),
         verdict.finals,
         verdict.unknown,
@@ -376,6 +384,9 @@ async fn a_google_chat_conversation_through_the_binary_answers_in_threads_and_dm
         assert!(id.starts_with("client-cg-"), "{id}");
         assert_eq!(call.param("requestId"), Some(id));
     }
+    // The service account's token was minted and accepted.
+    assert!(app.sim.tokens_issued(SERVICE_ACCOUNT) >= 1);
+    assert!(app.sim.calls().iter().all(|c| c.status != 401));
     assert!(status.success(), "clean stop: {status}");
     assert!(leftover_processes(&app.state()).is_empty());
 }
@@ -395,8 +406,42 @@ async fn a_missing_audience_stops_the_start_naming_the_setting() {
         error.contains("channels[0].settings.audience"),
         "names the setting: {error}"
     );
+    let key: serde_json::Value = serde_json::from_str(&app.key).expect("the key is JSON");
+    let pem = key["private_key"].as_str().expect("a private key");
     assert!(
-        !error.contains(&app.sim.access_token()),
-        "never prints the token: {error}"
+        pem.lines()
+            .skip(1)
+            .take(3)
+            .all(|line| !error.contains(line)),
+        "never prints the key: {error}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_is_no_service_account_key_stops_the_start_naming_the_variable() {
+    let app = App::start(&[]).await;
+    let mut key: serde_json::Value = serde_json::from_str(&app.key).expect("the key is JSON");
+    key["type"] = serde_json::json!("authorized_user");
+    let error = GatewayProcess::try_start(
+        &app.state(),
+        &app.config,
+        &[(KEY_ENV, key.to_string().as_str())],
+    )
+    .err()
+    .expect("the start fails");
+    assert!(
+        error.contains("channels[0].settings.service_account_key_env")
+            && error.contains(KEY_ENV)
+            && error.contains("\"authorized_user\""),
+        "names the setting, the variable and the type: {error}"
+    );
+    let pem = key["private_key"].as_str().expect("a private key");
+    assert!(
+        pem.lines()
+            .skip(1)
+            .take(3)
+            .all(|line| !error.contains(line)),
+        "never prints the key: {error}"
+    );
+    assert!(app.sim.token_requests().is_empty());
 }
