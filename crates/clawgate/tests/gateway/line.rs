@@ -182,9 +182,7 @@ async fn settle(sim: &LineSimulator, state: &Path, asked: &[Asked], quiet: Durat
     let mut last = (0, Instant::now());
     loop {
         let verdict = judge(sim, state, asked);
-        if verdict.finals + verdict.parked == asked.len()
-            && sim.pending_events() == 0
-        {
+        if verdict.finals + verdict.parked == asked.len() && sim.pending_events() == 0 {
             tokio::time::sleep(Duration::from_secs(1)).await;
             return;
         }
