@@ -397,6 +397,15 @@ impl Inner {
         }
     }
 
+    /// Whether the platform has kept answering "cannot tell" for the reconciliation window,
+    /// counted from when the outcome first became unknown (the failure keeps that time).
+    fn window_passed(&self, intent: &DurableSendIntent) -> bool {
+        intent.status == IntentStatus::UnknownAfterSend
+            && intent.failure.as_ref().is_some_and(|failure| {
+                self.clock.now_ms().saturating_sub(failure.at) >= self.policy.reconcile_window_ms
+            })
+    }
+
     /// Asks the platform about every unit without a receipt, then commits what landed and resends
     /// only what the platform proved missing.
     async fn reconcile(
@@ -453,13 +462,8 @@ impl Inner {
             }
         }
         if unresolved {
-            let now = self.clock.now_ms();
-            let waited_out = !unreachable
-                && (undecidable
-                    || intent.status == IntentStatus::UnknownAfterSend
-                        && intent.failure.as_ref().is_some_and(|failure| {
-                            now.saturating_sub(failure.at) >= self.policy.reconcile_window_ms
-                        }));
+            // A platform that could not be reached has not answered: never parked for that.
+            let waited_out = !unreachable && (undecidable || self.window_passed(intent));
             if !waited_out {
                 return self.unknown(adapter, intent, &reason, true).await;
             }
