@@ -3,14 +3,19 @@
 //! The order puts cheap, common failures first (formatting, lints, docs), then the unpublished
 //! crates' tests, and the slow publish check last: every publishable crate's own tests, built
 //! from its packaged `.crate` ([`packaged`]) — the only place they run, so no test is built and
-//! run twice — followed by the conformance report on the binaries both test runs built. First, the test tools a fresh machine lacks are installed (cargo-deny, Debian's
-//! Chromium and chromedriver: see `setup`); without cargo-nextest the tests run under
-//! `cargo test`.
+//! run twice — followed by the conformance report on the binaries both test runs built.
+//!
+//! The test tools a fresh machine lacks (cargo-deny, Debian packages, Python venvs, npm
+//! packages: see `setup`) are installed by `cargo xtask setup` in a child process that runs
+//! beside the first steps, which need none of them (formatting, lints, docs); its output goes to
+//! `<target>/ci-setup.log`, shown if it fails, and the first step that needs the tools waits for
+//! it. Without cargo-nextest the tests run under `cargo test`.
 
-use std::process::Command;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 
 use crate::cmd::{
     cargo, display, project_root, read_stdout, run as run_command, succeeds, term_color,
@@ -40,6 +45,76 @@ enum Action {
 struct Step {
     name: &'static str,
     action: Action,
+}
+
+/// The steps that need none of the test tools, so they run while `setup` installs them.
+const WITHOUT_TOOLS: [&str; 3] = ["fmt", "clippy", "docs"];
+
+/// `cargo xtask setup` running in a child process, its output in a log file.
+struct Setup {
+    child: Child,
+    log: PathBuf,
+    started: Instant,
+}
+
+impl Setup {
+    fn start() -> anyhow::Result<Setup> {
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map_or_else(|| project_root().join("target"), PathBuf::from);
+        std::fs::create_dir_all(&target)
+            .with_context(|| format!("cannot create {}", target.display()))?;
+        let log = target.join("ci-setup.log");
+        let file = std::fs::File::create(&log)
+            .with_context(|| format!("cannot create {}", log.display()))?;
+        let exe = std::env::current_exe().context("cannot find the xtask binary")?;
+        let child = Command::new(exe)
+            .arg("setup")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().context("cannot share the setup log")?)
+            .stderr(file)
+            .spawn()
+            .context("cannot start `cargo xtask setup`")?;
+        println!(
+            "ci: installing the test tools beside the first steps (`cargo xtask setup`, log: {})",
+            log.display()
+        );
+        Ok(Setup {
+            child,
+            log,
+            started: Instant::now(),
+        })
+    }
+
+    /// Waits for the installation; its log is shown when it failed.
+    fn finish(mut self) -> anyhow::Result<()> {
+        let status = self
+            .child
+            .wait()
+            .context("cannot wait for `cargo xtask setup`")?;
+        let elapsed = self.started.elapsed();
+        if !status.success() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            bail!(
+                "`cargo xtask setup` failed ({status}) after {}; its output:\n{log}\n\
+                 rerun it alone with: cargo xtask setup",
+                seconds(elapsed)
+            );
+        }
+        println!(
+            "\nci: test tools ready ({} after the start; log: {})",
+            seconds(elapsed),
+            self.log.display()
+        );
+        Ok(())
+    }
+}
+
+/// A run that fails early still lets the installation finish: a package manager killed midway
+/// can leave the machine's package database broken.
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = self.child.wait();
+    }
 }
 
 /// What the plan depends on, probed once at the start.
@@ -244,8 +319,16 @@ fn select(steps: Vec<Step>, only: Option<&str>) -> anyhow::Result<Vec<Step>> {
 pub(crate) fn run(only: Option<&str>) -> anyhow::Result<()> {
     let started = Instant::now();
     let color = term_color();
-    crate::setup::ensure_test_tools()?;
-    let env = Environment::probe()?;
+    // One step alone installs the tools first; a whole run installs them beside the steps
+    // that need none, and cargo-deny is then known to come (setup fails without it).
+    let mut setup = None;
+    if only.is_some() {
+        crate::setup::ensure_test_tools()?;
+    } else {
+        setup = Some(Setup::start()?);
+    }
+    let mut env = Environment::probe()?;
+    env.deny |= setup.is_some();
     let steps = select(plan(&env), only)?;
     println!(
         "ci: {} steps (nextest: {}, cargo-deny: {}, CARGO_TERM_COLOR={color})",
@@ -260,6 +343,11 @@ pub(crate) fn run(only: Option<&str>) -> anyhow::Result<()> {
             println!("\n==> {position} {}: {reason}", step.name);
             timings.push((step.name, None));
             continue;
+        }
+        if !WITHOUT_TOOLS.contains(&step.name)
+            && let Some(setup) = setup.take()
+        {
+            setup.finish()?;
         }
         println!("\n==> {position} {}: {}", step.name, step.line());
         let step_started = Instant::now();
@@ -302,6 +390,17 @@ mod tests {
             .iter()
             .map(|step| format!("{}: {}", step.name, step.line()))
             .collect()
+    }
+
+    #[test]
+    fn the_steps_run_beside_the_tool_installation_come_first() {
+        let env = Environment {
+            nextest: true,
+            deny: true,
+            published: Vec::new(),
+        };
+        let names: Vec<&str> = plan(&env).iter().map(|step| step.name).collect();
+        assert_eq!(names[..WITHOUT_TOOLS.len()], WITHOUT_TOOLS);
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! (Chromium + chromedriver for the chat page's browser test, the IRC servers ngircd and
 //! InspIRCd); pinned Python venvs under `<target>/python` (the simulators' cross-check clients
 //! written against the real APIs, and Synapse, the Matrix channel's real homeserver); pinned npm
-//! packages under `<target>/node` (more cross-check clients). The list is [`ensure_test_tools`].
-//! `cargo xtask setup` runs this alone; `cargo xtask ci` runs it first.
+//! packages under `<target>/node` (more cross-check clients). The lists are [`PYTHON_TOOLS`] and
+//! [`NPM_TOOLS`]; [`ensure_test_tools`] installs them. `cargo xtask setup` runs this alone;
+//! `cargo xtask ci` runs it beside its first steps.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -121,48 +122,92 @@ const DISCORDJS: NpmTool = NpmTool {
                node_modules with @discordjs/rest and @discordjs/ws)",
 };
 
+/// Each Python tool, with the variable that points its tests at a python of one's own instead
+/// (none for Synapse).
+const PYTHON_TOOLS: [(&PythonTool, Option<&str>); 6] = [
+    (&AIOGRAM, Some("CLAWGATE_AIOGRAM_PYTHON")),
+    (&SLACK_SDK, Some("CLAWGATE_SLACK_SDK_PYTHON")),
+    (&GOOGLE_APPS_CHAT, Some("CLAWGATE_GOOGLE_CHAT_PYTHON")),
+    (&LINE_BOT_SDK, Some("CLAWGATE_LINE_BOT_SDK_PYTHON")),
+    (&PYWA, Some("CLAWGATE_PYWA_PYTHON")),
+    (&SYNAPSE, None),
+];
+
+/// Each npm tool, with the variable that points its tests at a directory of one's own instead.
+const NPM_TOOLS: [(&NpmTool, Option<&str>); 4] = [
+    (&NOSTR_TOOLS, None),
+    (&DISCORDJS, Some("CLAWGATE_DISCORDJS_MODULES")),
+    (&TMIJS, Some("CLAWGATE_TMIJS_DIR")),
+    (&TWURPLE, Some("CLAWGATE_TWURPLE_DIR")),
+];
+
+/// Whether a tool is wanted: no variable points at one of the developer's own.
+fn wanted(overridden_by: Option<&str>) -> bool {
+    overridden_by.is_none_or(|name| std::env::var_os(name).is_none())
+}
+
+/// Installs what is missing, in independent lanes at once (the installs mostly wait on the
+/// network and the disk): cargo-deny's build, Debian's packages (one apt at a time), each Python
+/// venv, and the npm packages. Every lane runs to its end; the errors are reported together.
 pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
-    if !succeeds(&mut cargo(["deny", "--version"])) {
-        println!("setup: installing {CARGO_DENY} (once per machine)");
-        run_command(&mut cargo(["install", "--locked", CARGO_DENY]))?;
+    type Lane<'a> = Box<dyn FnOnce() -> anyhow::Result<()> + Send + 'a>;
+    let mut lanes: Vec<Lane<'_>> = vec![
+        Box::new(|| {
+            if !succeeds(&mut cargo(["deny", "--version"])) {
+                println!("setup: installing {CARGO_DENY} (once per machine)");
+                run_command(&mut cargo(["install", "--locked", CARGO_DENY]))?;
+            }
+            Ok(())
+        }),
+        Box::new(|| {
+            let custom_driver = std::env::var_os("CLAWGATE_CHROMEDRIVER").is_some();
+            if !custom_driver && !Path::new(CHROMEDRIVER).exists() {
+                install_chromium()?;
+            }
+            if !Path::new(NGIRCD).exists() {
+                install_irc_server("ngircd", NGIRCD)?;
+            }
+            if !Path::new(INSPIRCD).exists() {
+                install_irc_server("inspircd", INSPIRCD)?;
+            }
+            Ok(())
+        }),
+        Box::new(|| {
+            for (tool, overridden_by) in NPM_TOOLS {
+                if wanted(overridden_by) {
+                    ensure_npm_tool(tool)?;
+                }
+            }
+            Ok(())
+        }),
+    ];
+    for (tool, overridden_by) in PYTHON_TOOLS {
+        if wanted(overridden_by) {
+            lanes.push(Box::new(move || ensure_python_tool(tool)));
+        }
     }
-    let custom_driver = std::env::var_os("CLAWGATE_CHROMEDRIVER").is_some();
-    if !custom_driver && !Path::new(CHROMEDRIVER).exists() {
-        install_chromium()?;
+    let errors: Vec<anyhow::Error> = std::thread::scope(|scope| {
+        let running: Vec<_> = lanes.into_iter().map(|lane| scope.spawn(lane)).collect();
+        running
+            .into_iter()
+            .filter_map(|lane| match lane.join() {
+                Ok(result) => result.err(),
+                Err(_) => Some(anyhow::anyhow!("an installation lane panicked")),
+            })
+            .collect()
+    });
+    match errors.as_slice() {
+        [] => Ok(()),
+        [one] => bail!("{one:#}"),
+        many => bail!(
+            "{} installations failed:\n{}",
+            many.len(),
+            many.iter()
+                .map(|e| format!("- {e:#}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
     }
-    if std::env::var_os("CLAWGATE_AIOGRAM_PYTHON").is_none() {
-        ensure_python_tool(&AIOGRAM)?;
-    }
-    if std::env::var_os("CLAWGATE_SLACK_SDK_PYTHON").is_none() {
-        ensure_python_tool(&SLACK_SDK)?;
-    }
-    if std::env::var_os("CLAWGATE_GOOGLE_CHAT_PYTHON").is_none() {
-        ensure_python_tool(&GOOGLE_APPS_CHAT)?;
-    }
-    if std::env::var_os("CLAWGATE_LINE_BOT_SDK_PYTHON").is_none() {
-        ensure_python_tool(&LINE_BOT_SDK)?;
-    }
-    if std::env::var_os("CLAWGATE_PYWA_PYTHON").is_none() {
-        ensure_python_tool(&PYWA)?;
-    }
-    ensure_python_tool(&SYNAPSE)?;
-    ensure_npm_tool(&NOSTR_TOOLS)?;
-    if std::env::var_os("CLAWGATE_DISCORDJS_MODULES").is_none() {
-        ensure_npm_tool(&DISCORDJS)?;
-    }
-    if !Path::new(NGIRCD).exists() {
-        install_irc_server("ngircd", NGIRCD)?;
-    }
-    if !Path::new(INSPIRCD).exists() {
-        install_irc_server("inspircd", INSPIRCD)?;
-    }
-    if std::env::var_os("CLAWGATE_TMIJS_DIR").is_none() {
-        ensure_npm_tool(&TMIJS)?;
-    }
-    if std::env::var_os("CLAWGATE_TWURPLE_DIR").is_none() {
-        ensure_npm_tool(&TWURPLE)?;
-    }
-    Ok(())
 }
 
 /// The target directory the tests are built into.
