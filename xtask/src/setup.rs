@@ -1,9 +1,9 @@
 //! The test tools `cargo xtask ci` needs beyond cargo, installed once per machine so the README's
 //! test command works on a fresh one: cargo-deny (licenses, bans, sources), Debian's
 //! Chromium + chromedriver (the chat page's browser test), Debian's ngircd (the IRC channel's
-//! test server), three Python venvs under the target directory: aiogram (the Telegram
-//! simulator's cross-check with a client written against the real Bot API), slack-sdk (the same
-//! for the Slack simulator) and Synapse (the Matrix channel's tests run against a real
+//! test server), four Python venvs under the target directory: aiogram (the Telegram
+//! simulator's cross-check with a client written against the real Bot API), slack-sdk and
+//! mattermostdriver (the same for the Slack and Mattermost simulators) and Synapse (the Matrix channel's tests run against a real
 //! homeserver), and npm packages under `<target>/node`: tmi.js and twurple (the Twitch
 //! simulator's cross-checks), discord.js's REST and Gateway packages (the Discord simulator's)
 //! and nostr-tools (the Nostr channel's cross-check with a client others wrote).
@@ -47,6 +47,15 @@ const SLACK_SDK: PythonTool = PythonTool {
     version: "3.48.0",
     for_what: "the Slack simulator's slack_sdk test (or point CLAWGATE_SLACK_SDK_PYTHON at a \
                python that has slack_sdk)",
+};
+
+/// The mattermostdriver the Mattermost simulator's cross-check is written against.
+const MATTERMOSTDRIVER: PythonTool = PythonTool {
+    venv: "mattermostdriver",
+    package: "mattermostdriver",
+    version: "7.3.2",
+    for_what: "the Mattermost simulator's mattermostdriver test (or point \
+               CLAWGATE_MATTERMOSTDRIVER_PYTHON at a python that has mattermostdriver)",
 };
 
 /// The Synapse release the Matrix channel's tests run against (its fixture names the same).
@@ -109,6 +118,9 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     }
     if std::env::var_os("CLAWGATE_SLACK_SDK_PYTHON").is_none() {
         ensure_python_tool(&SLACK_SDK)?;
+    }
+    if std::env::var_os("CLAWGATE_MATTERMOSTDRIVER_PYTHON").is_none() {
+        ensure_python_tool(&MATTERMOSTDRIVER)?;
     }
     ensure_python_tool(&SYNAPSE)?;
     ensure_npm_tool(&NOSTR_TOOLS)?;

@@ -324,6 +324,12 @@ impl MattermostSimulator {
             .with(|s| s.posts.iter().find(|p| p.id == id).cloned())
     }
 
+    /// Creates whose `pending_post_id` is seen and whose post is not made yet.
+    pub fn in_flight(&self) -> usize {
+        self.inner
+            .with(|s| s.pending.values().filter(|p| p.post_id.is_none()).count())
+    }
+
     /// The REST calls made, oldest first.
     pub fn calls(&self) -> Vec<CallRecord> {
         self.inner.with(|s| s.calls.clone())
