@@ -329,7 +329,30 @@ async fn handle(
                 }
             };
             let held = matches!(hold, Some(FaultKind::Hold));
-            operate(&inner, &method, &endpoint, &user, body, uri.query(), held).await
+            // The server finishes what it started even when the client gives up waiting.
+            let task = {
+                let (inner, method, user) = (inner.clone(), method.clone(), user.clone());
+                let query = uri.query().map(str::to_owned);
+                tokio::spawn(async move {
+                    operate(
+                        &inner,
+                        &method,
+                        &endpoint,
+                        &user,
+                        body,
+                        query.as_deref(),
+                        held,
+                    )
+                    .await
+                })
+            };
+            task.await.unwrap_or_else(|_| {
+                Err(ApiError::new(
+                    500,
+                    "api.context.server_error",
+                    "Internal server error.",
+                ))
+            })
         }
     };
     let (status, body) = match outcome {

@@ -19,7 +19,7 @@ pub(crate) struct Peer {
     pub(crate) person: SimUser,
     pub(crate) other_bot: SimUser,
     channels: Mutex<HashMap<String, String>>,
-    pub(crate) state: tempfile::TempDir,
+    _state: tempfile::TempDir,
 }
 
 impl Peer {
@@ -49,7 +49,7 @@ impl Peer {
             person,
             other_bot,
             channels: Mutex::new(HashMap::new()),
-            state,
+            _state: state,
         }
     }
 
