@@ -50,6 +50,8 @@ struct Tracker {
     last_seen: i64,
     /// `seq` → `create_at` of posts handed to the engine and not acked yet.
     pending: BTreeMap<i64, i64>,
+    /// Post id → `create_at` of re-fetched posts handed over and not acked yet.
+    fetched: BTreeMap<String, i64>,
     /// The highest `create_at` acked.
     acked_create_at: i64,
     established: bool,
@@ -64,6 +66,7 @@ impl Tracker {
         let create_at = self
             .pending
             .values()
+            .chain(self.fetched.values())
             .min()
             .map_or(self.acked_create_at, |c| (c - 1).min(self.acked_create_at));
         (seq, create_at)
@@ -137,9 +140,15 @@ impl Sockets {
         self.persist(&mut t);
     }
 
-    fn refetched(&self, create_at: i64) {
+    fn fetched(&self, post_id: &str, create_at: i64) {
+        self.lock().fetched.insert(post_id.to_owned(), create_at);
+    }
+
+    fn fetched_acked(&self, post_id: &str) {
         let mut t = self.lock();
-        t.acked_create_at = t.acked_create_at.max(create_at);
+        if let Some(at) = t.fetched.remove(post_id) {
+            t.acked_create_at = t.acked_create_at.max(at);
+        }
         self.persist(&mut t);
     }
 
@@ -148,6 +157,7 @@ impl Sockets {
         let mut t = self.lock();
         let (seq, create_at) = t.safe();
         t.pending.clear();
+        t.fetched.clear();
         t.last_seen = seq - 1;
         if let Some(record) = t.record.as_mut() {
             record.sequence_number = seq;
@@ -160,10 +170,12 @@ impl Sockets {
     fn fresh(&self, connection_id: &str, now_create_at: i64) -> i64 {
         let mut t = self.lock();
         let since = t.record.as_ref().map_or(now_create_at, |r| r.create_at);
+        // What was handed over and not acked comes again in the re-fetch.
         t.pending.clear();
+        t.fetched.clear();
         t.last_seen = 0;
         t.established = true;
-        t.acked_create_at = t.acked_create_at.max(since);
+        t.acked_create_at = since;
         t.record = Some(SocketRecord {
             connection_id: connection_id.to_owned(),
             sequence_number: 1,
@@ -193,12 +205,21 @@ impl TransportAck for SeqAck {
     }
 }
 
-/// Recorded when `deliver` returns (a re-fetched post has no `seq` to ack by).
-struct NoAck;
+/// A re-fetched post has no `seq`: it is acked by its id.
+struct FetchAck {
+    sockets: Arc<Sockets>,
+    post_id: String,
+}
 
-impl TransportAck for NoAck {
-    fn ack(&self) {}
-    fn nack(&self, _reason: &str) {}
+impl TransportAck for FetchAck {
+    fn ack(&self) {
+        self.sockets.fetched_acked(&self.post_id);
+    }
+
+    fn nack(&self, reason: &str) {
+        // Left pending: the recorded create_at stays below it, so the next re-fetch has it.
+        debug!(post = %self.post_id, reason, "the engine could not take a re-fetched Mattermost post");
+    }
 }
 
 fn jitter() -> f64 {
@@ -440,9 +461,12 @@ impl SocketSource {
                 },
                 "broadcast": { "channel_id": channel_id },
             });
-            // `deliver` returns once the event is recorded.
-            sink.deliver(PushedEvent::new(raw, Arc::new(NoAck))).await;
-            self.sockets.refetched(create_at);
+            self.sockets.fetched(&post.id, create_at);
+            let ack = Arc::new(FetchAck {
+                sockets: self.sockets.clone(),
+                post_id: post.id.clone(),
+            });
+            sink.deliver(PushedEvent::new(raw, ack)).await;
         }
         Ok(())
     }
