@@ -16,7 +16,8 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-twitch",
             feature = "channel-slack",
             feature = "channel-nostr",
-            feature = "channel-discord"
+            feature = "channel-discord",
+            feature = "channel-mattermost"
         )),
         allow(unused_mut)
     )]
@@ -40,6 +41,10 @@ pub fn registry() -> ChannelRegistry {
     #[cfg(feature = "channel-discord")]
     registry.register(std::sync::Arc::new(
         clawgate_channel_discord::DiscordFactory::default(),
+    ));
+    #[cfg(feature = "channel-mattermost")]
+    registry.register(std::sync::Arc::new(
+        clawgate_channel_mattermost::MattermostFactory,
     ));
     registry
 }

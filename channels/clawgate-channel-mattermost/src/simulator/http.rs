@@ -612,7 +612,10 @@ async fn create(inner: &Arc<Inner>, user: &SimUser, body: Option<Value>, held: b
     }
     if held {
         loop {
+            // Registered before the flag is read, so a release in between is not missed.
             let notified = inner.release.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
             if inner.with(|s| std::mem::take(&mut s.held_release)) {
                 break;
             }
