@@ -341,7 +341,14 @@ impl SocketSource {
                 )
             })?,
         );
-        let (socket, _) = match tokio_tungstenite::connect_async(request).await {
+        // A handshake that never completes must not hold the feed.
+        let connecting = tokio::time::timeout(
+            self.api.timeout(),
+            tokio_tungstenite::connect_async(request),
+        )
+        .await
+        .map_err(|_| transient("Mattermost WebSocket: the handshake timed out".to_owned()))?;
+        let (socket, _) = match connecting {
             Ok(connected) => connected,
             Err(tokio_tungstenite::tungstenite::Error::Http(response))
                 if response.status().as_u16() == 401 =>
@@ -479,7 +486,13 @@ impl PushedFeed for SocketSource {
         loop {
             let resume = self.sockets.resume_point();
             self.sockets.lock().established = false;
-            let end = match self.connect_once(&sink, resume).await {
+            // Stopping ends the connection wherever it is (a re-fetch included: what was not
+            // acked is fetched again next time).
+            let once = tokio::select! {
+                () = sink.stopped() => return Ok(()),
+                once = self.connect_once(&sink, resume) => once,
+            };
+            let end = match once {
                 Ok(end) => end,
                 Err(error) if error.kind == DeliveryFailureKind::Auth => return Err(error),
                 Err(error) => {

@@ -273,8 +273,9 @@ impl MattermostSimulator {
 
     /// Lets every held create go on.
     pub fn release(&self) {
-        self.inner.release.notify_waiters();
+        // The flag first: a woken create reads it before waiting again.
         self.inner.with(|s| s.held_release = true);
+        self.inner.release.notify_waiters();
     }
 
     /// Closes every WebSocket connection abruptly; each stays resumable.

@@ -86,7 +86,10 @@ impl Feed {
 
     async fn stop(self) {
         let _ = self.sink.stop.send(true);
-        self.task.await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("the feed stops within 10 s of the gateway stopping")
+            .unwrap();
     }
 }
 
