@@ -200,21 +200,25 @@ fn count_listed(list: &str) -> usize {
 
 /// `cargo xtask conformance`: every suite, on test binaries built from the repository.
 pub(crate) fn run() -> anyhow::Result<()> {
-    run_on(vec![cargo(build_args(&[]))])
+    run_on(&tidy::workspace()?, vec![cargo(build_args(&[]))])
 }
 
 /// The CI step, after the test steps: the binaries they built (see the module comment).
 pub(crate) fn run_after_ci_tests() -> anyhow::Result<()> {
-    let published = tidy::published(&tidy::workspace()?);
-    run_on(vec![
-        cargo(build_args(&published)),
-        packaged::cargo_in_workspace(build_args(&[])),
-    ])
+    let packages = tidy::workspace()?;
+    let published = tidy::published(&packages);
+    run_on(
+        &packages,
+        vec![
+            cargo(build_args(&published)),
+            packaged::cargo_in_workspace(build_args(&[])),
+        ],
+    )
 }
 
-/// Every suite, on the test binaries the `builds` make (or find already made).
-fn run_on(builds: Vec<Command>) -> anyhow::Result<()> {
-    let suites = suites(&tidy::workspace()?);
+/// Every suite of `packages`, on the test binaries the `builds` make (or find already made).
+fn run_on(packages: &[Package], builds: Vec<Command>) -> anyhow::Result<()> {
+    let suites = suites(packages);
     let mut binaries = Vec::new();
     for mut build in builds {
         println!("conformance: {}", display(&build));

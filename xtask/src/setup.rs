@@ -1,12 +1,9 @@
 //! The test tools `cargo xtask ci` needs beyond cargo, installed once per machine so the README's
-//! test command works on a fresh one: cargo-deny (licenses, bans, sources), Debian's
-//! Chromium + chromedriver (the chat page's browser test), Debian's ngircd (the IRC channel's
-//! test server), four Python venvs under the target directory: aiogram (the Telegram
-//! simulator's cross-check with a client written against the real Bot API), slack-sdk and
-//! mattermostdriver (the same for the Slack and Mattermost simulators) and Synapse (the Matrix channel's tests run against a real
-//! homeserver), and npm packages under `<target>/node`: tmi.js and twurple (the Twitch
-//! simulator's cross-checks), discord.js's REST and Gateway packages (the Discord simulator's)
-//! and nostr-tools (the Nostr channel's cross-check with a client others wrote).
+//! test command works on a fresh one: cargo-deny (licenses, bans, sources); Debian packages
+//! (Chromium + chromedriver for the chat page's browser test, the IRC servers ngircd and
+//! InspIRCd); pinned Python venvs under `<target>/python` (the simulators' cross-check clients
+//! written against the real APIs, and Synapse, the Matrix channel's real homeserver); pinned npm
+//! packages under `<target>/node` (more cross-check clients). The list is [`ensure_test_tools`].
 //! `cargo xtask setup` runs this alone; `cargo xtask ci` runs it first.
 
 use std::path::{Path, PathBuf};
@@ -20,6 +17,8 @@ const CARGO_DENY: &str = "cargo-deny@0.20.2";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
 /// The IRC server the IRC channel's tests run against.
 const NGIRCD: &str = "/usr/sbin/ngircd";
+/// The IRCv3 server the IRC channel's `echo-message`/`labeled-response` tests run against.
+const INSPIRCD: &str = "/usr/sbin/inspircd";
 
 /// A Python package the tests run, pinned, in its own venv at `<target>/python/<venv>` (the
 /// tests find it from their own binary's target directory).
@@ -56,6 +55,33 @@ const MATTERMOSTDRIVER: PythonTool = PythonTool {
     version: "7.3.2",
     for_what: "the Mattermost simulator's mattermostdriver test (or point \
                CLAWGATE_MATTERMOSTDRIVER_PYTHON at a python that has mattermostdriver)",
+};
+
+/// Google's generated Chat client (with google-auth) the Google Chat simulator's cross-check uses.
+const GOOGLE_APPS_CHAT: PythonTool = PythonTool {
+    venv: "google-apps-chat",
+    package: "google-apps-chat",
+    version: "0.10.7",
+    for_what: "the Google Chat simulator's google-apps-chat test (or point \
+               CLAWGATE_GOOGLE_CHAT_PYTHON at a python that has google-apps-chat)",
+};
+
+/// LINE's official SDK the LINE simulator's cross-check is written against.
+const LINE_BOT_SDK: PythonTool = PythonTool {
+    venv: "line-bot-sdk",
+    package: "line-bot-sdk",
+    version: "3.27.0",
+    for_what: "the LINE simulator's line-bot-sdk test (or point CLAWGATE_LINE_BOT_SDK_PYTHON at \
+               a python that has line-bot-sdk)",
+};
+
+/// The pywa the WhatsApp simulator's cross-check is written against.
+const PYWA: PythonTool = PythonTool {
+    venv: "pywa",
+    package: "pywa",
+    version: "4.5.0",
+    for_what: "the WhatsApp simulator's pywa test (or point CLAWGATE_PYWA_PYTHON at a python \
+               that has pywa)",
 };
 
 /// The Synapse release the Matrix channel's tests run against (its fixture names the same).
@@ -122,13 +148,25 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     if std::env::var_os("CLAWGATE_MATTERMOSTDRIVER_PYTHON").is_none() {
         ensure_python_tool(&MATTERMOSTDRIVER)?;
     }
+    if std::env::var_os("CLAWGATE_GOOGLE_CHAT_PYTHON").is_none() {
+        ensure_python_tool(&GOOGLE_APPS_CHAT)?;
+    }
+    if std::env::var_os("CLAWGATE_LINE_BOT_SDK_PYTHON").is_none() {
+        ensure_python_tool(&LINE_BOT_SDK)?;
+    }
+    if std::env::var_os("CLAWGATE_PYWA_PYTHON").is_none() {
+        ensure_python_tool(&PYWA)?;
+    }
     ensure_python_tool(&SYNAPSE)?;
     ensure_npm_tool(&NOSTR_TOOLS)?;
     if std::env::var_os("CLAWGATE_DISCORDJS_MODULES").is_none() {
         ensure_npm_tool(&DISCORDJS)?;
     }
     if !Path::new(NGIRCD).exists() {
-        install_ngircd()?;
+        install_irc_server("ngircd", NGIRCD)?;
+    }
+    if !Path::new(INSPIRCD).exists() {
+        install_irc_server("inspircd", INSPIRCD)?;
     }
     if std::env::var_os("CLAWGATE_TMIJS_DIR").is_none() {
         ensure_npm_tool(&TMIJS)?;
@@ -294,38 +332,48 @@ fn install_chromium() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `apt-get install ngircd`, as root or through sudo (the IRC channel's test server).
-fn install_ngircd() -> anyhow::Result<()> {
-    println!("setup: installing Debian's ngircd (once per machine)");
+/// `apt-get install <package>`, as root or through sudo (an IRC channel's test server; the
+/// tests start their own on a free port, so a system service the package starts is stopped).
+fn install_irc_server(package: &str, binary: &str) -> anyhow::Result<()> {
+    println!("setup: installing Debian's {package} (once per machine)");
     let root = Command::new("id")
         .arg("-u")
         .output()
         .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0");
     if !root && !succeeds(Command::new("sudo").arg("-n").arg("true")) {
         bail!(
-            "{NGIRCD} is missing and this user cannot install packages: install Debian's ngircd \
-             (apt-get install ngircd) for the IRC channel's tests"
+            "{binary} is missing and this user cannot install packages: install Debian's \
+             {package} (apt-get install {package}) for the IRC channel's tests"
         );
     }
-    let apt = |args: &[&str]| {
+    let as_root = |program: &str, args: &[&str]| {
         let mut command = if root {
-            Command::new("apt-get")
+            Command::new(program)
         } else {
             let mut sudo = Command::new("sudo");
-            sudo.arg("apt-get");
+            sudo.arg(program);
             sudo
         };
         command.args(args).env("DEBIAN_FRONTEND", "noninteractive");
         command
     };
+    let apt = |args: &[&str]| as_root("apt-get", args);
     if let Err(error) = run_command(&mut apt(&["update", "-qq"])) {
         println!(
             "setup: apt-get update failed ({error:#}); trying the install with the current index"
         );
     }
-    run_command(&mut apt(&["install", "-y", "-qq", "ngircd"]))?;
-    if !Path::new(NGIRCD).exists() {
-        bail!("apt-get installed ngircd but {NGIRCD} is still missing");
+    run_command(&mut apt(&["install", "-y", "-qq", package]))?;
+    if !Path::new(binary).exists() {
+        bail!("apt-get installed {package} but {binary} is still missing");
+    }
+    // Where an init system started the package's service, stop it and keep it off (best
+    // effort: a container without one started nothing).
+    if Path::new("/run/systemd/system").exists() {
+        let _ = succeeds(&mut as_root("systemctl", &["disable", "--now", package]));
+    } else if Path::new(&format!("/etc/init.d/{package}")).exists() {
+        let _ = succeeds(&mut as_root("update-rc.d", &[package, "disable"]));
+        let _ = succeeds(&mut as_root(&format!("/etc/init.d/{package}"), &["stop"]));
     }
     Ok(())
 }

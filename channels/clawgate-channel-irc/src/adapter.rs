@@ -1,8 +1,9 @@
 //! Sending: one rendered unit is one `PRIVMSG` line. Text is rendered into lines that fit the
 //! 512-byte limit as the server relays them ([`crate::line`]); a multi-line reply is several
 //! units of one intent, so a partial batch resumes at the first line without a receipt.
-//! Receipts are synthetic and local (plain IRC has no message ids): a line counts as sent once
-//! the server's `PONG` behind it came back without an error numeric for its target.
+//! A line counts as sent once the server's `PONG` behind it came back without an error numeric
+//! for its target (a synthetic, local receipt: plain IRC has no message ids), or, with IRCv3
+//! `echo-message` + `labeled-response`, once its labeled echo came back (the echo's `msgid`).
 
 use std::time::Duration;
 
@@ -26,7 +27,8 @@ fn capabilities() -> MessageCapabilities {
         // The limit is in bytes and depends on the target and our prefix, so no character
         // limit is declared: the renderer splits every text to the line limit itself.
         .with_text(TextCapabilities::default().with_chunking(true))
-        // No ids, no echo, no history: an unknown outcome stays unknown and is never repeated.
+        // No history to search (no `draft/chathistory` on plain IRC or InspIRCd 3), echo or
+        // not: an unknown outcome stays unknown and is never repeated.
         .with_delivery(
             DeliveryCapabilities::default()
                 .with_idempotency_key(false)

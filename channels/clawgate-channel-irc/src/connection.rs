@@ -6,8 +6,12 @@
 //! socket: it queues one line at a time with a reply channel. The supervisor writes it through
 //! the flood-control bucket followed by `PING :cg<n>`; the server handles a client's lines in
 //! order, so its `PONG :cg<n>` says the line was processed, and an error numeric for the target
-//! before it (404, 401…) says it was refused. A link that drops after the line was written and
-//! before the `PONG` leaves the outcome unknown.
+//! before it (404, 401…) says it was refused. When the server granted IRCv3 `echo-message` and
+//! `labeled-response`, the line goes as `@label=cg<n> PRIVMSG …` instead, without the PING: the
+//! server's echo of it carrying that label (alone or in a labeled `BATCH`) is the receipt, with
+//! the echo's `msgid` as the message id; a labeled error numeric is the refusal, a labeled `ACK`
+//! says it was processed without an echo. Either way, a link that drops after the line was
+//! written and before the answer leaves the outcome unknown.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -79,6 +83,9 @@ struct Facts {
     /// Our `nick!user@host` as the server relays it, once seen in our own `JOIN`.
     prefix: Option<String>,
     joined: BTreeSet<String>,
+    /// The capabilities granted on the current connection (a reconnect may land on a server
+    /// that grants fewer).
+    caps: BTreeSet<String>,
 }
 
 pub(crate) struct Shared {
@@ -184,6 +191,11 @@ impl Connection {
     /// The channels we are in now (lowercase), as the server confirmed our `JOIN`s.
     pub(crate) fn joined(&self) -> Vec<String> {
         lock(&self.shared.facts).joined.iter().cloned().collect()
+    }
+
+    /// The IRCv3 capabilities the server granted on the current connection.
+    pub(crate) fn capabilities(&self) -> Vec<String> {
+        lock(&self.shared.facts).caps.iter().cloned().collect()
     }
 
     /// The length of our `nick!user@host` as the server relays it, when known.
@@ -318,7 +330,11 @@ async fn supervise(shared: Arc<Shared>, mut inbox: mpsc::Receiver<Request>) {
             }
             Ended::Shutdown => return,
         };
-        lock(&shared.facts).joined.clear();
+        {
+            let mut facts = lock(&shared.facts);
+            facts.joined.clear();
+            facts.caps.clear();
+        }
         // Lines queued while the link was going down were never written.
         fail_queued(&mut inbox);
         let wake = tokio::time::sleep(wait);
@@ -363,12 +379,17 @@ fn fail_queued(inbox: &mut mpsc::Receiver<Request>) {
     }
 }
 
-/// A line written and waiting for the server's `PONG`.
+/// A line written and waiting for the server's `PONG` (or, labeled, its echo).
 struct InFlight {
     request: Request,
+    /// The PING token, or the label.
     token: String,
     written_at: Instant,
     refusal: Option<SendError>,
+    /// The reference of the labeled `BATCH` that answers it, once opened.
+    batch: Option<String>,
+    /// The `msgid` of its echo inside that batch.
+    echo: Option<String>,
 }
 
 struct Writer {
@@ -464,7 +485,9 @@ async fn connect_once(
             Err(error @ RegisterError::NicksTaken(_)) => return Ended::Retry(error.to_string()),
         }
     };
-    info!(server = %address, nick, "registered on IRC");
+    let caps = registration.granted().clone();
+    info!(server = %address, nick, ?caps, "registered on IRC");
+    lock(&shared.facts).caps = caps;
     for channel in &config.channels {
         if let Err(error) = writer.write(&[&format!("JOIN {channel}")]).await {
             return io_retry("joining", &error);
@@ -490,6 +513,11 @@ async fn run(
     let mut fences = 0u64;
     let mut last_heard = Instant::now();
     let mut pinged = false;
+    let (echoes, labeled) = {
+        let caps = &lock(&shared.facts).caps;
+        let echoes = caps.contains("echo-message");
+        (echoes, echoes && caps.contains("labeled-response"))
+    };
     let ended = loop {
         let answer_due = in_flight
             .as_ref()
@@ -509,6 +537,16 @@ async fn run(
                     debug!(line, "unparsable IRC line");
                     continue;
                 };
+                if labeled
+                    && let Some(flight) = in_flight.as_mut()
+                    && let Some(result) =
+                        labeled_answer(flight, &message, &nick, || shared_receipt(shared))
+                {
+                    if let Some(done) = in_flight.take() {
+                        let _ = done.request.reply.send(result);
+                    }
+                    continue;
+                }
                 match &message.command {
                     Command::PING(server, _) => {
                         if let Err(error) = writer.write(&[&format!("PONG :{server}")]).await {
@@ -544,9 +582,14 @@ async fn run(
                             break io_retry("rejoining", &error);
                         }
                     }
+                    // With echo-message, a line of our own nick is the echo of one we sent.
+                    Command::PRIVMSG(..) | Command::NOTICE(..) if echoes && is_us(&message, &nick) => {
+                        debug!(line, "our own echo");
+                    }
                     Command::PRIVMSG(..) | Command::NOTICE(..) => deliver(shared, &line, &nick).await,
                     Command::Response(code, args) => {
-                        if let Some(flight) = in_flight.as_mut()
+                        if !labeled
+                            && let Some(flight) = in_flight.as_mut()
                             && let Some(error) = refusal(*code, args, &flight.request.target)
                         {
                             flight.refusal.get_or_insert(error);
@@ -568,9 +611,20 @@ async fn run(
                 }
                 fences += 1;
                 let token = format!("cg{fences}");
-                let ping = format!("PING :{token}");
-                let written = writer.write(&[&request.line, &ping]).await;
-                let flight = InFlight { request, token, written_at: Instant::now(), refusal: None };
+                let written = if labeled {
+                    writer.write(&[&format!("@label={token} {}", request.line)]).await
+                } else {
+                    let ping = format!("PING :{token}");
+                    writer.write(&[&request.line, &ping]).await
+                };
+                let flight = InFlight {
+                    request,
+                    token,
+                    written_at: Instant::now(),
+                    refusal: None,
+                    batch: None,
+                    echo: None,
+                };
                 if let Err(error) = written {
                     unknown(flight, &format!("the connection failed while writing: {error}"));
                     break io_retry("writing", &error);
@@ -610,6 +664,98 @@ async fn run(
 fn shared_receipt(shared: &Arc<Shared>) -> String {
     let n = shared.counter.fetch_add(1, Ordering::Relaxed) + 1;
     format!("irc-{}-{n}", shared.epoch_ms)
+}
+
+fn tag<'a>(message: &'a Message, name: &str) -> Option<&'a str> {
+    message
+        .tags
+        .as_ref()?
+        .iter()
+        .find(|t| t.0 == name)
+        .map(|t| t.1.as_deref().unwrap_or_default())
+}
+
+/// What a line says about the labeled line in flight: its outcome when it settles it.
+fn labeled_answer(
+    flight: &mut InFlight,
+    message: &Message,
+    nick: &str,
+    synthetic: impl Fn() -> String,
+) -> Option<Result<String, SendError>> {
+    let receipt = |msgid: Option<&str>| {
+        msgid
+            .filter(|m| !m.is_empty())
+            .map_or_else(&synthetic, str::to_owned)
+    };
+    let echo = matches!(message.command, Command::PRIVMSG(..) | Command::NOTICE(..))
+        && is_us(message, nick);
+    if tag(message, "label") == Some(flight.token.as_str()) {
+        return match &message.command {
+            Command::BATCH(reference, _, _) if reference.starts_with('+') => {
+                flight.batch = Some(reference[1..].to_owned());
+                None
+            }
+            _ if echo => Some(Ok(receipt(tag(message, "msgid")))),
+            _ if error_numeric(message).is_some() => {
+                labeled_refusal(message, &flight.request.target).map(Err)
+            }
+            // `ACK` (processed, nothing to say: a filter may have eaten it) or a lone
+            // non-error numeric: processed, as a PONG would say.
+            _ => Some(Ok(receipt(None))),
+        };
+    }
+    let batch = flight.batch.as_deref()?;
+    if let Command::BATCH(reference, _, _) = &message.command
+        && reference.strip_prefix('-') == Some(batch)
+    {
+        return Some(match flight.refusal.take() {
+            Some(error) => Err(error),
+            None => Ok(receipt(flight.echo.as_deref())),
+        });
+    }
+    if tag(message, "batch") == Some(batch) {
+        if echo {
+            flight.echo = tag(message, "msgid").map(str::to_owned);
+        } else if let Some(error) = labeled_refusal(message, &flight.request.target) {
+            flight.refusal.get_or_insert(error);
+        }
+    }
+    None
+}
+
+/// An error numeric (4xx/5xx), known to `irc-proto` or not (it parses numerics it has no name
+/// for as raw commands): its code and arguments.
+fn error_numeric(message: &Message) -> Option<(u16, &[String])> {
+    match &message.command {
+        Command::Response(code, args) if code.is_error() => Some((*code as u16, args)),
+        Command::Raw(command, args) if command.len() == 3 => {
+            let code: u16 = command.parse().ok()?;
+            (400..600)
+                .contains(&code)
+                .then_some((code, args.as_slice()))
+        }
+        _ => None,
+    }
+}
+
+/// A labeled error numeric answers our line for sure: the classified refusal, or else a
+/// permission refusal naming the numeric (nothing was relayed either way).
+fn labeled_refusal(message: &Message, target: &str) -> Option<SendError> {
+    let (code, args) = error_numeric(message)?;
+    let known = match &message.command {
+        Command::Response(response, _) => refusal(*response, args, target),
+        _ => None,
+    };
+    Some(known.unwrap_or_else(|| {
+        SendError::before_io(
+            DeliveryFailureKind::Permission,
+            format!(
+                "the IRC server refused the line ({code}): {}",
+                args.last().map_or("", String::as_str)
+            ),
+        )
+        .with_platform_code(code.to_string())
+    }))
 }
 
 fn unknown(flight: InFlight, why: &str) {
@@ -673,6 +819,103 @@ async fn deliver(shared: &Arc<Shared>, line: &str, nick: &str) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    fn flight(token: &str, target: &str) -> InFlight {
+        let (reply, _) = oneshot::channel();
+        InFlight {
+            request: Request {
+                target: target.to_owned(),
+                line: format!("PRIVMSG {target} :x"),
+                deadline: Instant::now(),
+                reply,
+            },
+            token: token.to_owned(),
+            written_at: Instant::now(),
+            refusal: None,
+            batch: None,
+            echo: None,
+        }
+    }
+
+    /// Feeds lines (as InspIRCd 3.15 writes them) to the labeled line in flight; the outcome
+    /// of the line that settles it, and how many lines that took.
+    fn settle(flight: &mut InFlight, lines: &[&str]) -> Option<(usize, Result<String, SendError>)> {
+        lines.iter().enumerate().find_map(|(n, line)| {
+            let message: Message = line.parse().unwrap();
+            labeled_answer(flight, &message, "bot", || "synthetic".to_owned()).map(|r| (n, r))
+        })
+    }
+
+    #[test]
+    fn a_labeled_echo_alone_or_in_a_batch_is_the_receipt_with_its_msgid() {
+        let mut f = flight("cg1", "#room");
+        let (n, result) = settle(
+            &mut f,
+            &[
+                // Someone else's line and another label's echo settle nothing.
+                "@time=2026-12-01T21:23:15.985Z;msgid=199~1~9 :ada!ada@h PRIVMSG #room :hi",
+                "@msgid=199~1~8;label=cg0 :bot!bot@h PRIVMSG #room :old",
+                "@time=2026-12-01T21:23:15.985Z;msgid=199~1796160178~0;label=cg1;\
+                 inspircd.org/echo :bot!bot@127.0.0.1 PRIVMSG #room :hello one",
+            ],
+        )
+        .unwrap();
+        assert_eq!((n, result.unwrap()), (2, "199~1796160178~0".to_owned()));
+
+        let mut f = flight("cg2", "ada");
+        let (n, result) = settle(
+            &mut f,
+            &[
+                "@time=x;label=cg2 :irc.test BATCH +1 :labeled-response",
+                "@time=x;batch=1 :irc.test 301 bot ada :gone fishing",
+                "@time=x;msgid=199~1~10;inspircd.org/echo;batch=1 :bot!bot@h PRIVMSG ada :x",
+                "@time=x :irc.test BATCH :-1",
+            ],
+        )
+        .unwrap();
+        assert_eq!((n, result.unwrap()), (3, "199~1~10".to_owned()));
+    }
+
+    #[test]
+    fn labeled_numerics_refuse_and_a_labeled_ack_is_processed() {
+        let mut f = flight("cg3", "#room");
+        let (_, result) = settle(
+            &mut f,
+            &["@label=cg3 :irc.test 404 bot #room :You cannot send messages to this channel"],
+        )
+        .unwrap();
+        let error = result.unwrap_err();
+        assert_eq!(error.kind, DeliveryFailureKind::Permission);
+        assert_eq!(error.platform_code.as_deref(), Some("404"));
+        assert_eq!(error.side_effect, clawgate_channel_sdk::SideEffect::None);
+
+        let mut f = flight("cg4", "nobody");
+        let (_, result) = settle(
+            &mut f,
+            &["@label=cg4 :irc.test 401 bot nobody :No such nick"],
+        )
+        .unwrap();
+        assert_eq!(result.unwrap_err().kind, DeliveryFailureKind::NotFound);
+
+        // An error numeric the classifier does not know still answers our line.
+        let mut f = flight("cg5", "#room");
+        let (_, result) = settle(
+            &mut f,
+            &[
+                "@label=cg5 :irc.test BATCH +7 :labeled-response",
+                "@batch=7 :irc.test 489 bot #room :You're not on that channel",
+                "@time=x :irc.test BATCH :-7",
+            ],
+        )
+        .unwrap();
+        let error = result.unwrap_err();
+        assert_eq!(error.kind, DeliveryFailureKind::Permission);
+        assert_eq!(error.platform_code.as_deref(), Some("489"));
+
+        let mut f = flight("cg6", "#room");
+        let (_, result) = settle(&mut f, &["@label=cg6 :irc.test ACK"]).unwrap();
+        assert_eq!(result.unwrap(), "synthetic");
+    }
 
     #[test]
     fn error_numerics_about_the_target_are_refusals_of_their_class() {

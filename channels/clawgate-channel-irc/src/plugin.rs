@@ -162,6 +162,12 @@ impl IrcLink {
         self.connection.prefix()
     }
 
+    /// The IRCv3 capabilities granted on the current connection (empty while down, and on a
+    /// server that offers none of those the channel asks for).
+    pub fn capabilities(&self) -> Vec<String> {
+        self.connection.capabilities()
+    }
+
     /// The channels we are in now (lowercase), as the server confirmed our `JOIN`s; empty while
     /// the link is down.
     pub fn joined(&self) -> Vec<String> {

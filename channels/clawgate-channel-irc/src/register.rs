@@ -1,6 +1,10 @@
 //! Registration with the server, as a state machine over parsed lines (so it is tested without
-//! a socket): `CAP LS` + `SASL PLAIN` when configured, `PASS`, `NICK`/`USER`, alternate nicks on
-//! 433, done at `001`.
+//! a socket): `CAP LS 302`, `CAP REQ` for the IRCv3 capabilities the channel uses when the
+//! server offers them ([`WANTED_CAPS`]) and for `sasl` (then SASL PLAIN) when configured,
+//! `CAP END`; `PASS`, `NICK`/`USER`, alternate nicks on 433, done at `001`. A server that does
+//! not know `CAP` answers 421 and registers us anyway.
+
+use std::collections::BTreeSet;
 
 use clawgate_channel_sdk::Secret;
 use irc_proto::{CapSubCommand, Command, Message, Response};
@@ -47,6 +51,17 @@ pub enum Step {
     Done(String),
 }
 
+/// The IRCv3 capabilities requested when offered: `echo-message` + `labeled-response` make the
+/// server's echo of a line its receipt (with `message-tags` for the `label` and `msgid` tags,
+/// `batch` for a labeled answer of several lines); `server-time` stamps what we receive.
+pub const WANTED_CAPS: [&str; 5] = [
+    "echo-message",
+    "labeled-response",
+    "message-tags",
+    "batch",
+    "server-time",
+];
+
 /// The registration of one connection.
 #[derive(Debug)]
 pub struct Registration {
@@ -54,6 +69,16 @@ pub struct Registration {
     next_nick: usize,
     auth: Auth,
     out: Vec<String>,
+    /// Offered so far in a `CAP LS` of several lines.
+    offered: BTreeSet<String>,
+    /// `CAP REQ`s not answered yet.
+    pending_reqs: usize,
+    /// SASL runs: `CAP END` waits for its 903.
+    sasl_running: bool,
+    /// `CAP END` was written (or the server does not do CAP).
+    cap_done: bool,
+    /// What the server granted on this connection.
+    granted: BTreeSet<String>,
 }
 
 /// Standard base64 (RFC 4648 §4, with padding), for `AUTHENTICATE`.
@@ -98,11 +123,11 @@ impl Registration {
     /// `user` with `realname`. The first lines to write are in [`Registration::take_output`].
     pub fn start(nicks: Vec<String>, user: &str, realname: &str, auth: Auth) -> Registration {
         let mut out = Vec::new();
-        match &auth {
-            Auth::SaslPlain { .. } => out.push("CAP LS 302".to_owned()),
-            Auth::ServerPassword(password) => out.push(format!("PASS {}", password.expose())),
-            Auth::None => {}
+        if let Auth::ServerPassword(password) = &auth {
+            out.push(format!("PASS {}", password.expose()));
         }
+        // CAP LS first holds registration until CAP END (IRCv3 capability negotiation).
+        out.push("CAP LS 302".to_owned());
         out.push(format!("NICK {}", nicks[0]));
         out.push(format!("USER {user} 0 * :{realname}"));
         Registration {
@@ -110,7 +135,29 @@ impl Registration {
             next_nick: 1,
             auth,
             out,
+            offered: BTreeSet::new(),
+            pending_reqs: 0,
+            sasl_running: false,
+            cap_done: false,
+            granted: BTreeSet::new(),
         }
+    }
+
+    /// The capabilities the server granted (`CAP ACK`) on this connection.
+    pub fn granted(&self) -> &BTreeSet<String> {
+        &self.granted
+    }
+
+    /// Writes `CAP END` once every request is answered and SASL (if any) is over.
+    fn maybe_end(&mut self) {
+        if !self.cap_done && self.pending_reqs == 0 && !self.sasl_running {
+            self.cap_done = true;
+            self.out.push("CAP END".to_owned());
+        }
+    }
+
+    fn wants_sasl(&self) -> bool {
+        matches!(self.auth, Auth::SaslPlain { .. })
     }
 
     /// Lines to write now.
@@ -125,30 +172,72 @@ impl Registration {
                 let caps = second.as_deref().or(first.as_deref()).unwrap_or_default();
                 // `CAP * LS * :…` says more lines follow; the last has no `*`.
                 let more = first.as_deref() == Some("*") && second.is_some();
-                let offers_sasl = caps
-                    .split(' ')
-                    .any(|c| c == "sasl" || c.starts_with("sasl="));
-                if offers_sasl {
-                    self.out.push("CAP REQ :sasl".to_owned());
-                } else if !more {
-                    return Err(RegisterError::Unsupported(
-                        "SASL is configured but the server does not offer the sasl \
-                         capability; remove sasl_account or use password_env as a server \
-                         password"
-                            .to_owned(),
-                    ));
+                // A 302 listing may carry values (`sasl=PLAIN,EXTERNAL`): the name is before `=`.
+                self.offered.extend(
+                    caps.split_whitespace()
+                        .map(|c| c.split('=').next().unwrap_or(c).to_owned()),
+                );
+                if more {
+                    return Ok(Step::Continue);
                 }
+                let wanted: Vec<&str> = WANTED_CAPS
+                    .into_iter()
+                    .filter(|c| self.offered.contains(*c))
+                    .collect();
+                if !wanted.is_empty() {
+                    self.pending_reqs += 1;
+                    self.out.push(format!("CAP REQ :{}", wanted.join(" ")));
+                }
+                if self.wants_sasl() {
+                    if !self.offered.contains("sasl") {
+                        return Err(RegisterError::Unsupported(
+                            "SASL is configured but the server does not offer the sasl \
+                             capability; remove sasl_account or use password_env as a server \
+                             password"
+                                .to_owned(),
+                        ));
+                    }
+                    // Its own request: a NAK of the others must not take SASL down with it.
+                    self.pending_reqs += 1;
+                    self.sasl_running = true;
+                    self.out.push("CAP REQ :sasl".to_owned());
+                }
+                self.maybe_end();
             }
             Command::CAP(_, CapSubCommand::ACK, first, second) => {
                 let caps = second.as_deref().or(first.as_deref()).unwrap_or_default();
-                if caps.split(' ').any(|c| c == "sasl") {
+                self.pending_reqs = self.pending_reqs.saturating_sub(1);
+                let acked: Vec<&str> = caps.split_whitespace().collect();
+                self.granted
+                    .extend(acked.iter().map(|c| c.trim_start_matches('-').to_owned()));
+                if acked.contains(&"sasl") {
                     self.out.push("AUTHENTICATE PLAIN".to_owned());
                 }
+                self.maybe_end();
             }
-            Command::CAP(_, CapSubCommand::NAK, _, _) => {
-                return Err(RegisterError::Unsupported(
-                    "the server refused the sasl capability".to_owned(),
-                ));
+            Command::CAP(_, CapSubCommand::NAK, first, second) => {
+                let caps = second.as_deref().or(first.as_deref()).unwrap_or_default();
+                self.pending_reqs = self.pending_reqs.saturating_sub(1);
+                if caps.split_whitespace().any(|c| c == "sasl") {
+                    return Err(RegisterError::Unsupported(
+                        "the server refused the sasl capability".to_owned(),
+                    ));
+                }
+                // Refused as a whole (a request is atomic): carry on as plain IRC.
+                self.maybe_end();
+            }
+            Command::Response(Response::ERR_UNKNOWNCOMMAND, args)
+                if args.get(1).is_some_and(|c| c.eq_ignore_ascii_case("CAP")) =>
+            {
+                if self.wants_sasl() {
+                    return Err(RegisterError::Unsupported(
+                        "SASL is configured but the server does not know CAP; remove \
+                         sasl_account or use password_env as a server password"
+                            .to_owned(),
+                    ));
+                }
+                // A pre-IRCv3 server: it registers us without negotiation.
+                self.cap_done = true;
             }
             Command::AUTHENTICATE(data) if data == "+" => {
                 if let Auth::SaslPlain { account, password } = &self.auth {
@@ -157,7 +246,8 @@ impl Registration {
                 }
             }
             Command::Response(Response::RPL_SASLSUCCESS, _) => {
-                self.out.push("CAP END".to_owned());
+                self.sasl_running = false;
+                self.maybe_end();
             }
             Command::Response(
                 code @ (Response::ERR_SASLFAIL
@@ -318,5 +408,105 @@ mod tests {
             feed(&mut r, ":irc.test 433 * bot_ :Nickname already in use"),
             Err(RegisterError::NicksTaken(_))
         ));
+    }
+
+    #[test]
+    fn offered_ircv3_caps_are_requested_granted_and_kept() {
+        let mut r = Registration::start(vec!["bot".into()], "bot", "x", Auth::None);
+        assert_eq!(
+            r.take_output(),
+            vec!["CAP LS 302", "NICK bot", "USER bot 0 * :x"]
+        );
+        // InspIRCd 3.15's listing, split over two lines, with its trailing space.
+        feed(
+            &mut r,
+            ":irc.test CAP * LS * :account-notify away-notify batch echo-message",
+        )
+        .unwrap();
+        assert!(r.take_output().is_empty(), "waits for the last LS line");
+        feed(
+            &mut r,
+            ":irc.test CAP * LS :labeled-response message-tags server-time ",
+        )
+        .unwrap();
+        assert_eq!(
+            r.take_output(),
+            vec!["CAP REQ :echo-message labeled-response message-tags batch server-time"]
+        );
+        feed(
+            &mut r,
+            "@time=2026-12-01T21:23:09.724Z :irc.test CAP bot ACK :echo-message \
+             labeled-response message-tags batch server-time",
+        )
+        .unwrap();
+        assert_eq!(r.take_output(), vec!["CAP END"]);
+        assert!(r.granted().contains("echo-message") && r.granted().contains("labeled-response"));
+        assert_eq!(r.granted().len(), 5);
+    }
+
+    #[test]
+    fn without_offered_caps_or_cap_support_registration_is_plain() {
+        // ngircd offers only multi-prefix: nothing to ask, CAP END at once.
+        let mut r = Registration::start(vec!["bot".into()], "bot", "x", Auth::None);
+        r.take_output();
+        feed(&mut r, ":irc.test CAP * LS :multi-prefix").unwrap();
+        assert_eq!(r.take_output(), vec!["CAP END"]);
+        assert!(r.granted().is_empty());
+        // A refused request leaves the connection without the caps.
+        let mut r = Registration::start(vec!["bot".into()], "bot", "x", Auth::None);
+        r.take_output();
+        feed(&mut r, ":irc.test CAP * LS :echo-message labeled-response").unwrap();
+        assert_eq!(
+            r.take_output(),
+            vec!["CAP REQ :echo-message labeled-response"]
+        );
+        feed(&mut r, ":irc.test CAP * NAK :echo-message labeled-response").unwrap();
+        assert_eq!(r.take_output(), vec!["CAP END"]);
+        assert!(r.granted().is_empty());
+        // A server without CAP: 421, then it registers us.
+        let mut r = Registration::start(vec!["bot".into()], "bot", "x", Auth::None);
+        r.take_output();
+        feed(&mut r, ":old.irc 421 * CAP :Unknown command").unwrap();
+        assert!(r.take_output().is_empty());
+        assert_eq!(
+            feed(&mut r, ":old.irc 001 bot :Welcome"),
+            Ok(Step::Done("bot".into()))
+        );
+    }
+
+    #[test]
+    fn sasl_and_ircv3_caps_are_separate_requests() {
+        let mut r = Registration::start(
+            vec!["bot".into()],
+            "bot",
+            "x",
+            Auth::SaslPlain {
+                account: "a".into(),
+                password: Secret::new("pw"),
+            },
+        );
+        r.take_output();
+        feed(
+            &mut r,
+            ":irc.test CAP * LS :echo-message labeled-response sasl=PLAIN",
+        )
+        .unwrap();
+        assert_eq!(
+            r.take_output(),
+            vec!["CAP REQ :echo-message labeled-response", "CAP REQ :sasl"]
+        );
+        feed(
+            &mut r,
+            ":irc.test CAP bot NAK :echo-message labeled-response",
+        )
+        .unwrap();
+        assert!(r.take_output().is_empty(), "SASL still to run");
+        feed(&mut r, ":irc.test CAP bot ACK :sasl").unwrap();
+        assert_eq!(r.take_output(), vec!["AUTHENTICATE PLAIN"]);
+        feed(&mut r, "AUTHENTICATE +").unwrap();
+        r.take_output();
+        feed(&mut r, ":irc.test 903 bot :SASL authentication successful").unwrap();
+        assert_eq!(r.take_output(), vec!["CAP END"]);
+        assert_eq!(r.granted().iter().collect::<Vec<_>>(), vec!["sasl"]);
     }
 }

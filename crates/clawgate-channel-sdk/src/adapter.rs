@@ -67,8 +67,12 @@ pub enum Reconciliation {
     Sent(Box<MessageReceiptPart>),
     /// The platform proves it does not have it: resending is safe.
     NotSent,
-    /// The platform cannot tell right now: ask again later, do not resend.
+    /// The platform cannot tell right now: ask again later, do not resend (after the
+    /// engine's reconciliation window the send is parked for an operator).
     Unresolved,
+    /// The platform can never tell (a single-use reply token whose answer was lost, a
+    /// platform without ids or history): park the send for an operator now, do not resend.
+    Undecidable,
 }
 
 /// The send side of a channel: the one adapter every channel implements.

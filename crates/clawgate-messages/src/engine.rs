@@ -12,7 +12,7 @@ use clawgate_store::{Claim, ClaimToken, InsertIntentOutcome, IntentStore};
 use clawgate_types::{
     BatchAtomicity, ChannelMessage, DeliveryFailure, DurableSendIntent, FailureReason, IntentId,
     IntentStatus, MessageDurabilityPolicy, MessageReceipt, MessageReceiptPart,
-    RenderedMessageBatch,
+    RenderedMessageBatch, UnixMillis,
 };
 use tracing::{Instrument as _, info, info_span, warn};
 
@@ -724,12 +724,34 @@ impl Inner {
         error: &SendError,
         durable: bool,
     ) -> Result<SendOutcome, MessagesError> {
-        let now = self.clock.now_ms();
         let delivery = adapter.capabilities().delivery.clone().unwrap_or_default();
-        intent.failure = Some(failure(error, None, now));
-        intent.next_attempt_at = (delivery.reconcile_unknown_send
-            || delivery.duplicates_acceptable)
-            .then(|| now.saturating_add(self.policy.reconcile_delay_ms));
+        let asked_again =
+            (delivery.reconcile_unknown_send || delivery.duplicates_acceptable).then(|| {
+                self.clock
+                    .now_ms()
+                    .saturating_add(self.policy.reconcile_delay_ms)
+            });
+        self.unknown_until(intent, error, asked_again, durable)
+            .await
+    }
+
+    /// Records an unknown outcome, asked about again at `next_attempt_at` (`None`: parked for
+    /// an operator). The failure keeps the time the outcome first became unknown, which the
+    /// reconciliation window counts from.
+    pub(crate) async fn unknown_until(
+        &self,
+        intent: &mut DurableSendIntent,
+        error: &SendError,
+        next_attempt_at: Option<UnixMillis>,
+        durable: bool,
+    ) -> Result<SendOutcome, MessagesError> {
+        let now = self.clock.now_ms();
+        let unknown_since = match (&intent.failure, intent.status) {
+            (Some(previous), IntentStatus::UnknownAfterSend) => previous.at,
+            _ => now,
+        };
+        intent.failure = Some(failure(error, None, unknown_since));
+        intent.next_attempt_at = next_attempt_at;
         if intent.status == IntentStatus::Sending || intent.status == IntentStatus::UnknownAfterSend
         {
             self.save(intent, IntentStatus::UnknownAfterSend, durable)

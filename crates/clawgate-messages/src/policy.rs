@@ -14,9 +14,13 @@ pub struct RetryPolicy {
     /// An intent older than this is failed with reason `expired` instead of delivered: a reply
     /// is not worth sending a week late.
     pub time_to_live_ms: i64,
-    /// Delay between reconciliations of an unresolved unknown outcome (asked again until it
-    /// resolves or the intent outlives its time-to-live).
+    /// Delay between reconciliations of an unresolved unknown outcome.
     pub reconcile_delay_ms: i64,
+    /// How long the platform may keep answering "cannot tell" about an unknown outcome before
+    /// the intent is parked for an operator (`clawgate outbox`). Until then the conversation's
+    /// later replies wait behind it; a platform that cannot be reached does not count towards
+    /// it (nothing could be sent then anyway).
+    pub reconcile_window_ms: i64,
     /// How long a worker's claim on an intent holds if the worker dies.
     pub claim_ttl_ms: i64,
 }
@@ -29,6 +33,7 @@ impl Default for RetryPolicy {
             max_delay_ms: 5 * 60_000,
             time_to_live_ms: 24 * 60 * 60_000,
             reconcile_delay_ms: 5_000,
+            reconcile_window_ms: 10 * 60_000,
             claim_ttl_ms: 2 * 60_000,
         }
     }

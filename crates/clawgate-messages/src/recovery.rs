@@ -397,6 +397,15 @@ impl Inner {
         }
     }
 
+    /// Whether the platform has kept answering "cannot tell" for the reconciliation window,
+    /// counted from when the outcome first became unknown (the failure keeps that time).
+    fn window_passed(&self, intent: &DurableSendIntent) -> bool {
+        intent.status == IntentStatus::UnknownAfterSend
+            && intent.failure.as_ref().is_some_and(|failure| {
+                self.clock.now_ms().saturating_sub(failure.at) >= self.policy.reconcile_window_ms
+            })
+    }
+
     /// Asks the platform about every unit without a receipt, then commits what landed and resends
     /// only what the platform proved missing.
     async fn reconcile(
@@ -417,12 +426,13 @@ impl Inner {
                 return self.deliver(adapter, intent, true).await;
             }
             // Never replay blindly: park it where operators see it.
-            intent.next_attempt_at = None;
-            return self.unknown(adapter, intent, &reason, true).await;
+            return self.unknown_until(intent, &reason, None, true).await;
         }
         let ctx = self.context(intent);
         let mut not_sent = 0;
         let mut unresolved = false;
+        let mut unreachable = false;
+        let mut undecidable = false;
         let missing: Vec<_> = intent.missing_units().cloned().collect();
         for unit in &missing {
             match adapter.reconcile_unknown_send(&ctx, unit).await {
@@ -438,16 +448,39 @@ impl Inner {
                     }
                 }
                 Ok(Reconciliation::NotSent) => not_sent += 1,
+                Ok(Reconciliation::Undecidable) => {
+                    unresolved = true;
+                    undecidable = true;
+                }
                 // `Unresolved`, and any answer this engine does not know: never a resend.
                 Ok(_) => unresolved = true,
                 Err(error) => {
                     warn!(unit = unit.index, error = %error.message, "reconciliation failed; will ask again");
                     unresolved = true;
+                    unreachable = true;
                 }
             }
         }
         if unresolved {
-            return self.unknown(adapter, intent, &reason, true).await;
+            // A platform that could not be reached has not answered: never parked for that.
+            let waited_out = !unreachable && (undecidable || self.window_passed(intent));
+            if !waited_out {
+                return self.unknown(adapter, intent, &reason, true).await;
+            }
+            if delivery.duplicates_acceptable {
+                // Declared at-least-once: after the window, replay rather than park.
+                self.save(intent, IntentStatus::Pending, true).await?;
+                return self.deliver(adapter, intent, true).await;
+            }
+            warn!(
+                intent = %intent.id,
+                window_ms = self.policy.reconcile_window_ms,
+                undecidable,
+                "the platform cannot tell (or could not within the reconciliation window) \
+                 whether the send landed: parked for an operator (clawgate outbox), so the \
+                 conversation goes on"
+            );
+            return self.unknown_until(intent, &reason, None, true).await;
         }
         if not_sent == 0 {
             return self.commit(adapter, intent, true).await;

@@ -17,7 +17,10 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-slack",
             feature = "channel-nostr",
             feature = "channel-discord",
-            feature = "channel-mattermost"
+            feature = "channel-mattermost",
+            feature = "channel-googlechat",
+            feature = "channel-line",
+            feature = "channel-whatsapp",
         )),
         allow(unused_mut)
     )]
@@ -45,6 +48,16 @@ pub fn registry() -> ChannelRegistry {
     #[cfg(feature = "channel-mattermost")]
     registry.register(std::sync::Arc::new(
         clawgate_channel_mattermost::MattermostFactory,
+    ));
+    #[cfg(feature = "channel-googlechat")]
+    registry.register(std::sync::Arc::new(
+        clawgate_channel_googlechat::GoogleChatFactory,
+    ));
+    #[cfg(feature = "channel-line")]
+    registry.register(std::sync::Arc::new(clawgate_channel_line::LineFactory));
+    #[cfg(feature = "channel-whatsapp")]
+    registry.register(std::sync::Arc::new(
+        clawgate_channel_whatsapp::WhatsAppFactory,
     ));
     registry
 }

@@ -106,6 +106,8 @@ pub struct Counting<A> {
     pub after_commit: AtomicUsize,
     /// The sends whose after_commit ran.
     committed: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// When set, every reconciliation gets this answer instead of asking the platform.
+    reconcile_answer: std::sync::Mutex<Option<Result<Reconciliation, SendError>>>,
 }
 
 impl<A> Counting<A> {
@@ -115,6 +117,7 @@ impl<A> Counting<A> {
             renderer: None,
             after_commit: AtomicUsize::new(0),
             committed: std::sync::Mutex::default(),
+            reconcile_answer: std::sync::Mutex::default(),
         })
     }
 
@@ -125,7 +128,17 @@ impl<A> Counting<A> {
             renderer: Some(PartsRenderer),
             after_commit: AtomicUsize::new(0),
             committed: std::sync::Mutex::default(),
+            reconcile_answer: std::sync::Mutex::default(),
         })
+    }
+
+    /// Answers every later reconciliation with `answer` (a platform that cannot tell, or
+    /// cannot be reached).
+    pub fn answer_reconciliations(&self, answer: Result<Reconciliation, SendError>) {
+        *self
+            .reconcile_answer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(answer);
     }
 
     /// `(after_commit calls, distinct sends they were for)`: equal when it ran once per send.
@@ -171,7 +184,15 @@ impl<A: ChannelMessageAdapter> ChannelMessageAdapter for Counting<A> {
         ctx: &SendContext,
         unit: &RenderedMessageUnit,
     ) -> Result<Reconciliation, SendError> {
-        self.inner.reconcile_unknown_send(ctx, unit).await
+        let answer = self
+            .reconcile_answer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        match answer {
+            Some(answer) => answer,
+            None => self.inner.reconcile_unknown_send(ctx, unit).await,
+        }
     }
     async fn after_commit(&self, ctx: &SendContext, receipt: &MessageReceipt) {
         // Per send, not by global counts: concurrent sends interleave their hooks.

@@ -293,6 +293,122 @@ async fn unknown_outcome_is_reconciled_before_any_replay() {
     assert_eq!(adapter.hooks(), (1, 1));
 }
 
+/// A platform that keeps answering "cannot tell" about a lost answer is asked again until the
+/// reconciliation window has passed since the outcome became unknown; then the intent is
+/// parked for an operator (never resent), so the conversation's later replies stop waiting
+/// behind it. A platform that cannot be reached is asked on, however long it takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outcome_the_platform_cannot_tell_is_parked_after_the_reconciliation_window() {
+    const WINDOW: i64 = 60_000;
+    for unreachable in [false, true] {
+        let h = Harness::new().await;
+        let adapter = Counting::new(h.adapter());
+        let policy = clawgate_messages::RetryPolicy {
+            reconcile_delay_ms: 500,
+            reconcile_window_ms: WINDOW,
+            ..clawgate_messages::RetryPolicy::default()
+        };
+        let messenger = clawgate_messages::Messenger::new(
+            h.store.clone(),
+            vec![adapter.clone()],
+            policy,
+            h.clock.clone(),
+            "test",
+        );
+        adapter.answer_reconciliations(if unreachable {
+            Err(clawgate_channel_sdk::SendError::after_io(
+                clawgate_types::DeliveryFailureKind::Transient,
+                "connection refused",
+            ))
+        } else {
+            Ok(clawgate_channel_sdk::Reconciliation::Unresolved)
+        });
+        h.platform.inject(Fault::drop_after_accept(1));
+        let report = messenger
+            .send(message("t", "cannot tell"), opts())
+            .await
+            .unwrap();
+        assert!(
+            matches!(report.outcome, SendOutcome::Unknown { .. }),
+            "{report:?}"
+        );
+        let id = report.intent_id.unwrap();
+        let due = |intent: &clawgate_types::DurableSendIntent| {
+            (intent.status, intent.next_attempt_at.is_some())
+        };
+        // Asked again and again inside the window: still due, never resent.
+        for _ in 0..3 {
+            h.clock.advance(WINDOW / 4);
+            messenger.recover().await.unwrap();
+            let intent = h.store.load_intent(&id).await.unwrap().unwrap();
+            assert_eq!(
+                due(&intent),
+                (IntentStatus::UnknownAfterSend, true),
+                "unreachable: {unreachable}"
+            );
+        }
+        h.clock.advance(WINDOW / 4);
+        messenger.recover().await.unwrap();
+        let intent = h.store.load_intent(&id).await.unwrap().unwrap();
+        assert_eq!(
+            due(&intent),
+            (IntentStatus::UnknownAfterSend, unreachable),
+            "after the window: parked when the platform answered, still asked when it could \
+             not be reached (unreachable: {unreachable})"
+        );
+        assert_eq!(
+            intent.failure.as_ref().map(|failure| failure.at),
+            Some(START),
+            "the failure keeps when the outcome became unknown"
+        );
+        assert_eq!(
+            h.platform.landed_with_text("cannot tell"),
+            1,
+            "landed once (the answer was lost), never resent"
+        );
+        assert_eq!(adapter.hooks(), (0, 0), "never committed");
+    }
+}
+
+/// An adapter that knows the platform can never tell (`Undecidable`) gets its send parked at
+/// the first reconciliation, without waiting out the window; never resent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outcome_the_platform_can_never_tell_is_parked_at_once() {
+    let h = Harness::new().await;
+    let adapter = Counting::new(h.adapter());
+    let messenger = h.messenger(adapter.clone());
+    adapter.answer_reconciliations(Ok(clawgate_channel_sdk::Reconciliation::Undecidable));
+    h.platform.inject(Fault::drop_after_accept(1));
+    let report = messenger
+        .send(message("n", "never known"), opts())
+        .await
+        .unwrap();
+    let id = report.intent_id.unwrap();
+    assert!(
+        h.store
+            .load_intent(&id)
+            .await
+            .unwrap()
+            .unwrap()
+            .next_attempt_at
+            .is_some(),
+        "a lost answer is first asked about"
+    );
+    h.clock.advance(500);
+    messenger.recover().await.unwrap();
+    let intent = h.store.load_intent(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (intent.status, intent.next_attempt_at),
+        (IntentStatus::UnknownAfterSend, None),
+        "parked at the first answer"
+    );
+    assert_eq!(
+        h.platform.landed_with_text("never known"),
+        1,
+        "never resent"
+    );
+}
+
 /// A receipt recorded but not committed (`committing`, as earlier builds stored it between two
 /// writes) is committed by recovery as it stands: no platform I/O, hooks once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

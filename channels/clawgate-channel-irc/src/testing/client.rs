@@ -25,6 +25,12 @@ pub struct Client {
 impl Client {
     /// Connects to a server on loopback and registers as `nick`.
     pub fn connect(port: u16, nick: &str) -> Client {
+        Client::connect_with_caps(port, nick, &[])
+    }
+
+    /// Like [`Client::connect`], first asking for the IRCv3 capabilities `caps` (say
+    /// `message-tags`, to read the `msgid` of what lands); panics when they are not granted.
+    pub fn connect_with_caps(port: u16, nick: &str, caps: &[&str]) -> Client {
         let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
         stream.set_nodelay(true).unwrap();
         let reader = stream.try_clone().unwrap();
@@ -49,8 +55,19 @@ impl Client {
             syncs: AtomicU64::new(0),
             prefix: Mutex::new(None),
         };
+        if !caps.is_empty() {
+            client.send(&format!("CAP REQ :{}", caps.join(" ")));
+        }
         client.send(&format!("NICK {nick}"));
         client.send(&format!("USER {nick} 0 * :test person"));
+        if !caps.is_empty() {
+            let answer = client.wait_for(0, |l| l.contains(" ACK ") || l.contains(" NAK "));
+            assert!(
+                answer.contains(" ACK "),
+                "{nick} asked for {caps:?}: {answer}"
+            );
+            client.send("CAP END");
+        }
         client.wait_for(0, |l| l.contains(" 001 "));
         client
     }
@@ -118,8 +135,10 @@ impl Client {
         let mark = self.mark();
         self.send(&format!("JOIN {channel}"));
         let me = format!(":{}!", self.nick);
-        let line = self.wait_for(mark, |l| l.starts_with(&me) && l.contains(" JOIN "));
-        let prefix = line[1..].split(' ').next().unwrap().to_owned();
+        let line = self.wait_for(mark, |l| {
+            untagged(l).starts_with(&me) && l.contains(" JOIN ")
+        });
+        let prefix = untagged(&line)[1..].split(' ').next().unwrap().to_owned();
         *self.prefix.lock().unwrap() = Some(prefix);
     }
 
@@ -134,14 +153,42 @@ impl Client {
 
     /// Texts of the PRIVMSGs `from` (a nick) sent to `target`, in order.
     pub fn texts_from(&self, from: &str, target: &str) -> Vec<String> {
+        self.tagged_texts_from(from, target)
+            .into_iter()
+            .map(|(_, text)| text)
+            .collect()
+    }
+
+    /// Like [`Client::texts_from`], each with its `msgid` tag (IRCv3 `message-tags`), if any.
+    pub fn tagged_texts_from(&self, from: &str, target: &str) -> Vec<(Option<String>, String)> {
         let head = format!(":{from}!");
         let command = format!(" PRIVMSG {target} :");
         self.lines()
             .iter()
-            .filter(|l| l.starts_with(&head))
-            .filter_map(|l| l.split_once(&command).map(|(_, text)| text.to_owned()))
+            .filter(|l| untagged(l).starts_with(&head))
+            .filter_map(|l| {
+                let (_, text) = untagged(l).split_once(&command)?;
+                Some((tag(l, "msgid"), text.to_owned()))
+            })
             .collect()
     }
+}
+
+/// A line without its IRCv3 tags (`@a=b;c :prefix …` → `:prefix …`).
+fn untagged(line: &str) -> &str {
+    match line.strip_prefix('@') {
+        Some(tagged) => tagged.split_once(' ').map_or("", |(_, rest)| rest),
+        None => line,
+    }
+}
+
+/// The value of tag `name` on a line (escapes are not undone: the tests' values have none).
+fn tag(line: &str, name: &str) -> Option<String> {
+    let tags = line.strip_prefix('@')?.split(' ').next()?;
+    tags.split(';').find_map(|t| {
+        let (key, value) = t.split_once('=').unwrap_or((t, ""));
+        (key == name).then(|| value.to_owned())
+    })
 }
 
 impl Drop for Client {

@@ -265,9 +265,9 @@ async fn a_taken_nick_moves_to_the_alternate_and_answers_to_it() {
 }
 
 /// A sink that keeps what the feed hands over.
-struct Collect {
-    events: Mutex<Vec<Value>>,
-    stop: watch::Sender<bool>,
+pub(crate) struct Collect {
+    pub(crate) events: Mutex<Vec<Value>>,
+    pub(crate) stop: watch::Sender<bool>,
 }
 
 #[async_trait]

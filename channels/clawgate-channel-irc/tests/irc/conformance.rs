@@ -1,15 +1,17 @@
-//! The channel contract suite against ngircd. Every case but one comes from the suite as it
-//! is; `pushed_redelivery_is_deduplicated` is reported as a skip: an IRC server never delivers
-//! a line twice (no acknowledgements, no retries), so no peer can produce a redelivery.
+//! The channel contract suite against ngircd (plain IRC: PING receipts) and, in `inspircd`,
+//! against InspIRCd with IRCv3 (labeled echoes as receipts). Every case but one comes from the
+//! suite as it is; `pushed_redelivery_is_deduplicated` is reported as a skip: an IRC server
+//! never delivers a line twice (no acknowledgements, no retries), so no peer can produce a
+//! redelivery.
 
 use crate::peer::Peer;
 
 macro_rules! cases {
-    ($($case:ident),+ $(,)?) => {
+    ($start:path; $($case:ident),+ $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                let peer = Peer::start().await;
+                let peer = $start().await;
                 clawgate_conformance::$case(&peer)
                     .await
                     .report(concat!(module_path!(), "::", stringify!($case)));
@@ -18,7 +20,9 @@ macro_rules! cases {
     };
 }
 
-cases!(
+macro_rules! every_case {
+    ($start:path) => {
+        cases!($start;
     send_round_trip,
     edit_round_trip,
     delete_round_trip,
@@ -36,6 +40,10 @@ cases!(
     polling_source_never_passes_an_unfinished_event,
     pushed_source_resumes_after_a_dropped_connection,
 );
+    };
+}
+
+every_case!(Peer::start);
 
 #[test]
 fn pushed_redelivery_is_deduplicated() {
@@ -47,4 +55,23 @@ fn pushed_redelivery_is_deduplicated() {
         module_path!(),
         "::pushed_redelivery_is_deduplicated"
     ));
+}
+
+/// The same suite against InspIRCd 3 with echo-message + labeled-response.
+mod inspircd {
+    use crate::peer::Peer;
+
+    every_case!(Peer::start_inspircd);
+
+    #[test]
+    fn pushed_redelivery_is_deduplicated() {
+        clawgate_conformance::Outcome::skipped(
+            "an IRC server never delivers a line twice, IRCv3 or not: there is no redelivery \
+             to deduplicate",
+        )
+        .report(concat!(
+            module_path!(),
+            "::pushed_redelivery_is_deduplicated"
+        ));
+    }
 }

@@ -1,5 +1,6 @@
-//! An IRC channel built by its factory against a fresh ngircd (through the relay that can lose
-//! answers), with a person and another bot in its channel.
+//! An IRC channel built by its factory against a fresh server — ngircd (plain IRC) or InspIRCd
+//! (IRCv3 echo-message + labeled-response) — through the relay that can lose answers, with a
+//! person and another bot in its channel.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -10,7 +11,23 @@ use clawgate_channel_sdk::prelude::*;
 use serde_json::{Value, json};
 
 use crate::proxy::Proxy;
-use clawgate_channel_irc::testing::{Client, Ngircd, Penalties};
+use clawgate_channel_irc::testing::{Client, Inspircd, Ircv3, Ngircd, Penalties};
+
+/// The server a test runs against, kept running while held.
+#[derive(Debug)]
+pub(crate) enum Server {
+    Ngircd(Ngircd),
+    Inspircd(Inspircd),
+}
+
+impl Server {
+    pub(crate) fn port(&self) -> u16 {
+        match self {
+            Server::Ngircd(server) => server.port,
+            Server::Inspircd(server) => server.port,
+        }
+    }
+}
 
 pub(crate) const NICK: &str = "claw";
 pub(crate) const CHANNEL: &str = "#conformance";
@@ -21,7 +38,7 @@ pub(crate) struct Peer {
     pub(crate) other_bot: Client,
     pub(crate) proxy: Proxy,
     /// Kept running for the peer's life.
-    _server: Ngircd,
+    _server: Server,
     /// The channel is `+m` for an injected refusal, lifted at the next look.
     moderated: AtomicBool,
     /// Where the person's lines stood when the channel's link was last cut.
@@ -68,12 +85,27 @@ impl Peer {
         Peer::with(Penalties::Off, json!({})).await
     }
 
+    /// Against InspIRCd with its IRCv3 modules: receipts are labeled echoes.
+    pub(crate) async fn start_inspircd() -> Peer {
+        let peer = Peer::on(Server::Inspircd(Inspircd::start(Ircv3::On)), json!({})).await;
+        let caps = link(&peer.plugin).capabilities();
+        assert!(
+            caps.iter().any(|c| c == "labeled-response"),
+            "InspIRCd granted labeled-response: {caps:?}"
+        );
+        peer
+    }
+
     pub(crate) async fn with(penalties: Penalties, extra: Value) -> Peer {
-        let server = Ngircd::start(penalties);
-        let proxy = Proxy::start(server.port).await;
-        let person = Client::connect(server.port, "ada");
+        Peer::on(Server::Ngircd(Ngircd::start(penalties)), extra).await
+    }
+
+    pub(crate) async fn on(server: Server, extra: Value) -> Peer {
+        let port = server.port();
+        let proxy = Proxy::start(port).await;
+        let person = Client::connect(port, "ada");
         person.join(CHANNEL);
-        let other_bot = Client::connect(server.port, "otherbot");
+        let other_bot = Client::connect(port, "otherbot");
         other_bot.join(CHANNEL);
         let plugin = build(settings(proxy.port, extra)).await;
         let peer = Peer {

@@ -1,6 +1,7 @@
-//! A TCP relay between the channel and ngircd that can lose an answer (forward the channel's
-//! next PRIVMSG, then cut the link before anything comes back: the server has the line, the
-//! channel never hears about it) and drop the connection on demand.
+//! A TCP relay between the channel and the server that can lose an answer (forward the
+//! channel's next PRIVMSG, then cut the link before anything comes back: the server has the
+//! line, the channel never hears about it — neither the PONG nor, with IRCv3, the echo) and
+//! drop the connection on demand.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -68,7 +69,12 @@ async fn relay(
         tokio::select! {
             line = from_client.next_line() => {
                 let Ok(Some(line)) = line else { break };
-                let lose = line.starts_with("PRIVMSG ") && {
+                // A labeled line (`@label=… PRIVMSG …`, IRCv3) counts as its command.
+                let command = match line.strip_prefix('@') {
+                    Some(tagged) => tagged.split_once(' ').map_or("", |(_, rest)| rest),
+                    None => line.as_str(),
+                };
+                let lose = command.starts_with("PRIVMSG ") && {
                     let mut plan = plan.lock().unwrap();
                     match plan.lose_after {
                         Some(0) => { plan.lose_after = None; true }

@@ -110,6 +110,9 @@ pub struct RetrySection {
     /// A reply older than this is failed with reason `expired` instead of delivered.
     pub time_to_live_secs: u64,
     pub reconcile_delay_ms: u64,
+    /// An unknown outcome the platform cannot settle within this long is parked for an
+    /// operator, so the conversation's later replies stop waiting behind it.
+    pub reconcile_window_ms: u64,
 }
 
 impl Default for RetrySection {
@@ -121,6 +124,7 @@ impl Default for RetrySection {
             max_delay_ms: policy.max_delay_ms.unsigned_abs(),
             time_to_live_secs: policy.time_to_live_ms.unsigned_abs() / 1_000,
             reconcile_delay_ms: policy.reconcile_delay_ms.unsigned_abs(),
+            reconcile_window_ms: policy.reconcile_window_ms.unsigned_abs(),
         }
     }
 }

@@ -1,11 +1,13 @@
-//! The real binary with an IRC nick on a real ngircd (started by the test, so it outlives a
-//! gateway killed with SIGKILL): the random-time crash matrix, judged from what a person in
-//! the channel received.
+//! The real binary with an IRC nick on a real server (started by the test, so it outlives a
+//! gateway killed with SIGKILL): the random-time crash matrix on ngircd (plain IRC, PING
+//! receipts) and on InspIRCd 3 (IRCv3 echo-message + labeled-response: the labeled echo is the
+//! receipt), judged from what a person in the channel — a second client — received.
 //!
 //! Plain IRC has no message ids, no history and no redelivery, so two outcomes are inherent
 //! and allowed, each with its evidence in the state directory:
-//! - a final whose line was written but whose `PONG` a kill cut off stays
-//!   `unknown_after_send` (reported, never repeated): it may or may not have landed;
+//! - a final whose line was written but whose `PONG` (or labeled echo) a kill cut off stays
+//!   `unknown_after_send` (reported, never repeated): it may or may not have landed; with
+//!   IRCv3 too, InspIRCd 3 has no `draft/chathistory` to look the line up by;
 //! - a line the server relayed to the gateway just before a kill, before its durable inbound
 //!   record, is gone: the server will not send it again. Only lines written while a kill was
 //!   pending may end so; the messages of the last, unkilled run must each get their final.
@@ -15,7 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use clawgate_channel_irc::testing::{Client, Ngircd, Penalties};
+use clawgate_channel_irc::testing::{Client, Inspircd, Ircv3, Ngircd, Penalties};
 
 use crate::support::{
     GatewayProcess, Rng, channel_config, crash_seed, crash_size, demo_reply, leftover_processes,
@@ -26,10 +28,20 @@ const NICK: &str = "clawbot";
 const CHANNEL: &str = "#crash";
 const PERSON: &str = "ada";
 
+/// Which server the nick is on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Server {
+    Ngircd,
+    /// With its IRCv3 modules.
+    Inspircd,
+}
+
 /// A server, a person in the channel, and a state directory for the gateway's nick.
 struct Network {
-    /// Runs until the test ends (stopped by its pid when dropped).
-    _server: Ngircd,
+    /// The server, of one kind or the other: runs until the test ends (stopped by its pid
+    /// when dropped).
+    _ngircd: Option<Ngircd>,
+    _inspircd: Option<Inspircd>,
     person: Client,
     dir: tempfile::TempDir,
     config: PathBuf,
@@ -54,13 +66,30 @@ struct Asked {
 
 impl Network {
     fn start(agent_args: &[&str]) -> Network {
-        let server = Ngircd::start(Penalties::Off);
-        let person = Client::connect(server.port, PERSON);
+        Network::on(Server::Ngircd, agent_args)
+    }
+
+    fn on(kind: Server, agent_args: &[&str]) -> Network {
+        let (ngircd, inspircd) = match kind {
+            Server::Ngircd => (Some(Ngircd::start(Penalties::Off)), None),
+            Server::Inspircd => (None, Some(Inspircd::start(Ircv3::On))),
+        };
+        let port = ngircd
+            .as_ref()
+            .map(|s| s.port)
+            .or(inspircd.as_ref().map(|s| s.port))
+            .unwrap_or_default();
+        // On InspIRCd the person reads message tags: each line's msgid, to hold receipts to.
+        let person = match kind {
+            Server::Ngircd => Client::connect(port, PERSON),
+            Server::Inspircd => Client::connect_with_caps(port, PERSON, &["message-tags"]),
+        };
         person.join(CHANNEL);
         let dir = tempfile::tempdir().expect("tempdir");
-        let config = config_file(dir.path(), server.port, agent_args);
+        let config = config_file(dir.path(), port, agent_args);
         Network {
-            _server: server,
+            _ngircd: ngircd,
+            _inspircd: inspircd,
             person,
             dir,
             config,
@@ -135,6 +164,46 @@ impl Network {
         );
         texts
     }
+}
+
+/// IRCv3 only: each sent reply's receipt ids must be the `msgid`s of lines the person saw
+/// (the labeled echo settled it, not a PING fence). Returns how many receipt ids matched, and
+/// the ones that did not.
+fn receipts_are_msgids(network: &Network) -> (usize, Vec<String>) {
+    let mut seen = std::collections::BTreeSet::new();
+    for target in [CHANNEL, PERSON] {
+        seen.extend(
+            network
+                .person
+                .tagged_texts_from(NICK, target)
+                .into_iter()
+                .filter_map(|(msgid, _)| msgid),
+        );
+    }
+    let intents = state_pairs(&network.state(), "SELECT payload, status FROM send_intents");
+    let (mut matched, mut unmatched) = (0, Vec::new());
+    for (payload, status) in intents {
+        if status != "sent" {
+            continue;
+        }
+        let payload: serde_json::Value = serde_json::from_str(&payload).expect("intent JSON");
+        let parts = payload["receipt"]["parts"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for part in parts {
+            let id = part["platformMessageId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if seen.contains(&id) {
+                matched += 1;
+            } else {
+                unmatched.push(id);
+            }
+        }
+    }
+    (matched, unmatched)
 }
 
 fn config_file(dir: &Path, port: u16, agent_args: &[&str]) -> PathBuf {
@@ -241,12 +310,26 @@ fn lines_queued_behind_a_running_turn_survive_a_kill() {
 
 #[test]
 fn random_sigkills_on_an_irc_nick_never_duplicate_or_silently_lose_a_final() {
+    crash_matrix(Server::Ngircd);
+}
+
+/// The same matrix where receipts are InspIRCd's labeled echoes.
+#[test]
+fn random_sigkills_on_an_ircv3_nick_never_duplicate_or_silently_lose_a_final() {
+    crash_matrix(Server::Inspircd);
+}
+
+fn crash_matrix(server: Server) {
     const WORDS: usize = 8;
+    let name = match server {
+        Server::Ngircd => "irc",
+        Server::Inspircd => "irc (inspircd)",
+    };
     let seed = crash_seed();
     let (kills, count) = crash_size("IRC", 8, 24);
-    eprintln!("irc crash matrix: seed {seed}, {kills} kills, {count} messages");
+    eprintln!("{name} crash matrix: seed {seed}, {kills} kills, {count} messages");
     let mut rng = Rng(seed);
-    let network = Network::start(&["--chunk-ms", "25", "--words", "8"]);
+    let network = Network::on(server, &["--chunk-ms", "25", "--words", "8"]);
     let per_kill = count.div_ceil(usize::try_from(kills).unwrap_or(1).max(1));
     let place = |rng: &mut Rng| {
         if rng.below(2) == 0 {
@@ -282,11 +365,22 @@ fn random_sigkills_on_an_irc_nick_never_duplicate_or_silently_lose_a_final() {
     settle(&network, &asked, Duration::from_secs(20));
     let status = gateway.interrupt();
     network.person.sync();
-    let verdict = judge(&network, &asked);
+    let mut verdict = judge(&network, &asked);
     let leftovers = leftover_processes(&network.state());
+    let labeled = if server == Server::Inspircd {
+        let (matched, unmatched) = receipts_are_msgids(&network);
+        if matched == 0 || !unmatched.is_empty() {
+            verdict.problems.push(format!(
+                "receipts that are no msgid the person saw: {unmatched:?} ({matched} matched)"
+            ));
+        }
+        format!(" labeled_receipts={matched}")
+    } else {
+        String::new()
+    };
     eprintln!(
-        "irc crash matrix figures: seed={seed} kills={kills} messages={} finals={} unknown={} \
-         unrecorded={} violations={} leftovers={} seconds={:.1}",
+        "{name} crash matrix figures: seed={seed} kills={kills} messages={} finals={} unknown={} \
+         unrecorded={} violations={} leftovers={} seconds={:.1}{labeled}",
         asked.len(),
         verdict.finals,
         verdict.unknown,
@@ -298,7 +392,7 @@ fn random_sigkills_on_an_irc_nick_never_duplicate_or_silently_lose_a_final() {
     if !verdict.problems.is_empty() || !leftovers.is_empty() || !status.success() {
         let kept = network.dir.keep();
         panic!(
-            "irc crash matrix failed (seed {seed}; CLAWGATE_CRASH_SEED={seed} replays it; state \
+            "{name} crash matrix failed (seed {seed}; CLAWGATE_CRASH_SEED={seed} replays it; state \
              kept in {}): clean stop {status}; {:?}; leftovers {leftovers:?}",
             kept.display(),
             verdict.problems

@@ -1,8 +1,8 @@
 //! End-to-end tests of the real `clawgate` binary: a conversation through the QA platform,
 //! SIGKILL mid-reply and restart, an agent killed between two messages, two gateways side by
 //! side, the chat page in a browser, the operator CLI in both modes, a Telegram bot on the Bot
-//! API simulator, Slack, Discord, Mattermost and Twitch bots on their simulators, a Matrix
-//! account on a real Synapse, an IRC nick on a real ngircd, and a Nostr key on a real relay.
+//! API simulator, and every other channel kind on its real server or its simulator (one module
+//! per channel: a reply through it, and its random-instant crash matrix).
 
 mod bots;
 mod browser;
@@ -14,10 +14,12 @@ mod crash_points;
 mod dead_agent;
 mod discord;
 mod failure;
+mod googlechat;
 mod irc;
 mod isolation;
-mod matrix;
+mod line;
 mod mattermost;
+mod matrix;
 mod nostr;
 mod platform_faults;
 mod plugin_channel;
@@ -27,3 +29,4 @@ mod support;
 mod telegram;
 mod twitch;
 mod webdriver;
+mod whatsapp;

@@ -1,0 +1,122 @@
+//! The event sender: each queued interaction event is POSTed to the app's endpoint URL with
+//! `Authorization: Bearer <JWT>` (RS256, `iss` = `chat@system.gserviceaccount.com`, `aud` = the
+//! configured audience) and `User-Agent: Google-Dynamite` (platform-apis-wave2 §4.3).
+//!
+//! Google's retry policy for HTTP events is not in the material read: this simulator sends an
+//! event again after each of `retry_delays` while the answer is not a 2xx in time, then gives
+//! up. A timed-out attempt is not cancelled, so a slow first answer can race its retry.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::DeliveryRecord;
+use super::keys;
+use super::state::{Inner, QUEUE_TICK};
+
+enum Answer {
+    Status(u16),
+    TimedOut,
+    NoConnection,
+}
+
+pub(crate) async fn run(inner: Arc<Inner>) {
+    let http = reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(2))
+        .build()
+        .unwrap_or_default();
+    let mut shutdown = inner.shutdown_tx.subscribe();
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        for (index, url, body, attempt_no) in due_attempts(&inner) {
+            tokio::spawn(attempt(
+                inner.clone(),
+                http.clone(),
+                index,
+                url,
+                body,
+                attempt_no,
+            ));
+        }
+        tokio::select! {
+            () = inner.events_changed.notified() => {}
+            () = tokio::time::sleep(QUEUE_TICK) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+/// The attempts due now, marked in flight; none while no endpoint URL is set.
+fn due_attempts(inner: &Inner) -> Vec<(usize, String, String, u32)> {
+    let mut world = inner.world();
+    let Some(url) = world.endpoint_url.clone() else {
+        return Vec::new();
+    };
+    let now = Instant::now();
+    world
+        .events
+        .iter_mut()
+        .enumerate()
+        .filter(|(_, e)| !e.acked && !e.given_up && !e.in_flight && e.next_at <= now)
+        .map(|(i, e)| {
+            e.in_flight = true;
+            (i, url.clone(), e.body.to_string(), e.attempts)
+        })
+        .collect()
+}
+
+async fn attempt(
+    inner: Arc<Inner>,
+    http: reqwest::Client,
+    index: usize,
+    url: String,
+    body: String,
+    attempt_no: u32,
+) {
+    let token = keys::sign(&keys::event_claims(&inner.config.audience));
+    let request = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("user-agent", "Google-Dynamite")
+        .bearer_auth(token)
+        .body(body);
+    let cut = std::mem::take(&mut inner.world().cut_next_delivery);
+    let sent = tokio::spawn(request.send());
+    let answer = match tokio::time::timeout(inner.config.answer_deadline, sent).await {
+        Ok(Ok(Ok(response))) => Answer::Status(response.status().as_u16()),
+        Ok(Ok(Err(error))) if error.is_connect() => Answer::NoConnection,
+        Ok(_) => Answer::Status(0),
+        Err(_) => Answer::TimedOut,
+    };
+    // The request reached the endpoint; its answer is dropped unread.
+    let answer = if cut { Answer::TimedOut } else { answer };
+    let mut world = inner.world();
+    let Some(event) = world.events.get_mut(index) else {
+        return;
+    };
+    event.in_flight = false;
+    event.attempts += 1;
+    let status = match answer {
+        Answer::Status(status) if (200..300).contains(&status) => {
+            event.acked = true;
+            Some(status)
+        }
+        Answer::Status(0) | Answer::TimedOut | Answer::NoConnection => None,
+        Answer::Status(status) => Some(status),
+    };
+    if !event.acked {
+        match inner.config.retry_delays.get(attempt_no as usize) {
+            Some(delay) => event.next_at = Instant::now() + *delay,
+            None => event.given_up = true,
+        }
+    }
+    let event_id = event.id.clone();
+    world.deliveries.push(DeliveryRecord {
+        event_id,
+        attempt: attempt_no,
+        status,
+    });
+    drop(world);
+    inner.events_changed.notify_one();
+}

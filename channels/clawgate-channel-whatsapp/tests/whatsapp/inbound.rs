@@ -1,0 +1,364 @@
+//! Receiving webhooks: signatures checked before parsing, the verification handshake, 503
+//! until the durable record and Meta's redelivery deduplicated, batches split into one event
+//! per message, statuses routed to the status book and never made turns, read receipts.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use clawgate_channel_sdk::prelude::*;
+use clawgate_channel_whatsapp::signature;
+use clawgate_messages::{
+    AckController, EventHandler, ReceiveOptions, Receiver, SourceRunner, SourceStores,
+};
+use clawgate_store::{SqliteStore, WatermarkKey};
+use clawgate_types::clock::SystemClock;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::peer::{Peer, VERIFY_TOKEN, quick};
+
+/// Counts, per text, the dispatches the source's events got.
+struct Counting {
+    receiver: Receiver,
+    plugin: ChannelPlugin,
+    dispatched: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+#[async_trait]
+impl EventHandler for Counting {
+    async fn handle(&self, raw: &Value, ack: &AckController, _attempt: u32) -> bool {
+        let body = self
+            .plugin
+            .receiver
+            .as_ref()
+            .and_then(|r| r.normalize(raw).ok())
+            .and_then(|i| i.message.body.map(|b| b.text))
+            .unwrap_or_default();
+        let counts = self.dispatched.clone();
+        let outcome = self
+            .receiver
+            .receive(raw, ack, |_| async move {
+                *counts.lock().unwrap().entry(body).or_default() += 1;
+                Ok::<(), String>(())
+            })
+            .await;
+        outcome.is_ok()
+    }
+}
+
+struct Running {
+    dispatched: Arc<Mutex<HashMap<String, u32>>>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    fn start(plugin: &ChannelPlugin, store: &Arc<SqliteStore>) -> Running {
+        let normalizer = plugin.receiver.clone().unwrap();
+        let dispatched = Arc::new(Mutex::new(HashMap::new()));
+        let (stop, stopped) = watch::channel(false);
+        let handler = Counting {
+            receiver: Receiver::new(
+                store.clone(),
+                plugin.sender.clone(),
+                normalizer.clone(),
+                Arc::new(SystemClock),
+                ReceiveOptions::default(),
+            ),
+            plugin: plugin.clone(),
+            dispatched: dispatched.clone(),
+        };
+        let runner = SourceRunner::new(
+            WatermarkKey {
+                channel: plugin.name().to_owned(),
+                account_id: String::new(),
+                source: "webhook".into(),
+            },
+            plugin.source.clone(),
+            normalizer,
+            SourceStores {
+                watermarks: store.clone(),
+                inbound: store.clone(),
+            },
+            Arc::new(SystemClock),
+            Arc::new(handler),
+            stopped,
+        );
+        Running {
+            dispatched,
+            stop,
+            task: tokio::spawn(runner.run()),
+        }
+    }
+
+    fn seen(&self) -> HashMap<String, u32> {
+        self.dispatched.lock().unwrap().clone()
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// Polls `check` until it holds, up to 30 s.
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn store() -> (tempfile::TempDir, Arc<SqliteStore>) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    (dir, store)
+}
+
+async fn post(url: &str, body: &str, signature: Option<String>) -> u16 {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    if let Some(signature) = signature {
+        request = request.header(signature::SIGNATURE_HEADER, signature);
+    }
+    request.send().await.unwrap().status().as_u16()
+}
+
+fn counts(pairs: &[(&str, u32)]) -> HashMap<String, u32> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsigned_forged_and_tampered_deliveries_are_refused_before_parsing() {
+    let peer = Peer::start().await;
+    let (_dir, store) = store();
+    let running = Running::start(&peer.attached_plugin(), &store);
+    let person = peer.person("signed");
+    peer.sim.person_writes(&person.id, "Ada", "genuine");
+    until("the genuine message", || {
+        running.seen().contains_key("genuine")
+    })
+    .await;
+    let genuine = peer.sim.deliveries().pop().unwrap();
+    assert_eq!(genuine.attempts.last(), Some(&200));
+    // Another message: new text, new wamid (the genuine one's id would be deduplicated).
+    let wamid = genuine.body["entry"][0]["changes"][0]["value"]["messages"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let body = genuine
+        .body
+        .to_string()
+        .replace("genuine", "forged")
+        .replace(&wamid, &format!("{wamid}F"));
+    let secret = peer.sim.app_secret();
+    assert_eq!(post(&peer.webhook_url, &body, None).await, 401, "unsigned");
+    assert_eq!(
+        post(
+            &peer.webhook_url,
+            &body,
+            Some(signature::sign(b"not-the-secret", body.as_bytes()))
+        )
+        .await,
+        403,
+        "signed with another secret"
+    );
+    let signed_original = signature::sign(secret.as_bytes(), genuine.body.to_string().as_bytes());
+    assert_eq!(
+        post(&peer.webhook_url, &body, Some(signed_original)).await,
+        403,
+        "a tampered body"
+    );
+    assert_eq!(
+        post(&peer.webhook_url, &body, Some("sha256=nothex".into())).await,
+        401,
+        "a malformed header"
+    );
+    // Not even parsed: garbage under a bad signature is refused like the rest, and garbage
+    // under a good one is a 400.
+    assert_eq!(
+        post(&peer.webhook_url, "{not json", Some("sha256=00".into())).await,
+        401
+    );
+    assert_eq!(
+        post(
+            &peer.webhook_url,
+            "{not json",
+            Some(signature::sign(secret.as_bytes(), b"{not json"))
+        )
+        .await,
+        400
+    );
+    // The same forged body, properly signed, would have been a turn: the refusals above are
+    // the signature's doing.
+    assert_eq!(
+        post(
+            &peer.webhook_url,
+            &body,
+            Some(signature::sign(secret.as_bytes(), body.as_bytes()))
+        )
+        .await,
+        200
+    );
+    until("the signed copy", || running.seen().contains_key("forged")).await;
+    assert_eq!(running.seen(), counts(&[("genuine", 1), ("forged", 1)]));
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn the_verification_handshake_echoes_the_challenge_only_for_our_token() {
+    let peer = Peer::start().await;
+    assert!(
+        peer.sim
+            .subscribe(&peer.webhook_url, VERIFY_TOKEN)
+            .await
+            .is_ok()
+    );
+    let refused = peer
+        .sim
+        .subscribe(&peer.webhook_url, "guessed")
+        .await
+        .unwrap_err();
+    assert!(refused.contains("403"), "{refused}");
+    let answer = |mode: &'static str, token: &'static str| {
+        let url = peer.webhook_url.clone();
+        async move {
+            let response = reqwest::Client::new()
+                .get(url)
+                .query(&[
+                    ("hub.mode", mode),
+                    ("hub.verify_token", token),
+                    ("hub.challenge", "1158201444"),
+                ])
+                .send()
+                .await
+                .unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        }
+    };
+    assert_eq!(
+        answer("subscribe", VERIFY_TOKEN).await,
+        (200, "1158201444".to_owned())
+    );
+    assert_eq!(answer("unsubscribe", VERIFY_TOKEN).await.0, 403);
+    assert_eq!(answer("subscribe", "meatyhamhoc").await.0, 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_wait_with_503_until_recorded_and_redeliveries_make_one_turn() {
+    let peer = Peer::start().await;
+    let (_dir, store) = store();
+    let person = peer.person("redelivery");
+    // Nobody records yet (the gateway is down): Meta hears 503 and tries again.
+    peer.sim.person_writes(&person.id, "Ada", "while down");
+    until("a refused attempt", || {
+        peer.sim.deliveries()[0].attempts.len() >= 2
+    })
+    .await;
+    assert!(peer.sim.deliveries()[0].attempts.iter().all(|s| *s == 503));
+    let running = Running::start(&peer.attached_plugin(), &store);
+    until("the redelivered message", || {
+        running.seen().contains_key("while down")
+    })
+    .await;
+    assert!(peer.sim.deliveries_settled(Duration::from_secs(20)).await);
+    assert_eq!(peer.sim.deliveries()[0].attempts.last(), Some(&200));
+    // Meta sends it again (a copy for another app, a retry that raced its answer), also
+    // after a restart: one turn.
+    peer.sim.replay(0);
+    assert!(peer.sim.deliveries_settled(Duration::from_secs(20)).await);
+    running.stop().await;
+    let running = Running::start(&peer.attached_plugin(), &store);
+    peer.sim.replay(0);
+    peer.sim.person_writes(&person.id, "Ada", "after restart");
+    until("the next message", || {
+        running.seen().contains_key("after restart")
+    })
+    .await;
+    assert!(peer.sim.deliveries_settled(Duration::from_secs(20)).await);
+    running.stop().await;
+    let replays = peer.sim.deliveries().iter().filter(|d| d.acked).count();
+    assert_eq!(replays, 4, "every copy was answered 200");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_is_one_event_per_message_and_statuses_are_never_turns() {
+    let peer = Peer::start().await;
+    let (_dir, store) = store();
+    let running = Running::start(&peer.attached_plugin(), &store);
+    let person = peer.person("batch");
+    peer.sim
+        .person_writes_batch(&person.id, "Ada", &["one", "two", "three"]);
+    until("three turns", || running.seen().len() == 3).await;
+    // Statuses of a send of ours settle the book; they dispatch nothing.
+    let ctx = SendContext::new(
+        ChannelMessage::outbound("s-1", "whatsapp", person.clone(), ""),
+        "s-1",
+    );
+    peer.plugin
+        .sender
+        .send_unit(&ctx, &RenderedMessageUnit::text(0, "an answer"))
+        .await
+        .unwrap();
+    let wamid = peer.sim.sent(&person.id)[0].wamid.clone();
+    assert!(peer.sim.person_reads(&wamid));
+    assert!(peer.sim.deliveries_settled(Duration::from_secs(20)).await);
+    let statuses: Vec<String> = peer
+        .sim
+        .deliveries()
+        .iter()
+        .filter_map(|d| {
+            d.body
+                .pointer("/entry/0/changes/0/value/statuses/0/status")
+                .cloned()
+        })
+        .filter_map(|s| s.as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(statuses.len(), 3, "{statuses:?}");
+    for status in ["sent", "delivered", "read"] {
+        assert!(statuses.iter().any(|s| s == status), "{statuses:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        running.seen(),
+        counts(&[("one", 1), ("two", 1), ("three", 1)])
+    );
+    running.stop().await;
+    let book = clawgate_channel_whatsapp::StatusBook::open(peer.state_dir()).unwrap();
+    let evidence = book.get("s-1#0").unwrap();
+    assert!(evidence.accepted);
+    assert_eq!(evidence.wamid.as_deref(), Some(wamid.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recorded_messages_are_marked_read_when_the_account_says_so() {
+    let peer = Peer::with(quick(), json!({ "mark_read": true })).await;
+    let (_dir, store) = store();
+    let running = Running::start(&peer.attached_plugin(), &store);
+    let person = peer.person("reads");
+    let wamid = peer.sim.person_writes(&person.id, "Ada", "seen?");
+    until("the message read", || {
+        peer.sim
+            .inbound()
+            .iter()
+            .any(|m| m.wamid == wamid && m.read)
+    })
+    .await;
+    let read = peer
+        .sim
+        .calls()
+        .into_iter()
+        .find(|c| c.body.get("status").is_some())
+        .unwrap();
+    assert_eq!(read.body["message_id"], json!(wamid));
+    assert_eq!(read.status, 200);
+    running.stop().await;
+}
