@@ -9,7 +9,9 @@
 //!   (`GET /channels/{id}/posts?since=`, every channel of the bot's teams and DMs) from the
 //!   last recorded `create_at`, and handed over as `posted` events (the engine dedupes by post id).
 //! - The durable record (state directory) holds the connection id, the next `seq` below which
-//!   everything is recorded, and the `create_at` up to which every post is recorded.
+//!   everything is recorded, the `create_at` up to which every post is recorded, and whether a
+//!   re-fetch is still owed: a fresh connection's posts written before it existed are in no dead
+//!   queue, so a gateway stopped mid re-fetch that then resumes that connection re-fetches first.
 //! - A `seq` gap (an event lost on the way) reconnects, which resumes from the durable `seq`.
 
 use std::collections::BTreeMap;
@@ -41,6 +43,9 @@ pub struct SocketRecord {
     pub sequence_number: i64,
     /// Every post created up to this time (server ms) is recorded.
     pub create_at: i64,
+    /// The re-fetch this connection began with has not recorded every post yet.
+    #[serde(default)]
+    pub refetch_owed: bool,
 }
 
 #[derive(Debug, Default)]
@@ -55,6 +60,8 @@ struct Tracker {
     /// The highest `create_at` acked.
     acked_create_at: i64,
     established: bool,
+    /// A re-fetch is handing posts over.
+    refetching: bool,
 }
 
 impl Tracker {
@@ -149,7 +156,29 @@ impl Sockets {
         if let Some(at) = t.fetched.remove(post_id) {
             t.acked_create_at = t.acked_create_at.max(at);
         }
+        Self::settle_refetch(&mut t);
         self.persist(&mut t);
+    }
+
+    fn refetch_started(&self) {
+        self.lock().refetching = true;
+    }
+
+    fn refetch_finished(&self) {
+        let mut t = self.lock();
+        t.refetching = false;
+        Self::settle_refetch(&mut t);
+        self.persist(&mut t);
+    }
+
+    /// The owed re-fetch is paid once it handed everything over and all of it is recorded.
+    fn settle_refetch(t: &mut Tracker) {
+        if !t.refetching
+            && t.fetched.is_empty()
+            && let Some(record) = t.record.as_mut()
+        {
+            record.refetch_owed = false;
+        }
     }
 
     /// Where to resume, from the safe mark: unacked events come again in the replay.
@@ -158,6 +187,7 @@ impl Sockets {
         let (seq, create_at) = t.safe();
         t.pending.clear();
         t.fetched.clear();
+        t.refetching = false;
         t.last_seen = seq - 1;
         if let Some(record) = t.record.as_mut() {
             record.sequence_number = seq;
@@ -166,13 +196,16 @@ impl Sockets {
         t.record.clone()
     }
 
-    /// A fresh connection: `seq` starts over after its hello.
+    /// A fresh connection: `seq` starts over after its hello. With no record before it (the
+    /// first start) nothing was missed, so no re-fetch is owed.
     fn fresh(&self, connection_id: &str, now_create_at: i64) -> i64 {
         let mut t = self.lock();
+        let refetch_owed = t.record.is_some();
         let since = t.record.as_ref().map_or(now_create_at, |r| r.create_at);
         // What was handed over and not acked comes again in the re-fetch.
         t.pending.clear();
         t.fetched.clear();
+        t.refetching = false;
         t.last_seen = 0;
         t.established = true;
         t.acked_create_at = since;
@@ -180,6 +213,7 @@ impl Sockets {
             connection_id: connection_id.to_owned(),
             sequence_number: 1,
             create_at: since,
+            refetch_owed,
         });
         self.persist(&mut t);
         since
@@ -361,6 +395,12 @@ impl SocketSource {
             Err(e) => return Err(transient(format!("Mattermost WebSocket: {e}"))),
         };
         let (_tx, mut rx) = socket.split();
+        // A resume gets no hello, so an owed re-fetch is paid now (a hello that does come
+        // re-fetches again; the engine dedupes by post id).
+        if let Some(r) = resume.as_ref().filter(|r| r.refetch_owed) {
+            info!(channel = %self.name, connection = %r.connection_id, "resuming a Mattermost WebSocket whose re-fetch was cut short: re-fetching first");
+            self.refetch(sink, r.create_at).await?;
+        }
         let asked = resume.map(|r| r.connection_id).unwrap_or_default();
         loop {
             let frame = tokio::select! {
@@ -456,6 +496,7 @@ impl SocketSource {
             );
         }
         missed.sort_by_key(|(p, _)| p.create_at);
+        self.sockets.refetch_started();
         info!(channel = %self.name, posts = missed.len(), since, "re-fetched missed Mattermost posts");
         for (post, kind) in missed {
             let create_at = post.create_at;
@@ -475,6 +516,7 @@ impl SocketSource {
             });
             sink.deliver(PushedEvent::new(raw, ack)).await;
         }
+        self.sockets.refetch_finished();
         Ok(())
     }
 }

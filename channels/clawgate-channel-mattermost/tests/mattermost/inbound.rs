@@ -1,6 +1,7 @@
 //! The WebSocket feed across restarts of the gateway: inside the server's resume window it
 //! resumes (no hello, the missed events from its durable `seq`, no REST); beyond the 128-event
-//! dead queue it gets a fresh connection and re-fetches the missed posts over REST, each once.
+//! dead queue it gets a fresh connection and re-fetches the missed posts over REST, each once; a
+//! gateway stopped in the middle of that re-fetch re-fetches again when it next resumes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,16 +14,23 @@ use tokio::sync::watch;
 
 use crate::peer::{Peer, build};
 
-/// Records what the feed hands over and acks it at once.
+/// Records what the feed hands over and acks it at once; with `stop_after`, the gateway stops
+/// (its feed ending wherever it is) when the event after that many comes, which is not acked.
 struct Sink {
     events: Mutex<Vec<Value>>,
     stop: watch::Sender<bool>,
+    stop_after: Option<usize>,
 }
 
 #[clawgate_channel_sdk::async_trait]
 impl EventSink for Sink {
     async fn deliver(&self, event: PushedEvent) {
-        self.events.lock().unwrap().push(event.raw);
+        let mut events = self.events.lock().unwrap();
+        if self.stop_after.is_some_and(|n| events.len() >= n) {
+            let _ = self.stop.send(true);
+            return;
+        }
+        events.push(event.raw);
         event.ack.ack();
     }
 
@@ -40,6 +48,14 @@ struct Feed {
 
 impl Feed {
     async fn start(peer: &Peer, state: &std::path::Path) -> Feed {
+        Feed::start_stopping_after(peer, state, None).await
+    }
+
+    async fn start_stopping_after(
+        peer: &Peer,
+        state: &std::path::Path,
+        stop_after: Option<usize>,
+    ) -> Feed {
         let plugin = build(
             &peer.sim,
             &peer.bot,
@@ -55,6 +71,7 @@ impl Feed {
         let sink = Arc::new(Sink {
             events: Mutex::new(Vec::new()),
             stop: watch::channel(false).0,
+            stop_after,
         });
         let running = sink.clone();
         let task = tokio::spawn(async move {
@@ -183,4 +200,61 @@ async fn beyond_the_dead_queue_the_missed_posts_are_refetched_over_rest() {
         .unwrap();
     assert_eq!(dm_event["data"]["channel_type"], "D");
     again.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_stopped_mid_refetch_refetches_when_it_resumes_that_connection() {
+    let peer = Peer::start().await;
+    let channel = peer.channel("cut-short");
+    let state = tempfile::tempdir().unwrap();
+    let feed = Feed::start(&peer, state.path()).await;
+    assert!(peer.socket_open().await);
+    peer.sim
+        .person_writes(&channel, &peer.person, "before", None);
+    feed.until("the first post", |m| m.get("before") == Some(&1))
+        .await;
+    feed.stop().await;
+    // Beyond the dead queue: the next start gets a fresh connection and re-fetches.
+    for n in 0..130 {
+        peer.sim
+            .person_writes(&channel, &peer.person, &format!("missed {n}"), None);
+    }
+    let cut = Feed::start_stopping_after(&peer, state.path(), Some(10)).await;
+    tokio::time::timeout(Duration::from_secs(10), cut.task)
+        .await
+        .expect("the gateway stops in the middle of the re-fetch")
+        .unwrap();
+    let recorded = cut.sink.events.lock().unwrap().len();
+    assert_eq!(recorded, 10, "ten posts recorded before the stop");
+    // The fresh connection is resumed (no hello, its dead queue holds none of the posts
+    // written before it existed): the owed re-fetch must bring the rest.
+    let again = Feed::start(&peer, state.path()).await;
+    again
+        .until("the posts the cut-short re-fetch did not record", |m| {
+            (10..130).all(|n| m.contains_key(&format!("missed {n}")))
+        })
+        .await;
+    let stats = peer.sim.socket_stats();
+    assert_eq!(
+        (stats.fresh, stats.resumed),
+        (2, 1),
+        "the last start resumed"
+    );
+    // Once paid, the debt is gone: a further resume needs no REST.
+    again.stop().await;
+    let lists_before = lists(&peer);
+    peer.sim
+        .person_writes(&channel, &peer.person, "after the re-fetch", None);
+    let last = Feed::start(&peer, state.path()).await;
+    last.until("the post written while down", |m| {
+        m.get("after the re-fetch") == Some(&1)
+    })
+    .await;
+    assert_eq!(peer.sim.socket_stats().resumed, 2);
+    assert_eq!(
+        lists(&peer),
+        lists_before,
+        "a paid re-fetch is not repeated"
+    );
+    last.stop().await;
 }
