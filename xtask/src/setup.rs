@@ -49,6 +49,15 @@ const SLACK_SDK: PythonTool = PythonTool {
                python that has slack_sdk)",
 };
 
+/// The mattermostdriver the Mattermost simulator's cross-check is written against.
+const MATTERMOSTDRIVER: PythonTool = PythonTool {
+    venv: "mattermostdriver",
+    package: "mattermostdriver",
+    version: "7.3.2",
+    for_what: "the Mattermost simulator's mattermostdriver test (or point \
+               CLAWGATE_MATTERMOSTDRIVER_PYTHON at a python that has mattermostdriver)",
+};
+
 /// Google's generated Chat client (with google-auth) the Google Chat simulator's cross-check uses.
 const GOOGLE_APPS_CHAT: PythonTool = PythonTool {
     venv: "google-apps-chat",
@@ -124,9 +133,10 @@ const DISCORDJS: NpmTool = NpmTool {
 
 /// Each Python tool, with the variable that points its tests at a python of one's own instead
 /// (none for Synapse).
-const PYTHON_TOOLS: [(&PythonTool, Option<&str>); 6] = [
+const PYTHON_TOOLS: [(&PythonTool, Option<&str>); 7] = [
     (&AIOGRAM, Some("CLAWGATE_AIOGRAM_PYTHON")),
     (&SLACK_SDK, Some("CLAWGATE_SLACK_SDK_PYTHON")),
+    (&MATTERMOSTDRIVER, Some("CLAWGATE_MATTERMOSTDRIVER_PYTHON")),
     (&GOOGLE_APPS_CHAT, Some("CLAWGATE_GOOGLE_CHAT_PYTHON")),
     (&LINE_BOT_SDK, Some("CLAWGATE_LINE_BOT_SDK_PYTHON")),
     (&PYWA, Some("CLAWGATE_PYWA_PYTHON")),

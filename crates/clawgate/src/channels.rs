@@ -17,6 +17,7 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-slack",
             feature = "channel-nostr",
             feature = "channel-discord",
+            feature = "channel-mattermost",
             feature = "channel-googlechat",
             feature = "channel-line",
             feature = "channel-whatsapp",
@@ -43,6 +44,10 @@ pub fn registry() -> ChannelRegistry {
     #[cfg(feature = "channel-discord")]
     registry.register(std::sync::Arc::new(
         clawgate_channel_discord::DiscordFactory::default(),
+    ));
+    #[cfg(feature = "channel-mattermost")]
+    registry.register(std::sync::Arc::new(
+        clawgate_channel_mattermost::MattermostFactory,
     ));
     #[cfg(feature = "channel-googlechat")]
     registry.register(std::sync::Arc::new(

@@ -19,6 +19,7 @@ mod irc;
 mod isolation;
 mod line;
 mod matrix;
+mod mattermost;
 mod nostr;
 mod platform_faults;
 mod plugin_channel;

@@ -1,0 +1,587 @@
+//! The WebSocket feed: one connection per bot, resumed across disconnects and restarts.
+//!
+//! - Connect to `/api/v4/websocket` with the bot token in `Authorization`; a resume adds the
+//!   durable `connection_id` and `sequence_number` (the first `seq` not yet recorded by the
+//!   engine; never a `connection_id` with `sequence_number=0`).
+//! - The server resumes silently (no `hello`, the missed events from `sequence_number` on, out of
+//!   its 128-event dead queue) or starts a fresh connection (a `hello` with a new
+//!   `connection_id`): then the posts missed are re-fetched over REST
+//!   (`GET /channels/{id}/posts?since=`, every channel of the bot's teams and DMs) from the
+//!   last recorded `create_at`, and handed over as `posted` events (the engine dedupes by post id).
+//! - The durable record (state directory) holds the connection id, the next `seq` below which
+//!   everything is recorded, the `create_at` up to which every post is recorded, and whether a
+//!   re-fetch is still owed: a fresh connection's posts written before it existed are in no dead
+//!   queue, so a gateway stopped mid re-fetch that then resumes that connection re-fetches first.
+//! - A `seq` gap (an event lost on the way) reconnects, which resumes from the durable `seq`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use clawgate_channel_sdk::{EventSink, PushedEvent, PushedFeed, SourceError, TransportAck};
+use clawgate_types::DeliveryFailureKind;
+use futures_util::StreamExt;
+use reqwest::Method;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message as Frame;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tracing::{debug, info, warn};
+
+use crate::adapter::BotCell;
+use crate::client::{Api, CallError};
+use crate::wire::{Event, Post, PostList};
+
+/// The durable part of a connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SocketRecord {
+    /// `hello`'s `connection_id`.
+    pub connection_id: String,
+    /// The first `seq` not yet recorded (what a resume asks for).
+    pub sequence_number: i64,
+    /// Every post created up to this time (server ms) is recorded.
+    pub create_at: i64,
+    /// The re-fetch this connection began with has not recorded every post yet.
+    #[serde(default)]
+    pub refetch_owed: bool,
+}
+
+#[derive(Debug, Default)]
+struct Tracker {
+    record: Option<SocketRecord>,
+    /// The last `seq` received on this connection.
+    last_seen: i64,
+    /// `seq` → `create_at` of posts handed to the engine and not acked yet.
+    pending: BTreeMap<i64, i64>,
+    /// Post id → `create_at` of re-fetched posts handed over and not acked yet.
+    fetched: BTreeMap<String, i64>,
+    /// The highest `create_at` acked.
+    acked_create_at: i64,
+    established: bool,
+    /// A re-fetch is handing posts over.
+    refetching: bool,
+}
+
+impl Tracker {
+    fn safe(&self) -> (i64, i64) {
+        let seq = self
+            .pending
+            .first_key_value()
+            .map_or(self.last_seen + 1, |(seq, _)| *seq);
+        let create_at = self
+            .pending
+            .values()
+            .chain(self.fetched.values())
+            .min()
+            .map_or(self.acked_create_at, |c| (c - 1).min(self.acked_create_at));
+        (seq, create_at)
+    }
+}
+
+#[derive(Debug)]
+struct Sockets {
+    path: PathBuf,
+    tracker: Mutex<Tracker>,
+}
+
+impl Sockets {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tracker> {
+        self.tracker
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn load(path: PathBuf) -> Sockets {
+        let record = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<SocketRecord>(&b).ok());
+        let tracker = Tracker {
+            last_seen: record.as_ref().map_or(-1, |r| r.sequence_number - 1),
+            acked_create_at: record.as_ref().map_or(0, |r| r.create_at),
+            record,
+            ..Tracker::default()
+        };
+        Sockets {
+            path,
+            tracker: Mutex::new(tracker),
+        }
+    }
+
+    /// Writes the safe mark (atomically: a temp file renamed over it).
+    fn persist(&self, t: &mut Tracker) {
+        let (seq, create_at) = t.safe();
+        let Some(record) = t.record.as_mut() else {
+            return;
+        };
+        record.sequence_number = seq;
+        record.create_at = record.create_at.max(create_at);
+        let tmp = self.path.with_extension("tmp");
+        let result = serde_json::to_vec(record)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(&tmp, bytes))
+            .and_then(|()| std::fs::rename(&tmp, &self.path));
+        if let Err(error) = result {
+            warn!(path = %self.path.display(), %error, "could not write the Mattermost WebSocket record; a restart re-fetches");
+        }
+    }
+
+    fn seen(&self, seq: i64, pending_create_at: Option<i64>) {
+        let mut t = self.lock();
+        t.last_seen = t.last_seen.max(seq);
+        match pending_create_at {
+            Some(at) => {
+                t.pending.insert(seq, at);
+            }
+            None if t.pending.is_empty() => self.persist(&mut t),
+            None => {}
+        }
+    }
+
+    fn acked(&self, seq: i64) {
+        let mut t = self.lock();
+        if let Some(at) = t.pending.remove(&seq) {
+            t.acked_create_at = t.acked_create_at.max(at);
+        }
+        self.persist(&mut t);
+    }
+
+    fn fetched(&self, post_id: &str, create_at: i64) {
+        self.lock().fetched.insert(post_id.to_owned(), create_at);
+    }
+
+    fn fetched_acked(&self, post_id: &str) {
+        let mut t = self.lock();
+        if let Some(at) = t.fetched.remove(post_id) {
+            t.acked_create_at = t.acked_create_at.max(at);
+        }
+        Self::settle_refetch(&mut t);
+        self.persist(&mut t);
+    }
+
+    fn refetch_started(&self) {
+        self.lock().refetching = true;
+    }
+
+    fn refetch_finished(&self) {
+        let mut t = self.lock();
+        t.refetching = false;
+        Self::settle_refetch(&mut t);
+        self.persist(&mut t);
+    }
+
+    /// The owed re-fetch is paid once it handed everything over and all of it is recorded.
+    fn settle_refetch(t: &mut Tracker) {
+        if !t.refetching
+            && t.fetched.is_empty()
+            && let Some(record) = t.record.as_mut()
+        {
+            record.refetch_owed = false;
+        }
+    }
+
+    /// Where to resume, from the safe mark: unacked events come again in the replay.
+    fn resume_point(&self) -> Option<SocketRecord> {
+        let mut t = self.lock();
+        let (seq, create_at) = t.safe();
+        t.pending.clear();
+        t.fetched.clear();
+        t.refetching = false;
+        t.last_seen = seq - 1;
+        if let Some(record) = t.record.as_mut() {
+            record.sequence_number = seq;
+            record.create_at = record.create_at.max(create_at);
+        }
+        t.record.clone()
+    }
+
+    /// A fresh connection: `seq` starts over after its hello. With no record before it (the
+    /// first start) nothing was missed, so no re-fetch is owed.
+    fn fresh(&self, connection_id: &str, now_create_at: i64) -> i64 {
+        let mut t = self.lock();
+        let refetch_owed = t.record.is_some();
+        let since = t.record.as_ref().map_or(now_create_at, |r| r.create_at);
+        // What was handed over and not acked comes again in the re-fetch.
+        t.pending.clear();
+        t.fetched.clear();
+        t.refetching = false;
+        t.last_seen = 0;
+        t.established = true;
+        t.acked_create_at = since;
+        t.record = Some(SocketRecord {
+            connection_id: connection_id.to_owned(),
+            sequence_number: 1,
+            create_at: since,
+            refetch_owed,
+        });
+        self.persist(&mut t);
+        since
+    }
+}
+
+struct SeqAck {
+    sockets: Arc<Sockets>,
+    seq: i64,
+}
+
+impl TransportAck for SeqAck {
+    fn ack(&self) {
+        self.sockets.acked(self.seq);
+    }
+
+    fn nack(&self, reason: &str) {
+        // Left pending: the durable mark stays below it, so a resume replays it.
+        debug!(
+            seq = self.seq,
+            reason, "the engine could not take a Mattermost event"
+        );
+    }
+}
+
+/// A re-fetched post has no `seq`: it is acked by its id.
+struct FetchAck {
+    sockets: Arc<Sockets>,
+    post_id: String,
+}
+
+impl TransportAck for FetchAck {
+    fn ack(&self) {
+        self.sockets.fetched_acked(&self.post_id);
+    }
+
+    fn nack(&self, reason: &str) {
+        // Left pending: the recorded create_at stays below it, so the next re-fetch has it.
+        debug!(post = %self.post_id, reason, "the engine could not take a re-fetched Mattermost post");
+    }
+}
+
+fn jitter() -> f64 {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos();
+    f64::from(nanos.wrapping_mul(2_654_435_761) % 1_000_000) / 1_000_000.0
+}
+
+fn now_ms() -> i64 {
+    i64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis(),
+    )
+    .unwrap_or(i64::MAX)
+}
+
+enum End {
+    Reconnect,
+    Fatal(SourceError),
+    Stopped,
+}
+
+/// How far before the recorded `create_at` a re-fetch starts: posts are stamped before their
+/// insert commits, so one can become visible after a later one; the overlap is deduplicated by
+/// post id.
+const REFETCH_OVERLAP_MS: i64 = 5_000;
+
+/// The WebSocket of one bot.
+pub(crate) struct SocketSource {
+    name: String,
+    api: Api,
+    bot: Arc<BotCell>,
+    sockets: Arc<Sockets>,
+}
+
+impl std::fmt::Debug for SocketSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SocketSource")
+            .field("name", &self.name)
+            .field("api", &self.api)
+            .finish_non_exhaustive()
+    }
+}
+
+fn transient(message: String) -> SourceError {
+    SourceError::new(DeliveryFailureKind::Transient, message)
+}
+
+impl SocketSource {
+    pub(crate) fn new(
+        name: &str,
+        api: Api,
+        bot: Arc<BotCell>,
+        record_path: PathBuf,
+    ) -> SocketSource {
+        SocketSource {
+            name: name.to_owned(),
+            api,
+            bot,
+            sockets: Arc::new(Sockets::load(record_path)),
+        }
+    }
+
+    fn socket_url(&self, resume: Option<&SocketRecord>) -> String {
+        let server = self.api.server();
+        let base = if let Some(rest) = server.strip_prefix("https://") {
+            format!("wss://{rest}")
+        } else {
+            format!("ws://{}", server.trim_start_matches("http://"))
+        };
+        let mut url = format!("{base}/api/v4/websocket");
+        if let Some(r) = resume.filter(|r| !r.connection_id.is_empty() && r.sequence_number > 0) {
+            url.push_str(&format!(
+                "?connection_id={}&sequence_number={}",
+                r.connection_id, r.sequence_number
+            ));
+        }
+        url
+    }
+
+    /// The bot's id and username, if not known yet.
+    async fn learn_bot(&self) -> Result<(), SourceError> {
+        if self.bot.id().is_some() {
+            return Ok(());
+        }
+        let me = self
+            .api
+            .call(Method::GET, "/users/me", None)
+            .await
+            .map_err(|e| e.into_source_error("get users/me"))?;
+        if let (Some(id), Some(name)) = (me["id"].as_str(), me["username"].as_str()) {
+            self.bot.set(id, name);
+        }
+        Ok(())
+    }
+
+    async fn connect_once(
+        &self,
+        sink: &Arc<dyn EventSink>,
+        resume: Option<SocketRecord>,
+    ) -> Result<End, SourceError> {
+        self.learn_bot().await?;
+        let url = self.socket_url(resume.as_ref());
+        let mut request = url
+            .as_str()
+            .into_client_request()
+            .map_err(|e| transient(format!("Mattermost WebSocket {url}: {e}")))?;
+        let auth = format!("Bearer {}", self.api.token().expose());
+        request.headers_mut().insert(
+            "authorization",
+            auth.parse().map_err(|_| {
+                SourceError::new(
+                    DeliveryFailureKind::Auth,
+                    "the bot token is not a valid header value",
+                )
+            })?,
+        );
+        // A handshake that never completes must not hold the feed.
+        let connecting = tokio::time::timeout(
+            self.api.timeout(),
+            tokio_tungstenite::connect_async(request),
+        )
+        .await
+        .map_err(|_| transient("Mattermost WebSocket: the handshake timed out".to_owned()))?;
+        let (socket, _) = match connecting {
+            Ok(connected) => connected,
+            Err(tokio_tungstenite::tungstenite::Error::Http(response))
+                if response.status().as_u16() == 401 =>
+            {
+                return Ok(End::Fatal(SourceError::new(
+                    DeliveryFailureKind::Auth,
+                    "Mattermost refused the bot token on the WebSocket (401): check the variable token_env names",
+                )));
+            }
+            Err(e) => return Err(transient(format!("Mattermost WebSocket: {e}"))),
+        };
+        let (_tx, mut rx) = socket.split();
+        // A resume gets no hello, so an owed re-fetch is paid now (a hello that does come
+        // re-fetches again; the engine dedupes by post id).
+        if let Some(r) = resume.as_ref().filter(|r| r.refetch_owed) {
+            info!(channel = %self.name, connection = %r.connection_id, "resuming a Mattermost WebSocket whose re-fetch was cut short: re-fetching first");
+            self.refetch(sink, r.create_at).await?;
+        }
+        let asked = resume.map(|r| r.connection_id).unwrap_or_default();
+        loop {
+            let frame = tokio::select! {
+                () = sink.stopped() => return Ok(End::Stopped),
+                frame = rx.next() => frame,
+            };
+            let text = match frame {
+                Some(Ok(Frame::Text(text))) => text.to_string(),
+                Some(Ok(Frame::Close(_))) | None => return Ok(End::Reconnect),
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => {
+                    info!(channel = %self.name, error = %e, "the Mattermost WebSocket dropped: resuming");
+                    return Ok(End::Reconnect);
+                }
+            };
+            let Ok(event) = serde_json::from_str::<Event>(&text) else {
+                warn!(channel = %self.name, "an unreadable WebSocket frame");
+                continue;
+            };
+            let Some(seq) = event.seq else {
+                // A `seq_reply` answer to an action: nothing to track.
+                continue;
+            };
+            if event.event == "hello" {
+                let id = event.data["connection_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                let had_record = self.sockets.lock().record.is_some();
+                let since = self.sockets.fresh(&id, now_ms());
+                if had_record {
+                    info!(channel = %self.name, asked = %asked, got = %id, "a fresh Mattermost WebSocket connection: re-fetching what was missed");
+                    self.refetch(sink, since).await?;
+                } else {
+                    info!(channel = %self.name, connection = %id, "Mattermost WebSocket connected");
+                }
+                continue;
+            }
+            let expected = self.sockets.lock().last_seen + 1;
+            if seq != expected {
+                warn!(channel = %self.name, seq, expected, "a gap in the WebSocket's seq: reconnecting to resume");
+                return Ok(End::Reconnect);
+            }
+            self.sockets.lock().established = true;
+            if event.event == "posted" {
+                let create_at = event.post().map_or(0, |p| p.create_at);
+                self.sockets.seen(seq, Some(create_at));
+                let ack = Arc::new(SeqAck {
+                    sockets: self.sockets.clone(),
+                    seq,
+                });
+                let raw: Value = serde_json::from_str(&text).unwrap_or_default();
+                sink.deliver(PushedEvent::new(raw, ack)).await;
+            } else {
+                self.sockets.seen(seq, None);
+            }
+        }
+    }
+
+    /// The posts of every channel of the bot created after `since`, handed over in order.
+    async fn refetch(&self, sink: &Arc<dyn EventSink>, recorded: i64) -> Result<(), SourceError> {
+        let since = recorded.saturating_sub(REFETCH_OVERLAP_MS);
+        let call = |path: String| async move {
+            self.api
+                .call(Method::GET, &path, None)
+                .await
+                .map_err(|e: CallError| e.into_source_error("re-fetch posts"))
+        };
+        let teams = call("/users/me/teams".into()).await?;
+        let mut channels: Vec<(String, String)> = Vec::new();
+        for team in teams.as_array().into_iter().flatten() {
+            let Some(team) = team["id"].as_str() else {
+                continue;
+            };
+            let list = call(format!("/users/me/teams/{team}/channels")).await?;
+            for c in list.as_array().into_iter().flatten() {
+                if let (Some(id), Some(kind)) = (c["id"].as_str(), c["type"].as_str())
+                    && !channels.iter().any(|(known, _)| known == id)
+                {
+                    channels.push((id.to_owned(), kind.to_owned()));
+                }
+            }
+        }
+        let mut missed: Vec<(Post, String)> = Vec::new();
+        for (channel, kind) in &channels {
+            let answer = call(format!("/channels/{channel}/posts?since={since}")).await?;
+            let list: PostList = serde_json::from_value(answer).unwrap_or_default();
+            missed.extend(
+                list.posts
+                    .into_values()
+                    .filter(|p| p.create_at > since && p.delete_at == 0)
+                    .map(|p| (p, kind.clone())),
+            );
+        }
+        missed.sort_by_key(|(p, _)| p.create_at);
+        self.sockets.refetch_started();
+        info!(channel = %self.name, posts = missed.len(), since, "re-fetched missed Mattermost posts");
+        for (post, kind) in missed {
+            let create_at = post.create_at;
+            let channel_id = post.channel_id.clone();
+            let raw = json!({
+                "event": "posted",
+                "data": {
+                    "post": serde_json::to_string(&post).unwrap_or_default(),
+                    "channel_type": kind,
+                },
+                "broadcast": { "channel_id": channel_id },
+            });
+            self.sockets.fetched(&post.id, create_at);
+            let ack = Arc::new(FetchAck {
+                sockets: self.sockets.clone(),
+                post_id: post.id.clone(),
+            });
+            sink.deliver(PushedEvent::new(raw, ack)).await;
+        }
+        self.sockets.refetch_finished();
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl PushedFeed for SocketSource {
+    async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
+        let mut backoff = Duration::from_millis(500);
+        loop {
+            let resume = self.sockets.resume_point();
+            self.sockets.lock().established = false;
+            // Stopping ends the connection wherever it is (a re-fetch included: what was not
+            // acked is fetched again next time).
+            let once = tokio::select! {
+                () = sink.stopped() => return Ok(()),
+                once = self.connect_once(&sink, resume) => once,
+            };
+            let end = match once {
+                Ok(end) => end,
+                Err(error) if error.kind == DeliveryFailureKind::Auth => return Err(error),
+                Err(error) => {
+                    warn!(channel = %self.name, error = %error.message, "Mattermost WebSocket connection failed");
+                    End::Reconnect
+                }
+            };
+            match end {
+                End::Stopped => return Ok(()),
+                End::Fatal(error) => return Err(error),
+                End::Reconnect => {}
+            }
+            let connected = self.sockets.lock().established;
+            let wait = backoff.mul_f64(0.5 + jitter() / 2.0);
+            tokio::select! {
+                () = sink.stopped() => return Ok(()),
+                () = tokio::time::sleep(wait) => {}
+            }
+            backoff = if connected {
+                Duration::from_millis(500)
+            } else {
+                (backoff * 2).min(Duration::from_secs(30))
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_durable_mark_stays_below_the_oldest_unacked_event() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s.json");
+        let sockets = Sockets::load(path.clone());
+        sockets.fresh("conn", 100);
+        sockets.seen(1, Some(110));
+        sockets.seen(2, Some(120));
+        sockets.acked(2);
+        assert_eq!(sockets.lock().safe(), (1, 109));
+        sockets.acked(1);
+        assert_eq!(sockets.lock().safe(), (3, 120));
+        let reloaded = Sockets::load(path);
+        let record = reloaded.lock().record.clone().expect("record");
+        assert_eq!(record.connection_id, "conn");
+        assert_eq!(record.sequence_number, 3);
+        assert_eq!(record.create_at, 120);
+    }
+}
