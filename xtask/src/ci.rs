@@ -12,7 +12,7 @@
 //! it. Without cargo-nextest the tests run under `cargo test`.
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -50,11 +50,11 @@ struct Step {
 /// The steps that need none of the test tools, so they run while `setup` installs them.
 const WITHOUT_TOOLS: [&str; 3] = ["fmt", "clippy", "docs"];
 
-/// `cargo xtask setup` running in a child process, its output in a log file.
+/// `cargo xtask setup` running in a child process, its output in a log file; a thread waits
+/// for it, so the time it took is known however late it is asked.
 struct Setup {
-    child: Child,
+    waiting: Option<std::thread::JoinHandle<std::io::Result<(ExitStatus, Duration)>>>,
     log: PathBuf,
-    started: Instant,
 }
 
 impl Setup {
@@ -67,7 +67,8 @@ impl Setup {
         let file = std::fs::File::create(&log)
             .with_context(|| format!("cannot create {}", log.display()))?;
         let exe = std::env::current_exe().context("cannot find the xtask binary")?;
-        let child = Command::new(exe)
+        let started = Instant::now();
+        let mut child = Command::new(exe)
             .arg("setup")
             .stdin(Stdio::null())
             .stdout(file.try_clone().context("cannot share the setup log")?)
@@ -78,20 +79,30 @@ impl Setup {
             "ci: installing the test tools beside the first steps (`cargo xtask setup`, log: {})",
             log.display()
         );
+        let waiting = std::thread::spawn(move || {
+            let status = child.wait()?;
+            Ok((status, started.elapsed()))
+        });
         Ok(Setup {
-            child,
+            waiting: Some(waiting),
             log,
-            started: Instant::now(),
         })
+    }
+
+    fn wait(&mut self) -> anyhow::Result<(ExitStatus, Duration)> {
+        let waiting = self
+            .waiting
+            .take()
+            .context("`cargo xtask setup` was waited for already")?;
+        waiting
+            .join()
+            .map_err(|_| anyhow::anyhow!("the thread waiting for `cargo xtask setup` panicked"))?
+            .context("cannot wait for `cargo xtask setup`")
     }
 
     /// Waits for the installation; its log is shown when it failed.
     fn finish(mut self) -> anyhow::Result<()> {
-        let status = self
-            .child
-            .wait()
-            .context("cannot wait for `cargo xtask setup`")?;
-        let elapsed = self.started.elapsed();
+        let (status, elapsed) = self.wait()?;
         if !status.success() {
             let log = std::fs::read_to_string(&self.log).unwrap_or_default();
             bail!(
@@ -101,7 +112,7 @@ impl Setup {
             );
         }
         println!(
-            "\nci: test tools ready ({} after the start; log: {})",
+            "\nci: test tools ready (installed in {}, beside the steps before; log: {})",
             seconds(elapsed),
             self.log.display()
         );
@@ -113,7 +124,9 @@ impl Setup {
 /// can leave the machine's package database broken.
 impl Drop for Setup {
     fn drop(&mut self) {
-        let _ = self.child.wait();
+        if self.waiting.is_some() {
+            let _ = self.wait();
+        }
     }
 }
 
