@@ -75,6 +75,16 @@ const PYWA: PythonTool = PythonTool {
                that has pywa)",
 };
 
+/// A third-party Zalo OA client (elizaOS's Zalo plugin) the Zalo simulator's cross-check
+/// drives; no official Zalo SDK for Python is published.
+const ELIZAOS_ZALO: PythonTool = PythonTool {
+    venv: "elizaos-plugin-zalo",
+    package: "elizaos-plugin-zalo",
+    version: "2.0.0a5",
+    for_what: "the Zalo simulator's elizaos-plugin-zalo test (or point CLAWGATE_ZALO_PYTHON at \
+               a python that has elizaos-plugin-zalo)",
+};
+
 /// The Synapse release the Matrix channel's tests run against (its fixture names the same).
 const SYNAPSE: PythonTool = PythonTool {
     venv: "synapse",
@@ -144,6 +154,9 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     }
     if std::env::var_os("CLAWGATE_PYWA_PYTHON").is_none() {
         ensure_python_tool(&PYWA)?;
+    }
+    if std::env::var_os("CLAWGATE_ZALO_PYTHON").is_none() {
+        ensure_python_tool(&ELIZAOS_ZALO)?;
     }
     ensure_python_tool(&SYNAPSE)?;
     ensure_npm_tool(&NOSTR_TOOLS)?;
