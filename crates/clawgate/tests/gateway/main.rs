@@ -29,3 +29,4 @@ mod telegram;
 mod twitch;
 mod webdriver;
 mod whatsapp;
+mod zalo;
