@@ -290,6 +290,13 @@ impl TokenStore {
                 Ok(state.access_token.clone())
             }
             Err(CallError::Refused(error)) => {
+                if interrupted.is_none() {
+                    // A refusal rotated nothing: no earlier refresh is unaccounted for.
+                    let mut cleared = state.clone();
+                    cleared.refreshing_since_ms = None;
+                    write(&self.inner.path, &cleared).map_err(io)?;
+                    *state = cleared;
+                }
                 let access_left_s = state.access_expires_at_ms.saturating_sub(now_ms()) / 1_000;
                 Err(match interrupted {
                     Some(since_ms) => TokenError::Stranded {

@@ -160,3 +160,62 @@ async fn a_refresh_lost_between_rotation_and_the_write_is_reported_and_a_reautho
     send(&plugin, user, "four").await.unwrap();
     assert_eq!(texts(&sim, user), vec!["one", "two", "four"]);
 }
+
+#[tokio::test]
+async fn a_start_after_the_access_token_was_revoked_refreshes_instead_of_failing() {
+    let sim = ZaloSimulator::start(quick()).await.unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let configured = sim.authorize();
+    let config = settings(&sim, free_port(), &json!({}));
+    drop(
+        build(&sim, state.path(), config.clone(), &configured)
+            .await
+            .unwrap(),
+    );
+    // The stored access token still has hours left by its own clock, but Zalo refuses it.
+    sim.expire_access_tokens();
+    let plugin = build(&sim, state.path(), config, &configured)
+        .await
+        .unwrap();
+    assert_eq!(refreshes(&sim), 2);
+    let oa_checks: Vec<_> = sim
+        .calls()
+        .into_iter()
+        .filter(|c| c.path == "/v2.0/oa/getoa")
+        .map(|c| c.error)
+        .collect();
+    assert_eq!(oa_checks, vec![0, -216, 0]);
+    assert!(
+        plugin.description.contains("Clawgate Simulated OA"),
+        "{}",
+        plugin.description
+    );
+}
+
+#[tokio::test]
+async fn a_refused_refresh_spends_nothing_and_is_never_mistaken_for_a_lost_one() {
+    let sim = ZaloSimulator::start(quick()).await.unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let configured = sim.authorize();
+    let config = settings(&sim, free_port(), &json!({}));
+    for _ in 0..2 {
+        let setup = ChannelSetup::new(0, "zalo", "default", config.clone(), state.path());
+        let error = clawgate_channel_zalo::ZaloFactory
+            .build_with_secrets(
+                &setup,
+                Secret::new("not-the-app-secret"),
+                Secret::new(sim.oa_secret_key()),
+                Secret::new(configured.clone()),
+            )
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(error.contains("app_secret_env"), "{error}");
+        assert!(!error.contains("without its answer"), "{error}");
+    }
+    // The configured token was never spent: with the right secret the start succeeds.
+    build(&sim, state.path(), config.clone(), &configured)
+        .await
+        .unwrap();
+}
