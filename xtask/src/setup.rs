@@ -131,15 +131,26 @@ const DISCORDJS: NpmTool = NpmTool {
                node_modules with @discordjs/rest and @discordjs/ws)",
 };
 
+/// A third-party Zalo OA client (elizaOS's Zalo plugin) the Zalo simulator's cross-check
+/// drives; no official Zalo SDK for Python is published.
+const ELIZAOS_ZALO: PythonTool = PythonTool {
+    venv: "elizaos-plugin-zalo",
+    package: "elizaos-plugin-zalo",
+    version: "2.0.0a5",
+    for_what: "the Zalo simulator's elizaos-plugin-zalo test (or point CLAWGATE_ZALO_PYTHON at \
+               a python that has elizaos-plugin-zalo)",
+};
+
 /// Each Python tool, with the variable that points its tests at a python of one's own instead
 /// (none for Synapse).
-const PYTHON_TOOLS: [(&PythonTool, Option<&str>); 7] = [
+const PYTHON_TOOLS: [(&PythonTool, Option<&str>); 8] = [
     (&AIOGRAM, Some("CLAWGATE_AIOGRAM_PYTHON")),
     (&SLACK_SDK, Some("CLAWGATE_SLACK_SDK_PYTHON")),
     (&MATTERMOSTDRIVER, Some("CLAWGATE_MATTERMOSTDRIVER_PYTHON")),
     (&GOOGLE_APPS_CHAT, Some("CLAWGATE_GOOGLE_CHAT_PYTHON")),
     (&LINE_BOT_SDK, Some("CLAWGATE_LINE_BOT_SDK_PYTHON")),
     (&PYWA, Some("CLAWGATE_PYWA_PYTHON")),
+    (&ELIZAOS_ZALO, Some("CLAWGATE_ZALO_PYTHON")),
     (&SYNAPSE, None),
 ];
 

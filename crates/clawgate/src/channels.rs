@@ -21,6 +21,7 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-googlechat",
             feature = "channel-line",
             feature = "channel-whatsapp",
+            feature = "channel-zalo",
         )),
         allow(unused_mut)
     )]
@@ -59,6 +60,8 @@ pub fn registry() -> ChannelRegistry {
     registry.register(std::sync::Arc::new(
         clawgate_channel_whatsapp::WhatsAppFactory,
     ));
+    #[cfg(feature = "channel-zalo")]
+    registry.register(std::sync::Arc::new(clawgate_channel_zalo::ZaloFactory));
     registry
 }
 

@@ -30,3 +30,4 @@ mod telegram;
 mod twitch;
 mod webdriver;
 mod whatsapp;
+mod zalo;

@@ -1,0 +1,156 @@
+//! Where events come from: Zalo posting OA webhook events to a listener of ours.
+//!
+//! - Each `POST` is checked before anything else reads it: `X-ZEvent-Signature` over the raw
+//!   body ([`signature`]), in constant time; 401 without one, 403 when it does not match.
+//! - `oa_send_text` (the OA's own texts) is written to the [`EchoBook`], synced, and answered
+//!   200: it settles sends, it is never a turn.
+//! - Every other event is handed to the engine (event id: its `msg_id`) and answered 200 only
+//!   once the engine recorded it durably; otherwise 500 and Zalo posts it again (reported at
+//!   30 s, 5 min, 15 min, 30 min, 1 h), which the engine deduplicates. Zalo expects the answer
+//!   within about 2 seconds, so the wait for the record is bounded by `answer_deadline`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use clawgate_channel_sdk::{
+    AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, Secret, SourceError,
+};
+use clawgate_types::DeliveryFailureKind;
+use serde_json::Value;
+use tracing::{info, warn};
+
+use crate::echoes::EchoBook;
+use crate::receive::OA_SEND_TEXT;
+use crate::signature::{self, SIGNATURE_HEADER, SignatureError};
+
+/// How the webhook listener is set up.
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    /// The address the listener binds (a reverse proxy terminates TLS in front of it).
+    pub listen: SocketAddr,
+    /// The path of the webhook URL.
+    pub path: String,
+    /// The app's id (part of what the signature covers).
+    pub app_id: String,
+    /// The OA secret key every event is signed with.
+    pub oa_secret_key: Secret,
+    /// How long a delivery waits for the engine's durable record before answering 500.
+    pub answer_deadline: Duration,
+}
+
+/// The webhook listener.
+#[derive(Debug)]
+pub struct WebhookSource {
+    config: WebhookConfig,
+    book: EchoBook,
+}
+
+impl WebhookSource {
+    pub(crate) fn new(config: WebhookConfig, book: EchoBook) -> WebhookSource {
+        WebhookSource { config, book }
+    }
+}
+
+struct Delivery {
+    sink: Arc<dyn EventSink>,
+    config: WebhookConfig,
+    book: EchoBook,
+}
+
+/// Writes one `oa_send_text` echo to the book.
+async fn record_echo(book: &EchoBook, raw: &Value) -> StatusCode {
+    let at = |pointer: &str| raw.pointer(pointer).and_then(Value::as_str);
+    let (Some(msg_id), Some(user_id)) = (at("/message/msg_id"), at("/recipient/id")) else {
+        warn!("an oa_send_text event without message.msg_id or recipient.id");
+        return StatusCode::OK;
+    };
+    let text = at("/message/text").unwrap_or_default();
+    let at_ms = at("/timestamp")
+        .and_then(|t| t.parse::<u64>().ok())
+        .or_else(|| raw.get("timestamp").and_then(Value::as_u64))
+        .unwrap_or(0);
+    match book.echo(msg_id, user_id, text, at_ms).await {
+        Ok(()) => StatusCode::OK,
+        Err(error) => {
+            warn!(%error, "an echo could not be recorded; Zalo will post it again");
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+    }
+}
+
+async fn deliver(
+    State(delivery): State<Arc<Delivery>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let header = headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
+    if let Err(error) = signature::verify(
+        &delivery.config.app_id,
+        delivery.config.oa_secret_key.expose(),
+        header,
+        &body,
+    ) {
+        warn!(%error, "a Zalo webhook delivery was refused");
+        let status = match error {
+            SignatureError::Mismatch => StatusCode::FORBIDDEN,
+            _ => StatusCode::UNAUTHORIZED,
+        };
+        return (status, error.to_string()).into_response();
+    }
+    let raw: Value = match serde_json::from_slice(&body) {
+        Ok(raw @ Value::Object(_)) => raw,
+        _ => return (StatusCode::BAD_REQUEST, "not a JSON event").into_response(),
+    };
+    if raw.get("event_name").and_then(Value::as_str) == Some(OA_SEND_TEXT) {
+        return record_echo(&delivery.book, &raw).await.into_response();
+    }
+    let (ack, signal) = AckSignal::new();
+    delivery.sink.deliver(PushedEvent::new(raw, ack)).await;
+    match signal.answer(delivery.config.answer_deadline).await {
+        AckAnswer::Acked => StatusCode::OK.into_response(),
+        // Zalo posts it again; the engine deduplicates by msg_id.
+        _ => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+#[async_trait]
+impl PushedFeed for WebhookSource {
+    async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
+        let listener = tokio::net::TcpListener::bind(self.config.listen)
+            .await
+            .map_err(|e| {
+                SourceError::new(
+                    DeliveryFailureKind::Transient,
+                    format!(
+                        "the Zalo webhook listener cannot listen on {}: {e}",
+                        self.config.listen
+                    ),
+                )
+            })?;
+        info!(listen = %self.config.listen, path = %self.config.path, "Zalo webhook listener up");
+        let state = Arc::new(Delivery {
+            sink: sink.clone(),
+            config: self.config.clone(),
+            book: self.book.clone(),
+        });
+        let app = axum::Router::new()
+            .route(&self.config.path, post(deliver))
+            .with_state(state);
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { sink.stopped().await })
+            .await
+            .map_err(|e| {
+                SourceError::new(
+                    DeliveryFailureKind::Transient,
+                    format!("the Zalo webhook listener failed: {e}"),
+                )
+            })
+    }
+}

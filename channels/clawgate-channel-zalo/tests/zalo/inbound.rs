@@ -1,0 +1,214 @@
+//! The webhook listener as Zalo posts to it: the signature checked before anything else
+//! (401 without, 403 wrong, nothing handed on), 200 only once the event is recorded (500 and
+//! a redelivery otherwise), people's texts normalized and deduped by `msg_id` through the
+//! engine, and our own sends' `oa_send_text` echoes written to the echo book, never a turn.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clawgate_channel_sdk::prelude::*;
+use clawgate_channel_zalo::signature;
+use clawgate_channel_zalo::simulator::ZaloSimulator;
+use serde_json::{Value, json};
+
+use crate::peer::{build, free_port, quick, settings};
+use crate::send::reply;
+
+/// What the source hands on; `ack` decides whether each event counts as recorded.
+struct Recording {
+    events: Mutex<Vec<Value>>,
+    ack: Mutex<bool>,
+}
+
+#[async_trait]
+impl EventSink for Recording {
+    async fn deliver(&self, event: PushedEvent) {
+        self.events.lock().unwrap().push(event.raw.clone());
+        if *self.ack.lock().unwrap() {
+            event.ack.ack();
+        } else {
+            event.ack.nack("the store is unavailable");
+        }
+    }
+
+    async fn stopped(&self) {
+        std::future::pending::<()>().await;
+    }
+}
+
+struct Listening {
+    sim: ZaloSimulator,
+    plugin: ChannelPlugin,
+    url: String,
+    sink: Arc<Recording>,
+    _task: tokio::task::JoinHandle<()>,
+    _state: tempfile::TempDir,
+}
+
+async fn listening() -> Listening {
+    let sim = ZaloSimulator::start(quick()).await.unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let plugin = build(
+        &sim,
+        state.path(),
+        settings(&sim, port, &json!({})),
+        &sim.authorize(),
+    )
+    .await
+    .unwrap();
+    let sink = Arc::new(Recording {
+        events: Mutex::new(Vec::new()),
+        ack: Mutex::new(true),
+    });
+    let InboundSource::Pushed(feed) = plugin.source.clone() else {
+        panic!("pushed")
+    };
+    let as_sink: Arc<dyn EventSink> = sink.clone();
+    let task = tokio::spawn(async move {
+        let _ = feed.run(as_sink).await;
+    });
+    let url = format!("http://127.0.0.1:{port}/zalo/webhook");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the listener never came up"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Listening {
+        sim,
+        plugin,
+        url,
+        sink,
+        _task: task,
+        _state: state,
+    }
+}
+
+async fn post(url: &str, body: &str, signature: Option<&str>) -> u16 {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_owned());
+    if let Some(signature) = signature {
+        request = request.header("X-ZEvent-Signature", signature);
+    }
+    request.send().await.unwrap().status().as_u16()
+}
+
+#[tokio::test]
+async fn unsigned_or_wrongly_signed_events_are_refused_before_anything_reads_them() {
+    let l = listening().await;
+    let body = json!({
+        "app_id": l.sim.app_id(), "event_name": "user_send_text", "timestamp": "1700000000000",
+        "sender": { "id": "8333" }, "recipient": { "id": l.sim.oa_id() },
+        "message": { "msg_id": "forged", "text": "let me in" },
+    })
+    .to_string();
+    let app = l.sim.app_id();
+    let good = signature::sign(
+        &app,
+        body.as_bytes(),
+        "1700000000000",
+        &l.sim.oa_secret_key(),
+    );
+    let wrong_secret = signature::sign(&app, body.as_bytes(), "1700000000000", "guess");
+    // Signed over another timestamp than the body's.
+    let wrong_stamp = signature::sign(
+        &app,
+        body.as_bytes(),
+        "1700000000001",
+        &l.sim.oa_secret_key(),
+    );
+    assert_eq!(post(&l.url, &body, None).await, 401);
+    assert_eq!(post(&l.url, &body, Some("mac=zz")).await, 401);
+    assert_eq!(post(&l.url, &body, Some(&wrong_secret)).await, 403);
+    assert_eq!(post(&l.url, &body, Some(&wrong_stamp)).await, 403);
+    let tampered = body.replace("let me in", "let me in!");
+    assert_eq!(post(&l.url, &tampered, Some(&good)).await, 403);
+    assert!(
+        l.sink.events.lock().unwrap().is_empty(),
+        "nothing was handed on"
+    );
+    assert_eq!(post(&l.url, &body, Some(&good)).await, 200);
+    assert_eq!(l.sink.events.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn an_event_not_recorded_is_answered_500_and_zalo_posts_it_again() {
+    let l = listening().await;
+    *l.sink.ack.lock().unwrap() = false;
+    l.sim.set_webhook_url(Some(&l.url));
+    let msg_id = l.sim.person_writes("8444", "are you there?");
+    // Refused while the store is down; taken once it is back.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while l.sink.events.lock().unwrap().len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "no redelivery");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    *l.sink.ack.lock().unwrap() = true;
+    assert!(l.sim.deliveries_settled(Duration::from_secs(20)).await);
+    let delivery = l.sim.deliveries().remove(0);
+    assert!(delivery.acked);
+    assert!(delivery.attempts.len() >= 3, "{:?}", delivery.attempts);
+    assert!(
+        delivery.attempts[..delivery.attempts.len() - 1]
+            .iter()
+            .all(|s| *s == 500)
+    );
+    assert_eq!(delivery.attempts.last(), Some(&200));
+    // Every copy is the same event, so the engine's durable dedupe sees one msg_id.
+    let receiver = l.plugin.receiver.clone().unwrap();
+    let ids: std::collections::BTreeSet<_> = l
+        .sink
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|raw| receiver.normalize(raw).unwrap().event_id)
+        .collect();
+    assert_eq!(ids.into_iter().collect::<Vec<_>>(), vec![msg_id]);
+}
+
+#[tokio::test]
+async fn our_own_sends_come_back_as_echoes_that_settle_sends_and_are_never_turns() {
+    let l = listening().await;
+    l.sim.set_webhook_url(Some(&l.url));
+    let user = "8555";
+    l.sim.person_writes(user, "hello");
+    assert!(l.sim.deliveries_settled(Duration::from_secs(20)).await);
+    let ctx = SendContext::new(reply(&MessageTarget::direct(user), "echo-1", ""), "echo-1");
+    let part = l
+        .plugin
+        .sender
+        .send_unit(&ctx, &RenderedMessageUnit::text(0, "hi back"))
+        .await
+        .unwrap();
+    assert!(l.sim.deliveries_settled(Duration::from_secs(20)).await);
+    let echo = l
+        .sim
+        .deliveries()
+        .into_iter()
+        .find(|d| d.body["event_name"] == "oa_send_text")
+        .unwrap();
+    assert!(echo.acked);
+    assert_eq!(
+        echo.body["message"]["msg_id"],
+        part.platform_message_id.as_str()
+    );
+    // The engine only ever saw the person's message.
+    let events = l.sink.events.lock().unwrap().clone();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["event_name"], "user_send_text");
+    // Even handed to the receiver directly, an echo is not answered.
+    let receiver = l.plugin.receiver.clone().unwrap();
+    assert!(matches!(
+        receiver.normalize(&echo.body),
+        Err(ReceiveError::Ignored { .. })
+    ));
+}
