@@ -75,6 +75,16 @@ const PYWA: PythonTool = PythonTool {
                that has pywa)",
 };
 
+/// The signal-cli JSON-RPC client the Signal simulator's cross-check is written against (it
+/// imports python-magic, which needs the system's libmagic).
+const PYSIGNALCLIJSONRPC: PythonTool = PythonTool {
+    venv: "pysignalclijsonrpc",
+    package: "pysignalclijsonrpc",
+    version: "25.9.0",
+    for_what: "the Signal simulator's pysignalclijsonrpc test (or point \
+               CLAWGATE_PYSIGNALCLIJSONRPC_PYTHON at a python that has pysignalclijsonrpc)",
+};
+
 /// The Synapse release the Matrix channel's tests run against (its fixture names the same).
 const SYNAPSE: PythonTool = PythonTool {
     venv: "synapse",
@@ -144,6 +154,9 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     }
     if std::env::var_os("CLAWGATE_PYWA_PYTHON").is_none() {
         ensure_python_tool(&PYWA)?;
+    }
+    if std::env::var_os("CLAWGATE_PYSIGNALCLIJSONRPC_PYTHON").is_none() {
+        ensure_python_tool(&PYSIGNALCLIJSONRPC)?;
     }
     ensure_python_tool(&SYNAPSE)?;
     ensure_npm_tool(&NOSTR_TOOLS)?;

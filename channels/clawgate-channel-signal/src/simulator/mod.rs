@@ -671,6 +671,13 @@ impl SignalSimulator {
         state.subscribers.len()
     }
 
+    /// Open TCP connections.
+    pub fn connections(&self) -> usize {
+        let mut state = self.shared.lock();
+        state.connections.retain(|_, tx| !tx.is_closed());
+        state.connections.len()
+    }
+
     /// Messages waiting for a subscriber on `account`.
     pub fn queued(&self, account: &str) -> usize {
         self.shared

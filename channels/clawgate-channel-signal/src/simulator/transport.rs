@@ -58,9 +58,15 @@ async fn connection(stream: TcpStream, shared: Arc<Shared>) {
         if line.trim().is_empty() {
             continue;
         }
-        if let Reply::Drop = rpc::handle(&shared, &conn, &line) {
-            let _ = tx.send(Outbound::Close);
-            break;
+        match rpc::handle(&shared, &conn, &line) {
+            Reply::Answer(answer) => {
+                let _ = tx.send(Outbound::Line(answer.to_string()));
+            }
+            Reply::Nothing => {}
+            Reply::Drop => {
+                let _ = tx.send(Outbound::Close);
+                break;
+            }
         }
     }
     {
