@@ -219,6 +219,8 @@ pub(crate) struct State {
     calls: Vec<(String, Value)>,
     /// Notification lines to write right after the current answer.
     followups: Vec<String>,
+    /// Sends applied whose answer was never written ([`FaultKind::LoseAnswer`]).
+    dropped_answers: usize,
 }
 
 /// A stable fake UUID for a number (Signal's ACI of that person).
@@ -427,6 +429,7 @@ impl SignalSimulator {
                 next_connection: 0,
                 calls: Vec::new(),
                 followups: Vec::new(),
+                dropped_answers: 0,
             }),
         });
         let tcp_listener = tokio::net::TcpListener::bind(tcp).await?;
@@ -711,6 +714,11 @@ impl SignalSimulator {
                     || l.group_id.as_deref() == Some(conversation)
             })
             .collect()
+    }
+
+    /// Sends that landed and whose answer was never written (injected lost answers that hit).
+    pub fn dropped_answers(&self) -> usize {
+        self.shared.lock().dropped_answers
     }
 
     /// Every call's method and params, oldest first.

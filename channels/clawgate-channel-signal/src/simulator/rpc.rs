@@ -404,6 +404,7 @@ fn send(state: &mut State, params: &Value) -> Call {
         delivered_to: delivered,
     });
     if fault == Some(FaultKind::LoseAnswer) {
+        state.dropped_answers += 1;
         return Call::Drop;
     }
     Call::Done(Ok(response))
