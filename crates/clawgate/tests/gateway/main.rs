@@ -22,6 +22,7 @@ mod matrix;
 mod nostr;
 mod platform_faults;
 mod plugin_channel;
+mod signal;
 mod slack;
 mod store_faults;
 mod support;
