@@ -207,3 +207,38 @@ async fn only_data_messages_from_others_are_turns() {
         Err(ReceiveError::Ignored { .. })
     ));
 }
+
+#[tokio::test]
+async fn a_multi_account_daemon_keeps_each_accounts_messages_apart() {
+    let (first, second) = ("+15550001111", "+15550002222");
+    let config = SimulatorConfig {
+        accounts: vec![first.to_owned(), second.to_owned()],
+        ..SimulatorConfig::default()
+    };
+    let peer = Peer::with(config, json!({ "account": second })).await;
+    let ada = number_for("ada");
+    peer.sim.person_writes(first, &ada, "for the first");
+    peer.sim.person_writes(second, &ada, "for the second");
+    let (sink, task) = run_source(&peer);
+    until("the second account's message", || sink.texts().len() == 1).await;
+    assert_eq!(
+        peer.sim.queued(first),
+        1,
+        "the first account's message waits for its own client"
+    );
+    assert_eq!(sink.texts(), vec!["for the second"]);
+    let ctx = SendContext::new(
+        ChannelMessage::outbound("m", "signal", MessageTarget::direct(&ada), ""),
+        "multi:1",
+    );
+    peer.plugin
+        .sender
+        .send_unit(&ctx, &RenderedMessageUnit::text(0, "from the second"))
+        .await
+        .unwrap();
+    assert_eq!(peer.sim.landed()[0].account, second);
+    // Every call named its account.
+    assert!(peer.sim.calls().iter().all(|(_, p)| p["account"] == second));
+    sink.stop.notify_waiters();
+    task.abort();
+}

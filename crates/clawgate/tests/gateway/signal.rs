@@ -4,9 +4,8 @@
 //! while the gateway is down waits until the restarted gateway subscribes again.
 //!
 //! Signal has no idempotency key and no way to ask whether a message went out, so a send a
-//! kill cut mid-call stays `unknown_after_send` for an operator, and that person's
-//! conversation waits behind it (their later messages stay recorded, `received`, unanswered).
-//! A message signal-cli had written to the socket when the gateway died, before the gateway
+//! kill (or a lost answer) cut mid-call is parked at once as `unknown_after_send` for an
+//! operator; the conversation goes on. A message signal-cli had written to the socket when the gateway died, before the gateway
 //! recorded it, is gone: JSON-RPC notifications have no acknowledgement. The judge allows
 //! exactly these, each only with its evidence (the reply intent's status; the daemon's record
 //! of the handover and no inbound record), counts them, and fails on everything else: a
@@ -81,9 +80,6 @@ struct Verdict {
     /// Replies a kill cut mid-call: `unknown_after_send`, parked for an operator (Signal
     /// cannot tell whether they went out; none landed twice).
     unknown: usize,
-    /// Later messages of a person whose conversation waits behind such a reply: recorded
-    /// durably (`received`), not answered until an operator settles the one before.
-    blocked: usize,
     /// Messages the daemon handed to a gateway that died before recording them.
     lost_in_flight: usize,
     problems: Vec<String>,
@@ -95,7 +91,7 @@ impl Verdict {
     }
 
     fn settled(&self) -> usize {
-        self.finals + self.unknown + self.blocked + self.lost_in_flight
+        self.finals + self.unknown + self.lost_in_flight
     }
 }
 
@@ -122,10 +118,8 @@ fn judge(sim: &SignalSimulator, state: &Path, asked: &[Asked]) -> Verdict {
         .collect();
     let landed = sim.landed();
     let mut unmatched = landed.clone();
-    // People with a reply parked as unknown (and the position of that message).
-    let mut parked: HashMap<&str, usize> = HashMap::new();
     let mut verdict = Verdict::default();
-    for (at, a) in asked.iter().enumerate() {
+    for a in asked {
         let prefix = format!("signal:reply:{}:", a.event_id);
         let replies: Vec<&String> = statuses
             .iter()
@@ -133,25 +127,13 @@ fn judge(sim: &SignalSimulator, state: &Path, asked: &[Asked]) -> Verdict {
             .map(|(_, status)| status)
             .collect();
         let unknown = replies.iter().any(|s| *s == "unknown_after_send");
-        if unknown {
-            parked.entry(a.person.as_str()).or_insert(at);
-        }
         let finals = landed
             .iter()
             .filter(|m| m.recipient.as_deref() == Some(a.person.as_str()) && m.body == a.expected)
             .count();
-        let behind = parked
-            .get(a.person.as_str())
-            .is_some_and(|first| *first < at);
         match finals {
             1 => verdict.finals += 1,
             0 if unknown => verdict.unknown += 1,
-            0 if replies.is_empty()
-                && behind
-                && inbound.get(&a.event_id).map(String::as_str) == Some("received") =>
-            {
-                verdict.blocked += 1;
-            }
             0 if !inbound.contains_key(&a.event_id) && handed.contains(&a.event_id) => {
                 verdict.lost_in_flight += 1;
             }
@@ -300,12 +282,11 @@ async fn random_sigkills_on_a_signal_account_never_duplicate_or_silently_lose_a_
         .count();
     eprintln!(
         "signal crash matrix figures: seed={seed} kills={kills} messages={} finals={} \
-         unknown={} blocked_behind_unknown={} lost_in_flight={} parked_intents={parked} \
+         unknown={} lost_in_flight={} parked_intents={parked} \
          injected_lost_answers={lost_answers} answers_lost={} sends={} subscriptions={subscriptions} violations={} leftovers={} seconds={:.1}",
         asked.len(),
         verdict.finals,
         verdict.unknown,
-        verdict.blocked,
         verdict.lost_in_flight,
         account.sim.dropped_answers(),
         account.sim.landed().len(),
