@@ -383,9 +383,6 @@ impl Drop for SignalSimulator {
     }
 }
 
-/// One group member, as a test names them.
-pub type Member = String;
-
 impl SignalSimulator {
     /// Binds both listeners on `127.0.0.1:0` and serves until dropped.
     pub async fn start(config: SimulatorConfig) -> std::io::Result<SignalSimulator> {
