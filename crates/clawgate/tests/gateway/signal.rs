@@ -81,7 +81,7 @@ struct Verdict {
     /// cannot tell whether they went out; none landed twice).
     unknown: usize,
     /// Messages the daemon handed to a gateway that died before recording them.
-    lost_in_flight: usize,
+    unrecorded: usize,
     problems: Vec<String>,
 }
 
@@ -91,7 +91,7 @@ impl Verdict {
     }
 
     fn settled(&self) -> usize {
-        self.finals + self.unknown + self.lost_in_flight
+        self.finals + self.unknown + self.unrecorded
     }
 }
 
@@ -135,7 +135,7 @@ fn judge(sim: &SignalSimulator, state: &Path, asked: &[Asked]) -> Verdict {
             1 => verdict.finals += 1,
             0 if unknown => verdict.unknown += 1,
             0 if !inbound.contains_key(&a.event_id) && handed.contains(&a.event_id) => {
-                verdict.lost_in_flight += 1;
+                verdict.unrecorded += 1;
             }
             0 => verdict.problems.push(format!(
                 "message {} from {}: no final (replies {replies:?}, inbound {:?})",
@@ -282,12 +282,12 @@ async fn random_sigkills_on_a_signal_account_never_duplicate_or_silently_lose_a_
         .count();
     eprintln!(
         "signal crash matrix figures: seed={seed} kills={kills} messages={} finals={} \
-         unknown={} lost_in_flight={} parked_intents={parked} \
+         unknown={} unrecorded={} parked_intents={parked} \
          injected_lost_answers={lost_answers} answers_lost={} sends={} subscriptions={subscriptions} violations={} leftovers={} seconds={:.1}",
         asked.len(),
         verdict.finals,
         verdict.unknown,
-        verdict.lost_in_flight,
+        verdict.unrecorded,
         account.sim.dropped_answers(),
         account.sim.landed().len(),
         verdict.problems.len(),
