@@ -141,9 +141,19 @@ const ELIZAOS_ZALO: PythonTool = PythonTool {
                a python that has elizaos-plugin-zalo)",
 };
 
+/// The signal-cli JSON-RPC client the Signal simulator's cross-check is written against (it
+/// imports python-magic, which needs the system's libmagic).
+const PYSIGNALCLIJSONRPC: PythonTool = PythonTool {
+    venv: "pysignalclijsonrpc",
+    package: "pysignalclijsonrpc",
+    version: "25.9.0",
+    for_what: "the Signal simulator's pysignalclijsonrpc test (or point \
+               CLAWGATE_PYSIGNALCLIJSONRPC_PYTHON at a python that has pysignalclijsonrpc)",
+};
+
 /// Each Python tool, with the variable that points its tests at a python of one's own instead
 /// (none for Synapse).
-const PYTHON_TOOLS: [(&PythonTool, Option<&str>); 8] = [
+const PYTHON_TOOLS: [(&PythonTool, Option<&str>); 9] = [
     (&AIOGRAM, Some("CLAWGATE_AIOGRAM_PYTHON")),
     (&SLACK_SDK, Some("CLAWGATE_SLACK_SDK_PYTHON")),
     (&MATTERMOSTDRIVER, Some("CLAWGATE_MATTERMOSTDRIVER_PYTHON")),
@@ -151,6 +161,7 @@ const PYTHON_TOOLS: [(&PythonTool, Option<&str>); 8] = [
     (&LINE_BOT_SDK, Some("CLAWGATE_LINE_BOT_SDK_PYTHON")),
     (&PYWA, Some("CLAWGATE_PYWA_PYTHON")),
     (&ELIZAOS_ZALO, Some("CLAWGATE_ZALO_PYTHON")),
+    (&PYSIGNALCLIJSONRPC, Some("CLAWGATE_PYSIGNALCLIJSONRPC_PYTHON")),
     (&SYNAPSE, None),
 ];
 

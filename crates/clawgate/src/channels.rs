@@ -22,6 +22,7 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-line",
             feature = "channel-whatsapp",
             feature = "channel-zalo",
+            feature = "channel-signal",
         )),
         allow(unused_mut)
     )]
@@ -62,6 +63,8 @@ pub fn registry() -> ChannelRegistry {
     ));
     #[cfg(feature = "channel-zalo")]
     registry.register(std::sync::Arc::new(clawgate_channel_zalo::ZaloFactory));
+    #[cfg(feature = "channel-signal")]
+    registry.register(std::sync::Arc::new(clawgate_channel_signal::SignalFactory));
     registry
 }
 

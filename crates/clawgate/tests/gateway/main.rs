@@ -23,6 +23,7 @@ mod mattermost;
 mod nostr;
 mod platform_faults;
 mod plugin_channel;
+mod signal;
 mod slack;
 mod store_faults;
 mod support;
