@@ -75,6 +75,15 @@ const PYWA: PythonTool = PythonTool {
                that has pywa)",
 };
 
+/// The synochat the Synology Chat simulator's cross-check is written against.
+const SYNOCHAT: PythonTool = PythonTool {
+    venv: "synochat",
+    package: "synochat",
+    version: "1.0.4",
+    for_what: "the Synology Chat simulator's synochat test (or point CLAWGATE_SYNOCHAT_PYTHON \
+               at a python that has synochat)",
+};
+
 /// The Synapse release the Matrix channel's tests run against (its fixture names the same).
 const SYNAPSE: PythonTool = PythonTool {
     venv: "synapse",
@@ -144,6 +153,9 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     }
     if std::env::var_os("CLAWGATE_PYWA_PYTHON").is_none() {
         ensure_python_tool(&PYWA)?;
+    }
+    if std::env::var_os("CLAWGATE_SYNOCHAT_PYTHON").is_none() {
+        ensure_python_tool(&SYNOCHAT)?;
     }
     ensure_python_tool(&SYNAPSE)?;
     ensure_npm_tool(&NOSTR_TOOLS)?;
