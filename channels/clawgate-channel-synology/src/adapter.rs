@@ -153,6 +153,9 @@ impl SynologyAdapter {
             .map_err(|e| {
                 let mut error = e.into_send_error("user_list", self.pace_ms());
                 error.side_effect = clawgate_channel_sdk::SideEffect::None;
+                if error.kind == DeliveryFailureKind::Unknown {
+                    error.kind = DeliveryFailureKind::Transient;
+                }
                 error
             })?;
         let found = users.get(username).copied();

@@ -235,7 +235,7 @@ async fn posts_are_spaced_so_the_rate_limit_is_not_hit() {
         min_send_interval: Duration::from_millis(150),
         ..quick()
     };
-    let spaced = Peer::with(config.clone(), json!({ "send_interval_ms": 200 })).await;
+    let spaced = Peer::with(config, json!({ "send_interval_ms": 200 })).await;
     let person = spaced.person("spaced");
     for i in 0..3 {
         spaced
@@ -249,8 +249,13 @@ async fn posts_are_spaced_so_the_rate_limit_is_not_hit() {
             .unwrap();
     }
     assert_eq!(spaced.sim.bot_texts_to(&person.id).len(), 3);
-    // Without the spacing the platform's limit shows, as a rate limit with a wait.
-    let eager = Peer::with(config, json!({ "send_interval_ms": 0 })).await;
+    // Without the spacing the platform's limit shows, as a rate limit with a wait (a limit
+    // of a minute here, so no pause of this machine lets the second post through).
+    let strict = clawgate_channel_synology::simulator::SimulatorConfig {
+        min_send_interval: Duration::from_secs(60),
+        ..quick()
+    };
+    let eager = Peer::with(strict, json!({ "send_interval_ms": 0 })).await;
     let person = eager.person("eager");
     let sender = &eager.plugin.sender;
     sender
