@@ -20,6 +20,7 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-googlechat",
             feature = "channel-line",
             feature = "channel-whatsapp",
+            feature = "channel-synology",
         )),
         allow(unused_mut)
     )]
@@ -53,6 +54,10 @@ pub fn registry() -> ChannelRegistry {
     #[cfg(feature = "channel-whatsapp")]
     registry.register(std::sync::Arc::new(
         clawgate_channel_whatsapp::WhatsAppFactory,
+    ));
+    #[cfg(feature = "channel-synology")]
+    registry.register(std::sync::Arc::new(
+        clawgate_channel_synology::SynologyFactory,
     ));
     registry
 }
