@@ -11,6 +11,9 @@
 //!   `reconcileUnknownSend`, the engine keeps it as unknown for an operator, and it is never
 //!   sent again blindly;
 //! - finals are plain durable sends: no previews, no edits.
+//!
+//! An attachment is a post of its own with `file_url` (Synology fetches the file); the text
+//! goes before it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,8 +22,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use clawgate_channel_sdk::{ChannelMessageAdapter, Reconciliation, Secret, SendContext, SendError};
 use clawgate_types::{
-    DeliveryCapabilities, DeliveryFailureKind, MessageCapabilities, MessagePartKind,
-    MessageReceiptPart, RenderedMessageUnit, TargetKind, TextCapabilities,
+    AttachmentCapabilities, DeliveryCapabilities, DeliveryFailureKind, MessageCapabilities,
+    MessagePartKind, MessageReceiptPart, RenderedMessageUnit, TargetKind, TextCapabilities,
 };
 use serde_json::{Value, json};
 use tracing::warn;
@@ -72,6 +75,8 @@ fn capabilities() -> MessageCapabilities {
                 .with_max_length(MAX_TEXT_CHARS)
                 .with_chunking(true),
         )
+        // Files by URL: the NAS fetches `file_url` itself.
+        .with_attachments(AttachmentCapabilities::default().with_remote_url(true))
         // No idempotency key, no ids, no history: an unknown send stays unknown.
         .with_delivery(
             DeliveryCapabilities::default()
@@ -85,6 +90,38 @@ fn capabilities() -> MessageCapabilities {
 
 fn invalid(message: impl Into<String>) -> SendError {
     SendError::before_io(DeliveryFailureKind::InvalidPayload, message)
+}
+
+/// The post a unit is: `{"text"}` for text, `{"file_url"}` for an attachment Synology fetches
+/// itself by URL.
+fn content_of(unit: &RenderedMessageUnit) -> Result<Value, SendError> {
+    if unit.kind == MessagePartKind::Text {
+        let text = unit
+            .payload
+            .get("text")
+            .and_then(Value::as_str)
+            .ok_or_else(|| invalid("a Synology Chat unit needs a `text` string"))?;
+        if text.trim().is_empty() {
+            return Err(invalid("Synology Chat refuses an empty post"));
+        }
+        if text.chars().count() > MAX_TEXT_CHARS as usize {
+            return Err(invalid(format!(
+                "a Synology Chat post holds at most {MAX_TEXT_CHARS} characters here"
+            )));
+        }
+        return Ok(json!({ "text": text }));
+    }
+    let url = unit
+        .payload
+        .get("url")
+        .and_then(Value::as_str)
+        .filter(|u| u.starts_with("https://") || u.starts_with("http://"))
+        .ok_or_else(|| {
+            invalid(
+                "Synology Chat posts files by an http(s) URL (file_url); uploads are not supported",
+            )
+        })?;
+    Ok(json!({ "file_url": url }))
 }
 
 fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -211,22 +248,7 @@ impl ChannelMessageAdapter for SynologyAdapter {
         ctx: &SendContext,
         unit: &RenderedMessageUnit,
     ) -> Result<MessageReceiptPart, SendError> {
-        if unit.kind != MessagePartKind::Text {
-            return Err(invalid("this Synology Chat channel sends text only"));
-        }
-        let text = unit
-            .payload
-            .get("text")
-            .and_then(Value::as_str)
-            .ok_or_else(|| invalid("a Synology Chat unit needs a `text` string"))?;
-        if text.trim().is_empty() {
-            return Err(invalid("Synology Chat refuses an empty post"));
-        }
-        if text.chars().count() > MAX_TEXT_CHARS as usize {
-            return Err(invalid(format!(
-                "a Synology Chat post holds at most {MAX_TEXT_CHARS} characters here"
-            )));
-        }
+        let content = content_of(unit)?;
         let target = &ctx.message.target;
         let key = ctx.unit_key(unit);
         let (via, raw) = match target.kind {
@@ -241,7 +263,8 @@ impl ChannelMessageAdapter for SynologyAdapter {
                     )
                 })?;
                 let user_id = self.resolve(token, &target.id).await?;
-                let payload = json!({ "text": text, "user_ids": [user_id] });
+                let mut payload = content.clone();
+                payload["user_ids"] = json!([user_id]);
                 self.post("bot", "chatbot", token, &payload).await?;
                 (
                     "chatbot",
@@ -259,7 +282,7 @@ impl ChannelMessageAdapter for SynologyAdapter {
                         ),
                     )
                 })?;
-                let payload = json!({ "text": text });
+                let payload = content;
                 self.post(
                     &format!("channel:{}", target.id),
                     "incoming",

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clawgate_channel_sdk::prelude::*;
 use clawgate_channel_synology::simulator::{
-    Fault, FaultKind, SimChannel, SimulatorConfig, SynologySimulator,
+    Conversation, Fault, FaultKind, SimChannel, SimulatorConfig, SynologySimulator,
 };
 use clawgate_channel_synology::{SynologyFactory, SynologySecrets};
 use serde_json::{Value, json};
@@ -272,6 +272,18 @@ impl clawgate_conformance::ConformancePeer for Peer {
             TargetKind::Direct => self.sim.bot_texts_to(&target.id),
             _ => self.sim.integration_texts_in(target.id.parse().unwrap()),
         }
+    }
+
+    async fn visible_raw(&self, target: &MessageTarget) -> Vec<Value> {
+        let Some(user) = self.sim.user(&target.id) else {
+            return Vec::new();
+        };
+        self.sim
+            .posts()
+            .into_iter()
+            .filter(|p| p.conversation == Conversation::Direct(user.user_id))
+            .map(|p| json!({ "post_id": p.post_id, "text": p.text, "file_url": p.file_url }))
+            .collect()
     }
 
     async fn inject_inbound(&self, target: &MessageTarget, text: &str, bot: bool) -> Option<Value> {
