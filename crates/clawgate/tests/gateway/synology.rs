@@ -417,10 +417,30 @@ async fn a_synology_chat_conversation_through_the_binary_answers_dms_and_the_cha
         app.write("grace", Where::Channel, "hello channel", 12),
     ];
     settle(&app.sim, &app.state(), &asked, Duration::from_secs(20)).await;
+    // A second copy of each event (Synology is not known to send one; a proxy might) is
+    // taken and dropped by its post id: answered, never answered twice.
+    let firsts: Vec<usize> = app.sim.deliveries().iter().map(|d| d.id).collect();
+    let copies: Vec<usize> = firsts.iter().filter_map(|id| app.sim.replay(*id)).collect();
+    assert!(app.sim.deliveries_settled(Duration::from_secs(10)).await);
+    for copy in copies {
+        assert_eq!(app.sim.deliveries()[copy].status, 204, "a copy is answered");
+    }
+    settle(&app.sim, &app.state(), &asked, Duration::from_secs(3)).await;
     let status = gateway.interrupt();
     let verdict = judge(&app.sim, &app.state(), &asked);
     assert!(verdict.holds(), "{verdict:?}");
     assert_eq!(verdict.finals, 2, "{verdict:?}");
+    // The copies left no trace: one inbound record and one reply per post.
+    let intents = state_pairs(
+        &app.state(),
+        "SELECT idempotency_key, status FROM send_intents",
+    );
+    let records = state_pairs(&app.state(), "SELECT event_id, status FROM inbound_records");
+    assert_eq!(
+        (intents.len(), records.len()),
+        (2, 2),
+        "{intents:?} {records:?}"
+    );
     // Plain durable finals: one post per answer, no preview, no edit (Synology has none).
     let posts: Vec<_> = app
         .sim
