@@ -4,7 +4,7 @@
 //! one token are spaced by `send_interval_ms`, and a 411 ("too fast") is a rate limit.
 //!
 //! Synology answers a post with `{"success":true}` and nothing else: no post id, no history a
-//! bot can read, no edit, no delete ([obs], platform-apis-wave2 §7). So:
+//! bot can read, no edit, no delete (\[obs\], platform-apis-wave2 §7). So:
 //! - the receipt of a unit is its own idempotency key (`synology:<via>:<unit key>`), with the
 //!   recipient in `raw`;
 //! - a send whose answer was lost cannot be settled: the channel does not declare

@@ -10,7 +10,7 @@ use clawgate_channel_sdk::{Secret, SendError};
 use clawgate_types::DeliveryFailureKind;
 use serde_json::Value;
 
-/// DSM's and Chat's error codes, as Synology Chat clients know them ([obs]).
+/// DSM's and Chat's error codes, as Synology Chat clients know them (\[obs\]).
 pub(crate) mod code {
     /// The API name is unknown (`api=`). This client's API name is fixed, so for it the code
     /// means the NAS does not serve the API right now: DSM drops a package's APIs while the

@@ -2,7 +2,7 @@
 //!
 //! [`SynologySimulator::start`] binds `127.0.0.1` and serves `GET`/`POST /webapi/entry.cgi?
 //! api=SYNO.Chat.External&method=…&version=2&token=%22…%22` as platform-apis-wave2 §7 describes
-//! it (all of it [obs]: no vendor source was reachable):
+//! it (all of it \[obs\]: no vendor source was reachable):
 //!
 //! - the token travels inside URL-encoded double quotes; a bare token does not match;
 //! - the body (or the query) carries `payload=<URL-encoded JSON>`: `text`, `file_url`, and for
@@ -15,13 +15,13 @@
 //!   (also what DSM answers while the Chat package is stopped: inject it for that),
 //!   103 unknown method, 104 unsupported version, 117 invalid payload, 404 invalid token, 411
 //!   posting too fast;
-//! - the rate limit's observable shape is a decision of this simulator ([obs]: clients wait
+//! - the rate limit's observable shape is a decision of this simulator (\[obs\]: clients wait
 //!   ≥ 500 ms between posts and know 411): a post sooner than
 //!   [`SimulatorConfig::min_send_interval`] after the previous accepted post of the same token
 //!   answers 411 and creates nothing;
 //! - the two user-id spaces: a person's `user_id` in the bot's events is per-integration
 //!   ([`SimUser::bot_user_id`]); `chatbot` wants the Chat-internal one ([`SimUser::user_id`],
-//!   from `user_list`). A chatbot post to an id that names nobody is refused (117, [unverified]);
+//!   from `user_list`). A chatbot post to an id that names nobody is refused (117, \[unverified\]);
 //!   one to the *other* space's number that happens to name someone lands with that person,
 //!   as it would on a NAS.
 //!
@@ -29,12 +29,12 @@
 //! a trigger word to the channel's outgoing-webhook URL, form-encoded (`token`, `user_id`,
 //! `username`, `post_id`, `timestamp`, `text`; plus `channel_id`, `channel_type`,
 //! `channel_name`, `thread_id`, `trigger_word` for outgoing webhooks). Each is tried **once**:
-//! no retry semantics are known for Synology, so none are invented; [`SynologySimulator::
-//! replay`] posts a delivery again when a test wants a duplicate.
+//! no retry semantics are known for Synology, so none are invented;
+//! [`SynologySimulator::replay`] posts a delivery again when a test wants a duplicate.
 //!
-//! Tests play the people ([`SynologySimulator::person_dms_bot`], [`SynologySimulator::
-//! person_posts`]), break things ([`SynologySimulator::inject`]) and judge from the platform's
-//! own record ([`SynologySimulator::posts`], [`SynologySimulator::calls`],
+//! Tests play the people ([`SynologySimulator::person_dms_bot`],
+//! [`SynologySimulator::person_posts`]), break things ([`SynologySimulator::inject`]) and judge
+//! from the platform's own record ([`SynologySimulator::posts`], [`SynologySimulator::calls`],
 //! [`SynologySimulator::deliveries`]).
 //!
 //! Invariants: a refused call creates nothing; an accepted post is in the record whether or
@@ -67,7 +67,7 @@ pub struct SimulatorConfig {
     /// How long a webhook receiver may take before the attempt counts as failed.
     pub answer_deadline: Duration,
     /// Whether a post made through an incoming webhook that starts with a trigger word fires
-    /// that channel's outgoing webhook, authored by the integration ([unverified]: off unless a
+    /// that channel's outgoing webhook, authored by the integration (\[unverified\]: off unless a
     /// test wants to check that the channel never answers its own posts).
     pub echo_integration_posts: bool,
 }
