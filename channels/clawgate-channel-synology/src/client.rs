@@ -257,4 +257,20 @@ mod tests {
         let down = CallError::Unreachable("refused".into()).into_send_error("incoming", 500);
         assert_eq!((down.kind, down.side_effect), (Transient, SideEffect::None));
     }
+
+    #[tokio::test]
+    async fn the_token_never_reaches_an_error_or_debug() {
+        let api = ChatApi::new("http://127.0.0.1:1", Duration::from_secs(2));
+        let error = api
+            .call("user_list", &Secret::new("very-secret-token"), None)
+            .await
+            .unwrap_err();
+        assert!(matches!(error, CallError::Unreachable(_)), "{error:?}");
+        let text = format!(
+            "{error:?} {}",
+            error.clone().into_send_error("user_list", 0).message
+        );
+        assert!(!text.contains("very-secret"), "{text}");
+        assert!(!format!("{api:?}").contains("very-secret"));
+    }
 }
