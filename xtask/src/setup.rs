@@ -151,9 +151,18 @@ const PYSIGNALCLIJSONRPC: PythonTool = PythonTool {
                CLAWGATE_PYSIGNALCLIJSONRPC_PYTHON at a python that has pysignalclijsonrpc)",
 };
 
+/// The synochat the Synology Chat simulator's cross-check is written against.
+const SYNOCHAT: PythonTool = PythonTool {
+    venv: "synochat",
+    package: "synochat",
+    version: "1.0.4",
+    for_what: "the Synology Chat simulator's synochat test (or point CLAWGATE_SYNOCHAT_PYTHON \
+               at a python that has synochat)",
+};
+
 /// Each Python tool, with the variable that points its tests at a python of one's own instead
 /// (none for Synapse).
-const PYTHON_TOOLS: [(&PythonTool, Option<&str>); 9] = [
+const PYTHON_TOOLS: [(&PythonTool, Option<&str>); 10] = [
     (&AIOGRAM, Some("CLAWGATE_AIOGRAM_PYTHON")),
     (&SLACK_SDK, Some("CLAWGATE_SLACK_SDK_PYTHON")),
     (&MATTERMOSTDRIVER, Some("CLAWGATE_MATTERMOSTDRIVER_PYTHON")),
@@ -162,6 +171,7 @@ const PYTHON_TOOLS: [(&PythonTool, Option<&str>); 9] = [
     (&PYWA, Some("CLAWGATE_PYWA_PYTHON")),
     (&ELIZAOS_ZALO, Some("CLAWGATE_ZALO_PYTHON")),
     (&PYSIGNALCLIJSONRPC, Some("CLAWGATE_PYSIGNALCLIJSONRPC_PYTHON")),
+    (&SYNOCHAT, Some("CLAWGATE_SYNOCHAT_PYTHON")),
     (&SYNAPSE, None),
 ];
 

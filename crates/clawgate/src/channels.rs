@@ -23,6 +23,7 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-whatsapp",
             feature = "channel-zalo",
             feature = "channel-signal",
+            feature = "channel-synology",
         )),
         allow(unused_mut)
     )]
@@ -65,6 +66,10 @@ pub fn registry() -> ChannelRegistry {
     registry.register(std::sync::Arc::new(clawgate_channel_zalo::ZaloFactory));
     #[cfg(feature = "channel-signal")]
     registry.register(std::sync::Arc::new(clawgate_channel_signal::SignalFactory));
+    #[cfg(feature = "channel-synology")]
+    registry.register(std::sync::Arc::new(
+        clawgate_channel_synology::SynologyFactory,
+    ));
     registry
 }
 

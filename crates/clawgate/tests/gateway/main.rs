@@ -27,6 +27,7 @@ mod signal;
 mod slack;
 mod store_faults;
 mod support;
+mod synology;
 mod telegram;
 mod twitch;
 mod webdriver;

@@ -1,0 +1,231 @@
+//! Where events come from: Synology Chat POSTing to the channel's webhook URL — the bot's
+//! events (a person's DM) and the channels' outgoing webhooks (a post starting with a trigger
+//! word) alike, form-encoded.
+//!
+//! The `token` field is the only proof of origin (no signature exists): it is compared, in
+//! constant time over SHA-256 digests, with the bot's token and every channel's outgoing-webhook
+//! token before anything else of the request is looked at; a mismatch is 401 and nothing is
+//! read. A channel token is accepted only with its own `channel_id`. The event is handed to the
+//! engine (the token left out) and answered 204 with no body only once the engine has recorded
+//! it durably (an empty answer posts nothing back into Chat); otherwise 500. Synology is not
+//! known to send an event again, so a failure here is a prompt lost; the engine's durable
+//! dedupe by post id drops a copy that does arrive twice.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use clawgate_channel_sdk::{
+    AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, Secret, SourceError,
+};
+use clawgate_types::DeliveryFailureKind;
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tracing::warn;
+
+/// Whose token an event carried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Origin {
+    Bot,
+    Channel(String),
+}
+
+/// The tokens events may carry.
+#[derive(Clone, Default)]
+pub struct InboundTokens {
+    bot: Option<Secret>,
+    channels: Vec<(String, Secret)>,
+}
+
+impl std::fmt::Debug for InboundTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InboundTokens")
+            .field("bot", &self.bot.is_some())
+            .field(
+                "channels",
+                &self.channels.iter().map(|(c, _)| c).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl InboundTokens {
+    /// The bot's token (DM events), if the channel has a bot.
+    pub fn with_bot(mut self, token: Secret) -> Self {
+        self.bot = Some(token);
+        self
+    }
+
+    /// The outgoing-webhook token of Chat channel `channel_id`.
+    pub fn with_channel(mut self, channel_id: &str, token: Secret) -> Self {
+        self.channels.push((channel_id.to_owned(), token));
+        self
+    }
+
+    /// Whose token `given` is; every known token is compared, so the time taken does not
+    /// tell which (or how much of one) matched.
+    fn origin(&self, given: &str) -> Option<Origin> {
+        let digest = |s: &str| Sha256::digest(s.as_bytes());
+        let given = digest(given);
+        let mut found = None;
+        if let Some(bot) = &self.bot
+            && bool::from(digest(bot.expose()).ct_eq(&given))
+        {
+            found = Some(Origin::Bot);
+        }
+        for (channel, token) in &self.channels {
+            if bool::from(digest(token.expose()).ct_eq(&given)) {
+                found = Some(Origin::Channel(channel.clone()));
+            }
+        }
+        found
+    }
+}
+
+/// How the webhook listener is set up.
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    /// The address the listener binds (the integrations' outgoing URL must reach it).
+    pub listen: SocketAddr,
+    /// The path it serves.
+    pub path: String,
+    /// The tokens events may carry.
+    pub tokens: InboundTokens,
+    /// How long a delivery waits for the engine's durable record before answering 500.
+    pub answer_deadline: Duration,
+}
+
+/// The webhook listener.
+#[derive(Debug)]
+pub struct WebhookSource {
+    config: WebhookConfig,
+}
+
+impl WebhookSource {
+    /// A listener set up by `config`.
+    pub fn new(config: WebhookConfig) -> WebhookSource {
+        WebhookSource { config }
+    }
+}
+
+struct Delivery {
+    sink: Arc<dyn EventSink>,
+    tokens: InboundTokens,
+    deadline: Duration,
+}
+
+async fn deliver(State(delivery): State<Arc<Delivery>>, body: Bytes) -> Response {
+    let mut token = None;
+    let mut fields = Map::new();
+    for (key, value) in form_urlencoded::parse(&body) {
+        if key == "token" {
+            token = Some(value.into_owned());
+        } else {
+            fields.insert(key.into_owned(), Value::String(value.into_owned()));
+        }
+    }
+    let origin = token.as_deref().and_then(|t| delivery.tokens.origin(t));
+    let via = match origin {
+        None => {
+            warn!("a Synology Chat event with an unknown token was refused");
+            return (StatusCode::UNAUTHORIZED, "unknown token").into_response();
+        }
+        Some(Origin::Bot) => "bot",
+        Some(Origin::Channel(channel)) => {
+            if fields.get("channel_id").and_then(Value::as_str) != Some(channel.as_str()) {
+                warn!(
+                    channel,
+                    "an outgoing-webhook token arrived with another channel_id: refused"
+                );
+                return (StatusCode::UNAUTHORIZED, "token of another channel").into_response();
+            }
+            "outgoing"
+        }
+    };
+    if !fields.contains_key("post_id") {
+        return (StatusCode::BAD_REQUEST, "not a Synology Chat event").into_response();
+    }
+    let (ack, signal) = AckSignal::new();
+    delivery
+        .sink
+        .deliver(PushedEvent::new(
+            json!({ "via": via, "fields": fields }),
+            ack,
+        ))
+        .await;
+    match signal.answer(delivery.deadline).await {
+        AckAnswer::Acked => StatusCode::NO_CONTENT.into_response(),
+        _ => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+#[async_trait]
+impl PushedFeed for WebhookSource {
+    async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
+        let listener = tokio::net::TcpListener::bind(self.config.listen)
+            .await
+            .map_err(|e| {
+                SourceError::new(
+                    DeliveryFailureKind::Transient,
+                    format!(
+                        "the Synology Chat webhook listener cannot listen on {}: {e}",
+                        self.config.listen
+                    ),
+                )
+            })?;
+        tracing::info!(listen = %self.config.listen, path = %self.config.path, "Synology Chat webhook listener up");
+        let state = Arc::new(Delivery {
+            sink: sink.clone(),
+            tokens: self.config.tokens.clone(),
+            deadline: self.config.answer_deadline,
+        });
+        let app = axum::Router::new()
+            .route(&self.config.path, post(deliver))
+            .with_state(state);
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { sink.stopped().await })
+            .await
+            .map_err(|e| {
+                SourceError::new(
+                    DeliveryFailureKind::Transient,
+                    format!("the Synology Chat webhook listener failed: {e}"),
+                )
+            })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly by design.
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_name_their_origin_and_nothing_else_matches() {
+        let tokens = InboundTokens::default()
+            .with_bot(Secret::new("bot-token"))
+            .with_channel("34", Secret::new("channel-token"));
+        assert_eq!(tokens.origin("bot-token"), Some(Origin::Bot));
+        assert_eq!(
+            tokens.origin("channel-token"),
+            Some(Origin::Channel("34".into()))
+        );
+        for wrong in [
+            "",
+            "bot-toke",
+            "bot-token ",
+            "\"bot-token\"",
+            "channel-token2",
+        ] {
+            assert_eq!(tokens.origin(wrong), None, "{wrong:?}");
+        }
+        assert!(!format!("{tokens:?}").contains("token\""));
+        assert!(!format!("{tokens:?}").contains("bot-token"));
+    }
+}
