@@ -121,6 +121,15 @@ const DISCORDJS: NpmTool = NpmTool {
                node_modules with @discordjs/rest and @discordjs/ws)",
 };
 
+/// Microsoft's Bot Builder (its Bot Connector client and its JWT validation) the Teams
+/// simulator's cross-check uses.
+const BOTBUILDER: NpmTool = NpmTool {
+    dir: "botbuilder",
+    packages: &["botbuilder@4.23.3", "botframework-connector@4.23.3"],
+    for_what: "the Teams simulator's Bot Builder test (or point CLAWGATE_BOTBUILDER_MODULES at a \
+               node_modules with botbuilder and botframework-connector)",
+};
+
 pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     if !succeeds(&mut cargo(["deny", "--version"])) {
         println!("setup: installing {CARGO_DENY} (once per machine)");
@@ -161,6 +170,9 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     }
     if std::env::var_os("CLAWGATE_TWURPLE_DIR").is_none() {
         ensure_npm_tool(&TWURPLE)?;
+    }
+    if std::env::var_os("CLAWGATE_BOTBUILDER_MODULES").is_none() {
+        ensure_npm_tool(&BOTBUILDER)?;
     }
     Ok(())
 }

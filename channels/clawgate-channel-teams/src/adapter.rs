@@ -152,15 +152,25 @@ fn conversation_of(ctx: &SendContext, part: &MessageReceiptPart) -> String {
         .unwrap_or_else(|| addressed(&ctx.message.target, part.thread_id.as_deref()))
 }
 
-fn streaminfo(stream_id: Option<&str>, stream_type: &str, sequence: Option<u64>) -> Value {
-    let mut info = json!({ "type": "streaminfo", "streamType": stream_type });
+/// A streaming activity: `kind` with `text` and the stream's fields, both as the `streaminfo`
+/// entity streaming-ux.md describes and in `channelData` (as Teams' own libraries send them).
+fn stream_activity(
+    kind: &str,
+    text: &str,
+    stream_id: Option<&str>,
+    stream_type: &str,
+    sequence: Option<u64>,
+) -> Value {
+    let mut info = json!({ "streamType": stream_type });
     if let Some(id) = stream_id {
         info["streamId"] = json!(id);
     }
     if let Some(sequence) = sequence {
         info["streamSequence"] = json!(sequence);
     }
-    info
+    let mut entity = info.clone();
+    entity["type"] = json!("streaminfo");
+    json!({ "type": kind, "text": text, "entities": [entity], "channelData": info })
 }
 
 impl TeamsAdapter {
@@ -341,10 +351,7 @@ impl TeamsAdapter {
         text: &str,
     ) -> Result<MessageReceiptPart, CallError> {
         let conversation = addressed(&ctx.message.target, None);
-        let body = json!({
-            "type": "typing", "text": text,
-            "entities": [streaminfo(None, "streaming", Some(1))],
-        });
+        let body = stream_activity("typing", text, None, "streaming", Some(1));
         let (_, answer) = self
             .call(Method::POST, &conversation, None, Some(&body))
             .await?;
@@ -364,10 +371,13 @@ impl TeamsAdapter {
         text: &str,
     ) -> Result<bool, SendError> {
         let conversation = conversation_of(ctx, preview);
-        let body = json!({
-            "type": "message", "text": text,
-            "entities": [streaminfo(Some(&preview.platform_message_id), "final", None)],
-        });
+        let body = stream_activity(
+            "message",
+            text,
+            Some(&preview.platform_message_id),
+            "final",
+            None,
+        );
         let mut repeated = false;
         let mut lost = CallError::Lost("no answer".into());
         for _ in 0..REPEATS {
@@ -549,10 +559,13 @@ impl MessageLiveAdapter for TeamsAdapter {
             tokio::time::sleep(wait).await;
         }
         let next = sequence + 1;
-        let body = json!({
-            "type": "typing", "text": text,
-            "entities": [streaminfo(Some(&preview.platform_message_id), "streaming", Some(next))],
-        });
+        let body = stream_activity(
+            "typing",
+            text,
+            Some(&preview.platform_message_id),
+            "streaming",
+            Some(next),
+        );
         let conversation = conversation_of(ctx, preview);
         let outcome = self
             .call(Method::POST, &conversation, None, Some(&body))

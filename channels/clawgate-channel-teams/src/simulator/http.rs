@@ -231,9 +231,7 @@ fn respond(answer: &Answer) -> Response {
 }
 
 fn streaming(body: &Value) -> bool {
-    body["entities"]
-        .as_array()
-        .is_some_and(|e| e.iter().any(|e| e["type"].as_str() == Some("streaminfo")))
+    super::state::streaminfo(body).is_some()
 }
 
 async fn handle(

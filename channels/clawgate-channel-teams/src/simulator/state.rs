@@ -198,12 +198,18 @@ pub(crate) fn rfc3339(at: SystemTime) -> String {
     )
 }
 
-/// The `streaminfo` entity of an activity, if it has one.
-fn streaminfo(activity: &Value) -> Option<&Value> {
+/// The stream fields of an activity: its `streaminfo` entity, else its `channelData` when that
+/// names a `streamType` (the form Bot Builder's serializer lets through: it drops entity fields
+/// it has no model for, and Teams reads both).
+pub(crate) fn streaminfo(activity: &Value) -> Option<&Value> {
     activity["entities"]
-        .as_array()?
-        .iter()
-        .find(|e| e["type"].as_str() == Some("streaminfo"))
+        .as_array()
+        .and_then(|e| e.iter().find(|e| e["type"].as_str() == Some("streaminfo")))
+        .filter(|e| e.get("streamType").is_some() || e.get("streamSequence").is_some())
+        .or_else(|| {
+            let data = &activity["channelData"];
+            data.get("streamType").map(|_| data)
+        })
 }
 
 /// `19:abc@thread.tacv2;messageid=123` → (`19:abc@thread.tacv2`, `Some("123")`).
@@ -691,10 +697,7 @@ impl World {
         }
         let stream_type = info["streamType"].as_str().unwrap_or("streaming");
         let sequence = info["streamSequence"].as_u64();
-        let stream_id = info["streamId"]
-            .as_str()
-            .or_else(|| activity["channelData"]["streamId"].as_str())
-            .map(str::to_owned);
+        let stream_id = info["streamId"].as_str().map(str::to_owned);
         let text =
             Self::text_of(activity).map_err(|_| Self::not_allowed("Message size too large."))?;
         match (kind, stream_id) {
