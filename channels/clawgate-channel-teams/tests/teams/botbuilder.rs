@@ -53,7 +53,11 @@ async fn bot_builder_validates_what_the_simulator_sends_and_drives_its_connector
     .unwrap();
     let ada = sim.person("ada");
     let personal = sim.personal_chat(&ada);
-    let channel = sim.conversation(ConversationKind::Channel, "general", &[ada.clone()]);
+    let channel = sim.conversation(
+        ConversationKind::Channel,
+        "general",
+        std::slice::from_ref(&ada),
+    );
     sim.person_writes(&personal, &ada, "hello bot builder", None)
         .unwrap();
     let post = sim
