@@ -299,3 +299,31 @@ async fn a_wrong_client_secret_stops_the_start_naming_the_setting_not_the_secret
     assert!(error.contains("invalid_client"), "{error}");
     assert!(!error.contains("not-the-secret-value"), "{error}");
 }
+
+#[tokio::test]
+async fn a_misspelt_setting_and_a_plain_http_service_stop_the_start_naming_the_key() {
+    let sim = TeamsSimulator::start(SimulatorConfig::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let base = json!({
+        "app_id": sim.app_id(), "app_password_env": "TEAMS_APP_PASSWORD",
+        "listen": "127.0.0.1:0", "token_url": sim.token_url(), "openid_url": sim.openid_url(),
+    });
+    let mut misspelt = base.clone();
+    misspelt["streeming"] = json!(false);
+    let mut no_url = base.clone();
+    no_url["service_url"] = json!("smba.trafficmanager.net/teams/");
+    for (settings, key) in [
+        (misspelt, "channels[0].settings"),
+        (no_url, "channels[0].settings.service_url"),
+    ] {
+        let setup = ChannelSetup::new(0, "teams", "default", settings, dir.path());
+        let error = TeamsFactory
+            .build_with_secrets(&setup, Secret::new(sim.app_password()))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(key), "{error}");
+    }
+}

@@ -25,6 +25,7 @@ mod plugin_channel;
 mod slack;
 mod store_faults;
 mod support;
+mod teams;
 mod telegram;
 mod twitch;
 mod webdriver;
