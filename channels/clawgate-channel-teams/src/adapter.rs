@@ -35,6 +35,9 @@ pub const MAX_TEXT_CHARS: u32 = 7_000;
 const REPEATS: u32 = 3;
 /// Teams takes one streaming request a second per stream.
 const STREAM_INTERVAL: Duration = Duration::from_secs(1);
+/// How long a conversation is held after a 429 without `Retry-After` (the rate-limit page's
+/// sample backs off from 2 s).
+const RATE_LIMIT_HOLD_MS: u64 = 2_000;
 /// The `edit_token` prefix of a stream's part (the rest is the conversation).
 const STREAM_PREFIX: &str = "stream:";
 
@@ -49,6 +52,9 @@ pub struct TeamsAdapter {
     /// Each open stream's last sequence number and request time (lost on a restart: a stream
     /// then takes only its final).
     streams: Mutex<HashMap<String, (u64, Instant)>>,
+    /// Conversations Teams answered 429 for, and until when: calls there wait it out here
+    /// rather than spend the bot's quota on refusals.
+    throttled: Mutex<HashMap<String, Instant>>,
 }
 
 impl std::fmt::Debug for TeamsAdapter {
@@ -189,6 +195,7 @@ impl TeamsAdapter {
             streaming,
             capabilities: capabilities(),
             streams: Mutex::new(HashMap::new()),
+            throttled: Mutex::new(HashMap::new()),
         }
     }
 
@@ -229,12 +236,35 @@ impl TeamsAdapter {
                 });
             }
         };
+        let (base, _) = split_thread(conversation);
+        let held = lock(&self.throttled)
+            .get(base)
+            .map(|until| until.saturating_duration_since(Instant::now()))
+            .filter(|left| !left.is_zero());
+        if let Some(left) = held {
+            return Err(CallError::Refused {
+                status: 429,
+                code: "Throttled".into(),
+                message: "held back: Teams asked this bot to wait in this conversation".into(),
+                retry_after_ms: Some(u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1)),
+            });
+        }
         let mut path = format!("conversations/{}/activities", encode_segment(conversation));
         if let Some(id) = activity {
             path.push('/');
             path.push_str(&encode_segment(id));
         }
-        self.api.call(method, &service_url, &path, body).await
+        let outcome = self.api.call(method, &service_url, &path, body).await;
+        if let Err(CallError::Refused {
+            status: 429,
+            retry_after_ms,
+            ..
+        }) = &outcome
+        {
+            let wait = Duration::from_millis(retry_after_ms.unwrap_or(RATE_LIMIT_HOLD_MS));
+            lock(&self.throttled).insert(base.to_owned(), Instant::now() + wait);
+        }
+        outcome
     }
 
     /// Repeats an idempotent call while its answer is lost.

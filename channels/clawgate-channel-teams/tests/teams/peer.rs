@@ -150,7 +150,9 @@ impl Peer {
 fn refusal(kind: DeliveryFailureKind) -> Option<(FaultKind, u32)> {
     Some(match kind {
         DeliveryFailureKind::Transient => (FaultKind::ServerError(503), 1),
-        DeliveryFailureKind::RateLimit => (FaultKind::RateLimited(1), 1),
+        // `Retry-After: 0`: the case's next refusal goes to the same conversation, which the
+        // adapter would otherwise hold back for the wait asked.
+        DeliveryFailureKind::RateLimit => (FaultKind::RateLimited(0), 1),
         DeliveryFailureKind::Auth => (
             FaultKind::error(
                 401,

@@ -238,6 +238,44 @@ async fn a_429_is_a_rate_limit_with_its_retry_after_and_nothing_sent() {
 }
 
 #[tokio::test]
+async fn after_a_429_the_conversation_is_held_for_its_retry_after_and_others_are_not() {
+    let peer = Peer::start().await;
+    let chat = peer.group_chat("held");
+    let other = peer.group_chat("free");
+    // A minute: the second send always comes inside it.
+    peer.sim
+        .inject(Fault::on(Op::Send, FaultKind::RateLimited(60)));
+    let sender = &peer.plugin.sender;
+    let target = MessageTarget::group(&chat);
+    sender
+        .send_unit(&ctx(&target, "h1"), &text("x"))
+        .await
+        .unwrap_err();
+    let held = sender
+        .send_unit(&ctx(&target, "h2"), &text("y"))
+        .await
+        .unwrap_err();
+    assert_eq!(held.kind, DeliveryFailureKind::RateLimit);
+    assert!(
+        held.retry_after_ms.is_some_and(|ms| ms > 0 && ms <= 60_000),
+        "{held:?}"
+    );
+    let sends = |conversation: &str| {
+        peer.sim
+            .calls()
+            .iter()
+            .filter(|c| c.op == Op::Send && c.path.contains(conversation))
+            .count()
+    };
+    assert_eq!(sends(&chat), 1, "the held send never reached Teams");
+    sender
+        .send_unit(&ctx(&MessageTarget::group(&other), "h3"), &text("z"))
+        .await
+        .unwrap();
+    assert_eq!(peer.texts(&other), ["z"]);
+}
+
+#[tokio::test]
 async fn a_revoked_token_is_replaced_and_the_send_goes_through() {
     let peer = Peer::start().await;
     let chat = peer.group_chat("tokens");
