@@ -365,3 +365,33 @@ async fn a_misspelt_setting_and_a_plain_http_service_stop_the_start_naming_the_k
         assert!(error.contains(key), "{error}");
     }
 }
+
+#[tokio::test]
+async fn a_2xx_whose_body_is_an_error_is_not_a_success() {
+    let peer = Peer::start().await;
+    let chat = peer.group_chat("dropped");
+    // The answer Teams gives a stream update it dropped for its order, met by a send.
+    peer.sim.inject(Fault::on(
+        Op::Send,
+        FaultKind::error(
+            202,
+            "ContentStreamSequenceOrderPreConditionFailed",
+            "PreCondition failed",
+        ),
+    ));
+    let error = peer
+        .plugin
+        .sender
+        .send_unit(&ctx(&MessageTarget::group(&chat), "d"), &text("x"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (error.kind, error.side_effect),
+        (DeliveryFailureKind::Conflict, SideEffect::None),
+        "{error:?}"
+    );
+    assert_eq!(
+        error.platform_code.as_deref(),
+        Some("ContentStreamSequenceOrderPreConditionFailed")
+    );
+}
