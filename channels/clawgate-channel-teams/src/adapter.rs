@@ -52,8 +52,8 @@ pub struct TeamsAdapter {
     /// Each open stream's last sequence number and request time (lost on a restart: a stream
     /// then takes only its final).
     streams: Mutex<HashMap<String, (u64, Instant)>>,
-    /// Conversations Teams answered 429 for, and until when: calls there wait it out here
-    /// rather than spend the bot's quota on refusals.
+    /// Conversations Teams answered a send 429 for, and until when: sends there wait it out
+    /// here rather than spend the bot's quota on refusals.
     throttled: Mutex<HashMap<String, Instant>>,
 }
 
@@ -237,8 +237,11 @@ impl TeamsAdapter {
             }
         };
         let (base, _) = split_thread(conversation);
+        // The limits that answered 429 count sends; updates and deletes go on.
+        let send = method == Method::POST;
         let held = lock(&self.throttled)
             .get(base)
+            .filter(|_| send)
             .map(|until| until.saturating_duration_since(Instant::now()))
             .filter(|left| !left.is_zero());
         if let Some(left) = held {
@@ -260,6 +263,7 @@ impl TeamsAdapter {
             retry_after_ms,
             ..
         }) = &outcome
+            && send
         {
             let wait = Duration::from_millis(retry_after_ms.unwrap_or(RATE_LIMIT_HOLD_MS));
             lock(&self.throttled).insert(base.to_owned(), Instant::now() + wait);

@@ -282,6 +282,7 @@ async fn handle(
                 Op::Stream
             }
         }
+        (&Method::POST, None) if parsed["type"].as_str() == Some("typing") => Op::Typing,
         (&Method::POST, None) => Op::Send,
         (&Method::POST, Some(_)) => Op::Reply,
         (&Method::PUT, Some(_)) => Op::Update,
@@ -318,12 +319,13 @@ async fn handle(
                 message,
             }) => Err(ApiError::new(*status, code, message.clone())),
             Some(FaultKind::LoseAnswer) | None => match op {
-                Op::Send | Op::Reply | Op::Stream | Op::StreamFinal => world.post_activity(
-                    &inner.config,
-                    &route.conversation,
-                    route.activity.as_deref(),
-                    &parsed,
-                ),
+                Op::Send | Op::Typing | Op::Reply | Op::Stream | Op::StreamFinal => world
+                    .post_activity(
+                        &inner.config,
+                        &route.conversation,
+                        route.activity.as_deref(),
+                        &parsed,
+                    ),
                 Op::Update => world.update_activity(
                     &route.conversation,
                     route.activity.as_deref().unwrap_or_default(),
@@ -342,6 +344,12 @@ async fn handle(
         Ok((status, body)) => (*status, body["error"]["code"].as_str().map(str::to_owned)),
         Err(error) => (error.status, Some(error.code.clone())),
     };
+    let created = match (&answer, op) {
+        (Ok((201, body)), Op::Send | Op::Reply | Op::Stream) => {
+            body["id"].as_str().map(str::to_owned)
+        }
+        _ => None,
+    };
     world.calls.push(CallRecord {
         op,
         path,
@@ -349,6 +357,7 @@ async fn handle(
         status,
         error_code,
         answered: !lost,
+        created,
     });
     drop(world);
     if lost {
@@ -398,6 +407,7 @@ fn token(inner: &Inner, connection: &Connection, body: &Bytes) -> Response {
             .err()
             .and_then(|(_, b)| b["error"].as_str().map(str::to_owned)),
         answered: !lost,
+        created: None,
     });
     drop(world);
     if lost {

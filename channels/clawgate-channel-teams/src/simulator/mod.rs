@@ -203,8 +203,10 @@ impl SimActivity {
 pub enum Op {
     /// The token endpoint.
     Token,
-    /// `POST …/activities` (a message, or a plain typing indicator).
+    /// `POST …/activities` of a message.
     Send,
+    /// `POST …/activities` of a plain `typing` indicator (no stream).
+    Typing,
     /// `POST …/activities/{id}`.
     Reply,
     /// A streaming `typing` activity (start or continue).
@@ -232,6 +234,8 @@ pub struct CallRecord {
     pub error_code: Option<String>,
     /// Whether the answer reached the client.
     pub answered: bool,
+    /// The activity the call created (a send's, a reply's, a stream start's).
+    pub created: Option<String>,
 }
 
 /// One attempt to deliver an activity to the bot.

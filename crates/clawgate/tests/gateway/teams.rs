@@ -12,7 +12,8 @@
 //! is lost) in group chats and channel threads, or by the stream's final message in one-on-one
 //! chats (repeated: "already completed" means it landed). One outcome stays inherent: a preview
 //! whose creating call a kill cut off is not known to the restarted gateway and stays visible
-//! beside the final — an orphan preview, always a strict prefix of the final in the same place.
+//! beside the final — an orphan preview, always a strict prefix of the final in the same place,
+//! and evidenced: its creating call lost its answer, or a gateway that was then killed made it.
 //! The judge allows exactly these two (counted), and fails on everything else: a duplicate
 //! final, a missing final not recorded unknown, a partial final, a stray, an activity the
 //! simulator gave up on, a leftover agent process.
@@ -125,6 +126,9 @@ struct Verdict {
     finals: usize,
     /// Finals recorded `unknown_after_send` and not visible (parked, never repeated).
     unknown: usize,
+    /// Finals that landed though their send was left `unknown_after_send` (its answer lost):
+    /// parked for an operator, who finds the message there.
+    parked_landed: usize,
     /// Previews left beside their final (strict prefixes of it, same place).
     orphans: usize,
     problems: Vec<String>,
@@ -137,8 +141,18 @@ fn reply_statuses(state: &Path) -> HashMap<String, String> {
         .collect()
 }
 
-fn judge(sim: &TeamsSimulator, state: &Path, asked: &[Asked]) -> Verdict {
+/// `last_start`: how many calls the simulator had answered when the last gateway (the one never
+/// killed) started; an orphan preview needs its evidence: its creating call's answer was lost, or
+/// a gateway made it that a kill then stopped.
+fn judge(sim: &TeamsSimulator, state: &Path, asked: &[Asked], last_start: usize) -> Verdict {
     let statuses = reply_statuses(state);
+    let calls = sim.calls();
+    let evidenced = |id: &str| {
+        calls
+            .iter()
+            .enumerate()
+            .any(|(n, c)| c.created.as_deref() == Some(id) && (!c.answered || n < last_start))
+    };
     let of_event = |a: &Asked| {
         statuses
             .iter()
@@ -159,7 +173,12 @@ fn judge(sim: &TeamsSimulator, state: &Path, asked: &[Asked]) -> Verdict {
                 .filter(|m| here(m) && m.is_final_message() && m.text == a.expected)
                 .count();
             match finals {
-                1 => verdict.finals += 1,
+                1 => {
+                    verdict.finals += 1;
+                    if of_event(a).iter().any(|s| s == "unknown_after_send") {
+                        verdict.parked_landed += 1;
+                    }
+                }
                 0 if of_event(a).iter().any(|s| s == "unknown_after_send") => {
                     verdict.unknown += 1;
                 }
@@ -183,8 +202,14 @@ fn judge(sim: &TeamsSimulator, state: &Path, asked: &[Asked]) -> Verdict {
                     && m.stream
                         .as_ref()
                         .is_none_or(|s| s.state != StreamState::Final);
-                if orphan {
+                if orphan && evidenced(&m.id) {
                     verdict.orphans += 1;
+                } else if orphan {
+                    verdict.problems.push(format!(
+                        "message {}: a preview {} left beside its final by a gateway never \
+                         killed, its answer received: {:?}",
+                        a.event_id, m.id, m.text
+                    ));
                 }
                 !orphan
             });
@@ -211,11 +236,17 @@ fn judge(sim: &TeamsSimulator, state: &Path, asked: &[Asked]) -> Verdict {
 
 /// Waits until every message has its final or a parked reply (or `quiet` passes with nothing
 /// new).
-async fn settle(sim: &TeamsSimulator, state: &Path, asked: &[Asked], quiet: Duration) {
+async fn settle(
+    sim: &TeamsSimulator,
+    state: &Path,
+    asked: &[Asked],
+    last_start: usize,
+    quiet: Duration,
+) {
     let start = Instant::now();
     let mut last = (0, Instant::now());
     loop {
-        let verdict = judge(sim, state, asked);
+        let verdict = judge(sim, state, asked, last_start);
         if verdict.finals + verdict.unknown == asked.len() && sim.pending_events() == 0 {
             tokio::time::sleep(Duration::from_secs(1)).await;
             return;
@@ -257,8 +288,8 @@ fn conversations(bot: &Bot) -> Vec<String> {
 /// one-on-one chats previewed as Teams streams, two group chats and two channels previewed as
 /// messages updated in place, channel posts answered in their threads), the gateway SIGKILLed
 /// at seeded random instants and restarted, one connector answer per round lost after Teams
-/// acted (a send: parked; an update or a stream's final: repeated), then a clean stop; judged
-/// from the simulator's record and the reply intents' statuses.
+/// acted (a send or a thread reply: parked; an update or a stream's final: repeated), then a
+/// clean stop; judged from the simulator's record and the reply intents' statuses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_sigkills_on_a_teams_bot_never_duplicate_or_silently_lose_a_final() {
     const WORDS: usize = 8;
@@ -278,8 +309,8 @@ async fn random_sigkills_on_a_teams_bot_never_duplicate_or_silently_lose_a_final
         let gateway = bot
             .gateway()
             .unwrap_or_else(|why| panic!("seed {seed}: {why}"));
-        let op =
-            [Op::Update, Op::StreamFinal, Op::Send][usize::try_from(rng.below(3)).unwrap_or(0)];
+        let op = [Op::Update, Op::StreamFinal, Op::Send, Op::Reply]
+            [usize::try_from(rng.below(4)).unwrap_or(0)];
         bot.sim
             .inject(Fault::on(op, FaultKind::LoseAnswer).after(rng.below(3) as u32));
         for _ in 0..per_kill.min(count - asked.len()) {
@@ -290,6 +321,7 @@ async fn random_sigkills_on_a_teams_bot_never_duplicate_or_silently_lose_a_final
         tokio::time::sleep(Duration::from_millis(rng.below(400))).await;
         gateway.kill_hard();
     }
+    let last_start = bot.sim.calls().len();
     let gateway = bot
         .gateway()
         .unwrap_or_else(|why| panic!("seed {seed}: {why}"));
@@ -298,9 +330,16 @@ async fn random_sigkills_on_a_teams_bot_never_duplicate_or_silently_lose_a_final
         let n = asked.len();
         asked.push(bot.write(&place, &format!("message {n} to {place}"), WORDS));
     }
-    settle(&bot.sim, &bot.state(), &asked, Duration::from_secs(20)).await;
+    settle(
+        &bot.sim,
+        &bot.state(),
+        &asked,
+        last_start,
+        Duration::from_secs(20),
+    )
+    .await;
     let status = gateway.interrupt();
-    let verdict = judge(&bot.sim, &bot.state(), &asked);
+    let verdict = judge(&bot.sim, &bot.state(), &asked, last_start);
     let leftovers = leftover_processes(&bot.state());
     let calls = bot.sim.calls();
     let lost = calls.iter().filter(|c| !c.answered).count();
@@ -318,13 +357,14 @@ async fn random_sigkills_on_a_teams_bot_never_duplicate_or_silently_lose_a_final
         .count();
     eprintln!(
         "teams crash matrix figures: seed={seed} kills={kills} messages={} finals={} \
-         unknown={} orphan_previews={} lost_answers={lost} sends={} updates={} streams={} \
+         unknown={} parked_landed={} orphan_previews={} lost_answers={lost} sends={} updates={} streams={} \
          stream_finals={} completed_repeats={completed_repeats} throttled={throttled} \
          token_requests={} activity_redeliveries={redeliveries} violations={} leftovers={} \
          seconds={:.1}",
         asked.len(),
         verdict.finals,
         verdict.unknown,
+        verdict.parked_landed,
         verdict.orphans,
         count_op(Op::Send) + count_op(Op::Reply),
         count_op(Op::Update),
@@ -360,9 +400,9 @@ async fn a_teams_conversation_through_the_binary_streams_in_chats_and_answers_in
         bot.write(&chat, "hello from a chat", 12),
         bot.write(&channel, "hello from a channel", 12),
     ];
-    settle(&bot.sim, &bot.state(), &asked, Duration::from_secs(20)).await;
+    settle(&bot.sim, &bot.state(), &asked, 0, Duration::from_secs(20)).await;
     let status = gateway.interrupt();
-    let verdict = judge(&bot.sim, &bot.state(), &asked);
+    let verdict = judge(&bot.sim, &bot.state(), &asked, 0);
     assert!(verdict.problems.is_empty(), "{verdict:?}");
     assert_eq!((verdict.finals, verdict.orphans), (2, 0), "{verdict:?}");
     // The chat's answer is a Teams stream that ended in its final; the channel's a reply in
