@@ -183,7 +183,7 @@ impl TeamsFactory {
             },
             references,
         ));
-        Ok(ChannelPlugin::new(adapter)
+        let plugin = ChannelPlugin::new(adapter)
             .with_inbound(
                 receiver,
                 InboundSource::Pushed(Arc::new(MessagesFeed(endpoint))),
@@ -191,13 +191,11 @@ impl TeamsFactory {
             .with_description(format!(
                 "Teams bot {}, messaging endpoint on {}{}",
                 settings.app_id, settings.listen, settings.path
-            ))
-            .with_platform_url(
-                settings
-                    .service_url
-                    .clone()
-                    .unwrap_or_else(|| "https://smba.trafficmanager.net/teams/".into()),
-                false,
-            ))
+            ));
+        // Each conversation has its own service URL; only a configured one names a place.
+        Ok(match &settings.service_url {
+            Some(url) => plugin.with_platform_url(url.clone(), false),
+            None => plugin,
+        })
     }
 }
