@@ -160,6 +160,15 @@ const SYNOCHAT: PythonTool = PythonTool {
                at a python that has synochat)",
 };
 
+/// Microsoft's Bot Builder (its Bot Connector client and its JWT validation) the Teams
+/// simulator's cross-check uses.
+const BOTBUILDER: NpmTool = NpmTool {
+    dir: "botbuilder",
+    packages: &["botbuilder@4.23.3", "botframework-connector@4.23.3"],
+    for_what: "the Teams simulator's Bot Builder test (or point CLAWGATE_BOTBUILDER_MODULES at a \
+               node_modules with botbuilder and botframework-connector)",
+};
+
 /// Each Python tool, with the variable that points its tests at a python of one's own instead
 /// (none for Synapse).
 const PYTHON_TOOLS: [(&PythonTool, Option<&str>); 10] = [
@@ -176,11 +185,12 @@ const PYTHON_TOOLS: [(&PythonTool, Option<&str>); 10] = [
 ];
 
 /// Each npm tool, with the variable that points its tests at a directory of one's own instead.
-const NPM_TOOLS: [(&NpmTool, Option<&str>); 4] = [
+const NPM_TOOLS: [(&NpmTool, Option<&str>); 5] = [
     (&NOSTR_TOOLS, None),
     (&DISCORDJS, Some("CLAWGATE_DISCORDJS_MODULES")),
     (&TMIJS, Some("CLAWGATE_TMIJS_DIR")),
     (&TWURPLE, Some("CLAWGATE_TWURPLE_DIR")),
+    (&BOTBUILDER, Some("CLAWGATE_BOTBUILDER_MODULES")),
 ];
 
 /// Whether a tool is wanted: no variable points at one of the developer's own.

@@ -24,6 +24,7 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-zalo",
             feature = "channel-signal",
             feature = "channel-synology",
+            feature = "channel-teams",
         )),
         allow(unused_mut)
     )]
@@ -70,6 +71,8 @@ pub fn registry() -> ChannelRegistry {
     registry.register(std::sync::Arc::new(
         clawgate_channel_synology::SynologyFactory,
     ));
+    #[cfg(feature = "channel-teams")]
+    registry.register(std::sync::Arc::new(clawgate_channel_teams::TeamsFactory));
     registry
 }
 

@@ -28,6 +28,7 @@ mod slack;
 mod store_faults;
 mod support;
 mod synology;
+mod teams;
 mod telegram;
 mod twitch;
 mod webdriver;

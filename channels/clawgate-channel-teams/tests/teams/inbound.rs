@@ -1,0 +1,334 @@
+//! Receiving activities: the Bot Framework JWT checked before anything (missing, another key,
+//! another key's channel, expired, wrong issuer, audience or service URL: 401), the 2xx only
+//! after the durable record, retried POSTs deduplicated by the activity id, installs and other
+//! activities not prompts, and the service URL of every conversation kept on disk for later
+//! sends (after a restart, and where no `service_url` is configured).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use clawgate_channel_sdk::prelude::*;
+use clawgate_channel_teams::simulator::{ConversationKind, keys};
+use clawgate_channel_teams::{REFERENCES_FILE, TeamsFactory};
+use clawgate_messages::{
+    AckController, EventHandler, ReceiveOptions, Receiver, SourceRunner, SourceStores,
+};
+use clawgate_store::{SqliteStore, WatermarkKey};
+use clawgate_types::clock::SystemClock;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::peer::{Peer, quiet};
+
+/// Counts, per text, the dispatches the source's events got.
+struct Counting {
+    receiver: Receiver,
+    plugin: ChannelPlugin,
+    dispatched: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+#[async_trait]
+impl EventHandler for Counting {
+    async fn handle(&self, raw: &Value, ack: &AckController, _attempt: u32) -> bool {
+        let body = self
+            .plugin
+            .receiver
+            .as_ref()
+            .and_then(|r| r.normalize(raw).ok())
+            .and_then(|i| i.message.body.map(|b| b.text))
+            .unwrap_or_default();
+        let counts = self.dispatched.clone();
+        self.receiver
+            .receive(raw, ack, |_| async move {
+                *counts.lock().unwrap().entry(body).or_default() += 1;
+                Ok::<(), String>(())
+            })
+            .await
+            .is_ok()
+    }
+}
+
+struct Running {
+    dispatched: Arc<Mutex<HashMap<String, u32>>>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    fn start(plugin: &ChannelPlugin, store: &Arc<SqliteStore>) -> Running {
+        let normalizer = plugin.receiver.clone().unwrap();
+        let dispatched = Arc::new(Mutex::new(HashMap::new()));
+        let (stop, stopped) = watch::channel(false);
+        let handler = Counting {
+            receiver: Receiver::new(
+                store.clone(),
+                plugin.sender.clone(),
+                normalizer.clone(),
+                Arc::new(SystemClock),
+                ReceiveOptions::default(),
+            ),
+            plugin: plugin.clone(),
+            dispatched: dispatched.clone(),
+        };
+        let runner = SourceRunner::new(
+            WatermarkKey {
+                channel: plugin.name().to_owned(),
+                account_id: String::new(),
+                source: "messages".into(),
+            },
+            plugin.source.clone(),
+            normalizer,
+            SourceStores {
+                watermarks: store.clone(),
+                inbound: store.clone(),
+            },
+            Arc::new(SystemClock),
+            Arc::new(handler),
+            stopped,
+        );
+        Running {
+            dispatched,
+            stop,
+            task: tokio::spawn(runner.run()),
+        }
+    }
+
+    fn seen(&self) -> HashMap<String, u32> {
+        self.dispatched.lock().unwrap().clone()
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}
+
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn store() -> (tempfile::TempDir, Arc<SqliteStore>) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    (dir, store)
+}
+
+fn now() -> i64 {
+    i64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_activities_are_dispatched_once_and_retried_posts_deduplicated() {
+    let peer = Peer::start().await;
+    let (_dir, store) = store();
+    let running = Running::start(&peer.plugin, &store);
+    peer.listening().await;
+    let chat = peer.sim.personal_chat(&peer.person);
+    let written = peer
+        .sim
+        .person_writes(&chat, &peer.person, "hello", None)
+        .unwrap();
+    until("the message dispatched", || {
+        running.seen().get("hello") == Some(&1)
+    })
+    .await;
+    assert!(peer.sim.events_settled(Duration::from_secs(10)).await);
+    // Every activity acknowledged 200, the install included (not a prompt, still answered).
+    let statuses: Vec<Option<u16>> = peer.sim.deliveries().iter().map(|d| d.status).collect();
+    assert_eq!(statuses, [Some(200), Some(200)]);
+    // A retried POST (the Bot Framework did not get the answer) is the same event.
+    assert!(peer.sim.redeliver(&format!("{chat}|{}", written.id)));
+    until("the retry acknowledged", || {
+        peer.sim.deliveries().len() == 3
+    })
+    .await;
+    assert!(peer.sim.events_settled(Duration::from_secs(10)).await);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(running.seen(), HashMap::from([("hello".to_owned(), 1)]));
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_that_are_not_the_bot_frameworks_for_this_bot_are_refused_before_the_body() {
+    let peer = Peer::start().await;
+    let (_dir, store) = store();
+    let running = Running::start(&peer.plugin, &store);
+    peer.listening().await;
+    let chat = peer.sim.personal_chat(&peer.person);
+    let written = peer
+        .sim
+        .person_writes(&chat, &peer.person, "genuine", None)
+        .unwrap();
+    until("the genuine one dispatched", || {
+        running.seen().get("genuine") == Some(&1)
+    })
+    .await;
+    let mut body = peer.sim.event_of(&written).unwrap();
+    body["id"] = json!("forged-1");
+    body["text"] = json!("forged");
+    let service = peer.sim.service_url();
+    let app = peer.sim.app_id();
+    let good = keys::activity_claims(&app, &service);
+    let with = |key: &str, value: Value| {
+        let mut claims = good.clone();
+        claims[key] = value;
+        claims
+    };
+    let mut other_channel = body.clone();
+    other_channel["channelId"] = json!("slack");
+    let cases: Vec<(&str, Option<String>, Value)> = vec![
+        ("no token", None, body.clone()),
+        ("not a JWT", Some("Bearer abc".into()), body.clone()),
+        (
+            "a key the JWKS does not list",
+            Some(format!("Bearer {}", keys::sign_as(&good, "other-key"))),
+            body.clone(),
+        ),
+        (
+            "another bot's audience",
+            Some(format!(
+                "Bearer {}",
+                keys::sign(&with("aud", json!("other-app")))
+            )),
+            body.clone(),
+        ),
+        (
+            "another issuer",
+            Some(format!(
+                "Bearer {}",
+                keys::sign(&with("iss", json!("https://sts.windows.net/x/")))
+            )),
+            body.clone(),
+        ),
+        (
+            "expired an hour ago",
+            Some(format!(
+                "Bearer {}",
+                keys::sign(&with("exp", json!(now() - 3_600)))
+            )),
+            body.clone(),
+        ),
+        (
+            "another service URL",
+            Some(format!(
+                "Bearer {}",
+                keys::sign(&with("serviceurl", json!("https://evil.example/")))
+            )),
+            body.clone(),
+        ),
+        (
+            "a channel the key is not endorsed for",
+            Some(format!("Bearer {}", keys::sign(&good))),
+            other_channel,
+        ),
+    ];
+    let http = reqwest::Client::new();
+    for (case, authorization, body) in cases {
+        let mut request = http.post(&peer.endpoint).json(&body);
+        if let Some(value) = authorization {
+            request = request.header("authorization", value);
+        }
+        let status = request.send().await.unwrap().status().as_u16();
+        assert_eq!(status, 401, "{case}");
+    }
+    // The same forged body with a genuine token for it goes through: the refusals were the tokens.
+    let status = http
+        .post(&peer.endpoint)
+        .header("authorization", format!("Bearer {}", keys::sign(&good)))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16();
+    assert_eq!(status, 200);
+    until("the signed one dispatched", || {
+        running.seen().get("forged") == Some(&1)
+    })
+    .await;
+    assert_eq!(running.seen().len(), 2, "{:?}", running.seen());
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_url_of_each_conversation_is_kept_for_sends_after_a_restart() {
+    // No configured service URL: the bot sends only where Teams told it to.
+    let peer = Peer::with(quiet(), json!({ "service_url": null })).await;
+    let (_dir, store) = store();
+    let running = Running::start(&peer.plugin, &store);
+    peer.listening().await;
+    let channel = peer.channel("general");
+    let post = peer
+        .sim
+        .person_writes(&channel, &peer.person, "ask", None)
+        .unwrap();
+    until("the post dispatched", || {
+        running.seen().get("ask") == Some(&1)
+    })
+    .await;
+    running.stop().await;
+    let file = std::fs::read_to_string(peer.state.path().join(REFERENCES_FILE)).unwrap();
+    let refs: Value = serde_json::from_str(&file).unwrap();
+    assert_eq!(
+        refs[&channel]["service_url"],
+        peer.sim.service_url(),
+        "{refs}"
+    );
+    assert_eq!(refs[&channel]["conversation_type"], "channel", "{refs}");
+    // A new process on the same state directory answers in the thread.
+    let mut settings = json!({
+        "app_id": peer.sim.app_id(), "app_password_env": "UNUSED_IN_TESTS",
+        "listen": "127.0.0.1:0", "token_url": peer.sim.token_url(),
+        "openid_url": peer.sim.openid_url(),
+    });
+    settings["request_timeout_ms"] = json!(3000);
+    let setup = ChannelSetup::new(0, "teams", "default", settings, peer.state.path());
+    let again = TeamsFactory
+        .build_with_secrets(&setup, Secret::new(peer.sim.app_password()))
+        .await
+        .unwrap();
+    let target = MessageTarget::group(&channel).with_thread_id(Some(post.id.clone()));
+    again
+        .sender
+        .send_unit(
+            &SendContext::new(
+                ChannelMessage::outbound("r", "teams", target.clone(), ""),
+                "r",
+            ),
+            &RenderedMessageUnit::text(0, "answer"),
+        )
+        .await
+        .unwrap();
+    let shown = peer.sim.bot_visible(&channel);
+    assert_eq!(shown.len(), 1);
+    assert_eq!(shown[0].thread.as_deref(), Some(post.id.as_str()));
+    // An install alone teaches the reference too (a proactive send needs nothing more).
+    let group = peer.sim.conversation(
+        ConversationKind::GroupChat,
+        "crew",
+        std::slice::from_ref(&peer.person),
+    );
+    let running = Running::start(&peer.plugin, &store);
+    until("the install acknowledged", || {
+        std::fs::read_to_string(peer.state.path().join(REFERENCES_FILE))
+            .is_ok_and(|f| f.contains(&group))
+    })
+    .await;
+    assert!(running.seen().is_empty(), "an install is not a prompt");
+    running.stop().await;
+}
