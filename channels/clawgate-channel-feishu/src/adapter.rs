@@ -673,8 +673,12 @@ mod tests {
     fn targets_and_replies_pick_their_endpoint() {
         assert_eq!(receive_id_type("ou_123"), "open_id");
         assert_eq!(receive_id_type("oc_123"), "chat_id");
-        let mut m =
-            ChannelMessage::outbound("m", "feishu", clawgate_types::MessageTarget::group("oc_1"));
+        let mut m = ChannelMessage::outbound(
+            "m",
+            "feishu",
+            clawgate_types::MessageTarget::group("oc_1"),
+            "x",
+        );
         assert_eq!(reply_of(&m), None);
         m.relation = Some(MessageRelation::reply_to_inbound("om_9"));
         assert_eq!(reply_of(&m), Some(("om_9".into(), false)));

@@ -183,7 +183,7 @@ mod tests {
     fn message(text: &str, format: Option<&str>) -> ChannelMessage {
         let mut body = MessageBody::new(text);
         body.format = format.map(str::to_owned);
-        let mut m = ChannelMessage::outbound("m1", "feishu", MessageTarget::group("oc_1"));
+        let mut m = ChannelMessage::outbound("m1", "feishu", MessageTarget::group("oc_1"), "");
         m.body = Some(body);
         m
     }
