@@ -66,6 +66,15 @@ const LINE_BOT_SDK: PythonTool = PythonTool {
                a python that has line-bot-sdk)",
 };
 
+/// Feishu's official SDK the Feishu simulator's cross-check is written against.
+const LARK_OAPI: PythonTool = PythonTool {
+    venv: "lark-oapi",
+    package: "lark-oapi",
+    version: "1.7.5",
+    for_what: "the Feishu simulator's lark-oapi test (or point CLAWGATE_LARK_OAPI_PYTHON at a \
+               python that has lark-oapi)",
+};
+
 /// The pywa the WhatsApp simulator's cross-check is written against.
 const PYWA: PythonTool = PythonTool {
     venv: "pywa",
@@ -141,6 +150,9 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
     }
     if std::env::var_os("CLAWGATE_LINE_BOT_SDK_PYTHON").is_none() {
         ensure_python_tool(&LINE_BOT_SDK)?;
+    }
+    if std::env::var_os("CLAWGATE_LARK_OAPI_PYTHON").is_none() {
+        ensure_python_tool(&LARK_OAPI)?;
     }
     if std::env::var_os("CLAWGATE_PYWA_PYTHON").is_none() {
         ensure_python_tool(&PYWA)?;
