@@ -54,6 +54,8 @@ pub struct FeishuAdapter {
     /// When this process last sent each unit key (a history absence proves nothing while a send
     /// may still be in flight).
     attempts: Mutex<HashMap<String, Instant>>,
+    /// When this process first sent each unit key (ms since the epoch).
+    first_sent: Mutex<HashMap<String, u64>>,
     started: Instant,
     settle: Duration,
 }
@@ -121,6 +123,15 @@ pub fn uuid_of(unit_key: &str) -> String {
         &hex[16..20],
         &hex[20..32]
     )
+}
+
+/// The creation time of a UUID v7 (the intent ids the engine writes), in ms since the epoch.
+fn uuid_v7_ms(id: &str) -> Option<u64> {
+    let hex: String = id.chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 || hex.as_bytes().get(12) != Some(&b'7') {
+        return None;
+    }
+    u64::from_str_radix(&hex[..12], 16).ok()
 }
 
 /// `(msg_type, content)` of a unit: the renderer's, or a plain `text` unit's.
@@ -211,6 +222,7 @@ impl FeishuAdapter {
             uuid_window_ms,
             sequences: Mutex::new(HashMap::new()),
             attempts: Mutex::new(HashMap::new()),
+            first_sent: Mutex::new(HashMap::new()),
             started: Instant::now(),
             settle,
         }
@@ -249,6 +261,9 @@ impl FeishuAdapter {
     ) -> Result<MessageReceiptPart, SendError> {
         let key = ctx.unit_key(unit);
         let uuid = uuid_of(&key);
+        lock(&self.first_sent)
+            .entry(key.clone())
+            .or_insert_with(now_ms);
         lock(&self.attempts).insert(key, Instant::now());
         if let Some((reply_to, in_thread)) = reply_of(&ctx.message) {
             let body = json!({ "msg_type": msg_type, "content": content,
@@ -534,12 +549,19 @@ impl ChannelMessageAdapter for FeishuAdapter {
         if !sent_here && ctx.intent_id.is_none() {
             return Ok(Reconciliation::NotSent);
         }
-        let rendered_at = unit
-            .payload
-            .get("renderedAtMs")
-            .and_then(Value::as_u64)
-            .or_else(|| ctx.message.timestamp.and_then(|at| u64::try_from(at).ok()))
-            .unwrap_or(0);
+        // The earliest moment the uuid can have been first used: nothing earlier than the unit's
+        // render, its intent's creation, or this process's first attempt.
+        let rendered_at = [
+            unit.payload.get("renderedAtMs").and_then(Value::as_u64),
+            ctx.intent_id
+                .as_ref()
+                .and_then(|id| uuid_v7_ms(id.as_str())),
+            lock(&self.first_sent).get(&key).copied(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(0);
         let within_window = now_ms().saturating_sub(rendered_at) < self.uuid_window_ms;
         let preview = unit.kind == MessagePartKind::Preview;
         if within_window {
@@ -684,6 +706,16 @@ mod tests {
         assert_eq!(reply_of(&m), Some(("om_9".into(), false)));
         m.target.thread_id = Some("omt_1".into());
         assert_eq!(reply_of(&m), Some(("om_9".into(), true)));
+    }
+
+    #[test]
+    fn an_intent_ids_time_is_read_from_its_uuid_v7() {
+        assert_eq!(
+            uuid_v7_ms("0192f0c1-2a3b-7c4d-8e5f-001122334455"),
+            Some(0x0192_f0c1_2a3b)
+        );
+        assert_eq!(uuid_v7_ms("0192f0c1-2a3b-4c4d-8e5f-001122334455"), None);
+        assert_eq!(uuid_v7_ms("intent-1"), None);
     }
 
     #[test]
