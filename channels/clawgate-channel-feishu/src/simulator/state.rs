@@ -475,7 +475,7 @@ impl World {
             Some(prefix) => path.starts_with(prefix.as_str()),
             None => path == MESSAGES_PATH || path.ends_with("/reply"),
         };
-        let index = self.faults.iter().position(|f| matches(f))?;
+        let index = self.faults.iter().position(matches)?;
         let fault = &mut self.faults[index];
         if fault.after > 0 {
             fault.after -= 1;

@@ -387,3 +387,81 @@ async fn a_reply_to_a_thread_lands_in_the_thread() {
     assert_eq!(reply["reply_in_thread"], true);
     peer.sim.stop().await;
 }
+
+/// A UUID v7 intent id created now (the engine's ids are these).
+fn intent_id_now() -> clawgate_channel_sdk::types::IntentId {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let hex = format!("{ms:012x}");
+    clawgate_channel_sdk::types::IntentId::parse(format!(
+        "{}-{}-7000-8000-000000000001",
+        &hex[..8],
+        &hex[8..12]
+    ))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn after_a_restart_a_recent_intents_unit_is_settled_by_its_uuid() {
+    let peer = Peer::start().await;
+    let chat = peer.sim.group("g", &["ada"]);
+    let m = message(&chat, "sent before the crash");
+    let mut ctx = SendContext::new(m.clone(), "feishu:reply:crash");
+    ctx.intent_id = Some(intent_id_now());
+    let unit = &render(&peer, &m, "feishu:reply:crash")[0];
+    peer.sim.inject(Fault::once(FaultKind::LoseAnswer));
+    peer.plugin.sender.send_unit(&ctx, unit).await.unwrap_err();
+    let restarted = peer.rebuilt(&json!({})).await;
+    let Reconciliation::Sent(part) = restarted
+        .sender
+        .reconcile_unknown_send(&ctx, unit)
+        .await
+        .unwrap()
+    else {
+        panic!("the uuid settles it after the restart");
+    };
+    let bot = peer.sim.bot_messages(&chat);
+    assert_eq!(bot.len(), 1, "{bot:?}");
+    assert_eq!(bot[0].message_id, part.platform_message_id);
+    peer.sim.stop().await;
+}
+
+#[tokio::test]
+async fn a_refused_app_secret_stops_the_start_naming_its_setting() {
+    let peer = Peer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut secrets = crate::peer::secrets(&peer.sim);
+    secrets.app_secret = Secret::new("not the secret");
+    let error = crate::peer::build(
+        &peer.sim,
+        dir.path(),
+        crate::peer::free_port(),
+        &json!({}),
+        secrets,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("app_secret_env") && error.contains("10014"),
+        "{error}"
+    );
+    assert!(
+        !error.contains("not the secret"),
+        "the secret never prints: {error}"
+    );
+    let unknown = crate::peer::build(
+        &peer.sim,
+        dir.path(),
+        crate::peer::free_port(),
+        &json!({ "answer_deadline_ms": 3000 }),
+        crate::peer::secrets(&peer.sim),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(unknown.contains("answer_deadline_ms"), "{unknown}");
+    peer.sim.stop().await;
+}
