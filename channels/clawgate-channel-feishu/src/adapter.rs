@@ -415,9 +415,17 @@ impl FeishuAdapter {
         let (msg_type, content) = body_of(unit)?;
         let key = ctx.unit_key(unit);
         let start = rendered_at.saturating_sub(HISTORY_SKEW_MS) / 1_000;
+        // A reply inside a topic thread is in the thread's history, not the chat's.
+        let in_thread = reply_of(&ctx.message).is_some_and(|(_, in_thread)| in_thread);
+        let container = match (in_thread, &ctx.message.target.thread_id) {
+            (false, _) => ("chat", ctx.message.target.id.clone()),
+            (true, Some(thread)) => ("thread", thread.clone()),
+            // Which thread it went to is not known: its absence could not be proven.
+            (true, None) => return Ok(Reconciliation::Unresolved),
+        };
         let mut query = vec![
-            ("container_id_type", "chat".to_owned()),
-            ("container_id", ctx.message.target.id.clone()),
+            ("container_id_type", container.0.to_owned()),
+            ("container_id", container.1),
             ("start_time", start.to_string()),
             ("sort_type", "ByCreateTimeAsc".to_owned()),
             ("page_size", HISTORY_PAGE_SIZE.to_string()),

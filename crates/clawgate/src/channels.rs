@@ -20,6 +20,7 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-googlechat",
             feature = "channel-line",
             feature = "channel-whatsapp",
+            feature = "channel-feishu",
         )),
         allow(unused_mut)
     )]
@@ -54,6 +55,8 @@ pub fn registry() -> ChannelRegistry {
     registry.register(std::sync::Arc::new(
         clawgate_channel_whatsapp::WhatsAppFactory,
     ));
+    #[cfg(feature = "channel-feishu")]
+    registry.register(std::sync::Arc::new(clawgate_channel_feishu::FeishuFactory));
     registry
 }
 

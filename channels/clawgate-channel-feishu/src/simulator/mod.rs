@@ -472,6 +472,17 @@ impl FeishuSimulator {
             .count()
     }
 
+    /// Events given up (no 200 and no re-push left).
+    pub fn given_up_events(&self) -> Vec<String> {
+        self.inner
+            .world()
+            .events
+            .iter()
+            .filter(|e| e.given_up)
+            .map(|e| e.id.clone())
+            .collect()
+    }
+
     /// Waits until every queued event was answered 200 or given up, up to `deadline`.
     pub async fn events_settled(&self, deadline: Duration) -> bool {
         let until = tokio::time::Instant::now() + deadline;
