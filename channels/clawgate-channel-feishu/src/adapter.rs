@@ -474,6 +474,44 @@ impl FeishuAdapter {
         Ok(Reconciliation::Unresolved)
     }
 
+    /// Whether a card preview under this unit's uuid exists. The probe sends a new card under
+    /// the same uuid: answered with a message showing the new card, nothing was there (the
+    /// probe's own message is recalled at once: a probe is no preview); answered with another
+    /// card's message, the first one landed.
+    async fn probe_card_preview(
+        &self,
+        ctx: &SendContext,
+        unit: &RenderedMessageUnit,
+    ) -> Result<Reconciliation, SendError> {
+        let (card_id, created_at) = self.create_card(text_of(unit)?).await?;
+        let content = json!({ "type": "card", "data": { "card_id": card_id } }).to_string();
+        let mut part = self.post(ctx, unit, "interactive", &content).await?;
+        let answered = self.message_content(&part.platform_message_id).await;
+        if answered.as_deref().is_some_and(|c| c.contains(&card_id)) {
+            match self.delete(ctx, &part).await {
+                Ok(()) => return Ok(Reconciliation::NotSent),
+                Err(error) => {
+                    warn!(channel = %self.name, error = %error.message, "a preview probe could not be recalled; it counts as the preview");
+                }
+            }
+        }
+        if let Some(raw) = part.raw.as_mut() {
+            raw["cardId"] = json!(card_id);
+            raw["cardCreatedAtMs"] = json!(created_at);
+            raw["reconciled"] = json!(true);
+        }
+        Ok(Reconciliation::Sent(Box::new(part)))
+    }
+
+    /// The content of a message, as `GET /open-apis/im/v1/messages/{id}` shows it.
+    async fn message_content(&self, message_id: &str) -> Option<String> {
+        let path = format!("/open-apis/im/v1/messages/{message_id}");
+        let data = self.api.call(Method::GET, &path, &[], None).await.ok()?;
+        data["items"][0]["body"]["content"]
+            .as_str()
+            .map(str::to_owned)
+    }
+
     /// Whether a history absence proves the unit never landed: no send of it may still be in
     /// flight, from this process or one stopped mid-request shortly before it started.
     fn settled(&self, ctx: &SendContext, key: &str) -> bool {
@@ -572,13 +610,12 @@ impl ChannelMessageAdapter for FeishuAdapter {
         .unwrap_or(0);
         let within_window = now_ms().saturating_sub(rendered_at) < self.uuid_window_ms;
         let preview = unit.kind == MessagePartKind::Preview;
+        if within_window && preview && self.streaming_cards {
+            return self.probe_card_preview(ctx, unit).await;
+        }
         if within_window {
             // The same request under the same uuid: Feishu sends it now or not again.
-            let mut part = if preview && self.streaming_cards {
-                self.show_card(ctx, unit, text_of(unit)?).await?
-            } else {
-                self.send_unit(ctx, unit).await?
-            };
+            let mut part = self.send_unit(ctx, unit).await?;
             if preview && let Some(raw) = part.raw.as_mut() {
                 raw["reconciled"] = json!(true);
             }

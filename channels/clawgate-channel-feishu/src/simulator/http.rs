@@ -256,6 +256,7 @@ async fn handle(
         (_, "GET", ["open-apis", "bot", "v3", "info"]) => Ok(world.bot_info()),
         (_, "POST", ["open-apis", "im", "v1", "messages"]) => world.create(&query, &json).map(data),
         (_, "GET", ["open-apis", "im", "v1", "messages"]) => world.list(&query).map(data),
+        (_, "GET", ["open-apis", "im", "v1", "messages", id]) => world.get(id).map(data),
         (_, "POST", ["open-apis", "im", "v1", "messages", id, "reply"]) => {
             world.reply(id, &json).map(data)
         }

@@ -745,6 +745,16 @@ impl World {
         Ok(self.data_of(&m))
     }
 
+    /// `GET /open-apis/im/v1/messages/{id}`: `{items: [message]}`.
+    pub(crate) fn get(&self, message_id: &str) -> Result<Value, ApiError> {
+        let m = self
+            .messages
+            .iter()
+            .find(|m| m.message_id == message_id)
+            .ok_or_else(|| invalid_param("message_id not found"))?;
+        Ok(json!({ "items": [self.data_of(m)] }))
+    }
+
     pub(crate) fn recall(&mut self, message_id: &str) -> Result<Value, ApiError> {
         let m = self.own_message(message_id)?;
         m.deleted = true;

@@ -465,3 +465,48 @@ async fn a_refused_app_secret_stops_the_start_naming_its_setting() {
     assert!(unknown.contains("answer_deadline_ms"), "{unknown}");
     peer.sim.stop().await;
 }
+
+#[tokio::test]
+async fn probing_for_a_preview_that_never_landed_leaves_nothing_behind() {
+    let peer = Peer::start().await;
+    let chat = peer.sim.group("g", &["ada"]);
+    // After a restart the engine asks whether a preview it has no record of exists.
+    let mut ctx = SendContext::new(message(&chat, ""), "reply-4~preview");
+    ctx.intent_id = Some(intent_id_now());
+    let probe = preview("");
+    assert_eq!(
+        peer.plugin
+            .sender
+            .reconcile_unknown_send(&ctx, &probe)
+            .await
+            .unwrap(),
+        Reconciliation::NotSent
+    );
+    assert!(
+        peer.sim.bot_messages(&chat).is_empty(),
+        "the probe's own message is recalled"
+    );
+    // One that did land is found (and is the engine's to remove).
+    peer.sim.inject(Fault::once(FaultKind::LoseAnswer));
+    let live = peer.plugin.sender.live().unwrap();
+    let lost = preview("Partial");
+    let mut landed_ctx = SendContext::new(message(&chat, ""), "reply-5~preview");
+    landed_ctx.intent_id = Some(intent_id_now());
+    live.show(&landed_ctx, &lost).await.unwrap_err();
+    let restarted = peer.rebuilt(&json!({})).await;
+    let Reconciliation::Sent(part) = restarted
+        .sender
+        .reconcile_unknown_send(&landed_ctx, &probe)
+        .await
+        .unwrap()
+    else {
+        panic!("the landed preview is found");
+    };
+    let bot = peer.sim.bot_messages(&chat);
+    assert_eq!(bot.len(), 1, "{bot:?}");
+    assert_eq!(
+        (bot[0].message_id.as_str(), bot[0].text.as_str()),
+        (part.platform_message_id.as_str(), "Partial")
+    );
+    peer.sim.stop().await;
+}
