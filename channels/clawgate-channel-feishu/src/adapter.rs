@@ -34,6 +34,8 @@ use tracing::{info, warn};
 use crate::client::{CODE_MESSAGE_GONE, CODE_STREAMING_CLOSED, CallError, OpenApi};
 use crate::render::{CARD_ELEMENT_ID, FeishuRenderer, MAX_TEXT_CHARS, card_json, now_ms};
 
+/// The card id a preview probe names: no card entity has it, so a probe never creates.
+const PROBE_CARD_ID: &str = "clawgate-probe-no-such-card";
 /// History pages a reconciliation reads at most (50 messages each).
 const HISTORY_PAGES: u32 = 20;
 const HISTORY_PAGE_SIZE: u32 = 50;
@@ -474,42 +476,30 @@ impl FeishuAdapter {
         Ok(Reconciliation::Unresolved)
     }
 
-    /// Whether a card preview under this unit's uuid exists. The probe sends a new card under
-    /// the same uuid: answered with a message showing the new card, nothing was there (the
-    /// probe's own message is recalled at once: a probe is no preview); answered with another
-    /// card's message, the first one landed.
+    /// Whether a card preview under this unit's uuid exists, without making one: the probe is
+    /// a create under the same uuid whose content names no card entity. Feishu answers a uuid it
+    /// has seen with the message it made (→ landed) before it looks at the content; an unseen
+    /// one is refused for the content (→ absent), so the probe itself never shows anything.
     async fn probe_card_preview(
         &self,
         ctx: &SendContext,
         unit: &RenderedMessageUnit,
     ) -> Result<Reconciliation, SendError> {
-        let (card_id, created_at) = self.create_card(text_of(unit)?).await?;
-        let content = json!({ "type": "card", "data": { "card_id": card_id } }).to_string();
-        let mut part = self.post(ctx, unit, "interactive", &content).await?;
-        let answered = self.message_content(&part.platform_message_id).await;
-        if answered.as_deref().is_some_and(|c| c.contains(&card_id)) {
-            match self.delete(ctx, &part).await {
-                Ok(()) => return Ok(Reconciliation::NotSent),
-                Err(error) => {
-                    warn!(channel = %self.name, error = %error.message, "a preview probe could not be recalled; it counts as the preview");
+        let content = json!({ "type": "card", "data": { "card_id": PROBE_CARD_ID } }).to_string();
+        match self.post(ctx, unit, "interactive", &content).await {
+            Ok(mut part) => {
+                if let Some(raw) = part.raw.as_mut() {
+                    raw["reconciled"] = json!(true);
+                    raw["cardId"] = json!(PROBE_CARD_ID);
+                    raw["cardCreatedAtMs"] = json!(now_ms());
                 }
+                Ok(Reconciliation::Sent(Box::new(part)))
             }
+            Err(error) if error.kind == DeliveryFailureKind::InvalidPayload => {
+                Ok(Reconciliation::NotSent)
+            }
+            Err(error) => Err(error),
         }
-        if let Some(raw) = part.raw.as_mut() {
-            raw["cardId"] = json!(card_id);
-            raw["cardCreatedAtMs"] = json!(created_at);
-            raw["reconciled"] = json!(true);
-        }
-        Ok(Reconciliation::Sent(Box::new(part)))
-    }
-
-    /// The content of a message, as `GET /open-apis/im/v1/messages/{id}` shows it.
-    async fn message_content(&self, message_id: &str) -> Option<String> {
-        let path = format!("/open-apis/im/v1/messages/{message_id}");
-        let data = self.api.call(Method::GET, &path, &[], None).await.ok()?;
-        data["items"][0]["body"]["content"]
-            .as_str()
-            .map(str::to_owned)
     }
 
     /// Whether a history absence proves the unit never landed: no send of it may still be in

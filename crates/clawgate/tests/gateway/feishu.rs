@@ -166,11 +166,24 @@ fn judge(sim: &FeishuSimulator, state: &Path, asked: &[Asked]) -> Verdict {
                 [] if of_event(a).iter().any(|s| s == "unknown_after_send") => {
                     verdict.unknown += 1;
                 }
-                [] => verdict.problems.push(format!(
-                    "message {}: no final, replies {:?}",
-                    a.message_id,
-                    of_event(a)
-                )),
+                [] => {
+                    // What the chat shows of it, recalled messages included, for the report.
+                    let seen: Vec<(String, bool)> = sim
+                        .messages(chat)
+                        .into_iter()
+                        .filter(|m| {
+                            m.from_bot()
+                                && a.expected.starts_with(m.text.as_str())
+                                && !m.text.is_empty()
+                        })
+                        .map(|m| (m.text, m.deleted))
+                        .collect();
+                    verdict.problems.push(format!(
+                        "message {}: no final, replies {:?}, shown (text, recalled) {seen:?}",
+                        a.message_id,
+                        of_event(a)
+                    ));
+                }
                 many => verdict.problems.push(format!(
                     "message {}: {} finals",
                     a.message_id,
