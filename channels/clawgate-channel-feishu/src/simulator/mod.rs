@@ -12,8 +12,9 @@
 //!   (`reply_in_thread` opens or joins the answered message's thread), with `uuid` (≤ 50
 //!   characters) dedupe for one hour: **a repeat answers code 0 with the message the first
 //!   request created** and creates nothing (the facts leave the duplicate's answer unverified;
-//!   this is the simulator's decision, see the README). `PUT` (text/post), `PATCH` (cards) and
-//!   `DELETE` (recall) of `…/messages/{id}`; `GET /open-apis/im/v1/messages` listing a chat's
+//!   this is the simulator's decision, see the README; the `uuid` is checked before the
+//!   content, also unverified). `GET`, `PUT` (text/post), `PATCH` (cards) and `DELETE` (recall)
+//!   of `…/messages/{id}`; `GET /open-apis/im/v1/messages` listing a chat's
 //!   (or a thread's) history, paged (`page_size` ≤ 50, `page_token`, `has_more`).
 //! - CardKit: `POST /open-apis/cardkit/v1/cards`, `PUT …/cards/{id}/elements/{element}/content`
 //!   (strictly increasing `sequence`), `PATCH …/cards/{id}/settings`, `PUT …/cards/{id}`; once
