@@ -169,9 +169,18 @@ const BOTBUILDER: NpmTool = NpmTool {
                node_modules with botbuilder and botframework-connector)",
 };
 
+/// Feishu's official SDK the Feishu simulator's cross-check is written against.
+const LARK_OAPI: PythonTool = PythonTool {
+    venv: "lark-oapi",
+    package: "lark-oapi",
+    version: "1.7.5",
+    for_what: "the Feishu simulator's lark-oapi test (or point CLAWGATE_LARK_OAPI_PYTHON at a \
+               python that has lark-oapi)",
+};
+
 /// Each Python tool, with the variable that points its tests at a python of one's own instead
 /// (none for Synapse).
-const PYTHON_TOOLS: [(&PythonTool, Option<&str>); 10] = [
+const PYTHON_TOOLS: [(&PythonTool, Option<&str>); 11] = [
     (&AIOGRAM, Some("CLAWGATE_AIOGRAM_PYTHON")),
     (&SLACK_SDK, Some("CLAWGATE_SLACK_SDK_PYTHON")),
     (&MATTERMOSTDRIVER, Some("CLAWGATE_MATTERMOSTDRIVER_PYTHON")),
@@ -181,6 +190,7 @@ const PYTHON_TOOLS: [(&PythonTool, Option<&str>); 10] = [
     (&ELIZAOS_ZALO, Some("CLAWGATE_ZALO_PYTHON")),
     (&PYSIGNALCLIJSONRPC, Some("CLAWGATE_PYSIGNALCLIJSONRPC_PYTHON")),
     (&SYNOCHAT, Some("CLAWGATE_SYNOCHAT_PYTHON")),
+    (&LARK_OAPI, Some("CLAWGATE_LARK_OAPI_PYTHON")),
     (&SYNAPSE, None),
 ];
 

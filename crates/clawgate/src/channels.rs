@@ -25,6 +25,7 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-signal",
             feature = "channel-synology",
             feature = "channel-teams",
+            feature = "channel-feishu",
         )),
         allow(unused_mut)
     )]
@@ -73,6 +74,8 @@ pub fn registry() -> ChannelRegistry {
     ));
     #[cfg(feature = "channel-teams")]
     registry.register(std::sync::Arc::new(clawgate_channel_teams::TeamsFactory));
+    #[cfg(feature = "channel-feishu")]
+    registry.register(std::sync::Arc::new(clawgate_channel_feishu::FeishuFactory));
     registry
 }
 

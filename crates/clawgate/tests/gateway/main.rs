@@ -14,6 +14,7 @@ mod crash_points;
 mod dead_agent;
 mod discord;
 mod failure;
+mod feishu;
 mod googlechat;
 mod irc;
 mod isolation;
