@@ -3,6 +3,9 @@
 //! whole activity) and deletes. Previews in one-on-one chats are a Teams stream (a `typing`
 //! activity with `streaminfo`, more of them with the text so far, then the final `message` on
 //! the stream: the progress becomes the answer in place); elsewhere a message updated in place.
+//! A preview unit's progress labels (`payload.progress`, the newest last) become the stream's
+//! informative updates ("Searching…"): sent first when there is no text yet, interleaved when a
+//! new label comes, one request a second either way.
 //!
 //! A send whose answer was lost cannot be settled: the connector has no idempotency key and a
 //! bot cannot read an activity back, so it is left to an operator (never sent again blindly).
@@ -52,6 +55,8 @@ pub struct TeamsAdapter {
     /// Each open stream's last sequence number and request time (lost on a restart: a stream
     /// then takes only its final).
     streams: Mutex<HashMap<String, (u64, Instant)>>,
+    /// Each open stream's last informative text, so a label is shown once.
+    informed: Mutex<HashMap<String, String>>,
     /// Conversations Teams answered a send 429 for, and until when: sends there wait it out
     /// here rather than spend the bot's quota on refusals.
     throttled: Mutex<HashMap<String, Instant>>,
@@ -107,6 +112,18 @@ fn text_of(unit: &RenderedMessageUnit) -> Result<&str, SendError> {
         .get("text")
         .and_then(Value::as_str)
         .ok_or_else(|| invalid("a Teams text unit needs a `text` string"))
+}
+
+/// The newest progress label of a preview unit (`payload.progress`: labels, or objects with a
+/// `label`, oldest first).
+fn latest_progress(unit: &RenderedMessageUnit) -> Option<&str> {
+    unit.payload
+        .get("progress")?
+        .as_array()?
+        .iter()
+        .filter_map(|v| v.as_str().or_else(|| v.get("label")?.as_str()))
+        .map(str::trim)
+        .rfind(|label| !label.is_empty())
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -195,6 +212,7 @@ impl TeamsAdapter {
             streaming,
             capabilities: capabilities(),
             streams: Mutex::new(HashMap::new()),
+            informed: Mutex::new(HashMap::new()),
             throttled: Mutex::new(HashMap::new()),
         }
     }
@@ -385,7 +403,12 @@ impl TeamsAdapter {
         text: &str,
     ) -> Result<MessageReceiptPart, CallError> {
         let conversation = addressed(&ctx.message.target, None);
-        let body = stream_activity("typing", text, None, "streaming", Some(1));
+        // No text yet: the stream opens with the progress (a start needs text).
+        let informative = latest_progress(unit).filter(|_| text.trim().is_empty());
+        let body = match informative {
+            Some(label) => stream_activity("typing", label, None, "informative", Some(1)),
+            None => stream_activity("typing", text, None, "streaming", Some(1)),
+        };
         let (_, answer) = self
             .call(Method::POST, &conversation, None, Some(&body))
             .await?;
@@ -393,6 +416,9 @@ impl TeamsAdapter {
             .as_str()
             .ok_or_else(|| CallError::Lost("a stream start answered without its id".into()))?;
         lock(&self.streams).insert(id.to_owned(), (1, Instant::now()));
+        if let Some(label) = informative {
+            lock(&self.informed).insert(id.to_owned(), label.to_owned());
+        }
         Ok(Self::part(id, &conversation, None, unit, true))
     }
 
@@ -421,6 +447,7 @@ impl TeamsAdapter {
             {
                 Ok(_) => {
                     lock(&self.streams).remove(&preview.platform_message_id);
+                    lock(&self.informed).remove(&preview.platform_message_id);
                     return Ok(true);
                 }
                 Err(error @ CallError::Lost(_)) => {
@@ -429,6 +456,7 @@ impl TeamsAdapter {
                 }
                 Err(error) if error.code() == Some("ContentStreamNotAllowed") => {
                     lock(&self.streams).remove(&preview.platform_message_id);
+                    lock(&self.informed).remove(&preview.platform_message_id);
                     // Only a final completes a stream: after a lost answer (or a restart that
                     // finalizes again) "already completed" is this final having landed.
                     if error.message().contains("already completed") {
@@ -506,6 +534,7 @@ impl ChannelMessageAdapter for TeamsAdapter {
     async fn delete(&self, ctx: &SendContext, part: &MessageReceiptPart) -> Result<(), SendError> {
         let conversation = conversation_of(ctx, part);
         lock(&self.streams).remove(&part.platform_message_id);
+        lock(&self.informed).remove(&part.platform_message_id);
         match self
             .repeated(
                 Method::DELETE,
@@ -592,14 +621,23 @@ impl MessageLiveAdapter for TeamsAdapter {
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
+        let stream_id = preview.platform_message_id.as_str();
+        // A new progress label goes out as an informative update; the text follows with the
+        // next update (one request a second), and the final carries all of it anyway.
+        let label = latest_progress(unit).filter(|label| {
+            lock(&self.informed).get(stream_id).map(String::as_str) != Some(*label)
+        });
+        if label.is_none() && text.trim().is_empty() {
+            return Ok(preview.clone());
+        }
         let next = sequence + 1;
-        let body = stream_activity(
-            "typing",
-            text,
-            Some(&preview.platform_message_id),
-            "streaming",
-            Some(next),
-        );
+        let body = match label {
+            Some(label) => {
+                lock(&self.informed).insert(stream_id.to_owned(), label.to_owned());
+                stream_activity("typing", label, Some(stream_id), "informative", Some(next))
+            }
+            None => stream_activity("typing", text, Some(stream_id), "streaming", Some(next)),
+        };
         let conversation = conversation_of(ctx, preview);
         let outcome = self
             .call(Method::POST, &conversation, None, Some(&body))

@@ -1,6 +1,6 @@
 //! Sends and previews as Teams answers them: replies in channel threads, the test plan's
 //! "native progress finalization" (a one-on-one preview is a Teams stream whose final message
-//! is the answer, in place), the fresh final when the person stopped the stream, a final whose
+//! is the answer, in place; its progress labels are the stream's informative updates), the fresh final when the person stopped the stream, a final whose
 //! answer was lost settled by repeating it, 429 with `Retry-After`, renewed tokens, and the
 //! failures an operator must fix.
 
@@ -99,6 +99,42 @@ async fn native_progress_finalization_a_one_on_one_preview_streams_and_its_final
         [Op::Stream, Op::Stream, Op::StreamFinal],
         "no update, no second message"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_progress_labels_are_informative_updates_of_the_stream_before_and_between_its_text()
+{
+    let peer = Peer::start().await;
+    let chat = peer.sim.personal_chat(&peer.person);
+    let target = MessageTarget::direct(&chat);
+    let live = peer.plugin.sender.live().unwrap();
+    let preview = ctx(&target, "informative~preview");
+    let mut searching = text("");
+    searching.payload["progress"] = json!(["Searching the docs"]);
+    let part = live.show(&preview, &searching).await.unwrap();
+    // The same label again is not shown twice; the text streams.
+    let mut found = text("Found");
+    found.payload["progress"] = json!(["Searching the docs"]);
+    live.replace(&preview, &part, &found).await.unwrap();
+    let mut reading = text("Found");
+    reading.payload["progress"] = json!(["Searching the docs", { "label": "Reading page 3" }]);
+    live.replace(&preview, &part, &reading).await.unwrap();
+    let mut more = text("Found it: 42");
+    more.payload["progress"] = json!(["Searching the docs", { "label": "Reading page 3" }]);
+    live.replace(&preview, &part, &more).await.unwrap();
+    let done = live
+        .finalize(&ctx(&target, "informative"), &part, &text("It is 42."))
+        .await
+        .unwrap();
+    assert_eq!(done.platform_message_id, part.platform_message_id);
+    let shown = peer.sim.bot_visible(&chat);
+    assert_eq!(shown.len(), 1, "the stream became the answer: {shown:?}");
+    let stream = shown[0].stream.as_ref().expect("a Teams stream");
+    assert_eq!(stream.state, StreamState::Final);
+    assert_eq!(stream.informative, ["Searching the docs", "Reading page 3"]);
+    assert_eq!(stream.streamed, ["Found", "Found it: 42"]);
+    assert_eq!(stream.dropped, 0, "every request in order, a second apart");
+    assert_eq!(shown[0].text, "It is 42.");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
