@@ -280,7 +280,14 @@ impl MattermostSimulator {
 
     /// Closes every WebSocket connection abruptly; each stays resumable.
     pub fn drop_sockets(&self) {
-        self.inner.with(|s| s.socket_epoch += 1);
+        // The server closed them: it knows at once (a resume right after finds them inactive).
+        self.inner.with(|s| {
+            s.socket_epoch += 1;
+            let now = s.now();
+            for c in s.connections.values_mut().filter(|c| c.active) {
+                c.disconnect(now);
+            }
+        });
         self.inner.sockets_changed();
     }
 

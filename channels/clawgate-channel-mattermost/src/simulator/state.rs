@@ -98,6 +98,8 @@ pub(crate) struct Connection {
     pub(crate) outbox: VecDeque<Value>,
     pub(crate) active: bool,
     pub(crate) inactive_since: Duration,
+    /// The socket task serving it now: a task that lost it to a resume leaves it alone.
+    pub(crate) owner: u64,
 }
 
 /// An API error as the server writes it.
@@ -145,7 +147,7 @@ pub(crate) struct State {
     pub(crate) held_release: bool,
     /// Per token: the rate-limit window's start and the calls in it.
     pub(crate) rate: HashMap<String, (Duration, u32)>,
-    next_id: u64,
+    pub(crate) next_id: u64,
     /// When the last post was created (ids and times increase).
     last_ms: i64,
 }
@@ -469,7 +471,15 @@ impl Connection {
             outbox: VecDeque::new(),
             active: true,
             inactive_since: Duration::ZERO,
+            owner: 0,
         }
+    }
+
+    /// The socket is gone: events wait in the dead queue for a resume.
+    pub(crate) fn disconnect(&mut self, now: Duration) {
+        self.active = false;
+        self.inactive_since = now;
+        self.outbox.clear();
     }
 
     /// Numbers an event, keeps it in the dead queue, and queues it for the socket.

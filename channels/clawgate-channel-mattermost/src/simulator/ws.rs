@@ -38,9 +38,12 @@ async fn send(socket: &mut WebSocket, value: &Value) -> bool {
         .is_ok()
 }
 
-/// Registers the connection: resumed, or fresh with its hello queued.
-fn register(inner: &Inner, user: &SimUser, asked_id: &str, sequence: i64) -> String {
+/// Registers the connection: resumed, or fresh with its hello queued; with the owner token of
+/// the task serving it.
+fn register(inner: &Inner, user: &SimUser, asked_id: &str, sequence: i64) -> (String, u64) {
     inner.with(|s| {
+        s.next_id += 1;
+        let owner = s.next_id;
         let now = s.now();
         let window = inner.config.resume_window;
         let resumable = s.connections.get(asked_id).is_some_and(|c| {
@@ -56,6 +59,7 @@ fn register(inner: &Inner, user: &SimUser, asked_id: &str, sequence: i64) -> Str
         });
         if resumable && let Some(c) = s.connections.get_mut(asked_id) {
             c.active = true;
+            c.owner = owner;
             c.outbox = c
                 .dead_queue
                 .iter()
@@ -64,10 +68,11 @@ fn register(inner: &Inner, user: &SimUser, asked_id: &str, sequence: i64) -> Str
                 .collect();
             s.stats.resumed += 1;
             s.stats.open += 1;
-            return asked_id.to_owned();
+            return (asked_id.to_owned(), owner);
         }
         let id = s.new_id();
         let mut connection = Connection::new(&user.id);
+        connection.owner = owner;
         connection.push(
             json!({
                 "event": "hello",
@@ -79,7 +84,7 @@ fn register(inner: &Inner, user: &SimUser, asked_id: &str, sequence: i64) -> Str
         s.connections.insert(id.clone(), connection);
         s.stats.fresh += 1;
         s.stats.open += 1;
-        id
+        (id, owner)
     })
 }
 
@@ -123,7 +128,7 @@ async fn serve(
             user
         }
     };
-    let id = register(&inner, &user, &asked_id, sequence);
+    let (id, owner) = register(&inner, &user, &asked_id, sequence);
     loop {
         // Everything queued goes out, in order.
         let batch: Vec<Value> = inner.with(|s| {
@@ -165,10 +170,8 @@ async fn serve(
     drop(socket);
     inner.with(|s| {
         let now = s.now();
-        if let Some(c) = s.connections.get_mut(&id) {
-            c.active = false;
-            c.inactive_since = now;
-            c.outbox.clear();
+        if let Some(c) = s.connections.get_mut(&id).filter(|c| c.owner == owner) {
+            c.disconnect(now);
         }
         s.stats.open = s.stats.open.saturating_sub(1);
     });

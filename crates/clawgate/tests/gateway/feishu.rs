@@ -12,7 +12,9 @@
 //! settled after a lost answer, or left by a crash, is recalled and the final sent on its own.
 //! The judge fails on a duplicate final, a missing final not recorded unknown, a partial or
 //! still-streaming final, a stray bot message, an event the simulator gave up on, and a
-//! leftover agent process.
+//! leftover agent process. One stray is excused, with evidence: a partial preview whose create
+//! landed and whose uuid check on recovery lost its answer too (the reply then runs anew;
+//! counted as `orphan_previews`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -115,6 +117,8 @@ struct Verdict {
     unknown: usize,
     /// Finals that are the streaming card itself.
     cards: usize,
+    /// Partial previews left behind with the evidence that no check could find them.
+    orphan_previews: usize,
     problems: Vec<String>,
 }
 
@@ -136,6 +140,7 @@ fn judge(sim: &FeishuSimulator, state: &Path, asked: &[Asked]) -> Verdict {
             .map(|(_, status)| status.clone())
             .collect::<Vec<_>>()
     };
+    let calls = sim.calls();
     let mut verdict = Verdict::default();
     let mut chats: Vec<&str> = asked.iter().map(|a| a.chat.as_str()).collect();
     chats.sort_unstable();
@@ -193,6 +198,23 @@ fn judge(sim: &FeishuSimulator, state: &Path, asked: &[Asked]) -> Verdict {
             bot.retain(|m| m.text != a.expected);
         }
         for stray in bot {
+            // A preview whose create landed, and whose recovery check (a create under the same
+            // uuid) then lost its answer too, cannot be found again: the reply runs anew and
+            // that partial text stays behind. Allowed only with that evidence.
+            let partial = asked
+                .iter()
+                .any(|a| a.chat == chat && a.expected.starts_with(stray.text.as_str()));
+            let unfindable = stray.uuid.as_ref().is_some_and(|uuid| {
+                calls.iter().any(|c| {
+                    !c.answered
+                        && c.method == "POST"
+                        && c.body["uuid"].as_str() == Some(uuid.as_str())
+                })
+            });
+            if partial && unfindable {
+                verdict.orphan_previews += 1;
+                continue;
+            }
             verdict.problems.push(format!(
                 "stray bot message {} (answering {:?}, streaming {}): {:?}",
                 stray.message_id, stray.parent_id, stray.streaming, stray.text
@@ -309,13 +331,14 @@ async fn random_sigkills_on_a_feishu_app_never_duplicate_or_silently_lose_a_fina
         .count();
     eprintln!(
         "feishu crash matrix figures: seed={seed} kills={kills} messages={} finals={} \
-         unknown={} card_finals={} lost_answers={lost} uuid_repeats={uuid_repeats} \
+         unknown={} card_finals={} orphan_previews={} lost_answers={lost} uuid_repeats={uuid_repeats} \
          streaming_closed={streaming_closed} recalls={recalls} event_repushes={repushes} \
          token_fetches={tokens} streaming_timeout_ms={} violations={} leftovers={} seconds={:.1}",
         asked.len(),
         verdict.finals,
         verdict.unknown,
         verdict.cards,
+        verdict.orphan_previews,
         streaming_timeout.as_millis(),
         verdict.problems.len(),
         leftovers.len(),
