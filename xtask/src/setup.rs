@@ -180,7 +180,7 @@ const LARK_OAPI: PythonTool = PythonTool {
 
 /// Each Python tool, with the variable that points its tests at a python of one's own instead
 /// (none for Synapse).
-const PYTHON_TOOLS: [(&PythonTool, Option<&str>); 11] = [
+const PYTHON_TOOLS: &[(&PythonTool, Option<&str>)] = &[
     (&AIOGRAM, Some("CLAWGATE_AIOGRAM_PYTHON")),
     (&SLACK_SDK, Some("CLAWGATE_SLACK_SDK_PYTHON")),
     (&MATTERMOSTDRIVER, Some("CLAWGATE_MATTERMOSTDRIVER_PYTHON")),
@@ -198,7 +198,7 @@ const PYTHON_TOOLS: [(&PythonTool, Option<&str>); 11] = [
 ];
 
 /// Each npm tool, with the variable that points its tests at a directory of one's own instead.
-const NPM_TOOLS: [(&NpmTool, Option<&str>); 5] = [
+const NPM_TOOLS: &[(&NpmTool, Option<&str>)] = &[
     (&NOSTR_TOOLS, None),
     (&DISCORDJS, Some("CLAWGATE_DISCORDJS_MODULES")),
     (&TMIJS, Some("CLAWGATE_TMIJS_DIR")),
@@ -246,7 +246,7 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
             Ok(())
         }),
         Box::new(|| {
-            for (tool, overridden_by) in NPM_TOOLS {
+            for &(tool, overridden_by) in NPM_TOOLS {
                 if wanted(overridden_by) {
                     ensure_npm_tool(tool)?;
                 }
@@ -254,7 +254,7 @@ pub(crate) fn ensure_test_tools() -> anyhow::Result<()> {
             Ok(())
         }),
     ];
-    for (tool, overridden_by) in PYTHON_TOOLS {
+    for &(tool, overridden_by) in PYTHON_TOOLS {
         if wanted(overridden_by) {
             lanes.push(Box::new(move || ensure_python_tool(tool)));
         }
