@@ -197,6 +197,16 @@ const PYTHON_TOOLS: &[(&PythonTool, Option<&str>)] = &[
     (&SYNAPSE, None),
 ];
 
+/// Tlon's own Eyre client (and its atom library for writ ids) the Tlon simulator's cross-check
+/// drives.
+const URBIT_HTTP_API: NpmTool = NpmTool {
+    dir: "urbit-http-api",
+    packages: &["@urbit/http-api@3.0.0", "@urbit/aura@3.0.0"],
+    for_what: "the Tlon simulator's @urbit/http-api test (or point \
+               CLAWGATE_URBIT_HTTP_API_MODULES at a node_modules with @urbit/http-api and \
+               @urbit/aura)",
+};
+
 /// Each npm tool, with the variable that points its tests at a directory of one's own instead.
 const NPM_TOOLS: &[(&NpmTool, Option<&str>)] = &[
     (&NOSTR_TOOLS, None),
@@ -204,6 +214,7 @@ const NPM_TOOLS: &[(&NpmTool, Option<&str>)] = &[
     (&TMIJS, Some("CLAWGATE_TMIJS_DIR")),
     (&TWURPLE, Some("CLAWGATE_TWURPLE_DIR")),
     (&BOTBUILDER, Some("CLAWGATE_BOTBUILDER_MODULES")),
+    (&URBIT_HTTP_API, Some("CLAWGATE_URBIT_HTTP_API_MODULES")),
 ];
 
 /// Whether a tool is wanted: no variable points at one of the developer's own.
