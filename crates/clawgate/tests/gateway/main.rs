@@ -31,6 +31,7 @@ mod support;
 mod synology;
 mod teams;
 mod telegram;
+mod tlon;
 mod twitch;
 mod webdriver;
 mod whatsapp;
