@@ -162,7 +162,7 @@ impl TlonReceiver {
     }
 
     fn addressed(&self, text: &str, content: Option<&Value>) -> bool {
-        content.is_some_and(|c| story::mentions(c).iter().any(|m| *m == self.our))
+        content.is_some_and(|c| story::mentions(c).contains(&self.our))
             || text
                 .split(|c: char| c.is_whitespace() || c == ',' || c == ':')
                 .any(|word| word == self.our)
