@@ -5,7 +5,7 @@
 //!
 //! - **DMs**: the client chooses the writ id, `~author/<@ud of an @da>`. The `@da` comes from
 //!   the durable intent — its UUID v7 id holds the creation time in milliseconds (the memo's
-//!   `sent`), and its random bits plus the unit's index fill sub-millisecond bits — so a resend
+//!   `sent`), and 36 of its random bits plus the unit's index fill sub-millisecond bits — so a resend
 //!   after a restart uses the same id. The simulator treats a second `add` with a known id as
 //!   done already; that a real ship does the same is \[likely, unverified\]. A lost answer is
 //!   settled by scrying the DM for that id: there → `Sent`; absent once the settle window
@@ -112,6 +112,8 @@ pub struct TlonAdapter {
     tuning: SendTuning,
     /// Unit key → `sent` of units sent outside a durable intent (no UUID v7 to derive it from).
     direct_sent: Mutex<HashMap<String, u64>>,
+    /// The last `sent` given to such a unit.
+    last_direct: Mutex<u64>,
 }
 
 impl std::fmt::Debug for TlonAdapter {
@@ -134,16 +136,22 @@ fn now_ms() -> u64 {
     .unwrap_or(u64::MAX)
 }
 
-/// The creation time (ms) and 12 random bits of a UUID v7, if `id` is one.
+/// The creation time (ms) and 36 random bits (`rand_a` and the first 24 bits of `rand_b`'s
+/// hex digits) of a UUID v7, if `id` is one.
 fn uuid_v7(id: &str) -> Option<(u64, u64)> {
     let hex: String = id.chars().filter(|c| *c != '-').collect();
     if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) || &hex[12..13] != "7" {
         return None;
     }
     let ms = u64::from_str_radix(&hex[..12], 16).ok()?;
-    let rand = u64::from_str_radix(&hex[13..16], 16).ok()?;
-    Some((ms, rand))
+    let rand_a = u64::from_str_radix(&hex[13..16], 16).ok()?;
+    let rand_b = u64::from_str_radix(&hex[18..24], 16).ok()?;
+    Some((ms, rand_a << 24 | rand_b))
 }
+
+/// Where a writ id's random part sits in its `@da`: above the unit index (16 bits), and the
+/// whole of it (52 bits) below half a millisecond (2⁵³), so the `@da` still reads as `sent`.
+const RAND_SHIFT: u32 = 16;
 
 fn invalid(message: impl Into<String>) -> SendError {
     SendError::before_io(DeliveryFailureKind::InvalidPayload, message)
@@ -227,6 +235,7 @@ impl TlonAdapter {
             threads,
             tuning,
             direct_sent: Mutex::new(HashMap::new()),
+            last_direct: Mutex::new(0),
         }
     }
 
@@ -282,7 +291,9 @@ impl TlonAdapter {
     ) -> Option<(u64, u128)> {
         if let Some((ms, rand)) = ctx.intent_id.as_ref().and_then(|id| uuid_v7(id.as_str())) {
             let sent = ms + u64::from(unit.index);
-            let da = da_from_unix_ms(sent) + (u128::from(rand) << 24) + u128::from(unit.index);
+            let da = da_from_unix_ms(sent)
+                + (u128::from(rand) << RAND_SHIFT)
+                + u128::from(unit.index & 0xffff);
             return Some((sent, da));
         }
         let key = ctx.unit_key(unit);
@@ -293,7 +304,14 @@ impl TlonAdapter {
         let sent = match direct.get(&key) {
             Some(sent) => *sent,
             None if first_attempt => {
-                let sent = now_ms();
+                // Distinct per unit of this process: two units of one millisecond would
+                // otherwise share a writ id, and the second would be taken as the first.
+                let mut last = self
+                    .last_direct
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let sent = now_ms().max(*last + 1);
+                *last = sent;
                 direct.insert(key, sent);
                 sent
             }
@@ -595,7 +613,11 @@ mod tests {
     fn uuid_v7_ids_give_their_time() {
         let (ms, rand) = uuid_v7("0190a1b2-c3d4-7abc-8def-0123456789ab").expect("a v7 id");
         assert_eq!(ms, 0x0190_a1b2_c3d4);
-        assert_eq!(rand, 0xabc);
+        assert_eq!(rand, 0xabc_ef0123);
+        assert!(
+            u128::from(rand) << RAND_SHIFT < 1 << 53,
+            "below half a millisecond"
+        );
         assert_eq!(uuid_v7("0190a1b2-c3d4-4abc-8def-0123456789ab"), None, "v4");
         assert_eq!(uuid_v7("intent-1"), None);
     }

@@ -184,6 +184,22 @@ async fn our_own_posts_and_unmentioned_posts_are_not_answered() {
         normalize_last(),
         Err(ReceiveError::Ignored { .. })
     ));
+    // Our own post in a channel where every post is answered.
+    peer.plugin
+        .sender
+        .send_unit(
+            &SendContext::new(
+                ChannelMessage::outbound("own-post", "tlon", MessageTarget::group(OPEN_NEST), "x"),
+                "own-post",
+            ),
+            &RenderedMessageUnit::text(0, "also from us, ~zod"),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        normalize_last(),
+        Err(ReceiveError::Ignored { .. })
+    ));
     // A group post without a mention; the same with one; the same in an open channel.
     peer.ship.post_from(NEST, "~nec", "just chatting", false);
     assert!(matches!(

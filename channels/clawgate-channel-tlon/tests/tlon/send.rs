@@ -237,7 +237,7 @@ async fn the_writ_id_comes_from_the_durable_intent_so_a_resend_reuses_it() {
     let da = aura::parse_ud(part.platform_message_id.split_once('/').unwrap().1).unwrap();
     assert_eq!(
         da,
-        aura::da_from_unix_ms(ms) + (0xabc << 24),
+        aura::da_from_unix_ms(ms) + (0xabc_ef0123 << 16),
         "the intent's random bits keep two intents of one millisecond apart"
     );
 }
