@@ -172,7 +172,7 @@ async fn acks_are_cumulative_and_unacked_events_replay_on_every_get() {
         .to_owned();
     let response = client
         .get(format!("{}/~/channel/c2", ship.url()))
-        .header("cookie", cookie)
+        .header("cookie", &cookie)
         .header("last-event-id", "4")
         .send()
         .await
@@ -192,14 +192,29 @@ async fn acks_are_cumulative_and_unacked_events_replay_on_every_get() {
         eyre.stream("c2", T).await,
         Err(EyreError::Reaped { .. })
     ));
-    // Not an array of actions: 400.
-    let response = client
-        .put(format!("{}/~/channel/c3", ship.url()))
-        .body("{}")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 403, "no cookie first");
+    // Without the cookie: 403; not an array of actions, or an unknown action: 400.
+    let put = |body: &'static str, cookie: Option<&str>| {
+        let mut request = client
+            .put(format!("{}/~/channel/c3", ship.url()))
+            .body(body);
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie.to_owned());
+        }
+        request.send()
+    };
+    assert_eq!(put("[]", None).await.unwrap().status().as_u16(), 403);
+    assert_eq!(
+        put("{}", Some(&cookie)).await.unwrap().status().as_u16(),
+        400
+    );
+    assert_eq!(
+        put(r#"[{"id":1,"action":"dance"}]"#, Some(&cookie))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        400
+    );
 }
 
 #[tokio::test]
