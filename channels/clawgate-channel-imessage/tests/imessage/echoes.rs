@@ -108,6 +108,31 @@ pub(crate) fn reply(chat: &str, id: &str, text: &str) -> ChannelMessage {
     ChannelMessage::outbound(id, "imessage", MessageTarget::direct(chat), text)
 }
 
+/// The process of a recorded final that dies before its request: nothing reaches the server.
+struct DiedBeforeTheRequest(clawgate_types::MessageCapabilities);
+
+#[async_trait]
+impl ChannelMessageAdapter for DiedBeforeTheRequest {
+    fn channel(&self) -> &str {
+        "imessage"
+    }
+
+    fn capabilities(&self) -> &clawgate_types::MessageCapabilities {
+        &self.0
+    }
+
+    async fn send_unit(
+        &self,
+        _ctx: &SendContext,
+        _unit: &RenderedMessageUnit,
+    ) -> Result<MessageReceiptPart, SendError> {
+        Err(SendError::before_io(
+            DeliveryFailureKind::Transient,
+            "the process died before the request",
+        ))
+    }
+}
+
 async fn started(config: SimulatorConfig) -> (BlueBubblesSimulator, u16) {
     let sim = BlueBubblesSimulator::start(config).await.unwrap();
     let port = free_port();
@@ -192,10 +217,10 @@ async fn echoes_arriving_after_a_crash_are_suppressed_and_recovery_sends_populat
     let extra = json!({ "from_me_is_inbound": true });
     let chat = sim.dm("+15550002222");
     let first = Run::open(&sim, state.path(), port, extra.clone()).await;
-    // 1. The answer of one final is lost after the row exists; 2. another final fails
-    // (iMessage could not send it) and waits for a retry. Then the process dies.
+    // 1. The answer of one final is lost after the row exists. 2. Another final is recorded
+    // and the process dies before its request (played by a sender that fails before any
+    // I/O): only recovery, after the restart, sends it.
     sim.inject(Fault::new(FaultKind::LoseAnswer));
-    sim.inject(Fault::new(FaultKind::SendError));
     {
         let messenger = engine(db.path(), first.plugin.sender.clone(), clock.clone());
         let lost = messenger
@@ -209,7 +234,13 @@ async fn echoes_arriving_after_a_crash_are_suppressed_and_recovery_sends_populat
             matches!(lost.outcome, SendOutcome::Unknown { .. }),
             "{lost:?}"
         );
-        let failed = messenger
+    }
+    {
+        let died = Arc::new(DiedBeforeTheRequest(
+            first.plugin.sender.capabilities().clone(),
+        ));
+        let messenger = engine(db.path(), died, clock.clone());
+        let pending = messenger
             .send(
                 reply(&chat, "retry", "sent by recovery"),
                 SendOptions::default(),
@@ -217,8 +248,8 @@ async fn echoes_arriving_after_a_crash_are_suppressed_and_recovery_sends_populat
             .await
             .unwrap();
         assert!(
-            matches!(failed.outcome, SendOutcome::RetryScheduled { .. }),
-            "{failed:?}"
+            matches!(pending.outcome, SendOutcome::RetryScheduled { .. }),
+            "{pending:?}"
         );
     }
     first.crash().await;
