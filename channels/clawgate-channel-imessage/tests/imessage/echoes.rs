@@ -32,7 +32,15 @@ impl Recording {
             .lock()
             .unwrap()
             .iter()
-            .map(|e| e["data"]["text"].as_str().unwrap_or_default().to_owned())
+            .map(|e| {
+                let text = e["data"]["text"].as_str().unwrap_or_default();
+                // Own-account messages are marked: the same words from a person are not ours.
+                if e["data"]["isFromMe"] == true {
+                    format!("(me) {text}")
+                } else {
+                    text.to_owned()
+                }
+            })
             .collect()
     }
 }
@@ -198,7 +206,7 @@ async fn seed_durable_imessage_finals_populate_the_sent_echo_cache() {
     assert!(sim.deliveries_settled(Duration::from_secs(10)).await);
     assert_eq!(
         run.sink.texts(),
-        vec!["the second chunk", "the second chunk"]
+        vec!["the second chunk", "(me) the second chunk"]
     );
     run.crash().await;
 }
@@ -345,7 +353,7 @@ async fn an_echo_later_than_the_ttl_degrades_to_a_duplicate_never_a_lost_inbound
     assert!(sim.deliveries_settled(Duration::from_secs(10)).await);
     let mut texts = open.sink.texts();
     texts.sort();
-    assert_eq!(texts, vec!["another late echo", "still heard"]);
+    assert_eq!(texts, vec!["(me) another late echo", "still heard"]);
     open.crash().await;
 }
 
