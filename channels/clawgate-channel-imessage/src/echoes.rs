@@ -13,8 +13,8 @@
 //! 2. it carries a `tempGuid` we sent, or
 //! 3. an unused entry of the same chat has the same [normalised](normalise) text, written at
 //!    most `ttl` ago (and not more than [`CLOCK_SKEW_MS`] after the event's own time). Each
-//!    entry matches one echo by text; the echo's guid is then remembered, so a second copy of
-//!    the same event matches by guid.
+//!    entry matches one echo (by any of these): the echo's guid is then remembered, so a
+//!    second copy of the same event matches by guid, and the same words later do not match.
 //!
 //! Only events with `isFromMe: true` are ever looked up: a person typing the same words as
 //! our reply (`isFromMe: false`) is never taken for an echo.
@@ -167,17 +167,21 @@ impl EchoCache {
     ) -> Option<EchoMatch> {
         let mut cache = self.cache();
         cache.prune(now_ms);
-        if cache
+        // An entry that matched its echo by id is used up for text matches: the same words
+        // later are someone else's.
+        if let Some(entry) = cache
             .entries
-            .iter()
-            .any(|e| e.guids.iter().any(|g| g == guid))
+            .iter_mut()
+            .find(|e| e.guids.iter().any(|g| g == guid))
         {
+            entry.used = true;
             return Some(EchoMatch::Guid);
         }
         if let Some(temp) = temp_guid
             && let Some(entry) = cache.entries.iter_mut().find(|e| e.temp_guid == temp)
         {
             entry.guids.push(guid.to_owned());
+            entry.used = true;
             return Some(EchoMatch::TempGuid);
         }
         let text = normalise(text);

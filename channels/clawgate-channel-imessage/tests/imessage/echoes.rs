@@ -183,9 +183,11 @@ async fn seed_durable_imessage_finals_populate_the_sent_echo_cache() {
         panic!("{report:?}")
     };
     assert_eq!(receipt.parts.len(), 2);
-    // The person types the very words of our second chunk before its echo is back (it is
+    // The person types the very words of our second chunk (as it landed) before its echo is
+    // back (it is
     // 400 ms away): their message (isFromMe: false) is a turn, never taken for the echo.
-    sim.person_writes(&chat, "+15550001111", "the second chunk");
+    let second = sim.our_texts(&chat)[1].clone();
+    sim.person_writes(&chat, "+15550001111", &second);
     assert!(sim.deliveries_settled(Duration::from_secs(10)).await);
     let echoes: Vec<_> = sim
         .deliveries()
@@ -196,17 +198,17 @@ async fn seed_durable_imessage_finals_populate_the_sent_echo_cache() {
     assert!(echoes.iter().all(|d| d.status == 200));
     assert_eq!(
         run.sink.texts(),
-        vec!["the second chunk"],
+        vec![second.clone()],
         "the person's message is a turn, the echoes are not"
     );
     assert_eq!(run.account().counts.echoes(), 2);
     // The same words from another device of the same Apple ID (isFromMe: true) are a turn too
     // once the echoes have used their entries.
-    sim.own_device_writes(&chat, "the second chunk");
+    sim.own_device_writes(&chat, &second);
     assert!(sim.deliveries_settled(Duration::from_secs(10)).await);
     assert_eq!(
         run.sink.texts(),
-        vec!["the second chunk", "(me) the second chunk"]
+        vec![second.clone(), format!("(me) {second}")]
     );
     run.crash().await;
 }
