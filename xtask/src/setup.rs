@@ -141,6 +141,16 @@ const ELIZAOS_ZALO: PythonTool = PythonTool {
                a python that has elizaos-plugin-zalo)",
 };
 
+/// A third-party BlueBubbles client (elizaOS's BlueBubbles plugin) the iMessage simulator's
+/// cross-check drives; BlueBubbles publishes no Python client of its own.
+const ELIZAOS_BLUEBUBBLES: PythonTool = PythonTool {
+    venv: "elizaos-plugin-bluebubbles",
+    package: "elizaos-plugin-bluebubbles",
+    version: "2.0.0a5",
+    for_what: "the iMessage simulator's elizaos-plugin-bluebubbles test (or point \
+               CLAWGATE_BLUEBUBBLES_PYTHON at a python that has elizaos-plugin-bluebubbles)",
+};
+
 /// The signal-cli JSON-RPC client the Signal simulator's cross-check is written against (it
 /// imports python-magic, which needs the system's libmagic).
 const PYSIGNALCLIJSONRPC: PythonTool = PythonTool {
@@ -194,6 +204,7 @@ const PYTHON_TOOLS: &[(&PythonTool, Option<&str>)] = &[
     ),
     (&SYNOCHAT, Some("CLAWGATE_SYNOCHAT_PYTHON")),
     (&LARK_OAPI, Some("CLAWGATE_LARK_OAPI_PYTHON")),
+    (&ELIZAOS_BLUEBUBBLES, Some("CLAWGATE_BLUEBUBBLES_PYTHON")),
     (&SYNAPSE, None),
 ];
 

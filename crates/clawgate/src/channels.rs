@@ -27,6 +27,7 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-teams",
             feature = "channel-feishu",
             feature = "channel-tlon",
+            feature = "channel-imessage",
         )),
         allow(unused_mut)
     )]
@@ -79,6 +80,10 @@ pub fn registry() -> ChannelRegistry {
     registry.register(std::sync::Arc::new(clawgate_channel_feishu::FeishuFactory));
     #[cfg(feature = "channel-tlon")]
     registry.register(std::sync::Arc::new(clawgate_channel_tlon::TlonFactory));
+    #[cfg(feature = "channel-imessage")]
+    registry.register(std::sync::Arc::new(
+        clawgate_channel_imessage::ImessageFactory,
+    ));
     registry
 }
 

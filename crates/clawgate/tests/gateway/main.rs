@@ -16,6 +16,7 @@ mod discord;
 mod failure;
 mod feishu;
 mod googlechat;
+mod imessage;
 mod irc;
 mod isolation;
 mod line;
