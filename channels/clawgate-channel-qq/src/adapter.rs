@@ -45,6 +45,10 @@ use crate::receive::RecentInbound;
 use crate::render::{FILE_VOICE, MAX_TEXT_CHARS, QqRenderer};
 use crate::tts::Tts;
 
+/// What a preview probe shows when the preview it looks for never landed (the engine asks
+/// about a preview without its text).
+pub const PROBE_TEXT: &str = "…";
+
 /// The conversation a message goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Chat<'a> {
@@ -566,13 +570,24 @@ impl QqAdapter {
         }
     }
 
-    /// Settles a preview whose first chunk's answer was lost: the same first chunk again.
+    /// Settles a preview whose first chunk's answer was lost: the first chunk again under the
+    /// same pair. The engine asks without the text, so the probe shows [`PROBE_TEXT`] when the
+    /// preview never landed; the engine then removes it or replaces its text.
     async fn reconcile_preview(
         &self,
         ctx: &SendContext,
         unit: &RenderedMessageUnit,
     ) -> Result<Reconciliation, SendError> {
-        match self.show(ctx, unit).await {
+        let mut probe = unit.clone();
+        if probe
+            .payload
+            .get("text")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            probe.payload = json!({ "text": PROBE_TEXT });
+        }
+        match self.show(ctx, &probe).await {
             Ok(part) => Ok(Reconciliation::Sent(Box::new(part))),
             Err(error) if error.platform_code.as_deref() == Some("40054005") => {
                 // It landed, and QQ will not say its id: nothing can continue or recall it.

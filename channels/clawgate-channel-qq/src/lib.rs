@@ -26,7 +26,7 @@ pub mod simulator;
 mod source;
 mod tts;
 
-pub use adapter::{QqAdapter, answered_msg_id, answered_of, msg_seq_of};
+pub use adapter::{PROBE_TEXT, QqAdapter, answered_msg_id, answered_of, msg_seq_of};
 pub use client::{
     CODE_ACTIVE_QUOTA, CODE_DEDUPLICATED, CODE_MESSAGE_GONE, CODE_MUTED, CODE_NO_ACTIVE_PERMISSION,
     CODE_NOT_MEMBER, CODE_PASSIVE_EXPIRED, CODE_PASSIVE_EXPIRED_GROUP, CODE_REPLY_LIMIT,
