@@ -7,6 +7,9 @@
 //! active messages of each user or group in the current calendar month (UTC) against the
 //! configured quota. Attempts whose answer was lost count too: they may have landed.
 //!
+//! It also keeps the ids QQ answered passive replies with (best effort, not counted), so a
+//! later check of such a unit names its message rather than the id-less dedupe receipt.
+//!
 //! The file is JSON lines (`active-sends.jsonl` in the channel's state directory), appended
 //! and synced per record; a torn last line (a crash mid-write) is skipped on load.
 
