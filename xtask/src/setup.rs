@@ -188,6 +188,15 @@ const LARK_OAPI: PythonTool = PythonTool {
                python that has lark-oapi)",
 };
 
+/// Tencent's own Python SDK for QQ bots, the QQ simulator's cross-check client.
+const QQ_BOTPY: PythonTool = PythonTool {
+    venv: "qq-botpy",
+    package: "qq-botpy",
+    version: "1.2.1",
+    for_what: "the QQ simulator's qq-botpy test (or point CLAWGATE_QQ_BOTPY_PYTHON at a python \
+               that has qq-botpy)",
+};
+
 /// Each Python tool, with the variable that points its tests at a python of one's own instead
 /// (none for Synapse).
 const PYTHON_TOOLS: &[(&PythonTool, Option<&str>)] = &[
@@ -205,6 +214,7 @@ const PYTHON_TOOLS: &[(&PythonTool, Option<&str>)] = &[
     (&SYNOCHAT, Some("CLAWGATE_SYNOCHAT_PYTHON")),
     (&LARK_OAPI, Some("CLAWGATE_LARK_OAPI_PYTHON")),
     (&ELIZAOS_BLUEBUBBLES, Some("CLAWGATE_BLUEBUBBLES_PYTHON")),
+    (&QQ_BOTPY, Some("CLAWGATE_QQ_BOTPY_PYTHON")),
     (&SYNAPSE, None),
 ];
 

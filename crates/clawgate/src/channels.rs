@@ -28,6 +28,7 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-feishu",
             feature = "channel-tlon",
             feature = "channel-imessage",
+            feature = "channel-qq",
         )),
         allow(unused_mut)
     )]
@@ -84,6 +85,8 @@ pub fn registry() -> ChannelRegistry {
     registry.register(std::sync::Arc::new(
         clawgate_channel_imessage::ImessageFactory,
     ));
+    #[cfg(feature = "channel-qq")]
+    registry.register(std::sync::Arc::new(clawgate_channel_qq::QqFactory));
     registry
 }
 

@@ -25,6 +25,7 @@ mod mattermost;
 mod nostr;
 mod platform_faults;
 mod plugin_channel;
+mod qq;
 mod signal;
 mod slack;
 mod store_faults;

@@ -1,0 +1,161 @@
+//! Where events come from: QQ posting HTTP callbacks to a listener of ours (the "webhook"
+//! event subscription of the QQ open platform).
+//!
+//! - Each `POST` is checked before anything else reads it: the Ed25519 signature of
+//!   `X-Signature-Timestamp` + the raw body ([`signature`]); 401 without one or with one that
+//!   does not verify. Nothing is parsed or recorded before.
+//! - op 13 (URL validation, when the callback URL is configured): answered
+//!   `{plain_token, signature}` with our own signature of `event_ts` + `plain_token`.
+//! - op 0 (dispatch): handed to the engine (event id: the message id) and answered
+//!   `{"op": 12, "d": 0}` once the engine recorded it durably; otherwise `{"op": 12, "d": 1}`
+//!   and QQ pushes it again, which the engine deduplicates. The wait for the record is bounded
+//!   by `answer_deadline` (QQ waits a few seconds).
+//! - op 1 (heartbeat): answered `{"op": 11, "d": <seq>}`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use clawgate_channel_sdk::{
+    AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, Secret, SourceError,
+};
+use clawgate_types::DeliveryFailureKind;
+use serde_json::{Value, json};
+use tracing::{info, warn};
+
+use crate::signature::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+
+/// How the callback listener is set up.
+#[derive(Debug, Clone)]
+pub struct CallbackConfig {
+    /// The address the listener binds (a reverse proxy terminates TLS in front of it).
+    pub listen: SocketAddr,
+    /// The path of the callback URL.
+    pub path: String,
+    /// The bot secret callbacks are signed with.
+    pub secret: Secret,
+    /// How long a dispatch waits for the engine's durable record before asking QQ to push it
+    /// again.
+    pub answer_deadline: Duration,
+}
+
+/// The HTTP callback listener.
+#[derive(Debug)]
+pub struct CallbackSource {
+    config: CallbackConfig,
+}
+
+impl CallbackSource {
+    pub(crate) fn new(config: CallbackConfig) -> CallbackSource {
+        CallbackSource { config }
+    }
+}
+
+struct Delivery {
+    sink: Arc<dyn EventSink>,
+    config: CallbackConfig,
+}
+
+fn dispatch_ack(ok: bool) -> Response {
+    axum::Json(json!({ "op": 12, "d": u8::from(!ok) })).into_response()
+}
+
+async fn deliver(
+    State(delivery): State<Arc<Delivery>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Err(error) = signature::verify(
+        delivery.config.secret.expose(),
+        header(SIGNATURE_HEADER),
+        header(TIMESTAMP_HEADER),
+        &body,
+    ) {
+        warn!(%error, "a QQ callback was refused");
+        return (StatusCode::UNAUTHORIZED, error.to_string()).into_response();
+    }
+    let raw: Value = match serde_json::from_slice(&body) {
+        Ok(raw @ Value::Object(_)) => raw,
+        _ => return (StatusCode::BAD_REQUEST, "not a JSON payload").into_response(),
+    };
+    match raw.get("op").and_then(Value::as_u64) {
+        Some(13) => {
+            let at = |key: &str| raw.pointer(&format!("/d/{key}")).and_then(Value::as_str);
+            let (Some(plain_token), Some(event_ts)) = (at("plain_token"), at("event_ts")) else {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    "op 13 without d.plain_token and d.event_ts",
+                )
+                    .into_response();
+            };
+            match signature::validation_answer(
+                delivery.config.secret.expose(),
+                plain_token,
+                event_ts,
+            ) {
+                Ok(answer) => {
+                    info!("QQ validated the callback URL");
+                    axum::Json(answer).into_response()
+                }
+                Err(error) => {
+                    (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response()
+                }
+            }
+        }
+        Some(1) => {
+            axum::Json(json!({ "op": 11, "d": raw.get("d").cloned().unwrap_or(Value::Null) }))
+                .into_response()
+        }
+        Some(0) => {
+            let (ack, signal) = AckSignal::new();
+            delivery.sink.deliver(PushedEvent::new(raw, ack)).await;
+            match signal.answer(delivery.config.answer_deadline).await {
+                AckAnswer::Acked => dispatch_ack(true),
+                // QQ pushes it again; the engine deduplicates by message id.
+                _ => dispatch_ack(false),
+            }
+        }
+        _ => (StatusCode::BAD_REQUEST, "an op this listener does not take").into_response(),
+    }
+}
+
+#[async_trait]
+impl PushedFeed for CallbackSource {
+    async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
+        let listener = tokio::net::TcpListener::bind(self.config.listen)
+            .await
+            .map_err(|e| {
+                SourceError::new(
+                    DeliveryFailureKind::Transient,
+                    format!(
+                        "the QQ callback listener cannot listen on {}: {e}",
+                        self.config.listen
+                    ),
+                )
+            })?;
+        info!(listen = %self.config.listen, path = %self.config.path, "QQ callback listener up");
+        let state = Arc::new(Delivery {
+            sink: sink.clone(),
+            config: self.config.clone(),
+        });
+        let app = axum::Router::new()
+            .route(&self.config.path, post(deliver))
+            .with_state(state);
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { sink.stopped().await })
+            .await
+            .map_err(|e| {
+                SourceError::new(
+                    DeliveryFailureKind::Transient,
+                    format!("the QQ callback listener failed: {e}"),
+                )
+            })
+    }
+}

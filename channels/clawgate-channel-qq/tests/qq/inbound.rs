@@ -1,0 +1,202 @@
+//! The callback listener: signatures checked before anything is read, the op 13 URL
+//! validation, heartbeats, and dispatches acknowledged only once recorded (else pushed again).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clawgate_channel_qq::signature;
+use clawgate_channel_sdk::prelude::*;
+use serde_json::{Value, json};
+
+use crate::peer::{Peer, build, free_port, quick, settings};
+
+/// A sink that records what it is handed and acks (or nacks) it.
+#[derive(Default)]
+struct Recording {
+    events: Mutex<Vec<Value>>,
+    nack: bool,
+}
+
+#[async_trait]
+impl EventSink for Recording {
+    async fn deliver(&self, event: PushedEvent) {
+        self.events.lock().unwrap().push(event.raw.clone());
+        if self.nack {
+            event.ack.nack("test");
+        } else {
+            event.ack.ack();
+        }
+    }
+
+    async fn stopped(&self) {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Runs the peer's real listener with `sink` (the peer's relay forwards to it).
+async fn attach(peer: &Peer, sink: Arc<Recording>) -> tokio::task::JoinHandle<()> {
+    let InboundSource::Pushed(feed) = peer.attached_plugin().source else {
+        unreachable!()
+    };
+    let handle = tokio::spawn(async move {
+        let _ = feed.run(sink).await;
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !peer.attached() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sink never attached"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    handle
+}
+
+async fn post(url: &str, headers: &[(&str, String)], body: &str) -> (u16, String) {
+    let mut request = reqwest::Client::new().post(url).body(body.to_owned());
+    for (name, value) in headers {
+        request = request.header(*name, value);
+    }
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+/// Request headers.
+type Headers = Vec<(&'static str, String)>;
+
+fn signed(secret: &str, body: &str) -> Headers {
+    let ts = "1733158800".to_owned();
+    vec![
+        (
+            "x-signature-ed25519",
+            signature::sign(secret, &ts, body.as_bytes()).unwrap(),
+        ),
+        ("x-signature-timestamp", ts),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_or_missing_signature_is_refused_before_the_body_is_read_and_nothing_recorded() {
+    let peer = Peer::start().await;
+    let sink = Arc::new(Recording::default());
+    let task = attach(&peer, sink.clone()).await;
+    let url = &peer.callback_url;
+    let secret = peer.sim.secret();
+    let event = json!({ "op": 0, "id": "e1", "t": "C2C_MESSAGE_CREATE",
+        "d": { "id": "m1", "content": "hi", "author": { "user_openid": "U1" } } })
+    .to_string();
+    let mut tampered = signed(&secret, &event);
+    tampered[1].1 = "1733158801".into();
+    let cases: Vec<(&str, Headers, String, u16)> = vec![
+        ("no headers", Vec::new(), event.clone(), 401),
+        (
+            "another secret",
+            signed("not-the-secret", &event),
+            event.clone(),
+            401,
+        ),
+        ("another timestamp", tampered, event.clone(), 401),
+        (
+            "signed other bytes",
+            signed(&secret, "{}"),
+            event.clone(),
+            401,
+        ),
+        (
+            "not hex",
+            vec![
+                ("x-signature-ed25519", "zz".repeat(64)),
+                ("x-signature-timestamp", "1".into()),
+            ],
+            event.clone(),
+            401,
+        ),
+        // Refused 401, not 400: the (unparseable) body was never looked at.
+        ("garbage, unsigned", Vec::new(), "{not json".into(), 401),
+        // Signed but not JSON: refused after the check, as a bad request.
+        (
+            "garbage, signed",
+            signed(&secret, "{not json"),
+            "{not json".into(),
+            400,
+        ),
+    ];
+    for (case, headers, body, status) in cases {
+        assert_eq!(post(url, &headers, &body).await.0, status, "{case}");
+    }
+    assert!(
+        sink.events.lock().unwrap().is_empty(),
+        "nothing reached the engine"
+    );
+    // A signed heartbeat is answered with its ack, a signed dispatch handed over.
+    let heartbeat = json!({ "op": 1, "d": 42 }).to_string();
+    let (status, answer) = post(url, &signed(&secret, &heartbeat), &heartbeat).await;
+    assert_eq!((status, answer.as_str()), (200, r#"{"d":42,"op":11}"#));
+    let (status, answer) = post(url, &signed(&secret, &event), &event).await;
+    assert_eq!((status, answer.as_str()), (200, r#"{"d":0,"op":12}"#));
+    assert_eq!(sink.events.lock().unwrap().len(), 1);
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_url_validation_is_answered_with_our_signature_of_the_token() {
+    let peer = Peer::start().await;
+    peer.sim.validate_url(&peer.callback_url).await.unwrap();
+    // A listener holding another secret signs with another key: QQ would refuse the URL, and
+    // the validation request itself is refused (its signature does not verify).
+    let port = free_port();
+    let other = build(
+        tempfile::tempdir().unwrap().path(),
+        settings(
+            &peer.sim,
+            port,
+            &json!({ "token_base": "http://127.0.0.1:1" }),
+        ),
+        "another-secret",
+    )
+    .await
+    .unwrap();
+    let InboundSource::Pushed(feed) = other.source.clone() else {
+        unreachable!()
+    };
+    let sink = Arc::new(Recording::default());
+    let task = tokio::spawn(async move {
+        let _ = feed.run(sink).await;
+    });
+    let url = format!("http://127.0.0.1:{port}/qq/callback");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let refused = loop {
+        match peer.sim.validate_url(&url).await {
+            Err(why) if why.contains("HTTP 0") && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            other => break other,
+        }
+    };
+    assert!(refused.is_err(), "{refused:?}");
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrecorded_dispatch_is_answered_d1_and_qq_pushes_it_again() {
+    let peer = Peer::with(quick(), json!({})).await;
+    let sink = Arc::new(Recording {
+        nack: true,
+        ..Recording::default()
+    });
+    let task = attach(&peer, sink.clone()).await;
+    peer.sim.person_writes("U42", "are you there?");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while sink.events.lock().unwrap().len() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pushed again after d: 1"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let delivery = &peer.sim.deliveries()[0];
+    assert!(!delivery.acked);
+    assert!(delivery.attempts.len() >= 2);
+    assert!(delivery.attempts.iter().all(|status| *status == 0));
+    task.abort();
+}
