@@ -178,6 +178,16 @@ const LARK_OAPI: PythonTool = PythonTool {
                python that has lark-oapi)",
 };
 
+/// Nextcloud's own Python framework, whose Talk client and TalkBot the Nextcloud Talk
+/// simulator's cross-check drives.
+const NC_PY_API: PythonTool = PythonTool {
+    venv: "nc-py-api",
+    package: "nc-py-api",
+    version: "0.30.3",
+    for_what: "the Nextcloud Talk simulator's nc-py-api test (or point CLAWGATE_NCPYAPI_PYTHON \
+               at a python that has nc-py-api)",
+};
+
 /// Each Python tool, with the variable that points its tests at a python of one's own instead
 /// (none for Synapse).
 const PYTHON_TOOLS: &[(&PythonTool, Option<&str>)] = &[
@@ -194,6 +204,7 @@ const PYTHON_TOOLS: &[(&PythonTool, Option<&str>)] = &[
     ),
     (&SYNOCHAT, Some("CLAWGATE_SYNOCHAT_PYTHON")),
     (&LARK_OAPI, Some("CLAWGATE_LARK_OAPI_PYTHON")),
+    (&NC_PY_API, Some("CLAWGATE_NCPYAPI_PYTHON")),
     (&SYNAPSE, None),
 ];
 
