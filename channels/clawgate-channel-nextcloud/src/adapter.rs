@@ -130,6 +130,7 @@ fn invalid(message: impl Into<String>) -> SendError {
 }
 
 fn text_of(unit: &RenderedMessageUnit, max_chars: u32) -> Result<&str, SendError> {
+    // A preview unit is text too (user mode shows it, then edits it into the final).
     if !matches!(unit.kind, MessagePartKind::Text | MessagePartKind::Preview) {
         return Err(invalid(
             "Nextcloud Talk: this channel sends text only (files are shared through Files, \
@@ -391,6 +392,12 @@ impl ChannelMessageAdapter for TalkAdapter {
 
     fn capabilities(&self) -> &MessageCapabilities {
         &self.capabilities
+    }
+
+    /// A bot cannot edit or delete: a preview would stay behind as a message of its own, so a
+    /// bot's reply is sent once, complete. A user previews by editing.
+    fn previews(&self, _message: &clawgate_types::ChannelMessage) -> bool {
+        matches!(self.mode, Mode::User { .. })
     }
 
     async fn send_unit(

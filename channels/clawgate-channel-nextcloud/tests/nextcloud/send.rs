@@ -441,6 +441,11 @@ async fn nextcloud_talk_finals_are_plain_durable_sends_through_the_bot() {
     let target = peer.conversation("plain");
     let capabilities = peer.plugin.sender.capabilities();
     assert!(capabilities.live.is_none(), "no live previews for a bot");
+    let probe = ChannelMessage::outbound("p", "nextcloud", target.clone(), "x");
+    assert!(
+        !peer.plugin.sender.previews(&probe),
+        "a bot's reply is sent once, complete"
+    );
     assert!(!capabilities.reconciles_unknown_sends());
     let dir = tempfile::tempdir().unwrap();
     let (messenger, store) = engine_in(

@@ -21,6 +21,7 @@ mod isolation;
 mod line;
 mod matrix;
 mod mattermost;
+mod nextcloud;
 mod nostr;
 mod platform_faults;
 mod plugin_channel;
