@@ -195,6 +195,14 @@ const QQ_BOTPY: PythonTool = PythonTool {
     version: "1.2.1",
     for_what: "the QQ simulator's qq-botpy test (or point CLAWGATE_QQ_BOTPY_PYTHON at a python \
                that has qq-botpy)",
+/// Nextcloud's own Python framework, whose Talk client and TalkBot the Nextcloud Talk
+/// simulator's cross-check drives.
+const NC_PY_API: PythonTool = PythonTool {
+    venv: "nc-py-api",
+    package: "nc-py-api",
+    version: "0.30.3",
+    for_what: "the Nextcloud Talk simulator's nc-py-api test (or point CLAWGATE_NCPYAPI_PYTHON \
+               at a python that has nc-py-api)",
 };
 
 /// Each Python tool, with the variable that points its tests at a python of one's own instead
@@ -215,6 +223,7 @@ const PYTHON_TOOLS: &[(&PythonTool, Option<&str>)] = &[
     (&LARK_OAPI, Some("CLAWGATE_LARK_OAPI_PYTHON")),
     (&ELIZAOS_BLUEBUBBLES, Some("CLAWGATE_BLUEBUBBLES_PYTHON")),
     (&QQ_BOTPY, Some("CLAWGATE_QQ_BOTPY_PYTHON")),
+    (&NC_PY_API, Some("CLAWGATE_NCPYAPI_PYTHON")),
     (&SYNAPSE, None),
 ];
 

@@ -24,6 +24,7 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-zalo",
             feature = "channel-signal",
             feature = "channel-synology",
+            feature = "channel-nextcloud",
             feature = "channel-teams",
             feature = "channel-feishu",
             feature = "channel-tlon",
@@ -74,6 +75,10 @@ pub fn registry() -> ChannelRegistry {
     #[cfg(feature = "channel-synology")]
     registry.register(std::sync::Arc::new(
         clawgate_channel_synology::SynologyFactory,
+    ));
+    #[cfg(feature = "channel-nextcloud")]
+    registry.register(std::sync::Arc::new(
+        clawgate_channel_nextcloud::NextcloudFactory,
     ));
     #[cfg(feature = "channel-teams")]
     registry.register(std::sync::Arc::new(clawgate_channel_teams::TeamsFactory));

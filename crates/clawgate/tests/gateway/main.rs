@@ -22,6 +22,7 @@ mod isolation;
 mod line;
 mod matrix;
 mod mattermost;
+mod nextcloud;
 mod nostr;
 mod platform_faults;
 mod plugin_channel;
