@@ -197,6 +197,14 @@ const PYTHON_TOOLS: &[(&PythonTool, Option<&str>)] = &[
     (&SYNAPSE, None),
 ];
 
+/// zca-js, the unofficial Zalo Web client the Zalo Personal simulator's cross-check runs.
+const ZCAJS: NpmTool = NpmTool {
+    dir: "zca-js",
+    packages: &["zca-js@2.2.0"],
+    for_what: "the Zalo Personal simulator's zca-js cross-check (or point CLAWGATE_ZCAJS_DIR \
+               at a directory with node_modules/zca-js)",
+};
+
 /// Each npm tool, with the variable that points its tests at a directory of one's own instead.
 const NPM_TOOLS: &[(&NpmTool, Option<&str>)] = &[
     (&NOSTR_TOOLS, None),
@@ -204,6 +212,7 @@ const NPM_TOOLS: &[(&NpmTool, Option<&str>)] = &[
     (&TMIJS, Some("CLAWGATE_TMIJS_DIR")),
     (&TWURPLE, Some("CLAWGATE_TWURPLE_DIR")),
     (&BOTBUILDER, Some("CLAWGATE_BOTBUILDER_MODULES")),
+    (&ZCAJS, Some("CLAWGATE_ZCAJS_DIR")),
 ];
 
 /// Whether a tool is wanted: no variable points at one of the developer's own.

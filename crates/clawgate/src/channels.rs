@@ -26,6 +26,7 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-synology",
             feature = "channel-teams",
             feature = "channel-feishu",
+            feature = "channel-zalo-personal",
         )),
         allow(unused_mut)
     )]
@@ -76,6 +77,10 @@ pub fn registry() -> ChannelRegistry {
     registry.register(std::sync::Arc::new(clawgate_channel_teams::TeamsFactory));
     #[cfg(feature = "channel-feishu")]
     registry.register(std::sync::Arc::new(clawgate_channel_feishu::FeishuFactory));
+    #[cfg(feature = "channel-zalo-personal")]
+    registry.register(std::sync::Arc::new(
+        clawgate_channel_zalo_personal::ZaloPersonalFactory,
+    ));
     registry
 }
 
