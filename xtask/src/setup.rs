@@ -235,6 +235,12 @@ const URBIT_HTTP_API: NpmTool = NpmTool {
     for_what: "the Tlon simulator's @urbit/http-api test (or point \
                CLAWGATE_URBIT_HTTP_API_MODULES at a node_modules with @urbit/http-api and \
                @urbit/aura)",
+/// zca-js, the unofficial Zalo Web client the Zalo Personal simulator's cross-check runs.
+const ZCAJS: NpmTool = NpmTool {
+    dir: "zca-js",
+    packages: &["zca-js@2.2.0"],
+    for_what: "the Zalo Personal simulator's zca-js cross-check (or point CLAWGATE_ZCAJS_DIR \
+               at a directory with node_modules/zca-js)",
 };
 
 /// Each npm tool, with the variable that points its tests at a directory of one's own instead.
@@ -245,6 +251,7 @@ const NPM_TOOLS: &[(&NpmTool, Option<&str>)] = &[
     (&TWURPLE, Some("CLAWGATE_TWURPLE_DIR")),
     (&BOTBUILDER, Some("CLAWGATE_BOTBUILDER_MODULES")),
     (&URBIT_HTTP_API, Some("CLAWGATE_URBIT_HTTP_API_MODULES")),
+    (&ZCAJS, Some("CLAWGATE_ZCAJS_DIR")),
 ];
 
 /// Whether a tool is wanted: no variable points at one of the developer's own.

@@ -33,7 +33,8 @@ impl Soak {
         match self.matrix.as_deref() {
             None => "random_sigkills".to_owned(),
             Some("qa") => "crash_matrix::random_sigkills".to_owned(),
-            Some(name) => format!("{name}::random_sigkills"),
+            // A module name has `_` where a matrix name may have `-` (`zalo-personal`).
+            Some(name) => format!("{}::random_sigkills", name.replace('-', "_")),
         }
     }
 }

@@ -30,6 +30,7 @@ pub fn registry() -> ChannelRegistry {
             feature = "channel-tlon",
             feature = "channel-imessage",
             feature = "channel-qq",
+            feature = "channel-zalo-personal",
         )),
         allow(unused_mut)
     )]
@@ -92,6 +93,10 @@ pub fn registry() -> ChannelRegistry {
     ));
     #[cfg(feature = "channel-qq")]
     registry.register(std::sync::Arc::new(clawgate_channel_qq::QqFactory));
+    #[cfg(feature = "channel-zalo-personal")]
+    registry.register(std::sync::Arc::new(
+        clawgate_channel_zalo_personal::ZaloPersonalFactory,
+    ));
     registry
 }
 

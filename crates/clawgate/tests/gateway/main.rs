@@ -39,3 +39,4 @@ mod twitch;
 mod webdriver;
 mod whatsapp;
 mod zalo;
+mod zalo_personal;
