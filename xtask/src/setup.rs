@@ -195,6 +195,8 @@ const QQ_BOTPY: PythonTool = PythonTool {
     version: "1.2.1",
     for_what: "the QQ simulator's qq-botpy test (or point CLAWGATE_QQ_BOTPY_PYTHON at a python \
                that has qq-botpy)",
+};
+
 /// Nextcloud's own Python framework, whose Talk client and TalkBot the Nextcloud Talk
 /// simulator's cross-check drives.
 const NC_PY_API: PythonTool = PythonTool {
@@ -235,6 +237,8 @@ const URBIT_HTTP_API: NpmTool = NpmTool {
     for_what: "the Tlon simulator's @urbit/http-api test (or point \
                CLAWGATE_URBIT_HTTP_API_MODULES at a node_modules with @urbit/http-api and \
                @urbit/aura)",
+};
+
 /// zca-js, the unofficial Zalo Web client the Zalo Personal simulator's cross-check runs.
 const ZCAJS: NpmTool = NpmTool {
     dir: "zca-js",
