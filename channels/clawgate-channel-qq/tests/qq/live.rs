@@ -208,3 +208,45 @@ async fn a_refused_stream_and_a_group_reply_each_get_one_plain_final_and_no_prev
     assert_eq!(messages[0].text, "group final");
     assert_eq!(messages[0].reply_to.as_deref(), Some(msg_id.as_str()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_adapter_stops_a_stream_idle_past_its_own_accumulator_timeout_before_qq_does() {
+    let peer = Peer::with(
+        crate::peer::quick(),
+        serde_json::json!({ "stream_idle_timeout_ms": 1 }),
+    )
+    .await;
+    let (target, msg_id) = peer.person_with_id("own-timeout");
+    let (_dir, messenger, clock) = engine(&peer);
+    let mut live = messenger
+        .begin_live(reply(&target, ""), options(&msg_id), LiveOptions::default())
+        .await
+        .unwrap();
+    live.update("first words").await.unwrap();
+    clock.advance(1_000);
+    // Not waiting for anything: letting the 1 ms accumulator timeout pass on the monotonic
+    // clock the adapter reads.
+    std::thread::sleep(Duration::from_millis(20));
+    live.update("first words, then more").await.unwrap();
+    let outcome = live
+        .finalize(reply(&target, "first words, then more, all of it"))
+        .await
+        .unwrap()
+        .outcome;
+    assert!(matches!(outcome, SendOutcome::Sent { .. }), "{outcome:?}");
+    let chunks = peer
+        .sim
+        .calls()
+        .into_iter()
+        .filter(|c| c.body.get("stream").is_some())
+        .count();
+    assert_eq!(
+        chunks, 1,
+        "the idle stream was not continued: only its start went out"
+    );
+    let messages = peer.sim.messages(&chat(&target));
+    let shown = visible(&messages);
+    assert_eq!(shown.len(), 1, "{messages:?}");
+    assert_eq!(shown[0].text, "first words, then more, all of it");
+    assert!(messages.iter().any(|m| m.stream.is_some() && m.recalled));
+}
