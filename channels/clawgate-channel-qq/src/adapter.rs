@@ -265,15 +265,51 @@ impl QqAdapter {
         }
     }
 
-    /// The inbound message a unit answers: the one its render chose (durable), else the
-    /// send's relation or key, else the latest message of the chat.
-    fn reply_to(&self, ctx: &SendContext, unit: &RenderedMessageUnit) -> Option<String> {
+    /// The inbound message a unit answers, from durable data: the one its render chose (in
+    /// the stored batch), or the send's relation or key.
+    fn durable_reply_to(ctx: &SendContext, unit: &RenderedMessageUnit) -> Option<String> {
         unit.payload
             .get("replyTo")
             .and_then(Value::as_str)
             .map(str::to_owned)
             .or_else(|| answered_msg_id(ctx))
-            .or_else(|| self.renderer.recent.latest(&ctx.message.target))
+    }
+
+    /// The inbound message a unit answers: from durable data, else the choice an earlier
+    /// attempt journaled, else the chat's latest message — journaled (synced) before the send,
+    /// so every attempt answers the same message under the same `msg_seq`.
+    async fn choose_reply_to(
+        &self,
+        ctx: &SendContext,
+        unit: &RenderedMessageUnit,
+    ) -> Result<Option<String>, SendError> {
+        if let Some(msg_id) = Self::durable_reply_to(ctx, unit) {
+            return Ok(Some(msg_id));
+        }
+        let key = ctx.unit_key(unit);
+        if let Some(msg_id) = self.journal.chosen(&key).await {
+            return Ok(Some(msg_id));
+        }
+        let Some(msg_id) = self.renderer.recent.latest(&ctx.message.target) else {
+            return Ok(None);
+        };
+        self.journal
+            .chose(&key, &msg_id)
+            .await
+            .map_err(|e| SendError::before_io(DeliveryFailureKind::Transient, e.to_string()))?;
+        Ok(Some(msg_id))
+    }
+
+    /// The inbound message an earlier attempt of a unit answered, when it was a passive reply.
+    async fn attempted_reply_to(
+        &self,
+        ctx: &SendContext,
+        unit: &RenderedMessageUnit,
+    ) -> Option<String> {
+        match Self::durable_reply_to(ctx, unit) {
+            Some(msg_id) => Some(msg_id),
+            None => self.journal.chosen(&ctx.unit_key(unit)).await,
+        }
     }
 
     /// Uploads a file for `chat` (`srv_send_msg: false`: nothing is sent) and returns its
@@ -622,7 +658,7 @@ impl ChannelMessageAdapter for QqAdapter {
         let chat = chat_of(&ctx.message)?;
         let body = self.body_of(chat, unit).await?;
         lock(&self.attempted).insert(ctx.unit_key(unit));
-        let why = match self.reply_to(ctx, unit) {
+        let why = match self.choose_reply_to(ctx, unit).await? {
             Some(msg_id) => {
                 let msg_seq = msg_seq_of(&ctx.unit_key(unit));
                 match self
@@ -690,7 +726,7 @@ impl ChannelMessageAdapter for QqAdapter {
             // A direct send (no durable intent) this process never made.
             return Ok(Reconciliation::NotSent);
         }
-        let Some(msg_id) = self.reply_to(ctx, unit) else {
+        let Some(msg_id) = self.attempted_reply_to(ctx, unit).await else {
             // Not a passive reply, and no active attempt in the journal: it never went out.
             return Ok(Reconciliation::NotSent);
         };
@@ -731,7 +767,7 @@ impl MessageLiveAdapter for QqAdapter {
         let Chat::User(openid) = chat_of(&ctx.message)? else {
             return Err(invalid("QQ streams C2C messages only"));
         };
-        let msg_id = self.reply_to(ctx, unit).ok_or_else(|| {
+        let msg_id = self.choose_reply_to(ctx, unit).await?.ok_or_else(|| {
             invalid("a QQ stream is a passive reply: it needs the answered msg_id")
         })?;
         let text = unit

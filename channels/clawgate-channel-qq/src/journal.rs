@@ -7,8 +7,11 @@
 //! active messages of each user or group in the current calendar month (UTC) against the
 //! configured quota. Attempts whose answer was lost count too: they may have landed.
 //!
-//! It also keeps the ids QQ answered passive replies with (best effort, not counted), so a
-//! later check of such a unit names its message rather than the id-less dedupe receipt.
+//! It also keeps, not counted: the ids QQ answered passive replies with (best effort), so a
+//! later check of such a unit names its message rather than the id-less dedupe receipt; and,
+//! synced before the send, the inbound message a passive reply answers when that was chosen at
+//! send time from the chat's latest message (which a restart forgets), so every attempt of the
+//! unit repeats the same `(msg_id, msg_seq)` pair.
 //!
 //! The file is JSON lines (`active-sends.jsonl` in the channel's state directory), appended
 //! and synced per record; a torn last line (a crash mid-write) is skipped on load.
@@ -42,9 +45,12 @@ struct Record {
     month: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     id: Option<String>,
-    /// A passive reply's answer (not an active attempt; never counted).
+    /// A passive reply's answer or chosen target (not an active attempt; never counted).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     passive: bool,
+    /// The inbound message a passive reply answers, when it was chosen at send time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reply_to: Option<String>,
 }
 
 /// What the journal knows of one unit key.
@@ -61,6 +67,8 @@ struct State {
     attempts: HashMap<String, Record>,
     /// Unit key → the id QQ answered a passive reply with.
     passive: HashMap<String, String>,
+    /// Unit key → the inbound message chosen for it at send time.
+    chosen: HashMap<String, String>,
     /// (target, month) → attempts.
     counts: HashMap<(String, String), u32>,
 }
@@ -186,6 +194,7 @@ impl ActiveJournal {
             month,
             id: None,
             passive: false,
+            reply_to: None,
         };
         self.append(&record).await?;
         state.apply(record);
@@ -220,10 +229,36 @@ impl ActiveJournal {
             month: String::new(),
             id: Some(id.to_owned()),
             passive: true,
+            reply_to: None,
         };
         self.append(&record).await?;
         state.apply(record);
         Ok(())
+    }
+
+    /// Records, synced, that `key` answers `msg_id`: a target chosen at send time (the latest
+    /// message of the chat, which a restart forgets) must be the same on every attempt.
+    pub async fn chose(&self, key: &str, msg_id: &str) -> Result<(), JournalError> {
+        let mut state = self.state.lock().await;
+        if state.chosen.contains_key(key) {
+            return Ok(());
+        }
+        let record = Record {
+            key: key.to_owned(),
+            target: String::new(),
+            month: String::new(),
+            id: None,
+            passive: true,
+            reply_to: Some(msg_id.to_owned()),
+        };
+        self.append(&record).await?;
+        state.apply(record);
+        Ok(())
+    }
+
+    /// The inbound message chosen for `key` at send time, if any.
+    pub async fn chosen(&self, key: &str) -> Option<String> {
+        self.state.lock().await.chosen.get(key).cloned()
     }
 
     /// The id QQ answered `key`'s passive reply with, when it was recorded.
@@ -255,6 +290,9 @@ impl ActiveJournal {
 impl State {
     fn apply(&mut self, record: Record) {
         if record.passive {
+            if let Some(reply_to) = record.reply_to {
+                self.chosen.insert(record.key.clone(), reply_to);
+            }
             if let Some(id) = record.id {
                 self.passive.insert(record.key, id);
             }
@@ -305,6 +343,8 @@ mod tests {
         );
         journal.answered("k1", "M1").await.unwrap();
         journal.answered_passive("p1", "U", "P1").await.unwrap();
+        journal.chose("p2", "IN1").await.unwrap();
+        journal.chose("p2", "IN2").await.unwrap();
         // A torn last line is skipped.
         let path = dir.path().join(JOURNAL_FILE);
         let mut text = std::fs::read_to_string(&path).unwrap();
@@ -324,6 +364,11 @@ mod tests {
         );
         assert_eq!(again.passive_id("p1").await.as_deref(), Some("P1"));
         assert_eq!(again.attempt("p1").await, None);
+        assert_eq!(
+            again.chosen("p2").await.as_deref(),
+            Some("IN1"),
+            "the first choice stays"
+        );
         assert_eq!(
             again.used("U", now + 40 * 86_400_000).await,
             0,

@@ -240,7 +240,10 @@ async fn the_adapter_stops_a_stream_idle_past_its_own_accumulator_timeout_before
         .into_iter()
         .filter(|c| c.body.get("stream").is_some())
         .count();
-    assert_eq!(chunks, 1, "the idle stream was not continued: only its start went out");
+    assert_eq!(
+        chunks, 1,
+        "the idle stream was not continued: only its start went out"
+    );
     let messages = peer.sim.messages(&chat(&target));
     let shown = visible(&messages);
     assert_eq!(shown.len(), 1, "{messages:?}");

@@ -378,3 +378,43 @@ async fn a_wrong_secret_stops_the_build_naming_secret_env_and_no_secret_prints()
         .unwrap_err();
     assert_eq!(error.kind, DeliveryFailureKind::InvalidPayload);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_target_chosen_at_send_time_is_journaled_so_a_restart_settles_the_same_pair() {
+    let peer = Peer::start().await;
+    // A unit that names no inbound message (no reply key, no relation, no render choice):
+    // it answers the chat's latest message, which only this process remembers.
+    let (target, msg_id) = peer.person_with_id("chosen");
+    let mut ctx = ctx(&target, "qq:relay:notice-1");
+    ctx.intent_id = Some(
+        clawgate_channel_sdk::types::IntentId::parse("0193b0c2-7d3e-7a11-8000-000000000001")
+            .unwrap(),
+    );
+    peer.sim.inject(Fault::new(FaultKind::LoseAnswer));
+    let error = peer
+        .plugin
+        .sender
+        .send_unit(&ctx, &text(0, "a notice"))
+        .await
+        .unwrap_err();
+    assert_eq!(error.side_effect, SideEffect::Possible);
+    // After a restart the chat's latest message is forgotten; the journal still names it.
+    let restarted = build(
+        peer.state.path(),
+        settings(&peer.sim, crate::peer::free_port(), &json!({})),
+        &peer.sim.secret(),
+    )
+    .await
+    .unwrap()
+    .sender;
+    let Reconciliation::Sent(part) = restarted
+        .reconcile_unknown_send(&ctx, &text(0, "a notice"))
+        .await
+        .unwrap()
+    else {
+        panic!("the passive reply is settled by its journaled pair");
+    };
+    let seq = msg_seq_of("qq:relay:notice-1#0");
+    assert_eq!(part.platform_message_id, format!("{msg_id}:{seq}"));
+    assert_eq!(peer.texts(&chat(&target)), vec!["a notice"]);
+}
