@@ -381,11 +381,12 @@ fn rooms(inner: &Inner) -> Value {
 }
 
 /// Applies an injected fault: `Some` when the call is refused, and whether its answer is lost.
+/// (A stall is applied by the chat read only.)
 fn fault_of(world: &mut World, op: Op) -> (Option<Reply>, bool) {
     match world.fault(op) {
         Some(FaultKind::Refuse(status)) => (Some(failure(status)), false),
         Some(FaultKind::LoseAnswer) => (None, true),
-        None => (None, false),
+        Some(FaultKind::Stall(_)) | None => (None, false),
     }
 }
 
@@ -582,16 +583,18 @@ async fn read(inner: &Arc<Inner>, request: &Request, token: &str) -> Routed {
     );
     let deadline = Instant::now() + timeout;
     let mut news = inner.news.subscribe();
-    let lose = {
+    let (lose, stall) = {
         let mut world = inner.world();
-        let (refused, lose) = fault_of(&mut world, Op::ChatRead);
-        if let Some(reply) = refused {
-            return (op, reply, false, None, None);
-        }
+        let (lose, stall) = match world.fault(Op::ChatRead) {
+            Some(FaultKind::Refuse(status)) => return (op, failure(status), false, None, None),
+            Some(FaultKind::LoseAnswer) => (true, None),
+            Some(FaultKind::Stall(by)) => (false, Some(by)),
+            None => (false, None),
+        };
         if world.room(token).is_none_or(|r| !r.user_joined) {
             return (op, failure(404), false, None, None);
         }
-        lose
+        (lose, stall)
     };
     loop {
         news.borrow_and_update();
@@ -625,6 +628,9 @@ async fn read(inner: &Arc<Inner>, request: &Request, token: &str) -> Routed {
             .and_then(|m| m.get("id"))
             .and_then(Value::as_i64)
         {
+            if let Some(by) = stall {
+                tokio::time::sleep(by).await;
+            }
             return (
                 op,
                 Reply::Ocs(200, Value::Array(page)),
@@ -635,6 +641,9 @@ async fn read(inner: &Arc<Inner>, request: &Request, token: &str) -> Routed {
         }
         let now = Instant::now();
         if !future || now >= deadline {
+            if let Some(by) = stall {
+                tokio::time::sleep(by).await;
+            }
             return (op, Reply::NotModified, lose, None, None);
         }
         let _ = tokio::time::timeout(deadline - now, news.changed()).await;

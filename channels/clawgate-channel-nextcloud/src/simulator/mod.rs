@@ -202,6 +202,9 @@ pub enum FaultKind {
     Refuse(u16),
     /// The server acts; the connection is cut before the answer.
     LoseAnswer,
+    /// A slow server: the answer is computed, then held this long before it is written (a
+    /// chat read's page is what the server saw when the call arrived).
+    Stall(Duration),
 }
 
 /// A fault for calls of `op` (any when `None`), after `after` of them went through, `times`

@@ -355,3 +355,54 @@ async fn a_new_account_starts_at_the_present() {
         .collect();
     assert_eq!(texts, vec!["after the start", "while it was down"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_never_hands_over_a_message_while_a_lower_id_elsewhere_is_unseen() {
+    // Two conversations read one after the other. Conversation A's read is slow: while its
+    // (empty) page is on the way, A gets message 10 and then B gets message 11, which B's read
+    // shows. Handing over 11 alone would move the watermark past 10 for good.
+    let peer = UserPeer::start().await;
+    let a = peer
+        .sim
+        .add_conversation("a", clawgate_channel_nextcloud::simulator::RoomType::Group);
+    let b = peer
+        .sim
+        .add_conversation("b", clawgate_channel_nextcloud::simulator::RoomType::Group);
+    let state = tempfile::tempdir().unwrap();
+    let plugin = UserPeer::build(
+        &peer.sim,
+        state.path(),
+        &json!({ "conversations": [a.token, b.token] }),
+    )
+    .await
+    .unwrap();
+    let InboundSource::Polling(feed) = plugin.source.clone() else {
+        panic!("user mode polls");
+    };
+    let start = peer.sim.all_messages().last().unwrap().id;
+    peer.sim
+        .inject(clawgate_channel_nextcloud::simulator::Fault::new(
+            Some(Op::ChatRead),
+            clawgate_channel_nextcloud::simulator::FaultKind::Stall(Duration::from_millis(400)),
+        ));
+    let from = PollFrom::new(start, None);
+    let poll = feed.poll(&from, PollWait::Immediate);
+    let writes = async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let low = peer
+            .sim
+            .person_writes(&a.token, "ada", "Ada", "lower id, in a");
+        let high = peer
+            .sim
+            .person_writes(&b.token, "ada", "Ada", "higher id, in b");
+        (low, high)
+    };
+    let (events, (low, high)) = tokio::join!(poll, writes);
+    let positions: Vec<i64> = events.unwrap().iter().map(|e| e.position).collect();
+    // The second round sees both: neither is left behind.
+    assert_eq!(
+        positions,
+        vec![low, high],
+        "{high} must not come without {low}"
+    );
+}
