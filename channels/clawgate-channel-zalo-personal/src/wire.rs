@@ -6,7 +6,7 @@
 //!   raw key); the login call itself uses a 32-character key derived from `zcid`/`zcid_ext`
 //!   (below), taken as its UTF-8 bytes (AES-256).
 //! - **`signkey`**: hex MD5 of `"zsecure" + <call> + <the parameter values in key order>`.
-//! - **Login parameters**: `zcid` = upper-case hex of AES-CBC("<type>,<imei>,<first launch ms>")
+//! - **Login parameters**: `zcid` = upper-case hex of AES-CBC(`"<type>,<imei>,<first launch ms>"`)
 //!   under a fixed key; `zcid_ext` a random hex string; the key = the even characters of
 //!   `MD5(zcid_ext)` (upper-case hex) `[..8]` + the even characters of `zcid` `[..12]` + the odd
 //!   characters of `zcid` reversed `[..12]`.
@@ -238,7 +238,7 @@ impl LoginKey {
     }
 }
 
-/// `zcid`: upper-case hex of AES-CBC("<type>,<imei>,<first launch ms>") under the fixed key.
+/// `zcid`: upper-case hex of AES-CBC(`"<type>,<imei>,<first launch ms>"`) under the fixed key.
 pub fn zcid(imei: &str, first_launch_ms: u64) -> String {
     let text = format!("{API_TYPE},{imei},{first_launch_ms}");
     hex(&cbc_encrypt(ZCID_KEY, text.as_bytes()).unwrap_or_default()).to_uppercase()

@@ -271,8 +271,18 @@ async fn random_sigkills_on_a_zalo_personal_account_never_duplicate_or_silently_
             let n = asked.len();
             asked.push(account.write(&person, &format!("message {n} from {person}"), WORDS));
             if rng.below(8) == 0 {
+                // A network drop: the gateway connects again; people go on writing once it
+                // listens (what is written in the gap is missed, as the README says).
+                let opened = account.sim.socket_stats().opened;
                 account.sim.drop_sockets();
                 drops += 1;
+                assert!(
+                    account
+                        .sim
+                        .opened(opened + 1, Duration::from_secs(30))
+                        .await,
+                    "seed {seed}: the gateway never reconnected after a drop"
+                );
             }
         }
         tokio::time::sleep(Duration::from_millis(rng.below(400))).await;
