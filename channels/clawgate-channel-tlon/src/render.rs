@@ -73,9 +73,18 @@ impl MessageRenderAdapter for TlonRenderer {
 
 #[cfg(test)]
 mod tests {
-    use clawgate_types::{MessageOrigin, MessageTarget};
+    use clawgate_types::{MessageOrigin, MessageTarget, TextCapabilities};
 
     use super::*;
+
+    /// Text chunked at 5000 characters, as the channel declares.
+    fn caps() -> MessageCapabilities {
+        MessageCapabilities::default().with_text(
+            TextCapabilities::default()
+                .with_max_length(5_000)
+                .with_chunking(true),
+        )
+    }
 
     fn texts(batch: &RenderedMessageBatch) -> Vec<String> {
         batch
@@ -88,7 +97,7 @@ mod tests {
     #[test]
     fn model_replies_are_signed_once_notices_never() {
         let renderer = TlonRenderer::new(Some("— test-model".into()));
-        let caps = crate::adapter::capabilities();
+        let caps = caps();
         let reply = ChannelMessage::outbound("r1", "tlon", MessageTarget::direct("~nec"), "hello");
         let batch = renderer.render(&reply, &caps, "k").expect("renders");
         assert_eq!(texts(&batch), vec!["hello\n\n— test-model".to_owned()]);
@@ -106,7 +115,7 @@ mod tests {
     #[test]
     fn a_long_reply_carries_the_signature_in_its_last_chunk_only() {
         let renderer = TlonRenderer::new(Some("— m".into()));
-        let caps = crate::adapter::capabilities();
+        let caps = caps();
         let text = "word ".repeat(2_000);
         let reply = ChannelMessage::outbound("r1", "tlon", MessageTarget::direct("~nec"), &text);
         let texts = texts(&renderer.render(&reply, &caps, "k").expect("renders"));
