@@ -32,15 +32,15 @@ use clawgate_channel_sdk::{
 use clawgate_types::{
     AttachmentCapabilities, ChannelMessage, DeliveryCapabilities, DeliveryFailureKind,
     LiveCancelReason, LiveCapabilities, MessageCapabilities, MessagePartKind, MessageReceiptPart,
-    MessageRelation, RenderedMessageUnit, TargetKind, TextCapabilities,
+    RenderedMessageUnit, TargetKind, TextCapabilities,
 };
 use reqwest::Method;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
 use crate::client::{CODE_DEDUPLICATED, CODE_MESSAGE_GONE, CallError, OpenApi, send_error};
 use crate::journal::{ActiveAttempt, ActiveJournal};
+use crate::passive::{answered_msg_id, msg_seq_of};
 use crate::receive::RecentInbound;
 use crate::render::{FILE_VOICE, MAX_TEXT_CHARS, QqRenderer};
 use crate::tts::Tts;
@@ -83,42 +83,6 @@ fn chat_of(message: &ChannelMessage) -> Result<Chat<'_>, SendError> {
              a {other:?} target"
         ))),
     }
-}
-
-/// The `msg_seq` of a unit: 31 bits of SHA-256 of its durable key (never 0), the same on every
-/// attempt and after a restart. Two units answering the same message collide with a
-/// probability of about n²/2³² (n units); a collision would make the second one look
-/// deduplicated.
-pub fn msg_seq_of(unit_key: &str) -> u64 {
-    let digest = Sha256::digest(unit_key.as_bytes());
-    let n = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) & 0x7fff_ffff;
-    u64::from(n.max(1))
-}
-
-/// The inbound message a send answers: the relation's reply-to (or inbound id), else the
-/// event named by the send's key (`<channel>:reply:<msg_id>:<n>`, `<channel>:failure:<msg_id>`).
-pub fn answered_of(message: &ChannelMessage, key: &str) -> Option<String> {
-    if let Some(MessageRelation::Reply {
-        reply_to_id,
-        inbound_message_id,
-        ..
-    }) = &message.relation
-        && let Some(id) = reply_to_id.as_ref().or(inbound_message_id.as_ref())
-    {
-        return Some(id.clone());
-    }
-    // A preview's or streamed media's key carries a suffix after the reply key.
-    let key = key.split('~').next().unwrap_or(key);
-    if let Some((_, rest)) = key.split_once(":reply:") {
-        return rest.rsplit_once(':').map(|(event, _)| event.to_owned());
-    }
-    key.split_once(":failure:")
-        .map(|(_, event)| event.to_owned())
-}
-
-/// The inbound message a send of `ctx` answers (see [`answered_of`]).
-pub fn answered_msg_id(ctx: &SendContext) -> Option<String> {
-    answered_of(&ctx.message, &ctx.idempotency_key)
 }
 
 fn invalid(message: impl Into<String>) -> SendError {
@@ -858,53 +822,5 @@ impl MessageLiveAdapter for QqAdapter {
     ) -> Result<(), SendError> {
         info!(channel = %self.name, ?reason, stream = %preview.platform_message_id, "recalling the QQ stream preview");
         self.recall(ctx, preview).await
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)] // Tests fail loudly by design.
-mod tests {
-    use super::*;
-    use clawgate_types::MessageTarget;
-
-    fn ctx(key: &str, relation: Option<MessageRelation>) -> SendContext {
-        let mut message = ChannelMessage::outbound("m", "qq", MessageTarget::direct("U"), "hi");
-        message.relation = relation;
-        SendContext::new(message, key)
-    }
-
-    #[test]
-    fn the_answered_message_comes_from_the_relation_or_the_reply_key() {
-        let cases = [
-            ("qq:reply:ROBOT1.0_a.b!!:0", None, Some("ROBOT1.0_a.b!!")),
-            (
-                "qq:reply:ROBOT1.0_a:b:3~preview",
-                None,
-                Some("ROBOT1.0_a:b"),
-            ),
-            ("qq:failure:M9", None, Some("M9")),
-            ("qq:relay:x", None, None),
-            (
-                "qq:relay:x",
-                Some(MessageRelation::reply_to("R1")),
-                Some("R1"),
-            ),
-        ];
-        for (key, relation, want) in cases {
-            assert_eq!(
-                answered_msg_id(&ctx(key, relation)).as_deref(),
-                want,
-                "{key}"
-            );
-        }
-    }
-
-    #[test]
-    fn msg_seq_is_stable_per_unit_and_differs_between_units() {
-        let a = msg_seq_of("qq:reply:M:0#0");
-        assert_eq!(a, msg_seq_of("qq:reply:M:0#0"));
-        assert_ne!(a, msg_seq_of("qq:reply:M:0#1"));
-        assert_ne!(a, msg_seq_of("qq:reply:M:0~preview#0"));
-        assert!((1..=0x7fff_ffff).contains(&a));
     }
 }

@@ -17,6 +17,7 @@
 mod adapter;
 mod client;
 mod journal;
+mod passive;
 mod plugin;
 mod receive;
 mod render;
@@ -26,13 +27,14 @@ pub mod simulator;
 mod source;
 mod tts;
 
-pub use adapter::{PROBE_TEXT, QqAdapter, answered_msg_id, answered_of, msg_seq_of};
+pub use adapter::{PROBE_TEXT, QqAdapter};
 pub use client::{
     CODE_ACTIVE_QUOTA, CODE_DEDUPLICATED, CODE_MESSAGE_GONE, CODE_MUTED, CODE_NO_ACTIVE_PERMISSION,
     CODE_NOT_MEMBER, CODE_PASSIVE_EXPIRED, CODE_PASSIVE_EXPIRED_GROUP, CODE_REPLY_LIMIT,
     CODE_STREAM_CLOSED, CODE_TOKEN_INVALID, TRACE_HEADER, TokenError,
 };
 pub use journal::{ActiveAttempt, ActiveJournal, JOURNAL_FILE, JournalError};
+pub use passive::{answered_msg_id, answered_of, msg_seq_of};
 pub use plugin::{
     DEFAULT_API_BASE, DEFAULT_TOKEN_BASE, PLATFORM_ACTIVE_QUOTA, QqFactory, QqSettings,
     SANDBOX_API_BASE,

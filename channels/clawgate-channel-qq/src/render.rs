@@ -27,7 +27,7 @@ use clawgate_types::{
 };
 use serde_json::{Value, json};
 
-use crate::adapter::answered_of;
+use crate::passive::answered_of;
 use crate::receive::RecentInbound;
 
 /// Longest text of one unit.
