@@ -81,6 +81,8 @@ mod error;
 mod plugin;
 mod receive;
 mod render;
+#[cfg(feature = "simulator")]
+pub mod simulator;
 mod source;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -6,10 +6,10 @@ use axum::body::Bytes;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use clawgate_channel_sdk::simulator::{Connection, CuttableListener};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use super::net::{Connection, CuttableListener};
 use super::{CallRecord, FaultKind, Inner, World, webhook};
 
 pub(crate) fn serve(inner: &Arc<Inner>, listener: TcpListener) {
@@ -18,7 +18,7 @@ pub(crate) fn serve(inner: &Arc<Inner>, listener: TcpListener) {
         .with_state(inner.clone());
     let mut shutdown = inner.shutdown.subscribe();
     let server = axum::serve(
-        CuttableListener(listener),
+        CuttableListener::new(listener),
         app.into_make_service_with_connect_info::<Connection>(),
     )
     .with_graceful_shutdown(async move {

@@ -41,7 +41,6 @@
 //! chat.db keeps); an accepted send is in the record whether or not its answer arrived.
 
 mod http;
-mod net;
 mod webhook;
 
 use std::collections::HashSet;

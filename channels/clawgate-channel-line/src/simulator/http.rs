@@ -2,19 +2,16 @@
 //! headers and error bodies, faults, and the call record.
 
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use clawgate_channel_sdk::simulator::{Connection, CuttableListener};
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 use super::state::{Answer, ApiError, Inner};
 use super::{CallRecord, FaultKind, PUSH_PATH, REPLY_PATH, SimulatorConfig, webhook};
@@ -28,7 +25,7 @@ pub(crate) async fn start(config: SimulatorConfig) -> io::Result<Arc<Inner>> {
         .with_state(inner.clone());
     let mut shutdown = inner.shutdown_tx.subscribe();
     let server = axum::serve(
-        CuttableListener(listener),
+        CuttableListener::new(listener),
         app.into_make_service_with_connect_info::<Connection>(),
     )
     .with_graceful_shutdown(async move {
@@ -62,92 +59,6 @@ pub(crate) async fn stop(inner: &Arc<Inner>) {
             .is_err()
         {
             abort.abort();
-        }
-    }
-}
-
-/// A TCP listener whose connections can be closed from inside a request handler.
-struct CuttableListener(TcpListener);
-
-impl axum::serve::Listener for CuttableListener {
-    type Io = CuttableStream;
-    type Addr = std::net::SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            match self.0.accept().await {
-                Ok((stream, addr)) => {
-                    let _ = stream.set_nodelay(true);
-                    let cut = Arc::new(AtomicBool::new(false));
-                    return (CuttableStream { stream, cut }, addr);
-                }
-                // Out of descriptors and the like: wait a little, as axum's own listener does.
-                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-            }
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.0.local_addr()
-    }
-}
-
-/// Once cut, reads see end-of-stream and writes fail, so hyper drops the connection without
-/// writing the answer.
-pub(crate) struct CuttableStream {
-    stream: TcpStream,
-    cut: Arc<AtomicBool>,
-}
-
-impl AsyncRead for CuttableStream {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        if self.cut.load(Ordering::SeqCst) {
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.stream).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for CuttableStream {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        if self.cut.load(Ordering::SeqCst) {
-            return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
-        }
-        Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.cut.load(Ordering::SeqCst) {
-            return Poll::Ready(Err(io::ErrorKind::ConnectionAborted.into()));
-        }
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-}
-
-/// The per-connection handle a handler uses to cut its own connection.
-#[derive(Clone)]
-struct Connection {
-    cut: Arc<AtomicBool>,
-}
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, CuttableListener>>
-    for Connection
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, CuttableListener>) -> Self {
-        Connection {
-            cut: stream.io().cut.clone(),
         }
     }
 }
@@ -249,7 +160,7 @@ async fn handle(
     });
     drop(world);
     if lost {
-        connection.cut.store(true, Ordering::SeqCst);
+        connection.cut();
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
     match outcome {

@@ -10,10 +10,10 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
+use clawgate_channel_sdk::simulator::{Connection, CuttableListener};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use super::listener::{Connection, CuttableListener};
 use super::{CallRecord, FaultKind, Inner, Op, RoomType, SimMessage, World};
 use crate::sign;
 
@@ -26,7 +26,7 @@ pub(crate) async fn start(config: super::SimulatorConfig) -> io::Result<Arc<Inne
         .with_state(inner.clone());
     let mut shutdown = inner.shutdown.subscribe();
     let server = axum::serve(
-        CuttableListener(listener),
+        CuttableListener::new(listener),
         app.into_make_service_with_connect_info::<Connection>(),
     )
     .with_graceful_shutdown(async move {

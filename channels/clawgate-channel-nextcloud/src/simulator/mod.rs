@@ -36,7 +36,6 @@
 //! ([`NextcloudSimulator::advance_clock`]) to reach the edit and delete windows.
 
 mod http;
-mod listener;
 mod webhook;
 
 use std::collections::BTreeMap;

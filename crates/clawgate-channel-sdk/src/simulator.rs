@@ -1,5 +1,10 @@
-//! The simulator's listener: a TCP listener whose connections a request handler can cut, so
-//! the server acts and its answer never arrives (a lost answer).
+//! Building blocks for channel simulators: a TCP listener whose connections a request handler
+//! can cut, so the server acts but its answer never arrives (a "lost answer" fault).
+//!
+//! Serve an axum router over a [`CuttableListener`] with
+//! `into_make_service_with_connect_info::<Connection>()`; a handler that extracts
+//! `ConnectInfo<Connection>` calls [`Connection::cut`] after acting, and the client sees the
+//! connection drop instead of the response.
 
 use std::io;
 use std::pin::Pin;
@@ -11,8 +16,18 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
-/// A TCP listener whose connections can be closed from inside a request handler.
-pub(crate) struct CuttableListener(pub(crate) TcpListener);
+/// A TCP listener whose connections can be cut from inside a request handler.
+///
+/// Accepted streams get `TCP_NODELAY`; an accept error is retried after 20 ms.
+#[derive(Debug)]
+pub struct CuttableListener(TcpListener);
+
+impl CuttableListener {
+    /// Wraps a bound listener.
+    pub fn new(listener: TcpListener) -> Self {
+        CuttableListener(listener)
+    }
+}
 
 impl axum::serve::Listener for CuttableListener {
     type Io = CuttableStream;
@@ -26,6 +41,7 @@ impl axum::serve::Listener for CuttableListener {
                     let cut = Arc::new(AtomicBool::new(false));
                     return (CuttableStream { stream, cut }, addr);
                 }
+                // Out of descriptors and the like: wait a little, as axum's own listener does.
                 Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
             }
         }
@@ -36,9 +52,13 @@ impl axum::serve::Listener for CuttableListener {
     }
 }
 
-/// Once cut, reads see end-of-stream and writes fail: hyper drops the connection without
-/// writing the answer, as a connection lost after the NAS acted.
-pub(crate) struct CuttableStream {
+/// A connection accepted by a [`CuttableListener`].
+///
+/// Once cut, reads see end-of-stream and writes and flushes fail with `ConnectionAborted`:
+/// hyper drops the connection without writing the answer, as a connection lost after the
+/// server acted. Shutdown passes through.
+#[derive(Debug)]
+pub struct CuttableStream {
     stream: TcpStream,
     cut: Arc<AtomicBool>,
 }
@@ -80,9 +100,10 @@ impl AsyncWrite for CuttableStream {
     }
 }
 
-/// The per-connection handle a handler uses to cut its own connection.
-#[derive(Clone)]
-pub(crate) struct Connection {
+/// The per-connection handle a handler gets as `ConnectInfo<Connection>`, to cut its own
+/// connection.
+#[derive(Clone, Debug)]
+pub struct Connection {
     cut: Arc<AtomicBool>,
 }
 
@@ -97,7 +118,8 @@ impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Cutt
 }
 
 impl Connection {
-    pub(crate) fn cut(&self) {
+    /// Cuts the connection: the answer being written is never sent.
+    pub fn cut(&self) {
         self.cut.store(true, Ordering::SeqCst);
     }
 }
