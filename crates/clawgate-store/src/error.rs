@@ -1,4 +1,6 @@
-//! Typed storage errors. Each one a user can hit names the file and what to do about it.
+//! Typed storage errors, the same for every backend. Each one a user can hit names the database
+//! (a SQLite file's path, or a PostgreSQL server's `host:port/dbname`, never its password) and
+//! what to do about it; a backend's own error is wrapped in [`StoreError::Database`].
 
 use std::path::PathBuf;
 
@@ -11,41 +13,42 @@ pub enum StoreError {
     MissingDirectory { path: PathBuf },
 
     #[error(
-        "state database {path} is locked by another process (it holds the write lock past the \
-         {timeout_ms} ms busy timeout): stop the other gateway or pass another --state-dir"
+        "state database {database} is locked by another process (it holds the write lock past \
+         the {timeout_ms} ms busy timeout): stop the other gateway or pass another --state-dir"
     )]
-    Locked { path: PathBuf, timeout_ms: u64 },
+    Locked { database: String, timeout_ms: u64 },
 
     #[error(
-        "state database {path} stayed busy past the {timeout_ms} ms busy timeout: another \
+        "state database {database} stayed busy past the {timeout_ms} ms busy timeout: another \
          process is writing heavily; retry, or raise the busy timeout"
     )]
-    Busy { path: PathBuf, timeout_ms: u64 },
+    Busy { database: String, timeout_ms: u64 },
 
     #[error(
-        "state database {path} is read-only ({detail}): make the file and its directory \
-         writable by this user, or pass another --state-dir"
+        "state database {database} is read-only ({detail}): make it writable for this gateway \
+         (a file and its directory by this user; on a server, a primary and a role that may \
+         write), or use another state"
     )]
-    ReadOnly { path: PathBuf, detail: String },
+    ReadOnly { database: String, detail: String },
 
     #[error(
-        "the disk holding state database {path} is full (or the database hit its size limit): \
-         free space and retry; nothing stored was lost, the failed write was rolled back"
+        "the disk holding state database {database} is full (or the database hit its size \
+         limit): free space and retry; nothing stored was lost, the failed write was rolled back"
     )]
-    DiskFull { path: PathBuf },
+    DiskFull { database: String },
 
     #[error(
-        "state database {path} is corrupt or not a SQLite database ({detail}): it was left \
-         untouched; restore it from a backup, or move it aside to start empty"
+        "state database {database} is corrupt or not a clawgate database ({detail}): it was \
+         left untouched; restore it from a backup, or move it aside to start empty"
     )]
-    Corrupt { path: PathBuf, detail: String },
+    Corrupt { database: String, detail: String },
 
     #[error(
-        "state database {path} has schema version {found}, newer than the {supported} this \
-         build knows: run a newer clawgate, or use another --state-dir"
+        "state database {database} has schema version {found}, newer than the {supported} this \
+         build knows: run a newer clawgate, or use another state"
     )]
     NewerSchema {
-        path: PathBuf,
+        database: String,
         found: i64,
         supported: i64,
     },
@@ -116,14 +119,21 @@ pub enum StoreError {
     #[error("the store's writer has stopped (the gateway is shutting down or the writer crashed)")]
     WriterStopped,
 
-    #[error("state database {path}: {source}")]
-    Sqlite {
-        path: PathBuf,
+    #[error(
+        "cannot reach state database {database} ({detail}): check that the server runs and \
+         accepts this gateway's connections; nothing was written"
+    )]
+    Unavailable { database: String, detail: String },
+
+    /// The backend's own error, for what no variant above describes.
+    #[error("state database {database}: {source}")]
+    Database {
+        database: String,
         #[source]
-        source: rusqlite::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 
-    /// A backend other than SQLite reports its own error here.
+    /// A failure around the backend (a worker task that died, a pool that gave no connection).
     #[error("storage backend error: {0}")]
     Backend(Box<dyn std::error::Error + Send + Sync>),
 }
@@ -133,7 +143,10 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            StoreError::Busy { .. } | StoreError::Locked { .. } | StoreError::DiskFull { .. }
+            StoreError::Busy { .. }
+                | StoreError::Locked { .. }
+                | StoreError::DiskFull { .. }
+                | StoreError::Unavailable { .. }
         )
     }
 }

@@ -52,26 +52,29 @@ impl ErrorContext {
 
     pub(crate) fn map_sqlite(&self, error: rusqlite::Error, phase: Phase) -> StoreError {
         let path = self.path.clone();
+        let database = self.path.display().to_string();
         let timeout_ms = self.busy_timeout_ms;
         match error.sqlite_error_code() {
-            Some(ErrorCode::DatabaseBusy) if phase == Phase::Open => {
-                StoreError::Locked { path, timeout_ms }
-            }
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
-                StoreError::Busy { path, timeout_ms }
-            }
+            Some(ErrorCode::DatabaseBusy) if phase == Phase::Open => StoreError::Locked {
+                database,
+                timeout_ms,
+            },
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Busy {
+                database,
+                timeout_ms,
+            },
             Some(ErrorCode::ReadOnly) => StoreError::ReadOnly {
-                path,
+                database,
                 detail: error.to_string(),
             },
-            Some(ErrorCode::DiskFull) => StoreError::DiskFull { path },
+            Some(ErrorCode::DiskFull) => StoreError::DiskFull { database },
             // The WAL index (`-shm`) could not grow: on a full disk that is where SQLite trips
             // first (code 4874), before any write of the database itself.
             Some(ErrorCode::SystemIoFailure) if is_shm_size_failure(&error) => {
-                StoreError::DiskFull { path }
+                StoreError::DiskFull { database }
             }
             Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => StoreError::Corrupt {
-                path,
+                database,
                 detail: error.to_string(),
             },
             Some(ErrorCode::CannotOpen | ErrorCode::PermissionDenied) => {
@@ -81,14 +84,14 @@ impl ErrorContext {
                     }
                 } else {
                     StoreError::ReadOnly {
-                        path,
+                        database,
                         detail: error.to_string(),
                     }
                 }
             }
-            _ => StoreError::Sqlite {
-                path,
-                source: error,
+            _ => StoreError::Database {
+                database,
+                source: Box::new(error),
             },
         }
     }

@@ -81,7 +81,7 @@ pub(crate) fn migrate(conn: &mut Connection, ctx: &ErrorContext) -> StoreResult<
     let current = applied_version(conn).map_err(map)?;
     if current > SCHEMA_VERSION {
         return Err(StoreError::NewerSchema {
-            path: ctx.path.clone(),
+            database: ctx.path.display().to_string(),
             found: current,
             supported: SCHEMA_VERSION,
         });

@@ -335,7 +335,7 @@ pub fn migration_status(path: &Path, options: &SqliteOptions) -> StoreResult<Vec
 fn check_file_writable(path: &Path) -> StoreResult<()> {
     match std::fs::metadata(path) {
         Ok(meta) if meta.permissions().readonly() => Err(StoreError::ReadOnly {
-            path: path.to_path_buf(),
+            database: path.display().to_string(),
             detail: "the file's permissions forbid writing".into(),
         }),
         _ => Ok(()),
