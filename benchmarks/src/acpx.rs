@@ -16,7 +16,8 @@ use clawgate_acpx::{
     CloseOutcome, ControllerConfig, LifecycleController, ProcessTable, Verdict, system_table,
     verify_owned_tree,
 };
-use clawgate_store::{LeaseStore, SqliteOptions, SqliteStore};
+use clawgate_store::LeaseStore;
+use clawgate_store_sqlite::{SqliteOptions, SqliteStore};
 use clawgate_types::{AcpxProcessLease, LeaseId, LeaseState, SessionKey};
 
 const ADAPTER: &[&str] = &["sh", "-c", "sleep 600 & exec sleep 601"];

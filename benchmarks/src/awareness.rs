@@ -9,7 +9,8 @@ use clawgate_awareness::{
     Actor, Awareness, AwarenessConfig, NewSession, Requester, RetentionPolicy, SessionStatusParams,
     SessionTools, StateChange,
 };
-use clawgate_store::{NewSessionEvent, SignalLogStore, Synchronous, WatchCursorStore};
+use clawgate_store::{NewSessionEvent, SignalLogStore, WatchCursorStore};
+use clawgate_store_sqlite::Synchronous;
 use clawgate_types::clock::{Clock as _, SystemClock};
 use clawgate_types::{
     ActorType, AgentToAgentPolicy, SessionKey, SessionStateEventKind, SessionVisibility,

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
+use clawgate_store::IntentStore;
 use clawgate_store::testing::sample_intent;
-use clawgate_store::{IntentStore, SqliteOptions, SqliteStore, Synchronous};
+use clawgate_store_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 use clawgate_types::{DurableSendIntent, IntentStatus, MessageReceipt, to_json};
 use rusqlite::params;
 
@@ -244,7 +245,7 @@ fn options(sync: Synchronous) -> SqliteOptions {
 }
 
 fn raw_connection(dir: &Path, sync: Synchronous) -> anyhow::Result<rusqlite::Connection> {
-    let conn = rusqlite::Connection::open(dir.join(clawgate_store::sqlite::STATE_DB_FILE))?;
+    let conn = rusqlite::Connection::open(dir.join(clawgate_store_sqlite::STATE_DB_FILE))?;
     conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))?;
     let sync = match sync {
         Synchronous::Full => "FULL",

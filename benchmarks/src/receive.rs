@@ -8,7 +8,7 @@ use std::time::Instant;
 use clawgate_channel_qa::{PlatformMessage, QaAdapter};
 use clawgate_channel_sdk::TransportAck;
 use clawgate_messages::{AckController, ReceiveOptions, ReceiveOutcome, Receiver};
-use clawgate_store::{SqliteStore, Synchronous};
+use clawgate_store_sqlite::{SqliteStore, Synchronous};
 use clawgate_types::clock::SystemClock;
 
 use super::{open, raw_inserts};

@@ -10,8 +10,9 @@ use std::time::Instant;
 use async_trait::async_trait;
 use clawgate_channel_sdk::{ChannelMessageAdapter, Reconciliation, SendContext, SendError};
 use clawgate_messages::{Messenger, RetryPolicy, SendOptions};
+use clawgate_store::IntentStore;
 use clawgate_store::testing::sample_intent;
-use clawgate_store::{IntentStore, SqliteStore, Synchronous};
+use clawgate_store_sqlite::{SqliteStore, Synchronous};
 use clawgate_types::clock::SystemClock;
 use clawgate_types::{
     DeliveryCapabilities, MessageCapabilities, MessageReceiptPart, RenderedMessageUnit,

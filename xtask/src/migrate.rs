@@ -6,8 +6,8 @@ use std::path::Path;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clawgate_store::SqliteOptions;
-use clawgate_store::sqlite::{self, MigrationStatus, STATE_DB_FILE};
+use clawgate_store_sqlite::SqliteOptions;
+use clawgate_store_sqlite::{self as sqlite, MigrationStatus, STATE_DB_FILE};
 
 /// What to do with the migrations.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +36,7 @@ pub(crate) fn execute(args: &Migrate) -> anyhow::Result<String> {
     } else {
         if !args.state_dir.is_dir() {
             // The store's own error names the directory and what to do.
-            clawgate_store::SqliteStore::open_state_dir(&args.state_dir, options.clone())?;
+            clawgate_store_sqlite::SqliteStore::open_state_dir(&args.state_dir, options.clone())?;
         }
         out.push_str(&format!("migrating state database {}\n", path.display()));
         sqlite::migrate_file(&path, &options)
@@ -99,7 +99,7 @@ mod tests {
         );
         assert!(fully_applied(dir.path()));
         // Usable: the store opens it and writes.
-        let store = clawgate_store::testing::open_store(dir.path());
+        let store = clawgate_store_sqlite::testing::open_store(dir.path());
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

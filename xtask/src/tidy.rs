@@ -139,6 +139,10 @@ impl Arrows {
 
 const TYPES: &str = "clawgate-types";
 const STORE: &str = "clawgate-store";
+/// Every storage backend's name starts with this.
+const STORE_BACKEND_PREFIX: &str = "clawgate-store-";
+/// The embedded default backend, which tests open their state directories with.
+const STORE_SQLITE: &str = "clawgate-store-sqlite";
 const SDK: &str = "clawgate-channel-sdk";
 const MESSAGES: &str = "clawgate-messages";
 pub(crate) const CONFORMANCE: &str = "clawgate-conformance";
@@ -154,6 +158,13 @@ const RULES: &[Rule] = &[
         Arrows::To(&[TYPES]),
     ),
     Rule::new(Pattern::Exact(SDK), Layer::Product(1), Arrows::To(&[TYPES])),
+    // Storage backends implement the ports beside them; only the binary (and tests, tools)
+    // picks one, so no engine links a database driver (see `check_backend_free`).
+    Rule::new(
+        Pattern::Prefix(STORE_BACKEND_PREFIX),
+        Layer::Product(1),
+        Arrows::To(&[TYPES, STORE]),
+    ),
     Rule::new(
         Pattern::Exact(MESSAGES),
         Layer::Product(2),
@@ -181,12 +192,12 @@ const RULES: &[Rule] = &[
         pattern: Pattern::Prefix(CHANNEL_PREFIX),
         layer: Layer::Product(3),
         arrows: Arrows::To(&[TYPES, SDK]),
-        dev_arrows: Arrows::To(&[CONFORMANCE, MESSAGES, STORE]),
+        dev_arrows: Arrows::To(&[CONFORMANCE, MESSAGES, STORE, STORE_SQLITE]),
     },
     Rule::new(
         Pattern::Exact(CONFORMANCE),
         Layer::Testing,
-        Arrows::To(&[TYPES, SDK, MESSAGES, STORE]),
+        Arrows::To(&[TYPES, SDK, MESSAGES, STORE, STORE_SQLITE]),
     ),
     // The turn engine composes the layer-2 engines; it knows no channel crate.
     Rule::new(
@@ -309,11 +320,20 @@ pub(crate) enum Violation {
         name: String,
         file: &'static str,
     },
+    LinksDriver {
+        krate: String,
+        driver: String,
+    },
 }
 
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Violation::LinksDriver { krate, driver } => write!(
+                f,
+                "{krate} links the database driver {driver} (`cargo tree -p {krate} -e normal \
+                 -i {driver}`): it must reach the store through clawgate-store's ports only"
+            ),
             Violation::UnknownCrate { name } => write!(
                 f,
                 "{name} is not in the layer table: give it a row in RULES (xtask/src/tidy.rs) \
@@ -531,11 +551,64 @@ pub(crate) fn workspace() -> anyhow::Result<Vec<Package>> {
     Ok(result)
 }
 
+/// Crates that reach the store only through its ports: none may link a database driver, even
+/// through a dependency outside the workspace.
+const BACKEND_FREE: &[&str] = &[
+    TYPES,
+    STORE,
+    SDK,
+    MESSAGES,
+    "clawgate-awareness",
+    "clawgate-acpx",
+    "clawgate-turns",
+];
+/// The database drivers the backends link.
+const DRIVERS: &[&str] = &["rusqlite", "libsqlite3-sys", "tokio-postgres"];
+
+/// Each backend-free crate's normal dependency tree (all features), as `cargo tree -i` sees it.
+fn check_backend_free() -> anyhow::Result<Vec<Violation>> {
+    let mut violations = Vec::new();
+    for krate in BACKEND_FREE {
+        for driver in DRIVERS {
+            let output = cargo([
+                "tree",
+                "-p",
+                krate,
+                "-e",
+                "normal",
+                "--all-features",
+                "-i",
+                driver,
+            ])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .context("could not start `cargo tree`")?;
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            // A driver absent from the whole lock file "did not match any packages": clean.
+            let tree = if output.status.success() {
+                String::from_utf8_lossy(&output.stdout).into_owned()
+            } else if stderr.contains("did not match any packages") {
+                String::new()
+            } else {
+                bail!("`cargo tree -p {krate} -i {driver}` failed: {stderr}");
+            };
+            if !tree.trim().is_empty() {
+                violations.push(Violation::LinksDriver {
+                    krate: (*krate).to_owned(),
+                    driver: (*driver).to_owned(),
+                });
+            }
+        }
+    }
+    Ok(violations)
+}
+
 pub(crate) fn run() -> anyhow::Result<()> {
     modules::run()?;
     let packages = workspace()?;
     let mut violations = check_layers(&packages);
     violations.extend(check_manifests(&packages));
+    violations.extend(check_backend_free()?);
     if violations.is_empty() {
         println!(
             "tidy: {} workspace crates respect the layers and publish rules",

@@ -2,7 +2,8 @@
 //!
 //! [`ports`] holds the storage traits the engines use — shaped for their use cases (claim due
 //! intents, commit a receipt and a status at once, append an event and advance the head at
-//! once…). [`sqlite`] implements them on one embedded SQLite file per state directory. With the
+//! once…). Backends live in their own crates (`clawgate-store-sqlite`, the embedded default;
+//! `clawgate-store-postgres`, for several gateways on one state); none is linked here. With the
 //! `testing` feature, [`testing`] ships the conformance suite every backend runs through
 //! [`store_conformance_tests!`].
 //!
@@ -21,11 +22,9 @@ mod error;
 pub mod ids;
 pub mod model;
 pub mod ports;
-pub mod sqlite;
 #[cfg(feature = "testing")]
 pub mod testing;
 
 pub use error::{StoreError, StoreResult};
 pub use model::*;
 pub use ports::*;
-pub use sqlite::{CommitHook, CommitStage, CommitVerdict, SqliteOptions, SqliteStore, Synchronous};

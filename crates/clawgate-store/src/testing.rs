@@ -1,5 +1,4 @@
-//! The backend-neutral store conformance suite, and the helpers that open the SQLite store of a
-//! test.
+//! The backend-neutral store conformance suite.
 //!
 //! Every backend runs every case through [`store_conformance_tests!`](crate::store_conformance_tests):
 //!
@@ -13,7 +12,6 @@
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
 use std::collections::BTreeSet;
-use std::path::Path;
 
 use clawgate_types::{
     AcpxProcessLease, ActorType, BatchAtomicity, ChannelMessage, DurableSendIntent,
@@ -24,8 +22,8 @@ use clawgate_types::{
 
 use crate::{
     Claim, ClaimToken, InboundKey, InboundStatus, InsertIntentOutcome, IntentCursor, IntentFilter,
-    NewSessionEvent, RecordInboundOutcome, SessionRow, SqliteOptions, SqliteStore, Store,
-    StoreError, WatchCursor, WatchSource, WatermarkKey,
+    NewSessionEvent, RecordInboundOutcome, SessionRow, Store, StoreError, WatchCursor, WatchSource,
+    WatermarkKey,
 };
 
 /// Generates one `#[tokio::test]` per conformance case.
@@ -78,19 +76,6 @@ macro_rules! store_conformance_tests {
 /// A fresh temporary directory for one case.
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().expect("a temporary directory for the conformance case")
-}
-
-/// Opens (creating and migrating if needed) the SQLite store of a test's state directory with
-/// the default options, as the tests of every crate do; panics naming the directory and the
-/// store's error.
-pub fn open_store(dir: &Path) -> SqliteStore {
-    open_store_with(dir, SqliteOptions::default())
-}
-
-/// [`open_store`] with the given options (a synchronous mode, a size cap, a commit hook).
-pub fn open_store_with(dir: &Path, options: SqliteOptions) -> SqliteStore {
-    SqliteStore::open_state_dir(dir, options)
-        .unwrap_or_else(|e| panic!("opening the test store in {}: {e}", dir.display()))
 }
 
 fn intent_id(n: u64) -> IntentId {

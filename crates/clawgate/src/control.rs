@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use clawgate_awareness::{SessionDelivery, SessionTools};
-use clawgate_store::SqliteStore;
+use clawgate_store_sqlite::SqliteStore;
 use clawgate_types::clock::{Clock as _, SystemClock};
 use clawgate_types::{DurableSendIntent, SessionKey};
 

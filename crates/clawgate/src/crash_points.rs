@@ -30,7 +30,7 @@ use clawgate_channel_sdk::{
     ChannelMessageAdapter, MessageLiveAdapter, MessageOriginAdapter, MessageRenderAdapter,
     Reconciliation, SendContext, SendError,
 };
-use clawgate_store::{CommitHook, CommitStage, CommitVerdict};
+use clawgate_store_sqlite::{CommitHook, CommitStage, CommitVerdict};
 use clawgate_types::{
     LiveCancelReason, MessageCapabilities, MessageReceipt, MessageReceiptPart, RenderedMessageUnit,
 };

@@ -314,7 +314,7 @@ pub async fn recovery_after_restart(peer: &impl ConformancePeer) -> Outcome {
     let clock = Arc::new(ManualClock::new(1_000));
     let target = peer.target("restart");
     {
-        let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+        let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
         let messenger = engine(peer, store, clock.clone());
         let report = messenger
             .send(
@@ -329,7 +329,7 @@ pub async fn recovery_after_restart(peer: &impl ConformancePeer) -> Outcome {
         );
     }
     clock.advance(60_000);
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     let messenger = engine(peer, store.clone(), clock.clone());
     messenger.recover().await.unwrap();
     assert_eq!(

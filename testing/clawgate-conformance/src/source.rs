@@ -12,7 +12,8 @@ use clawgate_messages::{
     AckController, EventHandler, ReceiveOptions, ReceiveOutcome, Receiver, SourceRunner,
     SourceStores,
 };
-use clawgate_store::{SqliteStore, WatermarkKey};
+use clawgate_store::WatermarkKey;
+use clawgate_store_sqlite::SqliteStore;
 use clawgate_types::clock::SystemClock;
 use tokio::sync::watch;
 
@@ -182,7 +183,7 @@ async fn until(what: &str, mut check: impl FnMut() -> bool) {
 }
 
 fn store_in(dir: &tempfile::TempDir) -> Arc<SqliteStore> {
-    Arc::new(clawgate_store::testing::open_store(dir.path()))
+    Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()))
 }
 
 pub async fn polling_source_never_passes_an_unfinished_event(

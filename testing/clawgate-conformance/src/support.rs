@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use clawgate_channel_sdk::{ChannelMessageAdapter, SendContext};
 use clawgate_messages::{Messenger, RetryPolicy};
-use clawgate_store::SqliteStore;
+use clawgate_store_sqlite::SqliteStore;
 use clawgate_types::clock::ManualClock;
 use clawgate_types::{ChannelMessage, MessageTarget, RenderedMessageUnit};
 
@@ -52,7 +52,7 @@ pub(crate) fn fresh_engine(
     peer: &dyn ConformancePeer,
 ) -> (tempfile::TempDir, Messenger, Arc<ManualClock>) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     let clock = Arc::new(ManualClock::new(1_000));
     let messenger = engine(peer, store, clock.clone());
     (dir, messenger, clock)

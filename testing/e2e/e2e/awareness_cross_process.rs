@@ -42,7 +42,7 @@ fn run_peer(dir: &std::path::Path, target: &SessionKey, count: u32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notice_caused_by_another_process_reaches_this_processs_watcher() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     let (tx, mut woken) = mpsc::unbounded_channel();
     let config = AwarenessConfig {
         external_poll_interval: Duration::from_millis(10),
@@ -125,7 +125,7 @@ async fn pending_notices_come_back_exactly_once_after_kill_9() {
     peer.kill().unwrap();
     peer.wait().unwrap();
 
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     let awareness = Awareness::builder(store).build();
     let main = SessionKey::parse("agent:main:main").unwrap();
     assert!(

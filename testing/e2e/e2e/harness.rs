@@ -10,7 +10,8 @@ use clawgate_channel_sdk::{
     SendError,
 };
 use clawgate_messages::{Messenger, RetryPolicy};
-use clawgate_store::{IntentFilter, IntentStore, SqliteOptions, SqliteStore};
+use clawgate_store::{IntentFilter, IntentStore};
+use clawgate_store_sqlite::{SqliteOptions, SqliteStore};
 use clawgate_types::clock::ManualClock;
 use clawgate_types::{
     ChannelMessage, DurableSendIntent, IntentStatus, MessageCapabilities, MessageReceipt,
@@ -37,7 +38,7 @@ impl Harness {
             .await
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(clawgate_store::testing::open_store_with(
+        let store = Arc::new(clawgate_store_sqlite::testing::open_store_with(
             dir.path(),
             options,
         ));

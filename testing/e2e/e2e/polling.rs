@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use clawgate_messages::PollingWatermark;
-use clawgate_store::{SqliteStore, WatermarkKey, WatermarkStore};
+use clawgate_store::{WatermarkKey, WatermarkStore};
+use clawgate_store_sqlite::SqliteStore;
 use clawgate_types::clock::ManualClock;
 use proptest::prelude::*;
 
@@ -51,7 +52,7 @@ async fn run(gaps: Vec<i64>, steps: Vec<Step>) {
         ids.push(id);
     }
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     let mut cursor = open(&store).await;
     let mut in_flight: Vec<i64> = Vec::new();
     let mut finished: BTreeSet<i64> = BTreeSet::new();

@@ -7,7 +7,8 @@ use clawgate_channel_qa::{InboundRequest, QaAdapter};
 use clawgate_channel_sdk::TransportAck;
 use clawgate_channel_sdk::{MessageReceiveAdapter, NormalizedInbound};
 use clawgate_messages::{AckController, AckState, ReceiveOptions, ReceiveOutcome, Receiver};
-use clawgate_store::{InboundStatus, SqliteStore};
+use clawgate_store::InboundStatus;
+use clawgate_store_sqlite::SqliteStore;
 use clawgate_types::{GatewayFailureCode, ImmediateAckReason, MessageOrigin, ReceiveAckPolicy};
 
 use crate::harness::Harness;
@@ -162,7 +163,7 @@ async fn acks_are_idempotent_and_a_nack_after_an_ack_does_nothing() {
 async fn redelivery_is_recognised_across_a_restart_and_unfinished_work_is_replayed_once() {
     let h = Harness::new().await;
     let dir = tempfile::tempdir().unwrap();
-    let open = || Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let open = || Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     let done = inbound(&h, "room-1", "finished before the crash", false, None);
     let unfinished = inbound(&h, "room-1", "accepted, then the crash", false, None);
     {
@@ -450,7 +451,7 @@ async fn polled_updates_accepted_but_unfinished_are_recovered_after_a_restart() 
     // One life of the poller: processes what it fetches; `fail` makes that text's turn fail.
     let life = |fail: Option<&'static str>| {
         let (h, key, dispatched) = (&h, key.clone(), dispatched.clone());
-        let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+        let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
         async move {
             let r = receiver(
                 h,

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use clawgate_channel_qa::Fault;
 use clawgate_messages::{Boundary, LifecycleProbe, MessagesError, SendOptions, SendOutcome};
-use clawgate_store::{IntentStore, SqliteOptions};
+use clawgate_store::IntentStore;
+use clawgate_store_sqlite::SqliteOptions;
 use clawgate_types::{
     FailureReason, GatewayFailureCode, IntentId, IntentStatus, MessageDurabilityPolicy,
     MessageOrigin,

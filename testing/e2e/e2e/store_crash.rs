@@ -83,7 +83,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 async fn assert_all_present(dir: &std::path::Path, ids: &[String]) {
-    let store = clawgate_store::testing::open_store(dir);
+    let store = clawgate_store_sqlite::testing::open_store(dir);
     for id in ids {
         let id = IntentId::parse(id.as_str()).unwrap();
         assert!(
@@ -94,7 +94,7 @@ async fn assert_all_present(dir: &std::path::Path, ids: &[String]) {
 }
 
 fn integrity_ok(dir: &std::path::Path) {
-    let conn = rusqlite::Connection::open(dir.join(clawgate_store::sqlite::STATE_DB_FILE)).unwrap();
+    let conn = rusqlite::Connection::open(dir.join(clawgate_store_sqlite::STATE_DB_FILE)).unwrap();
     let verdict: String = conn
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))
         .unwrap();
@@ -124,7 +124,7 @@ fn acknowledged_writes_survive_sigkill_mid_group_commit() {
 fn two_processes_share_one_database() {
     let dir = tempfile::tempdir().unwrap();
     // Create the schema first so both processes start on a migrated file.
-    drop(clawgate_store::testing::open_store(dir.path()));
+    drop(clawgate_store_sqlite::testing::open_store(dir.path()));
     let a = start(dir.path(), "a", 600, 8);
     let b = start(dir.path(), "b", 600, 8);
     let mut acked = Vec::new();
@@ -138,7 +138,7 @@ fn two_processes_share_one_database() {
     integrity_ok(dir.path());
     runtime().block_on(async {
         assert_all_present(dir.path(), &acked).await;
-        let store = clawgate_store::testing::open_store(dir.path());
+        let store = clawgate_store_sqlite::testing::open_store(dir.path());
         let total: u64 = store
             .count_intents_by_status()
             .await

@@ -122,7 +122,7 @@ async fn account(
     let plugin = build(factory, sim, &bot, state.path(), name, json!({}))
         .await
         .unwrap();
-    let store = Arc::new(clawgate_store::testing::open_store(store_dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(store_dir.path()));
     // A frozen clock: the loop guard's window never passes, so where it cuts is exact.
     let clock = Arc::new(ManualClock::new(1_000));
     let receive = plugin.receiver.clone().unwrap();

@@ -41,7 +41,7 @@ fn statuses(peer: &Peer, route: Route) -> Vec<u16> {
 
 fn engine(peer: &Peer) -> (tempfile::TempDir, Messenger, Arc<ManualClock>) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     let clock = Arc::new(ManualClock::new(1_000));
     let policy = RetryPolicy {
         base_delay_ms: 1_000,

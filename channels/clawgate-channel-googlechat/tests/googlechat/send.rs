@@ -28,7 +28,7 @@ pub(crate) fn text(text: &str) -> RenderedMessageUnit {
 /// An engine over the peer's channel, on a fresh store and a driven clock.
 pub(crate) fn engine(peer: &Peer) -> (tempfile::TempDir, Messenger, Arc<ManualClock>) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     let clock = Arc::new(ManualClock::new(1_000));
     let policy = RetryPolicy {
         base_delay_ms: 1_000,

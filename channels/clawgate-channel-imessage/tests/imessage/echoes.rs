@@ -103,7 +103,7 @@ pub(crate) fn engine(
     sender: Arc<dyn ChannelMessageAdapter>,
     clock: Arc<ManualClock>,
 ) -> Messenger {
-    let store = Arc::new(clawgate_store::testing::open_store(dir));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir));
     let policy = RetryPolicy {
         base_delay_ms: 1_000,
         reconcile_delay_ms: 1_000,

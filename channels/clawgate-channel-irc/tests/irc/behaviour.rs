@@ -35,7 +35,7 @@ async fn long_multibyte_text_is_split_under_512_bytes_as_relayed_and_rejoins() {
     person.join(CHANNEL);
     let plugin = build(settings(server.port, json!({ "nick": nick }))).await;
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     let messenger = Messenger::new(
         store,
         vec![plugin.sender.clone()],
@@ -445,7 +445,7 @@ async fn lost_answers_at_seeded_points_never_put_a_line_twice() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(1_000));
     let engine = || {
-        let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+        let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
         let policy = RetryPolicy {
             base_delay_ms: 1_000,
             reconcile_delay_ms: 1_000,

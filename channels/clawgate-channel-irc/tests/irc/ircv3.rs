@@ -79,7 +79,7 @@ async fn inspircd_grants_the_ircv3_caps_and_a_send_s_receipt_is_its_echo_msgid()
 async fn a_multi_line_final_gets_one_labeled_echo_and_msgid_per_line() {
     let (_server, person, plugin) = setup(Ircv3::On).await;
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     let messenger = Messenger::new(
         store,
         vec![plugin.sender.clone()],

@@ -25,10 +25,10 @@ fn engine(
     sender: Arc<dyn ChannelMessageAdapter>,
 ) -> (
     Messenger,
-    Arc<clawgate_store::SqliteStore>,
+    Arc<clawgate_store_sqlite::SqliteStore>,
     Arc<ManualClock>,
 ) {
-    let store = Arc::new(clawgate_store::testing::open_store(dir));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir));
     let clock = Arc::new(ManualClock::new(1_000));
     let policy = RetryPolicy {
         base_delay_ms: 1_000,
@@ -83,7 +83,7 @@ fn vias(peer: &Peer, chat: &str) -> Vec<String> {
         .collect()
 }
 
-async fn statuses(store: &clawgate_store::SqliteStore) -> Vec<IntentStatus> {
+async fn statuses(store: &clawgate_store_sqlite::SqliteStore) -> Vec<IntentStatus> {
     store
         .list_intents(&IntentFilter {
             limit: 10,

@@ -12,7 +12,8 @@ use clawgate_messages::{
     AckController, EventHandler, ReceiveOptions, ReceiveOutcome, Receiver, SourceRunner,
     SourceStores,
 };
-use clawgate_store::{SqliteStore, WatermarkKey};
+use clawgate_store::WatermarkKey;
+use clawgate_store_sqlite::SqliteStore;
 use clawgate_types::clock::SystemClock;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -104,7 +105,7 @@ async fn a_marked_echo_from_a_bot_is_dropped_and_an_unmarked_one_meets_bot_autho
     let peer = Peer::start().await;
     let room = peer.room(json!({})).await;
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     let receiver = Receiver::new(
         store,
         peer.plugin.sender.clone(),
@@ -289,7 +290,7 @@ async fn a_restarted_account_resumes_sync_without_skipping_or_replaying() {
     let peer = Peer::start().await;
     let room = peer.room(json!({})).await;
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     // One room, written before the first poll: one `/sync` answer holds both, the finished
     // event first (a checkpoint past the whole answer would skip the unfinished one).
     for body in ["finished", "unfinished"] {

@@ -70,7 +70,7 @@ async fn a_person_gets_exactly_one_final_per_message_through_synapse() {
     let peer = Peer::start().await;
     let room = peer.room(json!({})).await;
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     let clock = Arc::new(SystemClock);
     let messenger = Messenger::new(
         store.clone(),

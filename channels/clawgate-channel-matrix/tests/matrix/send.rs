@@ -489,7 +489,7 @@ pub(crate) fn engine(
     Arc<clawgate_types::clock::ManualClock>,
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     let clock = Arc::new(clawgate_types::clock::ManualClock::new(1_000));
     let messenger = clawgate_messages::Messenger::new(
         store,

@@ -398,8 +398,11 @@ fn engine_in(
     dir: &std::path::Path,
     sender: std::sync::Arc<dyn ChannelMessageAdapter>,
     clock: std::sync::Arc<ManualClock>,
-) -> (Messenger, std::sync::Arc<clawgate_store::SqliteStore>) {
-    let store = std::sync::Arc::new(clawgate_store::testing::open_store(dir));
+) -> (
+    Messenger,
+    std::sync::Arc<clawgate_store_sqlite::SqliteStore>,
+) {
+    let store = std::sync::Arc::new(clawgate_store_sqlite::testing::open_store(dir));
     let policy = RetryPolicy {
         base_delay_ms: 1_000,
         reconcile_delay_ms: 1_000,
@@ -415,7 +418,7 @@ fn engine_in(
     (messenger, store)
 }
 
-async fn statuses(store: &clawgate_store::SqliteStore) -> Vec<IntentStatus> {
+async fn statuses(store: &clawgate_store_sqlite::SqliteStore) -> Vec<IntentStatus> {
     store
         .list_intents(&IntentFilter {
             limit: 10,

@@ -16,7 +16,7 @@ use crate::peer::{Peer, chat};
 
 fn engine(peer: &Peer) -> (tempfile::TempDir, Messenger, Arc<ManualClock>) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     let clock = Arc::new(ManualClock::new(1_000));
     let messenger = Messenger::new(
         store,

@@ -20,8 +20,8 @@ fn engine_in(
     dir: &std::path::Path,
     sender: Arc<dyn ChannelMessageAdapter>,
     clock: Arc<ManualClock>,
-) -> (Messenger, Arc<clawgate_store::SqliteStore>) {
-    let store = Arc::new(clawgate_store::testing::open_store(dir));
+) -> (Messenger, Arc<clawgate_store_sqlite::SqliteStore>) {
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir));
     let policy = RetryPolicy {
         base_delay_ms: 1_000,
         reconcile_delay_ms: 1_000,
@@ -35,7 +35,7 @@ fn reply(target: &MessageTarget, id: &str, text: &str) -> ChannelMessage {
     ChannelMessage::outbound(id, "signal", target.clone(), text)
 }
 
-async fn intents(store: &clawgate_store::SqliteStore) -> Vec<DurableSendIntent> {
+async fn intents(store: &clawgate_store_sqlite::SqliteStore) -> Vec<DurableSendIntent> {
     store
         .list_intents(&IntentFilter {
             limit: 10,

@@ -15,7 +15,8 @@ use clawgate_messages::{
     AckController, EventHandler, ReceiveOptions, ReceiveOutcome, Receiver, SourceRunner,
     SourceStores,
 };
-use clawgate_store::{SqliteStore, WatermarkKey};
+use clawgate_store::WatermarkKey;
+use clawgate_store_sqlite::SqliteStore;
 use clawgate_types::clock::SystemClock;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
@@ -137,7 +138,7 @@ fn now_s() -> u64 {
 
 fn store() -> (tempfile::TempDir, Arc<SqliteStore>) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     (dir, store)
 }
 

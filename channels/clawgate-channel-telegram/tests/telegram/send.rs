@@ -57,10 +57,10 @@ fn engine_and_store(
     tempfile::TempDir,
     Messenger,
     Arc<ManualClock>,
-    Arc<clawgate_store::SqliteStore>,
+    Arc<clawgate_store_sqlite::SqliteStore>,
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     let clock = Arc::new(ManualClock::new(1_000));
     let policy = RetryPolicy {
         base_delay_ms: 1_000,

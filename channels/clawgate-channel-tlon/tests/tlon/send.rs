@@ -22,8 +22,8 @@ fn engine_in(
     dir: &std::path::Path,
     sender: Arc<dyn ChannelMessageAdapter>,
     clock: Arc<ManualClock>,
-) -> (Messenger, Arc<clawgate_store::SqliteStore>) {
-    let store = Arc::new(clawgate_store::testing::open_store(dir));
+) -> (Messenger, Arc<clawgate_store_sqlite::SqliteStore>) {
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir));
     let policy = RetryPolicy {
         base_delay_ms: 1_000,
         reconcile_delay_ms: 1_000,
@@ -45,7 +45,7 @@ fn ctx(target: &MessageTarget, key: &str) -> SendContext {
     SendContext::new(reply(target, key, "x"), key)
 }
 
-async fn statuses(store: &clawgate_store::SqliteStore) -> Vec<IntentStatus> {
+async fn statuses(store: &clawgate_store_sqlite::SqliteStore) -> Vec<IntentStatus> {
     store
         .list_intents(&IntentFilter {
             limit: 10,

@@ -12,7 +12,8 @@ use clawgate_channel_whatsapp::signature;
 use clawgate_messages::{
     AckController, EventHandler, ReceiveOptions, Receiver, SourceRunner, SourceStores,
 };
-use clawgate_store::{SqliteStore, WatermarkKey};
+use clawgate_store::WatermarkKey;
+use clawgate_store_sqlite::SqliteStore;
 use clawgate_types::clock::SystemClock;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -117,7 +118,7 @@ async fn until(what: &str, mut check: impl FnMut() -> bool) {
 
 fn store() -> (tempfile::TempDir, Arc<SqliteStore>) {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     (dir, store)
 }
 

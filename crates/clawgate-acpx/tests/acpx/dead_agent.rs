@@ -20,7 +20,11 @@ fn timing() -> Timing {
 }
 
 /// SIGKILLs the adapter of `lease` — after checking live that it is in the lease's tree.
-async fn kill_adapter(gateway: &Controller, store: &clawgate_store::SqliteStore, lease: &LeaseId) {
+async fn kill_adapter(
+    gateway: &Controller,
+    store: &clawgate_store_sqlite::SqliteStore,
+    lease: &LeaseId,
+) {
     let lease = store.load_lease(lease).await.unwrap().unwrap();
     let adapter = lease.process_group_id.unwrap();
     let Verdict::Owned(tree) =

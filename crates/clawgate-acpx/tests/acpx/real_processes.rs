@@ -184,7 +184,7 @@ struct DeadGateway {
 
 async fn start_under_stand_in_gateway(
     gateway: &Controller,
-    store: &Arc<clawgate_store::SqliteStore>,
+    store: &Arc<clawgate_store_sqlite::SqliteStore>,
     name: &str,
     wrapper_grace_ms: u64,
 ) -> DeadGateway {

@@ -3,7 +3,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use clawgate_acpx::{ControllerConfig, LifecycleController, ProcessTable, Timing};
-use clawgate_store::{SessionRow, SqliteStore};
+use clawgate_store::SessionRow;
+use clawgate_store_sqlite::SqliteStore;
 use clawgate_types::{LeaseId, SessionKey};
 
 pub(crate) type Controller = LifecycleController<SqliteStore>;
@@ -13,7 +14,7 @@ pub(crate) fn key(text: &str) -> SessionKey {
 }
 
 pub(crate) fn store(dir: &Path) -> Arc<SqliteStore> {
-    Arc::new(clawgate_store::testing::open_store(dir))
+    Arc::new(clawgate_store_sqlite::testing::open_store(dir))
 }
 
 pub(crate) fn fast_timing() -> Timing {

@@ -8,7 +8,7 @@ use clawgate_awareness::{
     Actor, Awareness, AwarenessConfig, HeartbeatHook, NewSession, Requester, SessionDelivery,
     SessionTools, SpawnChild, Spawned, StateChange,
 };
-use clawgate_store::SqliteStore;
+use clawgate_store_sqlite::SqliteStore;
 use clawgate_types::clock::ManualClock;
 use clawgate_types::{AgentToAgentPolicy, SessionKey, SessionVisibility};
 
@@ -89,7 +89,7 @@ impl Harness {
 
     pub(crate) fn with_config(config: AwarenessConfig) -> Harness {
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+        let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
         Harness::on(dir, store, config)
     }
 

@@ -55,7 +55,7 @@ async fn exactly_the_pending_notices_come_back_once_after_a_restart() {
     drop(tools);
     drop(awareness);
     drop(store);
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     let h = Harness::on(dir, store, AwarenessConfig::default());
     assert!(
         h.awareness.all_pending_notices().is_empty(),

@@ -1,7 +1,8 @@
 //! The signal log: actors, one-line summaries, run outcomes, dedupe, stateVersion, best effort.
 
 use clawgate_awareness::{Actor, AwarenessConfig, StateChange, one_line};
-use clawgate_store::{SessionStore, SignalLogStore, SqliteOptions};
+use clawgate_store::{SessionStore, SignalLogStore};
+use clawgate_store_sqlite::SqliteOptions;
 use clawgate_types::{
     ActorType, RunOutcome, SessionStateEventKind, SessionVisibility, StateVersion,
 };
@@ -158,7 +159,7 @@ async fn state_version_is_listed_once_there_are_changes_and_status_always_report
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_append_is_swallowed_and_never_fails_the_turn() {
     let dir = tempfile::tempdir().unwrap();
-    drop(clawgate_store::testing::open_store(dir.path()));
+    drop(clawgate_store_sqlite::testing::open_store(dir.path()));
     let pages = std::fs::metadata(dir.path().join("state.db"))
         .unwrap()
         .len()
@@ -168,7 +169,7 @@ async fn a_failing_append_is_swallowed_and_never_fails_the_turn() {
         max_page_count: Some(pages),
         ..SqliteOptions::default()
     };
-    let store = Arc::new(clawgate_store::testing::open_store_with(
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store_with(
         dir.path(),
         options,
     ));

@@ -12,7 +12,7 @@ use clawgate_awareness::Awareness;
 use clawgate_channel_sdk::NormalizedInbound;
 use clawgate_channel_sdk::testing::{MemoryChannel, MemoryPlatform};
 use clawgate_messages::{Messenger, RetryPolicy, SendOptions, SendOutcome};
-use clawgate_store::SqliteStore;
+use clawgate_store_sqlite::SqliteStore;
 use clawgate_turns::{Channel, Counters, TurnError, Turns, reply_key, session_key_for};
 use clawgate_types::clock::SystemClock;
 use clawgate_types::{
@@ -34,7 +34,7 @@ struct Host {
 
 async fn host() -> Host {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = Arc::new(clawgate_store::testing::open_store(dir.path()));
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     let platform = MemoryPlatform::new();
     let plugin = MemoryChannel::new("memory", platform.clone()).plugin();
     let channel = Arc::new(Channel::new(

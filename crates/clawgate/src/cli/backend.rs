@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use clawgate_awareness::SessionTools;
-use clawgate_store::sqlite::{MigrationStatus, STATE_DB_FILE};
-use clawgate_store::{SqliteOptions, SqliteStore, Synchronous};
+use clawgate_store_sqlite::{MigrationStatus, STATE_DB_FILE};
+use clawgate_store_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -94,12 +94,12 @@ impl Backend {
             return Err(CliError::NoDatabase(state.path().to_path_buf()));
         }
         // Opening the store would migrate silently; an operator command should not.
-        let statuses = clawgate_store::sqlite::migration_status(&db, &SqliteOptions::default())?;
+        let statuses = clawgate_store_sqlite::migration_status(&db, &SqliteOptions::default())?;
         if statuses.iter().any(|m| m.applied_at.is_none()) {
             return Err(CliError::NeedsMigration {
                 path: db,
                 found: applied_version(&statuses),
-                needed: clawgate_store::sqlite::SCHEMA_VERSION,
+                needed: clawgate_store_sqlite::SCHEMA_VERSION,
             });
         }
         let store = Arc::new(SqliteStore::open_state_dir(

@@ -1,6 +1,6 @@
 //! `clawgate migrate`: create or upgrade the state database.
 
-use clawgate_store::sqlite::{MigrationStatus, STATE_DB_FILE};
+use clawgate_store_sqlite::{MigrationStatus, STATE_DB_FILE};
 use serde::Serialize;
 
 use crate::config::Config;
@@ -42,7 +42,7 @@ pub(super) fn migrate(config: &Config, create: bool, json: bool) -> CliResult<()
     }
     let db = state.path().join(STATE_DB_FILE);
     let options = store_options(config);
-    let before = clawgate_store::sqlite::migration_status(&db, &options)?;
+    let before = clawgate_store_sqlite::migration_status(&db, &options)?;
     let from_version = applied_version(&before);
     let pending: Vec<&MigrationStatus> = before.iter().filter(|m| m.applied_at.is_none()).collect();
     // A running gateway migrated when it started; a stopped one is locked while migrating.
@@ -58,7 +58,7 @@ pub(super) fn migrate(config: &Config, create: bool, json: bool) -> CliResult<()
         for m in &pending {
             eprintln!("  applying migration {:04} {}…", m.version, m.name);
         }
-        clawgate_store::sqlite::migrate_file(&db, &options)?
+        clawgate_store_sqlite::migrate_file(&db, &options)?
     };
     let report = MigrateReport {
         state_database: db.display().to_string(),
@@ -76,7 +76,7 @@ pub(super) fn migrate(config: &Config, create: bool, json: bool) -> CliResult<()
         print(&format!(
             "up to date: schema version {} (this build writes {})\n",
             report.to_version,
-            clawgate_store::sqlite::SCHEMA_VERSION
+            clawgate_store_sqlite::SCHEMA_VERSION
         ))
     } else {
         print(&format!(

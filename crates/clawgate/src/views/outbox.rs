@@ -278,7 +278,7 @@ mod tests {
     #![allow(clippy::unwrap_used)] // Tests fail loudly by design.
     use super::*;
     use clawgate_store::testing::sample_intent;
-    use clawgate_store::{SqliteOptions, SqliteStore};
+    use clawgate_store_sqlite::{SqliteOptions, SqliteStore};
 
     fn store() -> SqliteStore {
         SqliteStore::open_in_memory(SqliteOptions::default()).unwrap()

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use clawgate_awareness::{self as aw, AwarenessStore, Requester, SessionTools};
-use clawgate_store::SqliteStore;
+use clawgate_store_sqlite::SqliteStore;
 use clawgate_types::{AgentToAgentPolicy, SessionKey, SessionVisibility, StateVersion};
 use serde::{Deserialize, Serialize};
 

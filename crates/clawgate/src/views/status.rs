@@ -4,9 +4,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use clawgate_store::{
-    InboundStatus, InboundStore, IntentStore, LeaseStore, SessionStore, SqliteOptions, SqliteStore,
-    StoreError,
+    InboundStatus, InboundStore, IntentStore, LeaseStore, SessionStore, StoreError,
 };
+use clawgate_store_sqlite::{SqliteOptions, SqliteStore};
 use clawgate_types::{IntentStatus, LeaseState, UnixMillis};
 use serde::{Deserialize, Serialize};
 
@@ -65,7 +65,7 @@ pub async fn status(
 ) -> Result<StatusView, ViewError> {
     let db = store.path().to_path_buf();
     let migrations = tokio::task::spawn_blocking(move || {
-        clawgate_store::sqlite::migration_status(&db, &SqliteOptions::default())
+        clawgate_store_sqlite::migration_status(&db, &SqliteOptions::default())
     })
     .await
     .map_err(|e| ViewError::from(StoreError::Backend(Box::new(e))))??;
@@ -93,7 +93,7 @@ pub async fn status(
         running: gateway.is_some(),
         gateway,
         schema_version,
-        supported_schema_version: clawgate_store::sqlite::SCHEMA_VERSION,
+        supported_schema_version: clawgate_store_sqlite::SCHEMA_VERSION,
         intents,
         replies_streaming: store
             .list_intents(&clawgate_store::IntentFilter {

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use clawgate::{qa, views};
 use clawgate_store::testing::sample_intent;
 use clawgate_store::{
-    InboundKey, InboundStatus, InboundStore, InstanceStore, IntentStore, LeaseStore, SqliteStore,
+    InboundKey, InboundStatus, InboundStore, InstanceStore, IntentStore, LeaseStore,
 };
+use clawgate_store_sqlite::SqliteStore;
 use clawgate_types::{
     AcpxProcessLease, DeliveryFailure, DeliveryFailureKind, DurableSendIntent, FailureReason,
     IntentStatus, LeaseId, LeaseState, SessionKey, SessionStateEvent, SessionStateEventKind,
@@ -71,7 +72,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 fn open(state: &Path) -> SqliteStore {
     std::fs::create_dir_all(state).expect("state dir");
-    clawgate_store::testing::open_store(state)
+    clawgate_store_sqlite::testing::open_store(state)
 }
 
 /// Records intent `n` and walks it to `status` through legal moves.

@@ -65,7 +65,7 @@ async fn a_dead_letter_whose_notice_a_crash_cut_off_gets_it_when_the_update_come
         .expect("inbound");
     {
         std::fs::create_dir_all(&state).expect("state dir");
-        let store = clawgate_store::testing::open_store(&state);
+        let store = clawgate_store_sqlite::testing::open_store(&state);
         let key = InboundKey {
             channel: "qa".into(),
             // Recorded under the channel's account (the gateway stamps it on every event).

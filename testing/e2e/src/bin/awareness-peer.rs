@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use clawgate_awareness::{Actor, Awareness, StateChange};
-use clawgate_store::{SqliteOptions, SqliteStore};
+use clawgate_store_sqlite::{SqliteOptions, SqliteStore};
 use clawgate_types::SessionKey;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -7,8 +7,9 @@
 use std::io::Write as _;
 use std::sync::Arc;
 
+use clawgate_store::IntentStore;
 use clawgate_store::testing::sample_intent;
-use clawgate_store::{IntentStore, SqliteOptions, SqliteStore};
+use clawgate_store_sqlite::{SqliteOptions, SqliteStore};
 use clawgate_types::IntentId;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use clawgate_channel_qa::QaAdapter;
 use clawgate_messages::{Boundary, LifecycleProbe, Messenger, RetryPolicy, SendOptions};
-use clawgate_store::{IntentFilter, IntentStore, SqliteOptions, SqliteStore};
+use clawgate_store::{IntentFilter, IntentStore};
+use clawgate_store_sqlite::{SqliteOptions, SqliteStore};
 use clawgate_types::clock::SystemClock;
 use clawgate_types::{IntentId, IntentStatus};
 

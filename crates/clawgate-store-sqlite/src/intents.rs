@@ -10,9 +10,9 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use super::SqliteStore;
 use super::errors::{DbError, DbResult};
 use super::writer::Ack;
-use crate::model::{Claim, ClaimToken, InsertIntentOutcome, IntentCursor, IntentFilter};
-use crate::ports::IntentStore;
-use crate::{StoreError, StoreResult};
+use clawgate_store::IntentStore;
+use clawgate_store::{Claim, ClaimToken, InsertIntentOutcome, IntentCursor, IntentFilter};
+use clawgate_store::{StoreError, StoreResult};
 
 /// Payload format of stored intents. Bump with a migration that converts old rows.
 const INTENT_FORMAT: i64 = 1;
@@ -828,9 +828,9 @@ mod tests {
         ATTENTION_PREDICATE, ClaimWrite, FINISHED_BEFORE, INSERT_INTENT, OPEN_PREDICATE,
         list_query, update_sql,
     };
-    use crate::IntentFilter;
-    use crate::sqlite::MIGRATIONS;
-    use crate::sqlite::inbound::COMPLETED_BEFORE;
+    use crate::MIGRATIONS;
+    use crate::inbound::COMPLETED_BEFORE;
+    use clawgate_store::IntentFilter;
 
     /// The partial indexes are usable only by queries that repeat their predicates verbatim.
     #[test]

@@ -32,7 +32,7 @@ use tracing::{error, warn};
 
 use super::errors::{DbError, DbResult, ErrorContext, Phase, duplicate};
 use super::wal_vfs;
-use crate::{StoreError, StoreResult};
+use clawgate_store::{StoreError, StoreResult};
 
 /// Called once the batch's fate is known: `None` when it committed, else why it did not.
 type Finish = Box<dyn FnOnce(Option<&rusqlite::Error>) + Send>;
@@ -83,7 +83,7 @@ pub enum CommitStage {
 pub enum CommitVerdict {
     Proceed,
     /// (At [`CommitStage::Before`].) Fail this commit as a full disk would: nothing of the
-    /// batch is stored and every write in it fails with [`crate::StoreError::DiskFull`]; the
+    /// batch is stored and every write in it fails with [`clawgate_store::StoreError::DiskFull`]; the
     /// writer goes on with the next batch. Ignored after the commit.
     RefuseAsDiskFull,
 }

@@ -5,10 +5,10 @@
 mod faults;
 mod migrations;
 
-use clawgate_store::{SqliteOptions, SqliteStore};
+use clawgate_store_sqlite::{SqliteOptions, SqliteStore};
 
 fn open_file(dir: &std::path::Path) -> SqliteStore {
-    clawgate_store::testing::open_store(dir)
+    clawgate_store_sqlite::testing::open_store(dir)
 }
 
 fn open_memory(_: &std::path::Path) -> SqliteStore {

@@ -6,9 +6,11 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::SqliteStore;
 use super::errors::DbResult;
-use crate::model::{InboundKey, InboundRecord, InboundStatus, RecordInboundOutcome, WatermarkKey};
-use crate::ports::{InboundStore, WatermarkStore};
-use crate::{StoreError, StoreResult};
+use clawgate_store::{
+    InboundKey, InboundRecord, InboundStatus, RecordInboundOutcome, WatermarkKey,
+};
+use clawgate_store::{InboundStore, WatermarkStore};
+use clawgate_store::{StoreError, StoreResult};
 
 /// Completed records last updated before `?1`, oldest first, at most `?2`. A record updated
 /// before `?1` was received before it too: the bound on `received_at` keeps the walk of the

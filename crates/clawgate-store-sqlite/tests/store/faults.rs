@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use clawgate_store::testing::sample_intent;
-use clawgate_store::{IntentStore, SqliteOptions, SqliteStore, StoreError, sqlite::STATE_DB_FILE};
+use clawgate_store::{IntentStore, StoreError};
+use clawgate_store_sqlite::{STATE_DB_FILE, SqliteOptions, SqliteStore};
 
 fn quick() -> SqliteOptions {
     SqliteOptions {
@@ -99,7 +100,7 @@ async fn newer_schema_is_refused() {
             err,
             StoreError::NewerSchema {
                 found: 99,
-                supported: clawgate_store::sqlite::SCHEMA_VERSION,
+                supported: clawgate_store_sqlite::SCHEMA_VERSION,
                 ..
             }
         ),

@@ -14,9 +14,9 @@ use super::errors::DbResult;
 use super::signals::{
     RawCursor, append, cursor_row, decode_cursor, enum_text, head, i64_of, load_cursor,
 };
-use crate::model::{AppendWithNotices, ConsumedNotice, NewSessionEvent, WatchCursor};
-use crate::ports::{ChangeFeed, NoticeCursorStore};
-use crate::{StoreError, StoreResult};
+use clawgate_store::{AppendWithNotices, ConsumedNotice, NewSessionEvent, WatchCursor};
+use clawgate_store::{ChangeFeed, NoticeCursorStore};
+use clawgate_store::{StoreError, StoreResult};
 
 /// Wire spellings of the kinds that notify. Listed from every kind so a kind added to the
 /// vocabulary is classified by `notifies()`, not by a second list kept here.

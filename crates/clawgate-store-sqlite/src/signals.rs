@@ -7,12 +7,12 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use super::SqliteStore;
 use super::errors::DbResult;
-use crate::model::{
+use clawgate_store::{
     AppendedEvent, ChangesSince, NewSessionEvent, PruneReport, SessionHead, WatchCursor,
     WatchSource,
 };
-use crate::ports::{SignalLogStore, WatchCursorStore};
-use crate::{StoreError, StoreResult};
+use clawgate_store::{SignalLogStore, WatchCursorStore};
+use clawgate_store::{StoreError, StoreResult};
 
 /// The wire spelling of a unit enum (`human_direct_message`…), used as the column value.
 pub(super) fn enum_text<T: Serialize>(value: &T) -> String {

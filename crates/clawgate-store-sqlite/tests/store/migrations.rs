@@ -1,9 +1,9 @@
 //! Upgrading a database written by an earlier schema: every stored intent survives and reads
 //! back through the new indexes.
 
-use clawgate_store::sqlite::{MIGRATIONS, SCHEMA_VERSION, STATE_DB_FILE};
 use clawgate_store::testing::sample_intent;
 use clawgate_store::{IntentFilter, IntentStore};
+use clawgate_store_sqlite::{MIGRATIONS, SCHEMA_VERSION, STATE_DB_FILE};
 use clawgate_types::{ALL_INTENT_STATUSES, to_json};
 use rusqlite::params;
 
@@ -45,7 +45,7 @@ fn schema_one_database(dir: &std::path::Path) -> Vec<clawgate_types::DurableSend
 async fn upgrading_from_schema_one_keeps_every_intent() {
     let dir = tempfile::tempdir().unwrap();
     let before = schema_one_database(dir.path());
-    let store = clawgate_store::testing::open_store(dir.path());
+    let store = clawgate_store_sqlite::testing::open_store(dir.path());
     let all = store
         .list_intents(&IntentFilter {
             limit: 100,

@@ -1,5 +1,16 @@
-//! The embedded SQLite backend: one database file per state directory, WAL, one writer thread
-//! with group commit, and a pool of read-only connections.
+//! The embedded SQLite backend of clawgate's storage ports (layer 1): one database file per
+//! state directory, WAL, one writer thread with group commit, and a pool of read-only
+//! connections. The ports, the model and the conformance suite are `clawgate-store`'s.
+//!
+//! Invariants:
+//! * a write reported `Ok` is committed (with `synchronous=FULL`, durable across power loss);
+//! * no operation is half-applied: each port method is one transaction;
+//! * migrations never delete stored intents; stored payloads carry a format version.
+
+// The README's example is compiled and run as a doctest, so the packaged README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
 
 mod errors;
 mod inbound;
@@ -10,6 +21,9 @@ mod registry;
 mod signals;
 mod wal_vfs;
 mod writer;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,7 +37,7 @@ pub use migrate::{MIGRATIONS, Migration, MigrationStatus, SCHEMA_VERSION};
 use self::errors::{DbResult, ErrorContext, Phase};
 use self::writer::{Ack, Isolation, WalSync, Writer};
 pub use self::writer::{CommitHook, CommitStage, CommitVerdict};
-use crate::{StoreError, StoreResult};
+use clawgate_store::{StoreError, StoreResult};
 
 /// The file name of the state database inside a state directory.
 pub const STATE_DB_FILE: &str = "state.db";

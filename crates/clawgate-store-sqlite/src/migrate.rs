@@ -5,7 +5,7 @@ use clawgate_types::clock::{Clock as _, SystemClock};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::errors::{DbResult, ErrorContext, Phase};
-use crate::{StoreError, StoreResult};
+use clawgate_store::{StoreError, StoreResult};
 
 /// One embedded migration.
 #[derive(Debug, Clone, Copy)]
@@ -20,22 +20,22 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         name: "initial",
-        sql: include_str!("../../migrations/0001_initial.sql"),
+        sql: include_str!("../migrations/0001_initial.sql"),
     },
     Migration {
         version: 2,
         name: "send_status_indexes",
-        sql: include_str!("../../migrations/0002_send_status_indexes.sql"),
+        sql: include_str!("../migrations/0002_send_status_indexes.sql"),
     },
     Migration {
         version: 3,
         name: "index_predicates_without_in",
-        sql: include_str!("../../migrations/0003_index_predicates_without_in.sql"),
+        sql: include_str!("../migrations/0003_index_predicates_without_in.sql"),
     },
     Migration {
         version: 4,
         name: "watermark_checkpoints",
-        sql: include_str!("../../migrations/0004_watermark_checkpoints.sql"),
+        sql: include_str!("../migrations/0004_watermark_checkpoints.sql"),
     },
 ];
 

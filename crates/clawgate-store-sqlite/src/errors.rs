@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::ErrorCode;
 
-use crate::StoreError;
+use clawgate_store::StoreError;
 
 /// An error inside a database job: either SQLite's own (mapped once the path is known) or an
 /// already typed store error (conflicts, decode failures…).

@@ -10,9 +10,9 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use super::SqliteStore;
 use super::errors::DbResult;
-use crate::model::SessionRow;
-use crate::ports::{InstanceStore, LeaseStore, SessionStore};
-use crate::{StoreError, StoreResult};
+use clawgate_store::SessionRow;
+use clawgate_store::{InstanceStore, LeaseStore, SessionStore};
+use clawgate_store::{StoreError, StoreResult};
 
 /// Payload format of stored session rows and leases.
 const ROW_FORMAT: i64 = 1;
@@ -275,7 +275,7 @@ impl InstanceStore for SqliteStore {
             conn.prepare_cached(
                 "INSERT INTO gateway_meta (key, value) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
             )?
-            .execute(params![INSTANCE_KEY, crate::ids::new_id()])?;
+            .execute(params![INSTANCE_KEY, clawgate_store::ids::new_id()])?;
             let value: String = conn
                 .prepare_cached("SELECT value FROM gateway_meta WHERE key = ?1")?
                 .query_row([INSTANCE_KEY], |r| r.get(0))?;
