@@ -40,7 +40,7 @@ struct Tree {
 
 /// Starts one wrapper tree as the controller would and records its lease.
 async fn start_tree(
-    controller: &LifecycleController<SqliteStore>,
+    controller: &LifecycleController,
     store: &SqliteStore,
     table: &dyn ProcessTable,
     wrapper: &Path,

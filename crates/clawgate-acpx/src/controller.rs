@@ -21,7 +21,8 @@ use std::process::Stdio;
 use std::sync::{Arc, OnceLock, mpsc as std_mpsc};
 use std::time::Duration;
 
-use clawgate_store::{InstanceStore, LeaseStore, SessionRow, SessionStore, StoreError};
+use clawgate_store::Store;
+use clawgate_store::{SessionRow, StoreError};
 use clawgate_types::clock::{Clock as _, SystemClock};
 use clawgate_types::{
     AcpBackend, AcpSessionOwner, AcpxProcessLease, GatewayInstanceId, LeaseId, LeaseState,
@@ -219,24 +220,21 @@ impl LiveSession {
 
 /// The lifecycle controller of one gateway instance.
 #[derive(Debug)]
-pub struct LifecycleController<S> {
-    store: Arc<S>,
+pub struct LifecycleController {
+    store: Arc<dyn Store>,
     table: Arc<dyn ProcessTable>,
     instance: GatewayInstanceId,
     config: ControllerConfig,
     live: Mutex<HashMap<SessionKey, LiveSession>>,
 }
 
-impl<S> LifecycleController<S>
-where
-    S: LeaseStore + SessionStore + InstanceStore + 'static,
-{
+impl LifecycleController {
     /// Loads (or creates, once per state directory) the gateway instance id.
     pub async fn new(
-        store: Arc<S>,
+        store: Arc<dyn Store>,
         table: Arc<dyn ProcessTable>,
         config: ControllerConfig,
-    ) -> Result<LifecycleController<S>, AcpxError> {
+    ) -> Result<LifecycleController, AcpxError> {
         let instance = store.gateway_instance_id().await?;
         Ok(LifecycleController {
             store,

@@ -5,10 +5,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use clawgate_store::{
-    AppendedEvent, ChangeFeed, NewSessionEvent, NoticeCursorStore, PruneReport, SessionStore,
-    SignalLogStore, WatchCursor, WatchCursorStore,
-};
+use clawgate_store::Store;
+use clawgate_store::{AppendedEvent, NewSessionEvent, PruneReport, WatchCursor};
 use clawgate_types::SessionKey;
 use clawgate_types::clock::{Clock, SystemClock};
 use tracing::{debug, warn};
@@ -16,17 +14,6 @@ use tracing::{debug, warn};
 use crate::error::AwarenessResult;
 use crate::events::StateChange;
 use crate::notice::{HeartbeatHook, NoHeartbeat, Notice, NoticeQueue};
-
-/// The store capabilities awareness uses (every `clawgate-store` backend has them).
-pub trait AwarenessStore:
-    SignalLogStore + WatchCursorStore + SessionStore + NoticeCursorStore + ChangeFeed
-{
-}
-
-impl<T> AwarenessStore for T where
-    T: SignalLogStore + WatchCursorStore + SessionStore + NoticeCursorStore + ChangeFeed
-{
-}
 
 /// How long the signal log keeps history.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,15 +61,15 @@ impl Default for AwarenessConfig {
 pub type ServesWatcher = Arc<dyn Fn(&SessionKey) -> bool + Send + Sync>;
 
 /// Builds an [`Awareness`].
-pub struct AwarenessBuilder<S> {
-    store: Arc<S>,
+pub struct AwarenessBuilder {
+    store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     heartbeat: Arc<dyn HeartbeatHook>,
     config: AwarenessConfig,
     serves: ServesWatcher,
 }
 
-impl<S> fmt::Debug for AwarenessBuilder<S> {
+impl fmt::Debug for AwarenessBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AwarenessBuilder")
             .field("config", &self.config)
@@ -93,7 +80,7 @@ impl<S> fmt::Debug for AwarenessBuilder<S> {
 /// Reads a rebuild retries when consumes keep committing underneath it.
 const MAX_REBUILD_READS: usize = 8;
 
-impl<S: AwarenessStore + 'static> AwarenessBuilder<S> {
+impl AwarenessBuilder {
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
@@ -117,7 +104,7 @@ impl<S: AwarenessStore + 'static> AwarenessBuilder<S> {
 
     /// Builds the engine with an empty notice queue; call [`Awareness::rebuild_notices`] at
     /// start to bring back the notices pending before a restart.
-    pub fn build(self) -> Awareness<S> {
+    pub fn build(self) -> Awareness {
         Awareness {
             store: self.store,
             clock: self.clock,
@@ -130,8 +117,8 @@ impl<S: AwarenessStore + 'static> AwarenessBuilder<S> {
 }
 
 /// Session state awareness over a store.
-pub struct Awareness<S> {
-    pub(crate) store: Arc<S>,
+pub struct Awareness {
+    pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
     heartbeat: Arc<dyn HeartbeatHook>,
     pub(crate) config: AwarenessConfig,
@@ -139,7 +126,7 @@ pub struct Awareness<S> {
     queue: Mutex<NoticeQueue>,
 }
 
-impl<S> fmt::Debug for Awareness<S> {
+impl fmt::Debug for Awareness {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Awareness")
             .field("config", &self.config)
@@ -148,8 +135,8 @@ impl<S> fmt::Debug for Awareness<S> {
     }
 }
 
-impl<S: AwarenessStore + 'static> Awareness<S> {
-    pub fn builder(store: Arc<S>) -> AwarenessBuilder<S> {
+impl Awareness {
+    pub fn builder(store: Arc<dyn Store>) -> AwarenessBuilder {
         AwarenessBuilder {
             store,
             clock: Arc::new(SystemClock),
@@ -159,7 +146,7 @@ impl<S: AwarenessStore + 'static> Awareness<S> {
         }
     }
 
-    pub fn store(&self) -> &Arc<S> {
+    pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 

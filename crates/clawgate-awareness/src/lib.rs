@@ -17,7 +17,7 @@
 //! [`Awareness::follow_external_changes`], retention); a watcher is never notified of its own
 //! events; global-scope sessions get the log and `changesSince` but no notices; visibility is
 //! the pure [`can_see_session_row`] for every tool. Storage is reached only through the
-//! `clawgate-store` ports ([`AwarenessStore`]); time only through a
+//! `clawgate-store` ports (`Arc<dyn Store>`); time only through a
 //! [`Clock`](clawgate_types::clock::Clock).
 
 // The README's example is compiled and run as a doctest, so the packaged README stays true.
@@ -33,9 +33,7 @@ mod registry;
 mod tools;
 mod visibility;
 
-pub use engine::{
-    Awareness, AwarenessBuilder, AwarenessConfig, AwarenessStore, RetentionPolicy, ServesWatcher,
-};
+pub use engine::{Awareness, AwarenessBuilder, AwarenessConfig, RetentionPolicy, ServesWatcher};
 pub use error::{AwarenessError, AwarenessResult};
 pub use events::{Actor, MAX_SUMMARY_CHARS, StateChange, one_line};
 pub use notice::{HeartbeatHook, NoHeartbeat, Notice};

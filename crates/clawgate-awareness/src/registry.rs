@@ -5,7 +5,7 @@ use clawgate_store::{SessionRow, WatchCursor, WatchSource};
 use clawgate_types::{AcpSessionOwner, LeaseId, SessionKey, StateVersion};
 use tracing::warn;
 
-use crate::engine::{Awareness, AwarenessStore};
+use crate::engine::Awareness;
 use crate::error::{AwarenessError, AwarenessResult};
 use crate::events::{Actor, StateChange};
 
@@ -60,7 +60,7 @@ pub struct Spawned {
     pub parent_watching: bool,
 }
 
-impl<S: AwarenessStore + 'static> Awareness<S> {
+impl Awareness {
     /// Registers a session and logs its creation (the log entry is best effort).
     #[tracing::instrument(name = "awareness.create", skip_all, fields(session = %new.key))]
     pub async fn create_session(

@@ -13,13 +13,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use clawgate_store::SessionRow;
+use clawgate_store::Store;
 use clawgate_types::{
     AcpSessionOwner, AgentToAgentPolicy, SessionKey, SessionStateEvent, SessionVisibility,
     SessionVisibilityInput, StateVersion, UnixMillis,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{Awareness, AwarenessStore};
+use crate::engine::Awareness;
 use crate::error::{AwarenessError, AwarenessResult};
 use crate::visibility::{can_see_session_row, visibility_row};
 
@@ -216,27 +217,27 @@ pub trait SessionDelivery: Send + Sync {
 }
 
 /// The session tools over an engine and a delivery path.
-pub struct SessionTools<S> {
-    awareness: Arc<Awareness<S>>,
+pub struct SessionTools {
+    awareness: Arc<Awareness>,
     delivery: Arc<dyn SessionDelivery>,
 }
 
-impl<S> std::fmt::Debug for SessionTools<S> {
+impl std::fmt::Debug for SessionTools {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SessionTools").finish_non_exhaustive()
     }
 }
 
-impl<S: AwarenessStore + 'static> SessionTools<S> {
-    pub fn new(awareness: Arc<Awareness<S>>, delivery: Arc<dyn SessionDelivery>) -> Self {
+impl SessionTools {
+    pub fn new(awareness: Arc<Awareness>, delivery: Arc<dyn SessionDelivery>) -> Self {
         SessionTools {
             awareness,
             delivery,
         }
     }
 
-    fn store(&self) -> &S {
-        self.awareness.store()
+    fn store(&self) -> &dyn Store {
+        self.awareness.store().as_ref()
     }
 
     /// The row of `key` if the requester may see it; one error for missing and hidden.

@@ -268,6 +268,10 @@ impl SqliteStore {
         .await
     }
 
+    pub(crate) fn error_context(&self) -> &ErrorContext {
+        &self.inner.ctx
+    }
+
     /// Types an error raised outside a database job (encoding on the caller's task).
     pub(crate) fn map_error(&self, error: errors::DbError) -> StoreError {
         self.inner.ctx.map(error, Phase::Operate)

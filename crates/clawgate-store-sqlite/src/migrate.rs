@@ -42,14 +42,7 @@ pub const MIGRATIONS: &[Migration] = &[
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = 4;
 
-/// A migration's state in one database.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MigrationStatus {
-    pub version: i64,
-    pub name: String,
-    /// When it was applied (ms since the epoch), `None` while pending.
-    pub applied_at: Option<i64>,
-}
+pub use clawgate_store::MigrationStatus;
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version    INTEGER PRIMARY KEY,
@@ -146,4 +139,17 @@ pub(crate) fn status(conn: &Connection, ctx: &ErrorContext) -> StoreResult<Vec<M
         Ok(out)
     };
     read().map_err(|e| ctx.map(e, Phase::Open))
+}
+
+#[async_trait::async_trait]
+impl clawgate_store::SchemaStore for crate::SqliteStore {
+    fn database(&self) -> String {
+        self.path().display().to_string()
+    }
+
+    async fn migration_status(&self) -> StoreResult<Vec<MigrationStatus>> {
+        let ctx = self.error_context().clone();
+        self.read(move |conn| status(conn, &ctx).map_err(super::errors::DbError::from))
+            .await
+    }
 }

@@ -278,3 +278,12 @@ pub struct ConsumedNotice {
     /// notice is now pending.
     pub reopened: bool,
 }
+
+/// A migration's state in one database (what `clawgate migrate` and `status` show).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationStatus {
+    pub version: i64,
+    pub name: String,
+    /// When it was applied (ms since the epoch), `None` while pending.
+    pub applied_at: Option<i64>,
+}

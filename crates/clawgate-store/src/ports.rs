@@ -13,8 +13,9 @@ use clawgate_types::{
 use crate::StoreResult;
 use crate::model::{
     AppendWithNotices, AppendedEvent, ChangesSince, Claim, ClaimToken, ConsumedNotice, InboundKey,
-    InboundRecord, InboundStatus, InsertIntentOutcome, IntentCursor, IntentFilter, NewSessionEvent,
-    PruneReport, RecordInboundOutcome, SessionHead, SessionRow, WatchCursor, WatermarkKey,
+    InboundRecord, InboundStatus, InsertIntentOutcome, IntentCursor, IntentFilter, MigrationStatus,
+    NewSessionEvent, PruneReport, RecordInboundOutcome, SessionHead, SessionRow, WatchCursor,
+    WatermarkKey,
 };
 
 /// Durable send intents, their receipts and the per-intent idempotency lock.
@@ -335,9 +336,24 @@ pub trait InstanceStore: Send + Sync {
     async fn gateway_instance_id(&self) -> StoreResult<GatewayInstanceId>;
 }
 
-/// Everything the engines need, in one object.
+/// The database behind the ports, as operators see it.
+#[async_trait]
+pub trait SchemaStore: Send + Sync {
+    /// The database, as errors and `status` name it: a file's path, or a server's
+    /// `host:port/dbname` (never a password).
+    fn database(&self) -> String;
+
+    /// Every migration this build knows with its applied time in this database, plus any newer
+    /// ones a newer build applied.
+    async fn migration_status(&self) -> StoreResult<Vec<MigrationStatus>>;
+}
+
+/// Everything the engines need, in one object: what every backend implements. Engines hold it
+/// as `Arc<dyn Store>` (or, upcast, the one port they use), so the backend is chosen at run
+/// time in one place. `Debug` describes the backend and its database (never a password).
 pub trait Store:
-    IntentStore
+    std::fmt::Debug
+    + IntentStore
     + InboundStore
     + WatermarkStore
     + SignalLogStore
@@ -345,11 +361,16 @@ pub trait Store:
     + SessionStore
     + LeaseStore
     + InstanceStore
+    + NoticeCursorStore
+    + ChangeFeed
+    + SchemaStore
+    + 'static
 {
 }
 
 impl<T> Store for T where
-    T: IntentStore
+    T: std::fmt::Debug
+        + IntentStore
         + InboundStore
         + WatermarkStore
         + SignalLogStore
@@ -357,6 +378,10 @@ impl<T> Store for T where
         + SessionStore
         + LeaseStore
         + InstanceStore
+        + NoticeCursorStore
+        + ChangeFeed
+        + SchemaStore
+        + 'static
 {
 }
 

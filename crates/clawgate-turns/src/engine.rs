@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use clawgate_acpx::{EnsureInput, LifecycleController};
-use clawgate_awareness::{Actor, Awareness, AwarenessStore, NewSession, StateChange};
+use clawgate_awareness::{Actor, Awareness, NewSession, StateChange};
 use clawgate_channel_sdk::NormalizedInbound;
 use clawgate_messages::{LiveOptions, Messenger, SendOptions, SendOutcome};
-use clawgate_store::{InstanceStore, IntentStore, LeaseStore};
+use clawgate_store::Store;
 use clawgate_types::{IntentId, IntentStatus, MessageDurabilityPolicy, SessionKey};
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
@@ -24,12 +24,6 @@ pub(crate) fn now_ms() -> clawgate_types::UnixMillis {
     use clawgate_types::clock::Clock as _;
     clawgate_types::clock::SystemClock.now_ms()
 }
-
-/// What a turn stores through: the reply intents, the session registry and signal log, and the
-/// agents' leases.
-pub trait TurnStore: IntentStore + AwarenessStore + LeaseStore + InstanceStore + 'static {}
-
-impl<T> TurnStore for T where T: IntentStore + AwarenessStore + LeaseStore + InstanceStore + 'static {}
 
 /// Counters shown by `status` and the control API.
 #[derive(Debug, Default)]
@@ -93,11 +87,11 @@ async fn show_typing(
 
 /// Runs the agent turns of every channel of one host: the stores, engines and agents a turn
 /// needs, and the host's stop signal.
-pub struct Turns<S> {
-    pub(crate) store: Arc<S>,
+pub struct Turns {
+    pub(crate) store: Arc<dyn Store>,
     pub(crate) messenger: Messenger,
-    awareness: Arc<Awareness<S>>,
-    acpx: Arc<LifecycleController<S>>,
+    awareness: Arc<Awareness>,
+    acpx: Arc<LifecycleController>,
     /// Agent command per agent id.
     agents: HashMap<String, AgentCommand>,
     pub(crate) durability: MessageDurabilityPolicy,
@@ -108,7 +102,7 @@ pub struct Turns<S> {
 /// How many replies of one event may be abandoned before the event is given up.
 const MAX_REPLY_GENERATIONS: u32 = 1_000;
 
-impl<S> std::fmt::Debug for Turns<S> {
+impl std::fmt::Debug for Turns {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Turns")
             .field("agents", &self.agents.keys().collect::<Vec<_>>())
@@ -116,21 +110,21 @@ impl<S> std::fmt::Debug for Turns<S> {
     }
 }
 
-impl<S: TurnStore> Turns<S> {
+impl Turns {
     /// The engine over `store` (the same one `messenger`, `awareness` and `acpx` use): replies
     /// are sent through `messenger` with `durability`, agents started through `acpx` from
     /// `agents` (by agent id), progress counted in `counters`. Once `stop` turns `true`, a turn
     /// waiting for its final gives up ([`TurnError::Stopping`]) and its attempt is given back.
     pub fn new(
-        store: Arc<S>,
+        store: Arc<dyn Store>,
         messenger: Messenger,
-        awareness: Arc<Awareness<S>>,
-        acpx: Arc<LifecycleController<S>>,
+        awareness: Arc<Awareness>,
+        acpx: Arc<LifecycleController>,
         agents: HashMap<String, AgentCommand>,
         durability: MessageDurabilityPolicy,
         counters: Arc<Counters>,
         stop: watch::Receiver<bool>,
-    ) -> Turns<S> {
+    ) -> Turns {
         Turns {
             store,
             messenger,

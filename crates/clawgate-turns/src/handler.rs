@@ -7,19 +7,19 @@ use std::sync::atomic::Ordering;
 use clawgate_messages::{AckController, DispatchError, EventHandler, ReceiveOutcome, Receiver};
 use tracing::{Instrument, warn};
 
-use crate::{Channel, TurnStore, Turns};
+use crate::{Channel, Turns};
 
 /// A channel's inbound events, through its receive context, to turns.
-pub struct TurnHandler<S> {
-    turns: Arc<Turns<S>>,
+pub struct TurnHandler {
+    turns: Arc<Turns>,
     channel: Arc<Channel>,
     receiver: Receiver,
 }
 
-impl<S> TurnHandler<S> {
+impl TurnHandler {
     /// Hands `channel`'s events, received through `receiver` (the channel's receive context),
     /// to `turns`.
-    pub fn new(turns: Arc<Turns<S>>, channel: Arc<Channel>, receiver: Receiver) -> TurnHandler<S> {
+    pub fn new(turns: Arc<Turns>, channel: Arc<Channel>, receiver: Receiver) -> TurnHandler {
         TurnHandler {
             turns,
             channel,
@@ -28,7 +28,7 @@ impl<S> TurnHandler<S> {
     }
 }
 
-impl<S> std::fmt::Debug for TurnHandler<S> {
+impl std::fmt::Debug for TurnHandler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TurnHandler")
             .field("channel", &self.channel.name)
@@ -38,7 +38,7 @@ impl<S> std::fmt::Debug for TurnHandler<S> {
 }
 
 #[async_trait::async_trait]
-impl<S: TurnStore> EventHandler for TurnHandler<S> {
+impl EventHandler for TurnHandler {
     async fn accept(&self, raw: &serde_json::Value, ack: &AckController) {
         if let Err(error) = self.receiver.accept(raw, ack).await {
             // Still queued: its receive records it when its turn comes.

@@ -33,7 +33,7 @@ mod keys;
 mod relay;
 
 pub use channel::Channel;
-pub use engine::{AgentCommand, Counters, TurnStore, Turns};
+pub use engine::{AgentCommand, Counters, Turns};
 pub use error::{RelayError, TurnError};
 pub use handler::TurnHandler;
 pub use keys::{failure_key, reply_key, reply_message, session_key_for};

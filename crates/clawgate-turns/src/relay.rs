@@ -9,9 +9,9 @@ use clawgate_messages::SendOptions;
 use clawgate_types::{ChannelMessage, MessageBody, MessageDirection, SessionKey};
 use tracing::warn;
 
-use crate::{Channel, RelayError, TurnStore, Turns};
+use crate::{Channel, RelayError, Turns};
 
-impl<S: TurnStore> Turns<S> {
+impl Turns {
     /// `sessions_send` into a conversation of `channel`: the message is sent there through the
     /// channel's own send path (durable, keyed `<channel>:session-send:<nonce>`), then the
     /// conversation's agent answers it as a turn authored by `session:<from>`. Returns once the

@@ -19,7 +19,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use clawgate_awareness::{SessionDelivery, SessionTools};
-use clawgate_store_sqlite::SqliteStore;
 use clawgate_types::clock::{Clock as _, SystemClock};
 use clawgate_types::{DurableSendIntent, SessionKey};
 
@@ -240,7 +239,7 @@ async fn status(State(gateway): State<Arc<Gateway>>) -> Answer<views::StatusView
         turns_failed: counters.turns_failed.load(Ordering::Relaxed),
     };
     Ok(Json(
-        views::status(&gateway.store, gateway.state.path(), Some(info)).await?,
+        views::status(&*gateway.store, gateway.state.path(), Some(info)).await?,
     ))
 }
 
@@ -301,7 +300,7 @@ async fn leases_reap(State(gateway): State<Arc<Gateway>>) -> Answer<views::ReapS
 type Delivery = Extension<Arc<dyn SessionDelivery>>;
 
 /// The session tools of the running gateway: sends go through `delivery`.
-fn tools(gateway: &Gateway, Extension(delivery): Delivery) -> SessionTools<SqliteStore> {
+fn tools(gateway: &Gateway, Extension(delivery): Delivery) -> SessionTools {
     SessionTools::new(gateway.awareness.clone(), delivery)
 }
 

@@ -22,8 +22,7 @@ use clawgate_acpx::{ControllerConfig, LifecycleController, system_table};
 use clawgate_awareness::{Awareness, AwarenessConfig, RetentionPolicy};
 use clawgate_channel_sdk::{ChannelRegistry, ChannelSetup, SetupError};
 use clawgate_messages::{Messenger, ReceiveOptions, Receiver, SourceRunner, SourceStores};
-use clawgate_store::WatermarkKey;
-use clawgate_store_sqlite::{SqliteOptions, SqliteStore, Synchronous};
+use clawgate_store::{Store, WatermarkKey};
 use clawgate_turns::{AgentCommand, Counters, TurnHandler, Turns};
 use clawgate_types::UnixMillis;
 use clawgate_types::clock::SystemClock;
@@ -78,14 +77,14 @@ pub const DEMO_AGENT_SUBCOMMAND: &str = "demo-agent";
 pub struct Gateway {
     pub config: Config,
     pub state: StateDir,
-    pub store: Arc<SqliteStore>,
+    pub store: Arc<dyn Store>,
     pub messenger: Messenger,
-    pub awareness: Arc<Awareness<SqliteStore>>,
-    pub acpx: Arc<LifecycleController<SqliteStore>>,
+    pub awareness: Arc<Awareness>,
+    pub acpx: Arc<LifecycleController>,
     pub channels: Vec<Arc<Channel>>,
     pub counters: Arc<Counters>,
     /// Runs the agent turns of every channel.
-    pub turns: Arc<Turns<SqliteStore>>,
+    pub turns: Arc<Turns>,
     pub started_at: UnixMillis,
     /// Agent argv per agent id (resolved once: the bundled agent is this binary).
     clock: Arc<SystemClock>,
@@ -127,15 +126,8 @@ impl Gateway {
     ) -> Result<Arc<Gateway>, GatewayError> {
         let state = StateDir::create(&config.state_dir)?;
         let lock = state.lock_exclusive()?;
-        let options = SqliteOptions {
-            synchronous: match config.durability.sync {
-                crate::config::SyncMode::Full => Synchronous::Full,
-                crate::config::SyncMode::Normal => Synchronous::Normal,
-            },
-            commit_hook: crate::crash_points::commit_hook(),
-            ..SqliteOptions::default()
-        };
-        let store = Arc::new(SqliteStore::open_state_dir(state.path(), options)?);
+        let store =
+            crate::store::open(&config, state.path(), crate::crash_points::commit_hook()).await?;
 
         let exe = program;
         let mut controller = ControllerConfig::new(exe.clone());

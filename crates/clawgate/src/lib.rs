@@ -27,4 +27,5 @@ pub mod qa;
 pub mod relay;
 pub mod serve;
 pub mod state;
+pub mod store;
 pub mod views;

@@ -7,7 +7,7 @@ use clawgate_store::SessionRow;
 use clawgate_store_sqlite::SqliteStore;
 use clawgate_types::{LeaseId, SessionKey};
 
-pub(crate) type Controller = LifecycleController<SqliteStore>;
+pub(crate) type Controller = LifecycleController;
 
 pub(crate) fn key(text: &str) -> SessionKey {
     SessionKey::parse(text).unwrap()

@@ -78,8 +78,8 @@ pub(crate) struct Harness {
     pub clock: Arc<ManualClock>,
     pub heartbeat: Arc<RecordingHeartbeat>,
     pub delivery: Arc<RecordingDelivery>,
-    pub awareness: Arc<Awareness<SqliteStore>>,
-    pub tools: SessionTools<SqliteStore>,
+    pub awareness: Arc<Awareness>,
+    pub tools: SessionTools,
 }
 
 impl Harness {

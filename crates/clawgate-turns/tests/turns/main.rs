@@ -12,7 +12,6 @@ use clawgate_awareness::Awareness;
 use clawgate_channel_sdk::NormalizedInbound;
 use clawgate_channel_sdk::testing::{MemoryChannel, MemoryPlatform};
 use clawgate_messages::{Messenger, RetryPolicy, SendOptions, SendOutcome};
-use clawgate_store_sqlite::SqliteStore;
 use clawgate_turns::{Channel, Counters, TurnError, Turns, reply_key, session_key_for};
 use clawgate_types::clock::SystemClock;
 use clawgate_types::{
@@ -27,8 +26,8 @@ struct Host {
     platform: MemoryPlatform,
     channel: Arc<Channel>,
     messenger: Messenger,
-    awareness: Arc<Awareness<SqliteStore>>,
-    turns: Arc<Turns<SqliteStore>>,
+    awareness: Arc<Awareness>,
+    turns: Arc<Turns>,
     _stop: watch::Sender<bool>,
 }
 

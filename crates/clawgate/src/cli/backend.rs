@@ -4,12 +4,12 @@
 use std::sync::Arc;
 
 use clawgate_awareness::SessionTools;
-use clawgate_store_sqlite::{MigrationStatus, STATE_DB_FILE};
-use clawgate_store_sqlite::{SqliteOptions, SqliteStore, Synchronous};
+use clawgate_store::Store;
+use clawgate_store_sqlite::{MigrationStatus, STATE_DB_FILE, SqliteOptions};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::config::{Config, SyncMode};
+use crate::config::{Config, StateBackend};
 use crate::state::{StateDir, StateError, StateLock};
 use crate::views;
 
@@ -31,8 +31,8 @@ pub(crate) enum Backend {
 /// A stopped gateway's state, opened by the CLI.
 pub(crate) struct Local {
     pub(crate) state: StateDir,
-    pub(crate) store: Arc<SqliteStore>,
-    pub(crate) tools: SessionTools<SqliteStore>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) tools: SessionTools,
 }
 
 impl Local {
@@ -53,8 +53,8 @@ pub(crate) fn lock_for_change(state: &StateDir) -> CliResult<StateLock> {
 
 impl Backend {
     /// Finds the gateway or the state directory of `config` and says which on stderr.
-    pub(crate) fn connect(config: &Config) -> CliResult<Backend> {
-        let backend = Backend::locate(config)?;
+    pub(crate) async fn connect(config: &Config) -> CliResult<Backend> {
+        let backend = Backend::locate(config).await?;
         match &backend {
             Backend::Running { pid, url, .. } => {
                 eprintln!("(via running gateway pid {pid} at {url})")
@@ -67,7 +67,7 @@ impl Backend {
         Ok(backend)
     }
 
-    fn locate(config: &Config) -> CliResult<Backend> {
+    async fn locate(config: &Config) -> CliResult<Backend> {
         let state = StateDir::existing(&config.state_dir)
             .ok_or_else(|| CliError::NoStateDir(config.state_dir.clone()))?;
         if state.is_locked() {
@@ -89,23 +89,22 @@ impl Backend {
                 url: info.url,
             });
         }
-        let db = state.path().join(STATE_DB_FILE);
-        if !db.exists() {
-            return Err(CliError::NoDatabase(state.path().to_path_buf()));
+        if config.state.backend == StateBackend::Sqlite {
+            let db = state.path().join(STATE_DB_FILE);
+            if !db.exists() {
+                return Err(CliError::NoDatabase(state.path().to_path_buf()));
+            }
+            // Opening the store would migrate silently; an operator command should not.
+            let statuses = clawgate_store_sqlite::migration_status(&db, &SqliteOptions::default())?;
+            if statuses.iter().any(|m| m.applied_at.is_none()) {
+                return Err(CliError::NeedsMigration {
+                    path: db,
+                    found: applied_version(&statuses),
+                    needed: clawgate_store_sqlite::SCHEMA_VERSION,
+                });
+            }
         }
-        // Opening the store would migrate silently; an operator command should not.
-        let statuses = clawgate_store_sqlite::migration_status(&db, &SqliteOptions::default())?;
-        if statuses.iter().any(|m| m.applied_at.is_none()) {
-            return Err(CliError::NeedsMigration {
-                path: db,
-                found: applied_version(&statuses),
-                needed: clawgate_store_sqlite::SCHEMA_VERSION,
-            });
-        }
-        let store = Arc::new(SqliteStore::open_state_dir(
-            state.path(),
-            store_options(config),
-        )?);
+        let store = crate::store::open(config, state.path(), None).await?;
         let tools = views::offline_tools(store.clone());
         Ok(Backend::Stopped(Box::new(Local {
             state,
@@ -120,16 +119,6 @@ impl Backend {
             Backend::Running { api, .. } => Ok(api),
             Backend::Stopped(_) => Err(CliError::NeedsGateway(what)),
         }
-    }
-}
-
-pub(crate) fn store_options(config: &Config) -> SqliteOptions {
-    SqliteOptions {
-        synchronous: match config.durability.sync {
-            SyncMode::Full => Synchronous::Full,
-            SyncMode::Normal => Synchronous::Normal,
-        },
-        ..SqliteOptions::default()
     }
 }
 

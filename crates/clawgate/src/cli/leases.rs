@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use clap::Subcommand;
 use clawgate_acpx::{ControllerConfig, LifecycleController, system_table};
-use clawgate_store::LeaseStore as _;
 use clawgate_types::LeaseState;
 
 use crate::config::Config;

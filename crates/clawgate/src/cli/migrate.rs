@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::config::Config;
 use crate::state::StateDir;
 
-use super::{CliError, CliResult, applied_version, lock_for_change, pretty, print, store_options};
+use super::{CliError, CliResult, applied_version, lock_for_change, pretty, print};
 
 /// What `migrate --json` prints.
 #[derive(Debug, Serialize)]
@@ -41,7 +41,7 @@ pub(super) fn migrate(config: &Config, create: bool, json: bool) -> CliResult<()
         );
     }
     let db = state.path().join(STATE_DB_FILE);
-    let options = store_options(config);
+    let options = crate::store::sqlite_options(config);
     let before = clawgate_store_sqlite::migration_status(&db, &options)?;
     let from_version = applied_version(&before);
     let pending: Vec<&MigrationStatus> = before.iter().filter(|m| m.applied_at.is_none()).collect();

@@ -33,7 +33,7 @@ mod output;
 mod sessions;
 mod status;
 
-pub(crate) use backend::{Backend, applied_version, lock_for_change, segment, store_options};
+pub(crate) use backend::{Backend, applied_version, lock_for_change, segment};
 pub use inbox::InboxCommand;
 pub use leases::LeasesCommand;
 pub use outbox::OutboxCommand;
@@ -141,7 +141,7 @@ pub async fn run(config: &Config, command: Command, json: bool) -> CliResult<()>
     if let Command::Migrate { create } = command {
         return migrate::migrate(config, create, json);
     }
-    let backend = Backend::connect(config)?;
+    let backend = Backend::connect(config).await?;
     match command {
         // Answered above: it needs no backend (and may create the directory).
         Command::Migrate { .. } => Ok(()),

@@ -10,7 +10,7 @@ use super::{Backend, CliResult, Render, Table, emit, fmt_time};
 pub(super) async fn status(backend: &Backend, json: bool) -> CliResult<()> {
     let view = match backend {
         Backend::Running { api, .. } => api.get("/v1/status", &()).await?,
-        Backend::Stopped(local) => views::status(&local.store, local.state.path(), None).await?,
+        Backend::Stopped(local) => views::status(&*local.store, local.state.path(), None).await?,
     };
     emit(&view, json)
 }

@@ -77,7 +77,7 @@ mod tests {
     use clawgate_types::SessionVisibility;
     use std::path::PathBuf;
 
-    use crate::config::DurabilityPolicy;
+    use crate::config::{DurabilityPolicy, StateBackend};
 
     #[test]
     fn no_file_means_the_embedded_defaults() {
@@ -142,6 +142,33 @@ token_env = "QA_TOKEN"
 
         let e = error_of("[gateway]\nlisen = \"127.0.0.1:1\"\n");
         assert!(e.contains("lisen"), "unknown keys are refused: {e}");
+    }
+
+    #[test]
+    fn the_state_backend_is_sqlite_unless_postgres_is_named() {
+        assert_eq!(Config::default().state.backend, StateBackend::Sqlite);
+        let config = Config::parse(
+            "[state]\nbackend = \"postgres\"\npostgres_url_env = \"TEAM_PG_URL\"\npostgres_pool_size = 4\n",
+            "clawgate.toml",
+        )
+        .expect("a valid [state] section");
+        assert_eq!(config.state.backend, StateBackend::Postgres);
+        assert_eq!(config.state.postgres_url_env, "TEAM_PG_URL");
+        assert_eq!(config.state.postgres_pool_size, 4);
+
+        let e = error_of("[state]\nbackend = \"mysql\"\n");
+        assert!(e.contains("`state.backend`") && e.contains("mysql"), "{e}");
+        // The URL itself in the file is refused: it carries a password.
+        let e = error_of(
+            "[state]\nbackend = \"postgres\"\npostgres_url_env = \"postgres://u:secret@db/x\"\n",
+        );
+        assert!(e.contains("`state.postgres_url_env`"), "{e}");
+        assert!(e.contains("not an environment variable name"), "{e}");
+        assert!(!e.contains("secret"), "the value is not echoed: {e}");
+        let e = error_of("[state]\nbackend = \"postgres\"\npostgres_pool_size = 0\n");
+        assert!(e.contains("`state.postgres_pool_size`"), "{e}");
+        let e = error_of("[state]\npostgres_url = \"postgres://db\"\n");
+        assert!(e.contains("postgres_url"), "unknown keys are refused: {e}");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 pub struct Config {
     /// Where the durable state lives (relative paths are relative to the working directory).
     pub state_dir: PathBuf,
+    pub state: StateSection,
     pub gateway: GatewaySection,
     pub durability: DurabilitySection,
     pub retry: RetrySection,
@@ -25,6 +26,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             state_dir: PathBuf::from(".clawgate"),
+            state: StateSection::default(),
             gateway: GatewaySection::default(),
             durability: DurabilitySection::default(),
             retry: RetrySection::default(),
@@ -34,6 +36,41 @@ impl Default for Config {
             channels: vec![ChannelSection::default()],
         }
     }
+}
+
+/// `[state]`: where the durable state is kept. `state_dir` always holds this gateway's own
+/// files (its lock, runtime file, instance id); the database is in it (SQLite) or on a server
+/// several gateways share (PostgreSQL).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StateSection {
+    pub backend: StateBackend,
+    /// PostgreSQL: the environment variable holding the connection URL
+    /// (`postgres://user:password@host:port/dbname`); the URL is never written in the file nor
+    /// logged.
+    pub postgres_url_env: String,
+    /// PostgreSQL: connections in this gateway's pool.
+    pub postgres_pool_size: u32,
+}
+
+impl Default for StateSection {
+    fn default() -> Self {
+        StateSection {
+            backend: StateBackend::Sqlite,
+            postgres_url_env: "CLAWGATE_POSTGRES_URL".into(),
+            postgres_pool_size: 16,
+        }
+    }
+}
+
+/// Which database holds the durable state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StateBackend {
+    /// One embedded SQLite file in `state_dir`: one gateway, nothing to run beside it.
+    Sqlite,
+    /// A PostgreSQL database several gateways share.
+    Postgres,
 }
 
 /// `[gateway]`: the loopback HTTP listener (web chat page and control API).

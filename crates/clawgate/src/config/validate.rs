@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::{Config, ConfigError};
+use super::{Config, ConfigError, StateBackend};
 
 impl Config {
     pub(super) fn validate(&self, file: &str) -> Result<(), ConfigError> {
@@ -21,6 +21,24 @@ impl Config {
                     self.gateway.listen
                 ),
             ));
+        }
+        if self.state.backend == StateBackend::Postgres {
+            if !is_env_name(&self.state.postgres_url_env) {
+                return Err(invalid(
+                    "state.postgres_url_env",
+                    // The value is not echoed: it may be the URL, password included.
+                    "is not an environment variable name (letters, digits and `_`, not \
+                     starting with a digit); name the variable that holds the URL, never the \
+                     URL itself"
+                        .into(),
+                ));
+            }
+            if self.state.postgres_pool_size == 0 {
+                return Err(invalid(
+                    "state.postgres_pool_size",
+                    "must be at least 1".into(),
+                ));
+            }
         }
         if self.retry.max_attempts == 0 {
             return Err(invalid("retry.max_attempts", "must be at least 1".into()));
@@ -136,6 +154,15 @@ fn find_program(program: &str) -> Option<std::path::PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|dir| dir.join(program))
         .find(|candidate| executable(candidate))
+}
+
+/// An environment variable name as shells write it.
+fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 #[cfg(test)]

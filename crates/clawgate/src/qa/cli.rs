@@ -34,7 +34,7 @@ pub enum QaCommand {
 
 /// Runs one `clawgate qa` command against the gateway of `config.state_dir`.
 pub async fn run(config: &Config, command: QaCommand, json: bool) -> Result<(), CliError> {
-    let backend = Backend::connect(config)?;
+    let backend = Backend::connect(config).await?;
     match command {
         QaCommand::Send {
             conversation,

@@ -1,7 +1,7 @@
 //! `clawgate leases`, `/v1/leases`: the agent process leases, and reaping the orphaned ones.
 
 use clawgate_acpx::{CloseOutcome, LifecycleController};
-use clawgate_store::{InstanceStore, LeaseStore, SessionStore};
+use clawgate_store::LeaseStore;
 use clawgate_types::{AcpxProcessLease, LeaseId, LeaseState, SessionKey, UnixMillis};
 use serde::{Deserialize, Serialize};
 
@@ -166,13 +166,10 @@ impl ReapOutcome {
 
 /// Ends the agent processes of this instance's unfinished leases that no live session of
 /// `controller` owns — only ever processes verified as this instance's.
-pub async fn leases_reap<S>(
-    controller: &LifecycleController<S>,
+pub async fn leases_reap(
+    controller: &LifecycleController,
     now: UnixMillis,
-) -> Result<ReapSummary, ViewError>
-where
-    S: LeaseStore + SessionStore + InstanceStore + 'static,
-{
+) -> Result<ReapSummary, ViewError> {
     let report = controller.reap_startup_orphans(now).await?;
     Ok(ReapSummary {
         outcomes: report

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use clawgate_awareness::{self as aw, AwarenessStore, Requester, SessionTools};
-use clawgate_store_sqlite::SqliteStore;
+use clawgate_awareness::{self as aw, Requester, SessionTools};
+use clawgate_store::Store;
 use clawgate_types::{AgentToAgentPolicy, SessionKey, SessionVisibility, StateVersion};
 use serde::{Deserialize, Serialize};
 
@@ -73,8 +73,8 @@ pub fn parse_session_key(text: &str) -> Result<SessionKey, ViewError> {
     SessionKey::parse(text).map_err(|e| ViewError::BadRequest(e.to_string()))
 }
 
-pub async fn sessions_list<S: AwarenessStore + 'static>(
-    tools: &SessionTools<S>,
+pub async fn sessions_list(
+    tools: &SessionTools,
     params: &SessionsListParams,
 ) -> Result<SessionsListResult, ViewError> {
     Ok(tools
@@ -82,8 +82,8 @@ pub async fn sessions_list<S: AwarenessStore + 'static>(
         .await?)
 }
 
-pub async fn sessions_history<S: AwarenessStore + 'static>(
-    tools: &SessionTools<S>,
+pub async fn sessions_history(
+    tools: &SessionTools,
     key: SessionKey,
     params: &SessionsHistoryParams,
 ) -> Result<SessionsHistoryResult, ViewError> {
@@ -98,8 +98,8 @@ pub async fn sessions_history<S: AwarenessStore + 'static>(
         .await?)
 }
 
-pub async fn session_status<S: AwarenessStore + 'static>(
-    tools: &SessionTools<S>,
+pub async fn session_status(
+    tools: &SessionTools,
     key: SessionKey,
     params: &SessionStatusParams,
 ) -> Result<SessionStatusResult, ViewError> {
@@ -128,8 +128,8 @@ pub fn sender_requester(from: Option<SessionKey>, policy: &SessionsSection) -> R
     }
 }
 
-pub async fn sessions_send<S: AwarenessStore + 'static>(
-    tools: &SessionTools<S>,
+pub async fn sessions_send(
+    tools: &SessionTools,
     policy: &SessionsSection,
     key: SessionKey,
     body: &SessionsSendBody,
@@ -169,7 +169,7 @@ pub const NEEDS_GATEWAY_TO_SEND: &str = "sending into a session needs a running 
      delivers through the session's conversation): start one with `clawgate up`";
 
 /// The session tools over a store, for a stopped gateway (reads only; sends are refused).
-pub fn offline_tools(store: Arc<SqliteStore>) -> SessionTools<SqliteStore> {
+pub fn offline_tools(store: Arc<dyn Store>) -> SessionTools {
     let awareness = Arc::new(aw::Awareness::builder(store).build());
     SessionTools::new(awareness, Arc::new(NoDelivery))
 }

@@ -3,10 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use clawgate_store::{
-    InboundStatus, InboundStore, IntentStore, LeaseStore, SessionStore, StoreError,
-};
-use clawgate_store_sqlite::{SqliteOptions, SqliteStore};
+use clawgate_store::{InboundStatus, Store, StoreError};
 use clawgate_types::{IntentStatus, LeaseState, UnixMillis};
 use serde::{Deserialize, Serialize};
 
@@ -59,16 +56,11 @@ pub struct GatewayInfo {
 }
 
 pub async fn status(
-    store: &SqliteStore,
+    store: &dyn Store,
     state_dir: &Path,
     gateway: Option<GatewayInfo>,
 ) -> Result<StatusView, ViewError> {
-    let db = store.path().to_path_buf();
-    let migrations = tokio::task::spawn_blocking(move || {
-        clawgate_store_sqlite::migration_status(&db, &SqliteOptions::default())
-    })
-    .await
-    .map_err(|e| ViewError::from(StoreError::Backend(Box::new(e))))??;
+    let migrations = store.migration_status().await?;
     let schema_version = migrations
         .iter()
         .filter(|m| m.applied_at.is_some())

@@ -10,7 +10,6 @@ use clawgate::config::Config;
 use clawgate::gateway::Gateway;
 use clawgate_channel_sdk::ChannelRegistry;
 use clawgate_channel_sdk::testing::{MemoryFactory, MemoryPlatform};
-use clawgate_store::IntentStore;
 use clawgate_types::IntentStatus;
 
 use crate::support::eventually;
