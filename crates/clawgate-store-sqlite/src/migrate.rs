@@ -37,10 +37,15 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "watermark_checkpoints",
         sql: include_str!("../migrations/0004_watermark_checkpoints.sql"),
     },
+    Migration {
+        version: 5,
+        name: "account_leases",
+        sql: include_str!("../migrations/0005_account_leases.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 pub use clawgate_store::MigrationStatus;
 

@@ -1,4 +1,4 @@
-//! The session registry, ACPX leases and the gateway instance id.
+//! The session registry, ACPX leases, channel account leases and the gateway instance id.
 
 use async_trait::async_trait;
 use clawgate_types::{
@@ -11,6 +11,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use super::SqliteStore;
 use super::errors::DbResult;
 use clawgate_store::SessionRow;
+use clawgate_store::{AccountClaim, AccountLease, AccountLeaseStore};
 use clawgate_store::{InstanceStore, LeaseStore, SessionStore};
 use clawgate_store::{StoreError, StoreResult};
 
@@ -283,6 +284,109 @@ impl InstanceStore for SqliteStore {
                 StoreError::InvalidInput(format!("stored gateway instance id is invalid: {e}"))
                     .into()
             })
+        })
+        .await
+    }
+}
+
+fn account_lease(row: &rusqlite::Row<'_>) -> rusqlite::Result<(String, String, i64, i64)> {
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+}
+
+fn to_account_lease(
+    (account, holder, epoch, until): (String, String, i64, i64),
+) -> Result<AccountLease, StoreError> {
+    Ok(AccountLease {
+        holder: GatewayInstanceId::parse(holder).map_err(|e| {
+            StoreError::InvalidInput(format!(
+                "stored holder of account {account} is invalid: {e}"
+            ))
+        })?,
+        account,
+        epoch: u64::try_from(epoch).unwrap_or(0),
+        until,
+    })
+}
+
+#[async_trait]
+impl AccountLeaseStore for SqliteStore {
+    async fn acquire_account(
+        &self,
+        account: &str,
+        holder: &GatewayInstanceId,
+        now: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<AccountClaim> {
+        let account = account.to_owned();
+        let holder = holder.as_str().to_owned();
+        let until = now.saturating_add(ttl_ms);
+        self.write(move |conn| {
+            // Taken when free, expired or already ours; a change of hands raises the epoch.
+            let taken = conn
+                .prepare_cached(
+                    "INSERT INTO account_leases (account, holder, epoch, until)
+                     VALUES (?1, ?2, 1, ?3)
+                     ON CONFLICT (account) DO UPDATE SET
+                         epoch = CASE WHEN holder = excluded.holder THEN epoch ELSE epoch + 1 END,
+                         holder = excluded.holder,
+                         until = excluded.until
+                     WHERE holder = excluded.holder OR until <= ?4
+                     RETURNING account, holder, epoch, until",
+                )?
+                .query_row(params![account, holder, until, now], account_lease)
+                .optional()?;
+            let granted = taken.is_some();
+            let row = match taken {
+                Some(row) => row,
+                None => conn
+                    .prepare_cached(
+                        "SELECT account, holder, epoch, until FROM account_leases
+                         WHERE account = ?1",
+                    )?
+                    .query_row([&account], account_lease)?,
+            };
+            let lease = to_account_lease(row)?;
+            Ok(if granted {
+                AccountClaim::Granted(lease)
+            } else {
+                AccountClaim::HeldBy(lease)
+            })
+        })
+        .await
+    }
+
+    async fn release_account(
+        &self,
+        account: &str,
+        holder: &GatewayInstanceId,
+        epoch: u64,
+        now: UnixMillis,
+    ) -> StoreResult<()> {
+        let account = account.to_owned();
+        let holder = holder.as_str().to_owned();
+        let epoch = i64::try_from(epoch).unwrap_or(i64::MAX);
+        self.write(move |conn| {
+            conn.prepare_cached(
+                "UPDATE account_leases SET until = ?4
+                 WHERE account = ?1 AND holder = ?2 AND epoch = ?3 AND until > ?4",
+            )?
+            .execute(params![account, holder, epoch, now])?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn account_leases(&self) -> StoreResult<Vec<AccountLease>> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT account, holder, epoch, until FROM account_leases ORDER BY account",
+            )?;
+            let rows = stmt.query_map([], account_lease)?;
+            let mut out = Vec::new();
+            for row in rows {
+                out.push(to_account_lease(row?)?);
+            }
+            Ok(out)
         })
         .await
     }

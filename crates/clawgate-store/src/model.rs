@@ -287,3 +287,26 @@ pub struct MigrationStatus {
     /// When it was applied (ms since the epoch), `None` while pending.
     pub applied_at: Option<i64>,
 }
+
+/// Which gateway serves a channel account, until when, under which fencing epoch. With several
+/// gateways on one database each account (a bot token allows one poller) has one holder at a
+/// time; a holder that stops renewing loses it at `until`, and the next holder's epoch is higher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountLease {
+    /// `<channel>/<account>`, as the gateway names it.
+    pub account: String,
+    pub holder: clawgate_types::GatewayInstanceId,
+    /// Raised each time the account changes hands: a holder that sees a higher epoch than its
+    /// own knows it was replaced.
+    pub epoch: u64,
+    pub until: clawgate_types::UnixMillis,
+}
+
+/// The answer to an attempt to take or renew an account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccountClaim {
+    /// The caller holds it (taken now, or renewed).
+    Granted(AccountLease),
+    /// Another gateway holds it, live until `until`.
+    HeldBy(AccountLease),
+}

@@ -12,10 +12,10 @@ use clawgate_types::{
 
 use crate::StoreResult;
 use crate::model::{
-    AppendWithNotices, AppendedEvent, ChangesSince, Claim, ClaimToken, ConsumedNotice, InboundKey,
-    InboundRecord, InboundStatus, InsertIntentOutcome, IntentCursor, IntentFilter, MigrationStatus,
-    NewSessionEvent, PruneReport, RecordInboundOutcome, SessionHead, SessionRow, WatchCursor,
-    WatermarkKey,
+    AccountClaim, AccountLease, AppendWithNotices, AppendedEvent, ChangesSince, Claim, ClaimToken,
+    ConsumedNotice, InboundKey, InboundRecord, InboundStatus, InsertIntentOutcome, IntentCursor,
+    IntentFilter, MigrationStatus, NewSessionEvent, PruneReport, RecordInboundOutcome, SessionHead,
+    SessionRow, WatchCursor, WatermarkKey,
 };
 
 /// Durable send intents, their receipts and the per-intent idempotency lock.
@@ -336,6 +336,34 @@ pub trait InstanceStore: Send + Sync {
     async fn gateway_instance_id(&self) -> StoreResult<GatewayInstanceId>;
 }
 
+/// Which gateway serves each channel account when several share one database.
+#[async_trait]
+pub trait AccountLeaseStore: Send + Sync {
+    /// In one write: takes `account` for `holder` until `now + ttl_ms` when it is free, expired
+    /// (`until <= now`), or already `holder`'s (a renewal keeps the epoch; a change of hands
+    /// raises it); else answers who holds it.
+    async fn acquire_account(
+        &self,
+        account: &str,
+        holder: &GatewayInstanceId,
+        now: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<AccountClaim>;
+
+    /// Gives `account` back (its `until` becomes `now`) if `holder` still holds it at `epoch`,
+    /// so another gateway takes it without waiting for the deadline.
+    async fn release_account(
+        &self,
+        account: &str,
+        holder: &GatewayInstanceId,
+        epoch: u64,
+        now: UnixMillis,
+    ) -> StoreResult<()>;
+
+    /// Every account lease, live or expired, by account.
+    async fn account_leases(&self) -> StoreResult<Vec<AccountLease>>;
+}
+
 /// The database behind the ports, as operators see it.
 #[async_trait]
 pub trait SchemaStore: Send + Sync {
@@ -364,6 +392,7 @@ pub trait Store:
     + NoticeCursorStore
     + ChangeFeed
     + SchemaStore
+    + AccountLeaseStore
     + 'static
 {
 }
@@ -381,6 +410,7 @@ impl<T> Store for T where
         + NoticeCursorStore
         + ChangeFeed
         + SchemaStore
+        + AccountLeaseStore
         + 'static
 {
 }

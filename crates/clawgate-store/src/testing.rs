@@ -55,7 +55,8 @@ macro_rules! store_conformance_tests {
             signal_append_advances_head_and_dedupes, signal_events_since_is_bounded,
             signal_prune_keeps_heads_and_exact_gap, cursors_and_session_lifecycle,
             sessions_registry_round_trip, leases_round_trip_and_compare_and_set,
-            instance_id_is_stable, notices_open_once_and_consume_reopens_once
+            instance_id_is_stable, notices_open_once_and_consume_reopens_once,
+            account_leases_have_one_holder_and_change_hands_only_when_expired
             $(, $extra)*);
     };
     (@cases $open:expr; $($case:ident),+ $(,)?) => {
@@ -1593,6 +1594,88 @@ pub async fn instance_id_is_stable<S: Store>(
     let store = open(dir);
     let first = store.gateway_instance_id().await.unwrap();
     assert_eq!(store.gateway_instance_id().await.unwrap(), first);
+}
+
+pub async fn account_leases_have_one_holder_and_change_hands_only_when_expired<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    use crate::AccountClaim;
+    let store = open(dir);
+    let a = GatewayInstanceId::parse("gw-a").unwrap();
+    let b = GatewayInstanceId::parse("gw-b").unwrap();
+    let account = "telegram/default";
+    let AccountClaim::Granted(first) = store
+        .acquire_account(account, &a, 1_000, 500)
+        .await
+        .unwrap()
+    else {
+        panic!("a free account is granted");
+    };
+    assert_eq!((first.holder.clone(), first.until), (a.clone(), 1_500));
+    // Another gateway is refused while the lease is live, and told who holds it.
+    match store
+        .acquire_account(account, &b, 1_499, 500)
+        .await
+        .unwrap()
+    {
+        AccountClaim::HeldBy(lease) => {
+            assert_eq!((lease.holder, lease.epoch), (a.clone(), first.epoch))
+        }
+        other => panic!("a live lease is not taken over: {other:?}"),
+    }
+    // The holder renews: same epoch, later deadline.
+    let AccountClaim::Granted(renewed) = store
+        .acquire_account(account, &a, 1_400, 500)
+        .await
+        .unwrap()
+    else {
+        panic!("the holder renews its own lease");
+    };
+    assert_eq!((renewed.epoch, renewed.until), (first.epoch, 1_900));
+    // Past the deadline another gateway takes it, under a higher epoch.
+    let AccountClaim::Granted(taken) = store
+        .acquire_account(account, &b, 1_900, 500)
+        .await
+        .unwrap()
+    else {
+        panic!("an expired lease is taken over");
+    };
+    assert_eq!(taken.holder, b);
+    assert!(
+        taken.epoch > first.epoch,
+        "a change of hands raises the epoch"
+    );
+    // The old holder's renewal is refused now, and its release changes nothing.
+    assert!(matches!(
+        store
+            .acquire_account(account, &a, 1_950, 500)
+            .await
+            .unwrap(),
+        AccountClaim::HeldBy(_)
+    ));
+    store
+        .release_account(account, &a, first.epoch, 1_950)
+        .await
+        .unwrap();
+    assert_eq!(store.account_leases().await.unwrap(), vec![taken.clone()]);
+    // The holder's release frees it at once.
+    store
+        .release_account(account, &b, taken.epoch, 2_000)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.acquire_account(account, &a, 2_000, 500).await.unwrap(),
+        AccountClaim::Granted(lease) if lease.epoch > taken.epoch
+    ));
+    // Accounts are independent.
+    assert!(matches!(
+        store
+            .acquire_account("telegram/other", &b, 2_000, 500)
+            .await
+            .unwrap(),
+        AccountClaim::Granted(_)
+    ));
 }
 
 pub async fn reopen_keeps_committed_state<S: Store>(
