@@ -23,6 +23,8 @@ use clawgate_awareness::{Awareness, AwarenessConfig, RetentionPolicy};
 use clawgate_channel_sdk::{ChannelRegistry, ChannelSetup, SetupError};
 use clawgate_messages::{Messenger, ReceiveOptions, Receiver, SourceRunner, SourceStores};
 use clawgate_store::{Store, WatermarkKey};
+
+use crate::ownership::{AccountOwnership, TenureEnd};
 use clawgate_turns::{AgentCommand, Counters, TurnHandler, Turns};
 use clawgate_types::UnixMillis;
 use clawgate_types::clock::SystemClock;
@@ -308,7 +310,7 @@ impl Gateway {
         for channel in &self.channels {
             let gateway = self.clone();
             let channel = channel.clone();
-            tokio::spawn(async move { gateway.receive_loop(channel).await });
+            tokio::spawn(async move { gateway.serve_channel(channel).await });
         }
         let gateway = self.clone();
         tokio::spawn(async move { gateway.maintenance_loop().await });
@@ -419,9 +421,40 @@ impl Gateway {
         }
     }
 
-    /// Runs one channel's inbound source: each event through the channel's receive context
-    /// to a turn.
-    async fn receive_loop(self: Arc<Self>, channel: Arc<Channel>) {
+    /// Serves one channel account's inbound source while this gateway holds the account's
+    /// lease (with several gateways on one database, one serves each account); waits for it
+    /// again when another gateway took it.
+    async fn serve_channel(self: Arc<Self>, channel: Arc<Channel>) {
+        if channel.plugin.receiver.is_none() {
+            return;
+        }
+        let ownership = AccountOwnership::new(
+            self.store.clone(),
+            self.acpx.instance_id().clone(),
+            Duration::from_secs(self.config.state.account_lease_secs),
+            self.clock.clone(),
+        );
+        let account = format!("{}/{}", channel.kind, channel.account);
+        let mut stop = self.stop.subscribe();
+        loop {
+            let Some(lease) = ownership.acquire(&account, &mut stop).await else {
+                return;
+            };
+            let (tenure, tenure_stop) = watch::channel(false);
+            let runner = tokio::spawn(self.clone().receive_loop(channel.clone(), tenure_stop));
+            let end = ownership.hold(lease, &mut stop).await;
+            let _ = tenure.send(true);
+            let _ = runner.await;
+            if let TenureEnd::Stopped(lease) = end {
+                ownership.release(&lease).await;
+                return;
+            }
+        }
+    }
+
+    /// Runs one channel's inbound source until `stop`: each event through the channel's
+    /// receive context to a turn.
+    async fn receive_loop(self: Arc<Self>, channel: Arc<Channel>, stop: watch::Receiver<bool>) {
         let Some(normalizer) = channel.plugin.receiver.clone() else {
             return;
         };
@@ -457,7 +490,7 @@ impl Gateway {
             },
             self.clock.clone(),
             handler,
-            self.stop.subscribe(),
+            stop,
         )
         .run()
         .await;

@@ -40,6 +40,12 @@ impl Config {
                 ));
             }
         }
+        if self.state.account_lease_secs == 0 {
+            return Err(invalid(
+                "state.account_lease_secs",
+                "must be at least 1".into(),
+            ));
+        }
         if self.retry.max_attempts == 0 {
             return Err(invalid("retry.max_attempts", "must be at least 1".into()));
         }
