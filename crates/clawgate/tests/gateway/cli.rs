@@ -347,6 +347,7 @@ fn stopped_inbox_leases_and_status_read_the_state_directory() {
 
 #[test]
 fn migrate_creates_and_upgrades_a_state_database() {
+    use clawgate_store_sqlite::SCHEMA_VERSION;
     let dir = tempfile::tempdir().expect("tempdir");
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).expect("dir");
@@ -354,11 +355,9 @@ fn migrate_creates_and_upgrades_a_state_database() {
     let first = clawgate(&empty, &["migrate"]);
     assert!(first.ok, "{}", first.stderr);
     assert!(
-        first.stdout.contains("schema version 0 -> 4")
-            && first.stderr.contains("applying migration 0001")
-            && first.stderr.contains("applying migration 0002")
-            && first.stderr.contains("applying migration 0003")
-            && first.stderr.contains("applying migration 0004"),
+        first.stdout.contains(&format!("schema version 0 -> {SCHEMA_VERSION}"))
+            && (1..=SCHEMA_VERSION)
+                .all(|v| first.stderr.contains(&format!("applying migration {v:04}"))),
         "progress and result: {} / {}",
         first.stdout,
         first.stderr
@@ -367,7 +366,7 @@ fn migrate_creates_and_upgrades_a_state_database() {
     let again = clawgate(&empty, &["migrate"]);
     assert!(again.stdout.contains("up to date"), "{}", again.stdout);
     let status: views::StatusView = clawgate(&empty, &["status", "--json"]).json();
-    assert_eq!(status.schema_version, 4);
+    assert_eq!(status.schema_version, SCHEMA_VERSION);
 
     let missing = dir.path().join("missing");
     clawgate(&missing, &["migrate"]).failed_with("--create");
