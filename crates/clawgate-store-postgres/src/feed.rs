@@ -16,8 +16,13 @@ use crate::errors::ErrorContext;
 /// The channel the schema's triggers notify; the payload is the schema's name.
 pub(crate) const CHANNEL: &str = "clawgate_changes";
 
-/// The feed's connection shows under this name in `pg_stat_activity`.
-pub const FEED_APPLICATION_NAME: &str = "clawgate-change-feed";
+/// The feed's connection shows in `pg_stat_activity` as `clawgate-feed <schema>`.
+pub fn feed_application_name(schema: &str) -> String {
+    let mut name = format!("clawgate-feed {schema}");
+    // The server keeps 63 bytes of it; all ASCII, so any cut is a character boundary.
+    name.truncate(63);
+    name
+}
 
 /// How often an idle feed checks that its connection still answers (a peer that vanished
 /// without closing the socket sends no error).
@@ -132,7 +137,7 @@ impl ChangeFeed for PostgresStore {
         let (tx, rx) = watch::channel(0u64);
         let (ready_tx, ready_rx) = std_mpsc::channel();
         let mut config = self.inner.config.clone();
-        config.application_name(FEED_APPLICATION_NAME);
+        config.application_name(&feed_application_name(&self.inner.schema));
         let ctx = self.inner.ctx.clone();
         let schema = self.inner.schema.clone();
         std::thread::Builder::new()

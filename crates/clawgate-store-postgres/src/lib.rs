@@ -110,7 +110,7 @@ use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
 
-pub use feed::FEED_APPLICATION_NAME;
+pub use feed::feed_application_name;
 pub use migrate::{MIGRATIONS, Migration, SCHEMA_VERSION};
 pub use options::PostgresOptions;
 
