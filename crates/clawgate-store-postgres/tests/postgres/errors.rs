@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use clawgate_store::{IntentStore, StoreError};
-use clawgate_types::IntentStatus;
 use clawgate_store_postgres::{PostgresOptions, PostgresStore};
+use clawgate_types::IntentStatus;
 
 use crate::common;
 
@@ -20,7 +20,11 @@ async fn a_refused_connection_is_unavailable_and_never_shows_the_password() {
         StoreError::Unavailable { database, .. } => assert_eq!(database, "127.0.0.1:1/state"),
         other => panic!("expected Unavailable, got {other:?}"),
     }
-    for shown in [error.to_string(), format!("{error:?}"), format!("{options:?}")] {
+    for shown in [
+        error.to_string(),
+        format!("{error:?}"),
+        format!("{options:?}"),
+    ] {
         assert!(!shown.contains("hunter2"), "the password leaked: {shown}");
     }
 }
@@ -50,7 +54,13 @@ async fn a_row_held_past_the_lock_timeout_is_busy() {
         .await
         .unwrap_err();
     assert!(
-        matches!(error, StoreError::Busy { timeout_ms: 200, .. }),
+        matches!(
+            error,
+            StoreError::Busy {
+                timeout_ms: 200,
+                ..
+            }
+        ),
         "{error:?}"
     );
     tx.rollback().await.unwrap();

@@ -36,9 +36,14 @@ async fn concurrent_opens_migrate_once() {
             .await
             .unwrap();
         let recorded: Vec<(i64, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
-        let expected: Vec<(i64, String)> =
-            MIGRATIONS.iter().map(|m| (m.version, m.checksum())).collect();
-        assert_eq!(recorded, expected, "round {round}: each migration recorded once");
+        let expected: Vec<(i64, String)> = MIGRATIONS
+            .iter()
+            .map(|m| (m.version, m.checksum()))
+            .collect();
+        assert_eq!(
+            recorded, expected,
+            "round {round}: each migration recorded once"
+        );
     }
 }
 
