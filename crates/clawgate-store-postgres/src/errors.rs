@@ -112,7 +112,10 @@ impl ErrorContext {
         } else {
             StoreError::Database {
                 database,
-                source: Box::new(error),
+                source: Box::new(ServerError {
+                    text: error_chain(&error),
+                    error,
+                }),
             }
         }
     }
@@ -159,4 +162,27 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     text
+}
+
+/// The server's error, shown with its message and SQLSTATE (tokio-postgres alone shows
+/// "db error"), keeping the original as its source.
+#[derive(Debug)]
+struct ServerError {
+    text: String,
+    error: tokio_postgres::Error,
+}
+
+impl std::fmt::Display for ServerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.error.code() {
+            Some(code) => write!(f, "{} (SQLSTATE {})", self.text, code.code()),
+            None => f.write_str(&self.text),
+        }
+    }
+}
+
+impl std::error::Error for ServerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
 }
