@@ -355,7 +355,9 @@ fn migrate_creates_and_upgrades_a_state_database() {
     let first = clawgate(&empty, &["migrate"]);
     assert!(first.ok, "{}", first.stderr);
     assert!(
-        first.stdout.contains(&format!("schema version 0 -> {SCHEMA_VERSION}"))
+        first
+            .stdout
+            .contains(&format!("schema version 0 -> {SCHEMA_VERSION}"))
             && (1..=SCHEMA_VERSION)
                 .all(|v| first.stderr.contains(&format!("applying migration {v:04}"))),
         "progress and result: {} / {}",

@@ -27,6 +27,7 @@ mod nostr;
 mod platform_faults;
 mod plugin_channel;
 mod qq;
+mod shared_postgres;
 mod signal;
 mod slack;
 mod store_faults;

@@ -1,0 +1,225 @@
+//! Two gateways, one PostgreSQL state: the real binary twice, on two state directories and one
+//! database (a schema of the test server named by `CLAWGATE_TEST_PG_URL`), both configured for
+//! the same QA account on one external platform. One serves the account at a time; the
+//! gateways are SIGKILLed at seeded random instants, alternately, and restarted. Judged only
+//! from the platform's record: every message has exactly one visible bot message, its complete
+//! final, and nothing else is visible.
+//!
+//! `CLAWGATE_CRASH_SEED` replays a run; `CLAWGATE_SHARED_CRASH_KILLS` (default 6) and
+//! `CLAWGATE_SHARED_CRASH_MESSAGES` (default 24) size it.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clawgate_channel_qa::{InboundRequest, QaPlatform};
+
+use crate::support::{
+    BIN, GatewayProcess, Rng, crash_seed, crash_size, demo_reply, external_platform,
+};
+
+const WORDS: usize = 10;
+const CONVERSATIONS: u64 = 4;
+/// The longest random wait before a kill.
+const MAX_KILL_DELAY_MS: u64 = 700;
+
+/// The superuser URL of the test server; these tests never run against nothing.
+fn server_url() -> String {
+    match std::env::var("CLAWGATE_TEST_PG_URL") {
+        Ok(url) if !url.trim().is_empty() => url,
+        _ => panic!(
+            "PostgreSQL tests need CLAWGATE_TEST_PG_URL; `cargo xtask ci` starts a throwaway \
+             cluster, `cargo xtask pg start` prints one for local use; set CLAWGATE_TEST_PG=0 \
+             to leave these tests out"
+        ),
+    }
+}
+
+/// A configuration both gateways share: PostgreSQL state in `schema`, quick account takeover,
+/// the QA channel on `platform`, the bundled agent streaming a reply in about a third of a
+/// second.
+fn shared_config(dir: &Path, platform: &QaPlatform, schema: &str) -> PathBuf {
+    let text = format!(
+        "[state]\nbackend = \"postgres\"\npostgres_url_env = \"E2E_PG_URL\"\n\
+         postgres_schema = \"{schema}\"\npostgres_pool_size = 4\naccount_lease_secs = 1\n\n\
+         [gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
+         [retry]\nbase_delay_ms = 100\nmax_delay_ms = 2000\nreconcile_delay_ms = 100\n\n\
+         [[agents]]\nid = \"main\"\ncommand = [{BIN:?}, \"demo-agent\", \"--chunk-ms\", \"30\", \
+         \"--words\", \"{WORDS}\"]\n\n\
+         [[channels]]\nkind = \"qa\"\nmax_turn_attempts = 50\n\
+         settings = {{ poll_timeout_ms = 500, base_url = \"{}\", token_env = \"E2E_QA_TOKEN\" }}\n",
+        platform.base_url()
+    );
+    let path = dir.join("clawgate.toml");
+    std::fs::write(&path, text).expect("config written");
+    path
+}
+
+fn start(state: &Path, config: &Path, url: &str, seed: u64) -> GatewayProcess {
+    GatewayProcess::try_start(
+        state,
+        config,
+        &[
+            ("E2E_PG_URL", url),
+            ("CLAWGATE_LOG", "warn,clawgate::ownership=info"),
+        ],
+    )
+    .unwrap_or_else(|why| panic!("seed {seed}: {why}"))
+}
+
+struct Message {
+    conversation: String,
+    text: String,
+    expected: String,
+}
+
+fn say(platform: &QaPlatform, message: &Message) {
+    platform
+        .inject_inbound(
+            &message.conversation,
+            InboundRequest {
+                text: message.text.clone(),
+                author_id: "person".into(),
+                author_is_bot: false,
+                thread_id: None,
+                reply_to_id: None,
+                metadata: None,
+            },
+        )
+        .expect("the platform takes a person's message");
+}
+
+/// What the platform shows, per message: how many bot messages are its final, and every bot
+/// message that is no final at all.
+fn judge(platform: &QaPlatform, messages: &[Message]) -> (Vec<usize>, Vec<String>) {
+    let mut finals = vec![0; messages.len()];
+    let mut strays = Vec::new();
+    for conversation in 0..CONVERSATIONS {
+        let conversation = format!("shared-{conversation}");
+        for shown in platform
+            .messages(&conversation)
+            .into_iter()
+            .filter(|m| m.author_is_bot)
+        {
+            match messages.iter().position(|m| m.expected == shown.text) {
+                Some(n) => finals[n] += 1,
+                None => strays.push(format!("{conversation}: {:?}", shown.text)),
+            }
+        }
+    }
+    (finals, strays)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_two_gateways_killed_in_turn_deliver_every_final_exactly_once() {
+    let url = server_url();
+    let seed = crash_seed();
+    let (kills, count) = crash_size("SHARED", 6, 24);
+    eprintln!("shared-state crash matrix: seed {seed}, {kills} kills, {count} messages");
+    let mut rng = Rng(seed);
+    let messages: Vec<Message> = (0..count)
+        .map(|n| {
+            let conversation = format!("shared-{}", rng.below(CONVERSATIONS));
+            let text = format!("message {n} for {conversation}");
+            Message {
+                expected: demo_reply(&text, WORDS),
+                conversation,
+                text,
+            }
+        })
+        .collect();
+
+    let platform = external_platform().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let schema = format!("gw_{}", seed % 1_000_000_007);
+    let config = shared_config(dir.path(), &platform, &schema);
+    let states = [dir.path().join("a"), dir.path().join("b")];
+    let mut gateways = [
+        Some(start(&states[0], &config, &url, seed)),
+        Some(start(&states[1], &config, &url, seed)),
+    ];
+    let started = Instant::now();
+    let batch = count.div_ceil(usize::try_from(kills).unwrap_or(1).max(1));
+    let mut next = 0;
+    for kill in 0..usize::try_from(kills).unwrap_or(0) {
+        let end = (next + batch).min(messages.len());
+        for message in &messages[next..end] {
+            say(&platform, message);
+        }
+        next = end;
+        tokio::time::sleep(Duration::from_millis(rng.below(MAX_KILL_DELAY_MS + 1))).await;
+        // Kills alternate between the two gateways. The killed one stays down for a while
+        // (the other takes its account once the lease runs out) and comes back with the same
+        // state directory (its instance id).
+        let victim = kill % 2;
+        if let Some(gateway) = gateways[victim].take() {
+            gateway.kill_hard();
+        }
+        tokio::time::sleep(Duration::from_millis(rng.below(3 * MAX_KILL_DELAY_MS + 1))).await;
+        gateways[victim] = Some(start(&states[victim], &config, &url, seed));
+    }
+    for message in &messages[next..] {
+        say(&platform, message);
+    }
+    // Every final lands; then a while longer, for anything that would land twice.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let (finals, _) = judge(&platform, &messages);
+        if finals.iter().all(|n| *n >= 1) || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let statuses: Vec<_> = gateways
+        .iter_mut()
+        .filter_map(Option::take)
+        .map(GatewayProcess::interrupt)
+        .collect();
+
+    let (finals, strays) = judge(&platform, &messages);
+    // Both gateways served the account at some point: it changed hands.
+    let served: Vec<bool> = states
+        .iter()
+        .map(|state| {
+            std::fs::read_to_string(state.with_extension("log"))
+                .unwrap_or_default()
+                .contains("serving this channel account")
+        })
+        .collect();
+    let missing: Vec<&str> = messages
+        .iter()
+        .zip(&finals)
+        .filter(|(_, n)| **n == 0)
+        .map(|(m, _)| m.text.as_str())
+        .collect();
+    let doubled: Vec<&str> = messages
+        .iter()
+        .zip(&finals)
+        .filter(|(_, n)| **n > 1)
+        .map(|(m, _)| m.text.as_str())
+        .collect();
+    eprintln!(
+        "shared-state crash matrix: seed {seed}: {kills} kills, {} messages, {} finals, {} \
+         missing, {} doubled, {} strays, {:.1} s",
+        messages.len(),
+        finals.iter().filter(|n| **n == 1).count(),
+        missing.len(),
+        doubled.len(),
+        strays.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if !missing.is_empty()
+        || !doubled.is_empty()
+        || !strays.is_empty()
+        || !statuses.iter().all(|s| s.success())
+        || served != [true, true]
+    {
+        let kept = dir.keep();
+        panic!(
+            "shared-state crash matrix failed (seed {seed}; CLAWGATE_CRASH_SEED={seed} replays \
+             it; state kept in {}): missing {missing:?}, doubled {doubled:?}, strays {strays:?}, \
+             clean stops {statuses:?}, each gateway served the account: {served:?}",
+            kept.display()
+        );
+    }
+}
