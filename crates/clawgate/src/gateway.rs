@@ -50,6 +50,8 @@ pub enum GatewayError {
     State(#[from] crate::state::StateError),
     #[error("state database: {0}")]
     Store(#[from] clawgate_store::StoreError),
+    #[error(transparent)]
+    OpenStore(#[from] crate::store::OpenError),
     #[error("agent runtime: {0}")]
     Acpx(#[from] clawgate_acpx::AcpxError),
     #[error("cannot find this program's own path (needed to start agents under the wrapper): {0}")]

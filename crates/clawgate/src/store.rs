@@ -5,9 +5,34 @@ use std::path::Path;
 use std::sync::Arc;
 
 use clawgate_store::{Store, StoreError};
+use clawgate_store_postgres::{PostgresOptions, PostgresStore};
 use clawgate_store_sqlite::{CommitHook, SqliteOptions, SqliteStore, Synchronous};
+use clawgate_types::GatewayInstanceId;
 
 use crate::config::{Config, StateBackend, SyncMode};
+
+/// The file in a state directory that keeps this gateway's instance id when the database is
+/// shared (a SQLite state keeps it in the database).
+pub const INSTANCE_FILE: &str = "instance-id";
+
+/// Why the store could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error(
+        "[state] backend = \"postgres\" takes its connection URL from the environment variable \
+         {0}, which is not set: export {0}=postgres://user:password@host:port/dbname (the URL \
+         never goes into the configuration file)"
+    )]
+    MissingUrl(String),
+    #[error("cannot keep this gateway's instance id in {path}: {source}")]
+    InstanceFile {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 /// Opens (creating and migrating if needed) the store `config` names. `state_dir` is the
 /// gateway's own directory, already created and locked by the caller; `commit_hook` is the
@@ -16,7 +41,7 @@ pub async fn open(
     config: &Config,
     state_dir: &Path,
     commit_hook: Option<CommitHook>,
-) -> Result<Arc<dyn Store>, StoreError> {
+) -> Result<Arc<dyn Store>, OpenError> {
     match config.state.backend {
         StateBackend::Sqlite => {
             let options = SqliteOptions {
@@ -31,9 +56,50 @@ pub async fn open(
                     .map_err(|e| StoreError::Backend(Box::new(e)))??;
             Ok(Arc::new(store))
         }
-        StateBackend::Postgres => Err(StoreError::InvalidInput(
-            "the PostgreSQL backend is not built into this binary".into(),
-        )),
+        StateBackend::Postgres => {
+            let variable = &config.state.postgres_url_env;
+            let url = std::env::var(variable)
+                .ok()
+                .filter(|url| !url.trim().is_empty())
+                .ok_or_else(|| OpenError::MissingUrl(variable.clone()))?;
+            let mut options = PostgresOptions::new(url, instance_id(state_dir)?);
+            options.pool_size = usize::try_from(config.state.postgres_pool_size).unwrap_or(1);
+            options.schema = config.state.postgres_schema.clone();
+            Ok(Arc::new(PostgresStore::open(options).await?))
+        }
+    }
+}
+
+/// This gateway's instance id on a shared database: created once, then read from
+/// `<state_dir>/instance-id`. Each gateway reaps only its own instance's agent leases, so the
+/// id must survive restarts and differ between gateways.
+fn instance_id(state_dir: &Path) -> Result<GatewayInstanceId, OpenError> {
+    let path = state_dir.join(INSTANCE_FILE);
+    let io = |source| OpenError::InstanceFile {
+        path: path.clone(),
+        source,
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => GatewayInstanceId::parse(text.trim()).map_err(|e| {
+            io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{e}; remove the file to give this gateway a new id"),
+            ))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id = uuid::Uuid::now_v7().hyphenated().to_string();
+            // Written aside and renamed: a crash never leaves half an id.
+            let partial = state_dir.join(format!("{INSTANCE_FILE}.partial"));
+            std::fs::write(&partial, &id).map_err(io)?;
+            std::fs::rename(&partial, &path).map_err(io)?;
+            GatewayInstanceId::parse(id).map_err(|e| {
+                io(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    e.to_string(),
+                ))
+            })
+        }
+        Err(e) => Err(io(e)),
     }
 }
 

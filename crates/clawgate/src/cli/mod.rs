@@ -124,6 +124,8 @@ pub enum CliError {
     State(#[from] StateError),
     #[error("state database: {0}")]
     Store(Box<StoreError>),
+    #[error(transparent)]
+    OpenStore(Box<crate::store::OpenError>),
     #[error("cannot print the answer: {0}")]
     Output(#[from] std::io::Error),
 }
@@ -131,6 +133,15 @@ pub enum CliError {
 impl From<StoreError> for CliError {
     fn from(error: StoreError) -> Self {
         CliError::Store(Box::new(error))
+    }
+}
+
+impl From<crate::store::OpenError> for CliError {
+    fn from(error: crate::store::OpenError) -> Self {
+        match error {
+            crate::store::OpenError::Store(error) => CliError::Store(Box::new(error)),
+            other => CliError::OpenStore(Box::new(other)),
+        }
     }
 }
 

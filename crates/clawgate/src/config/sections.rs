@@ -51,6 +51,9 @@ pub struct StateSection {
     pub postgres_url_env: String,
     /// PostgreSQL: connections in this gateway's pool.
     pub postgres_pool_size: u32,
+    /// PostgreSQL: the schema holding the tables (created if missing), so several independent
+    /// states can share one database; unset, the server's default (`public`).
+    pub postgres_schema: Option<String>,
     /// How long a gateway's hold on a channel account lasts unrenewed: when a gateway sharing
     /// the database dies, another one takes its accounts after this (it renews every third).
     pub account_lease_secs: u64,
@@ -62,6 +65,7 @@ impl Default for StateSection {
             backend: StateBackend::Sqlite,
             postgres_url_env: "CLAWGATE_POSTGRES_URL".into(),
             postgres_pool_size: 16,
+            postgres_schema: None,
             account_lease_secs: 15,
         }
     }
