@@ -154,6 +154,12 @@ const RULES: &[Rule] = &[
         Arrows::To(&[TYPES]),
     ),
     Rule::new(Pattern::Exact(SDK), Layer::Product(1), Arrows::To(&[TYPES])),
+    // A storage backend implements the ports of the store crate, above it.
+    Rule::new(
+        Pattern::Exact("clawgate-store-postgres"),
+        Layer::Product(2),
+        Arrows::To(&[TYPES, STORE]),
+    ),
     Rule::new(
         Pattern::Exact(MESSAGES),
         Layer::Product(2),
