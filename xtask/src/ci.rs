@@ -20,6 +20,7 @@ use anyhow::{Context, bail};
 use crate::cmd::{
     cargo, display, project_root, read_stdout, run as run_command, succeeds, term_color,
 };
+use crate::postgres::{self, Cluster};
 use crate::{codegen, conformance, packaged, tidy};
 
 /// What a step does.
@@ -349,6 +350,19 @@ pub(crate) fn run(only: Option<&str>) -> anyhow::Result<()> {
         yes_no(env.nextest),
         yes_no(env.deny),
     );
+    if postgres::left_out() {
+        println!(
+            "\nci: !!! {}=0: the PostgreSQL backend's tests ({}::{}) and the gateway's \
+             shared-state tests ({}) are LEFT OUT of this run (nextest filter `{}`) !!!",
+            postgres::SWITCH_VAR,
+            postgres::PACKAGE,
+            postgres::TEST_TARGET,
+            postgres::GATEWAY_MODULE,
+            postgres::nextest_filter()
+        );
+    }
+    // Stopped when `run` returns, whether a step failed or not.
+    let mut cluster: Option<Cluster> = None;
     let mut timings = Vec::new();
     for (index, step) in steps.iter().enumerate() {
         let position = format!("[{}/{}]", index + 1, steps.len());
@@ -357,10 +371,14 @@ pub(crate) fn run(only: Option<&str>) -> anyhow::Result<()> {
             timings.push((step.name, None));
             continue;
         }
-        if !WITHOUT_TOOLS.contains(&step.name)
-            && let Some(setup) = setup.take()
-        {
-            setup.finish()?;
+        if !WITHOUT_TOOLS.contains(&step.name) {
+            if let Some(setup) = setup.take() {
+                setup.finish()?;
+            }
+            // After the tools: its installation must not race setup's apt-get.
+            if cluster.is_none() && !postgres::left_out() {
+                cluster = Some(start_cluster()?);
+            }
         }
         println!("\n==> {position} {}: {}", step.name, step.line());
         let step_started = Instant::now();
@@ -387,6 +405,26 @@ pub(crate) fn run(only: Option<&str>) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The throwaway cluster of this run, its URL given to every step's cargo.
+fn start_cluster() -> anyhow::Result<Cluster> {
+    let started = Instant::now();
+    let cluster = Cluster::start().with_context(|| {
+        format!(
+            "cannot start the PostgreSQL test cluster (set {}=0 to leave the PostgreSQL tests \
+             out)",
+            postgres::SWITCH_VAR
+        )
+    })?;
+    println!(
+        "\nci: PostgreSQL test cluster at {} (started in {}), exported to every step as {}",
+        cluster.url(),
+        seconds(started.elapsed()),
+        postgres::URL_VAR
+    );
+    crate::cmd::export_to_children(vec![(postgres::URL_VAR.to_owned(), cluster.url())]);
+    Ok(cluster)
 }
 
 fn yes_no(value: bool) -> &'static str {

@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
 use anyhow::{Context, bail};
 
@@ -14,6 +15,15 @@ pub(crate) fn project_root() -> PathBuf {
         .parent()
         .expect("xtask/ lives inside the workspace root")
         .to_path_buf()
+}
+
+/// Variables every cargo command started from here is given (the CI run's test cluster URL):
+/// this process cannot set its own environment without `unsafe`.
+static CHILD_ENV: OnceLock<Vec<(String, String)>> = OnceLock::new();
+
+/// Gives `vars` to every cargo command started from now on (once per process).
+pub(crate) fn export_to_children(vars: Vec<(String, String)>) {
+    let _ = CHILD_ENV.set(vars);
 }
 
 /// A `cargo <args>` command run from the workspace root, using the cargo that started us.
@@ -28,6 +38,9 @@ where
         .args(args.into_iter().map(Into::into))
         .current_dir(project_root())
         .env("CARGO_TERM_COLOR", term_color());
+    if let Some(vars) = CHILD_ENV.get() {
+        command.envs(vars.iter().map(|(name, value)| (name, value)));
+    }
     command
 }
 

@@ -13,6 +13,7 @@ mod conformance;
 mod doc_pages;
 mod migrate;
 mod packaged;
+mod postgres;
 mod setup;
 mod soak;
 mod tidy;
@@ -47,6 +48,8 @@ commands:
   conformance         run every conformance suite (store backends, adapters)
   setup               install the test tools `ci` needs (cargo-deny, chromium + chromedriver,
                       the aiogram and Synapse venvs under the target directory); `ci` runs it first
+  pg start            start a throwaway PostgreSQL cluster (installing Debian's postgresql if
+                      needed) and print `export CLAWGATE_TEST_PG_URL=…` and its stop command
   ci [--step NAME]    run what CI runs: fmt, clippy, docs, tests, codegen --check, tidy,
                       cargo-deny, conformance, the packaged crates' own tests;
                       --step runs that one step alone (e.g. --step docs, --step packaged-crates)
@@ -64,6 +67,7 @@ enum Command {
     Conformance,
     Setup,
     Ci(Option<String>),
+    PgStart,
     Help,
 }
 
@@ -194,6 +198,21 @@ fn parse(args: &[String]) -> Result<Command, ArgError> {
         "conformance" => Command::Conformance,
         "setup" => Command::Setup,
         "ci" => Command::Ci(rest.value("--step")?),
+        "pg" => match rest.positional().as_deref() {
+            Some("start") => Command::PgStart,
+            Some(other) => {
+                return Err(ArgError::UnexpectedArgument {
+                    command: "pg".into(),
+                    argument: other.to_owned(),
+                });
+            }
+            None => {
+                return Err(ArgError::MissingOption {
+                    command: "pg".into(),
+                    option: "start".into(),
+                });
+            }
+        },
         "help" | "-h" | "--help" => Command::Help,
         other => return Err(ArgError::UnknownCommand(other.to_owned())),
     };
@@ -262,6 +281,7 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Conformance => conformance::run(),
         Command::Setup => setup::ensure_test_tools(),
         Command::Ci(step) => ci::run(step.as_deref()),
+        Command::PgStart => postgres::start_for_developer(),
         Command::Help => {
             print!("{USAGE}");
             Ok(())

@@ -193,6 +193,14 @@ fn test_args(nextest: bool) -> Vec<String> {
         vec!["test".to_owned()]
     };
     args.extend(common);
+    // `CLAWGATE_TEST_PG=0`: no test cluster, so the PostgreSQL test target stays out.
+    if crate::postgres::left_out() {
+        if nextest {
+            args.extend(["-E".to_owned(), crate::postgres::nextest_filter()]);
+        } else {
+            args.extend(["--exclude".to_owned(), crate::postgres::PACKAGE.to_owned()]);
+        }
+    }
     args
 }
 

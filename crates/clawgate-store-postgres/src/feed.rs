@@ -137,7 +137,7 @@ impl ChangeFeed for PostgresStore {
         let (tx, rx) = watch::channel(0u64);
         let (ready_tx, ready_rx) = std_mpsc::channel();
         let mut config = self.inner.config.clone();
-        config.application_name(&feed_application_name(&self.inner.schema));
+        config.application_name(feed_application_name(&self.inner.schema));
         let ctx = self.inner.ctx.clone();
         let schema = self.inner.schema.clone();
         std::thread::Builder::new()

@@ -612,11 +612,11 @@ impl IntentStore for PostgresStore {
         let (now, until) = (claim.now, claim.until());
         run!(self, |conn| {
             let stmt = conn
-                    .prepare_cached(&format!(
+                    .prepare_cached(
                         "UPDATE send_intents SET claimed_by = $2, claim_until = $3
                          WHERE id = $1 AND (claimed_by IS NULL OR claim_until <= $4 OR claimed_by = $2)
-                         RETURNING id, format_version, payload"
-                    ))
+                         RETURNING id, format_version, payload",
+                    )
                     .await?;
             if let Some(row) = conn.query_opt(&stmt, &[&id, &token, &until, &now]).await? {
                 return Ok(Some(decode_row(&row)?));
