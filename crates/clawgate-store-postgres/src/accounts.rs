@@ -120,6 +120,10 @@ impl SchemaStore for PostgresStore {
         )
     }
 
+    fn supported_schema_version(&self) -> i64 {
+        crate::SCHEMA_VERSION
+    }
+
     async fn migration_status(&self) -> StoreResult<Vec<MigrationStatus>> {
         run!(self, |conn| { crate::migrate::status(conn).await })
     }

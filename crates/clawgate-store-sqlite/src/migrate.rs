@@ -152,6 +152,10 @@ impl clawgate_store::SchemaStore for crate::SqliteStore {
         self.path().display().to_string()
     }
 
+    fn supported_schema_version(&self) -> i64 {
+        SCHEMA_VERSION
+    }
+
     async fn migration_status(&self) -> StoreResult<Vec<MigrationStatus>> {
         let ctx = self.error_context().clone();
         self.read(move |conn| status(conn, &ctx).map_err(super::errors::DbError::from))

@@ -371,6 +371,9 @@ pub trait SchemaStore: Send + Sync {
     /// `host:port/dbname` (never a password).
     fn database(&self) -> String;
 
+    /// The newest schema version this build of the backend writes.
+    fn supported_schema_version(&self) -> i64;
+
     /// Every migration this build knows with its applied time in this database, plus any newer
     /// ones a newer build applied.
     async fn migration_status(&self) -> StoreResult<Vec<MigrationStatus>>;

@@ -3,7 +3,7 @@
 use clawgate_store_sqlite::{MigrationStatus, STATE_DB_FILE};
 use serde::Serialize;
 
-use crate::config::Config;
+use crate::config::{Config, StateBackend};
 use crate::state::StateDir;
 
 use super::{CliError, CliResult, applied_version, lock_for_change, pretty, print};
@@ -18,7 +18,7 @@ struct MigrateReport {
     applied: Vec<String>,
 }
 
-pub(super) fn migrate(config: &Config, create: bool, json: bool) -> CliResult<()> {
+pub(super) async fn migrate(config: &Config, create: bool, json: bool) -> CliResult<()> {
     let dir = &config.state_dir;
     if !dir.is_dir() {
         if !create {
@@ -39,6 +39,9 @@ pub(super) fn migrate(config: &Config, create: bool, json: bool) -> CliResult<()
             "(state directory {}, gateway not running)",
             state.path().display()
         );
+    }
+    if config.state.backend == StateBackend::Postgres {
+        return migrate_shared(config, &state, json).await;
     }
     let db = state.path().join(STATE_DB_FILE);
     let options = crate::store::sqlite_options(config);
@@ -69,14 +72,42 @@ pub(super) fn migrate(config: &Config, create: bool, json: bool) -> CliResult<()
             .map(|m| format!("{:04} {}", m.version, m.name))
             .collect(),
     };
+    print_report(&report, clawgate_store_sqlite::SCHEMA_VERSION, json)
+}
+
+/// A shared PostgreSQL state: opening the store migrates it, once, under the database's advisory
+/// lock (several gateways may start at the same moment); what this run applied is what
+/// carries an applied time from now on.
+async fn migrate_shared(config: &Config, state: &StateDir, json: bool) -> CliResult<()> {
+    use clawgate_types::clock::Clock as _;
+    let started = clawgate_types::clock::SystemClock.now_ms();
+    let store = crate::store::open(config, state.path(), None).await?;
+    eprintln!("state database {}", store.database());
+    let after = store.migration_status().await?;
+    let (now, earlier): (Vec<&MigrationStatus>, Vec<&MigrationStatus>) = after
+        .iter()
+        .filter(|m| m.applied_at.is_some())
+        .partition(|m| m.applied_at.is_some_and(|at| at >= started));
+    let report = MigrateReport {
+        state_database: store.database(),
+        from_version: earlier.iter().map(|m| m.version).max().unwrap_or(0),
+        to_version: applied_version(&after),
+        applied: now
+            .iter()
+            .map(|m| format!("{:04} {}", m.version, m.name))
+            .collect(),
+    };
+    print_report(&report, clawgate_store_postgres::SCHEMA_VERSION, json)
+}
+
+fn print_report(report: &MigrateReport, this_build: i64, json: bool) -> CliResult<()> {
     if json {
-        return print(&format!("{}\n", pretty(&report)));
+        return print(&format!("{}\n", pretty(report)));
     }
     if report.applied.is_empty() {
         print(&format!(
             "up to date: schema version {} (this build writes {})\n",
-            report.to_version,
-            clawgate_store_sqlite::SCHEMA_VERSION
+            report.to_version, this_build
         ))
     } else {
         print(&format!(

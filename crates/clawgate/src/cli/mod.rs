@@ -150,7 +150,7 @@ pub(crate) type CliResult<T> = Result<T, CliError>;
 /// Runs one operator command against `config.state_dir`.
 pub async fn run(config: &Config, command: Command, json: bool) -> CliResult<()> {
     if let Command::Migrate { create } = command {
-        return migrate::migrate(config, create, json);
+        return migrate::migrate(config, create, json).await;
     }
     let backend = Backend::connect(config).await?;
     match command {

@@ -85,7 +85,7 @@ pub async fn status(
         running: gateway.is_some(),
         gateway,
         schema_version,
-        supported_schema_version: clawgate_store_sqlite::SCHEMA_VERSION,
+        supported_schema_version: store.supported_schema_version(),
         intents,
         replies_streaming: store
             .list_intents(&clawgate_store::IntentFilter {

@@ -223,3 +223,82 @@ async fn postgres_two_gateways_killed_in_turn_deliver_every_final_exactly_once()
         );
     }
 }
+
+/// `clawgate --state-dir <state> --config <config> <args>` with `env`: (success, stdout, stderr).
+fn run_cli(
+    state: &Path,
+    config: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> (bool, String, String) {
+    let mut command = std::process::Command::new(BIN);
+    command
+        .arg("--state-dir")
+        .arg(state)
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("E2E_PG_URL")
+        .stdin(std::process::Stdio::null());
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let output = command.output().expect("clawgate runs");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_migrate_creates_the_shared_schema_once_and_status_reads_it() {
+    let url = server_url();
+    let platform = external_platform().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let schema = format!("mig_{}", std::process::id());
+    let config = shared_config(dir.path(), &platform, &schema);
+    let env = [("E2E_PG_URL", url.as_str())];
+    let this_build = clawgate_store_postgres::SCHEMA_VERSION;
+
+    let (ok, stdout, stderr) = run_cli(
+        &dir.path().join("a"),
+        &config,
+        &env,
+        &["migrate", "--create"],
+    );
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains(&format!("migrated: schema version 0 -> {this_build}")),
+        "{stdout} / {stderr}"
+    );
+    // The URL's password is never printed; the database is named by host, port and name.
+    assert!(stderr.contains("state database 127.0.0.1:"), "{stderr}");
+    // A second gateway's state directory on the same database finds it migrated already.
+    let (ok, stdout, stderr) = run_cli(
+        &dir.path().join("b"),
+        &config,
+        &env,
+        &["migrate", "--create"],
+    );
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("up to date"), "{stdout}");
+    let (ok, stdout, stderr) = run_cli(&dir.path().join("b"), &config, &env, &["status", "--json"]);
+    assert!(ok, "{stderr}");
+    let status: serde_json::Value = serde_json::from_str(&stdout).expect("status JSON");
+    assert_eq!(status["schemaVersion"], this_build, "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_state_without_its_url_variable_stops_the_start_naming_the_variable() {
+    let platform = external_platform().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = shared_config(dir.path(), &platform, "unused");
+    std::fs::create_dir(dir.path().join("a")).expect("state dir");
+    let (ok, _, stderr) = run_cli(&dir.path().join("a"), &config, &[], &["up"]);
+    assert!(!ok, "a gateway without its database does not start");
+    assert!(
+        stderr.contains("E2E_PG_URL") && stderr.contains("not set"),
+        "the error names the variable: {stderr}"
+    );
+}
