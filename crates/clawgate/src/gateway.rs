@@ -178,6 +178,13 @@ impl Gateway {
         if let Err(e) = awareness.rebuild_notices().await {
             warn!(error = %e, "pending notices could not be rebuilt");
         }
+        // On a shared database other gateways record events too: their notices for watchers
+        // served here arrive through the store's change feed. (A SQLite state has one gateway.)
+        if config.state.backend == crate::config::StateBackend::Postgres
+            && let Err(e) = awareness.follow_external_changes()
+        {
+            warn!(error = %e, "other gateways' changes cannot be followed; notices they open wait for the next start");
+        }
 
         let mut agents = HashMap::new();
         for agent in &config.agents {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use clawgate_awareness::{
     Actor, Awareness, AwarenessConfig, HeartbeatHook, NewSession, SpawnChild,
 };
+use clawgate_store::Store;
 use clawgate_types::SessionKey;
 use tokio::sync::mpsc;
 
@@ -23,9 +24,19 @@ impl HeartbeatHook for ChannelHeartbeat {
     }
 }
 
-fn run_peer(dir: &std::path::Path, target: &SessionKey, count: u32) {
-    let out = Command::new(PEER)
-        .args([dir.to_str().unwrap(), target.as_str(), &count.to_string()])
+/// Runs the peer process: `count` human messages on `target` through its own store. `store`
+/// names the state: a SQLite state directory, or (with `pg`) a PostgreSQL URL and schema.
+pub(crate) fn run_peer(store: &PeerStore, target: &SessionKey, count: u32) {
+    let mut command = Command::new(PEER);
+    match store {
+        PeerStore::Sqlite(dir) => command.arg(dir),
+        PeerStore::Postgres { url, schema } => command
+            .arg("-")
+            .env("AWARENESS_PEER_PG_URL", url)
+            .env("AWARENESS_PEER_PG_SCHEMA", schema),
+    };
+    let out = command
+        .args([target.as_str(), &count.to_string()])
         .output()
         .unwrap();
     assert!(
@@ -39,10 +50,22 @@ fn run_peer(dir: &std::path::Path, target: &SessionKey, count: u32) {
     );
 }
 
+/// Where the peer process keeps its state.
+pub(crate) enum PeerStore {
+    Sqlite(std::path::PathBuf),
+    Postgres { url: String, schema: String },
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notice_caused_by_another_process_reaches_this_processs_watcher() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
+    a_notice_crosses_processes(store, &PeerStore::Sqlite(dir.path().to_path_buf())).await;
+}
+
+/// This process serves `agent:main:main`, which watches its child; the peer process, on the
+/// same state, changes the child. Exactly one notice reaches main, coalesced, reopened once.
+pub(crate) async fn a_notice_crosses_processes(store: Arc<dyn Store>, peer: &PeerStore) {
     let (tx, mut woken) = mpsc::unbounded_channel();
     let config = AwarenessConfig {
         external_poll_interval: Duration::from_millis(10),
@@ -70,7 +93,7 @@ async fn a_notice_caused_by_another_process_reaches_this_processs_watcher() {
     let follower = awareness.follow_external_changes().unwrap();
 
     // Process B appends; process A (this one) serves the watcher.
-    run_peer(dir.path(), &child, 1);
+    run_peer(peer, &child, 1);
     let deadline = Duration::from_secs(30);
     let first = tokio::time::timeout(deadline, woken.recv())
         .await
@@ -83,7 +106,7 @@ async fn a_notice_caused_by_another_process_reaches_this_processs_watcher() {
 
     // Twenty more changes from process B: still one byte-identical line, no second wake.
     let text = pending[0].text();
-    run_peer(dir.path(), &child, 20);
+    run_peer(peer, &child, 20);
     awareness.rebuild_notices().await.unwrap();
     assert_eq!(
         awareness

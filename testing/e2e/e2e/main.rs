@@ -1,5 +1,5 @@
-//! Cross-crate end-to-end tests with real processes, real SQLite files and the real QA platform
-//! over loopback HTTP.
+//! Cross-crate end-to-end tests with real processes, real SQLite files (and, in
+//! `shared_postgres`, a real PostgreSQL server) and the real QA platform over loopback HTTP.
 #![allow(clippy::unwrap_used)] // Tests fail loudly by design.
 #![allow(unreachable_pub)] // Shared helpers of one test binary.
 
@@ -13,4 +13,5 @@ mod receive_crash;
 mod send_crash;
 mod send_interleavings;
 mod send_lifecycle;
+mod shared_postgres;
 mod store_crash;

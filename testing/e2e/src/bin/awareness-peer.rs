@@ -3,6 +3,8 @@
 //! the notice reaches a watcher served by another process.
 //!
 //! usage: awareness-peer STATE_DIR TARGET_SESSION_KEY COUNT
+//!        awareness-peer - TARGET_SESSION_KEY COUNT   (PostgreSQL: AWARENESS_PEER_PG_URL and
+//!                                                     AWARENESS_PEER_PG_SCHEMA name the state)
 //!        awareness-peer queue STATE_DIR
 //!
 //! `queue` plays a gateway that serves `agent:main:main`: it spawns children a and b, a human
@@ -27,10 +29,19 @@ async fn main() -> anyhow::Result<()> {
     };
     let target = SessionKey::parse(target)?;
     let count: u32 = count.parse()?;
-    let store = Arc::new(SqliteStore::open_state_dir(
-        dir.as_ref(),
-        SqliteOptions::default(),
-    )?);
+    let store: Arc<dyn clawgate_store::Store> = if dir == "-" {
+        let mut options = clawgate_store_postgres::PostgresOptions::new(
+            std::env::var("AWARENESS_PEER_PG_URL")?,
+            clawgate_types::GatewayInstanceId::parse("awareness-peer")?,
+        );
+        options.schema = Some(std::env::var("AWARENESS_PEER_PG_SCHEMA")?);
+        Arc::new(clawgate_store_postgres::PostgresStore::open(options).await?)
+    } else {
+        Arc::new(SqliteStore::open_state_dir(
+            dir.as_ref(),
+            SqliteOptions::default(),
+        )?)
+    };
     let awareness = Awareness::builder(store)
         .serving(Arc::new(|_| false))
         .build();
