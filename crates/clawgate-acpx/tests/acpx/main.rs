@@ -13,3 +13,5 @@ mod dead_agent;
 mod pid_reuse;
 #[cfg(target_os = "linux")]
 mod real_processes;
+#[cfg(target_os = "linux")]
+mod shared_postgres;

@@ -12,7 +12,7 @@ use clawgate_types::{AcpxProcessLease, LeaseId, LeaseState};
 
 use crate::support::*;
 
-fn real_timing() -> Timing {
+pub(crate) fn real_timing() -> Timing {
     Timing {
         grace: Duration::from_millis(500),
         kill_wait: Duration::from_secs(5),

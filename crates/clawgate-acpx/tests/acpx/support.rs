@@ -26,7 +26,7 @@ pub(crate) fn fast_timing() -> Timing {
 }
 
 pub(crate) async fn controller(
-    store: Arc<SqliteStore>,
+    store: Arc<dyn clawgate_store::Store>,
     table: Arc<dyn ProcessTable>,
     wrapper: &Path,
     timing: Timing,

@@ -1,0 +1,85 @@
+//! Agent process leases stay per machine when gateways share one PostgreSQL state
+//! (`CLAWGATE_TEST_PG_URL`): a gateway reaps only its own instance's leases, never another's,
+//! even though it reads them from the same tables.
+
+use std::sync::Arc;
+
+use clawgate_acpx::{CloseOutcome, system_table};
+use clawgate_store::Store;
+use clawgate_store_postgres::{PostgresOptions, PostgresStore};
+use clawgate_types::{GatewayInstanceId, LeaseState};
+
+use crate::real_processes::{alive, ensure_input, real_timing};
+use crate::support::*;
+
+fn server_url() -> String {
+    match std::env::var("CLAWGATE_TEST_PG_URL") {
+        Ok(url) if !url.trim().is_empty() => url,
+        _ => panic!(
+            "PostgreSQL tests need CLAWGATE_TEST_PG_URL; `cargo xtask ci` starts a throwaway \
+             cluster, `cargo xtask pg start` prints one for local use; set CLAWGATE_TEST_PG=0 \
+             to leave these tests out"
+        ),
+    }
+}
+
+async fn gateway_store(url: &str, schema: &str, instance: &str) -> Arc<dyn Store> {
+    let mut options = PostgresOptions::new(url, GatewayInstanceId::parse(instance).unwrap());
+    options.schema = Some(schema.to_owned());
+    Arc::new(PostgresStore::open(options).await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_reaps_only_its_own_instances_leases_on_a_shared_database() {
+    let url = server_url();
+    let schema = format!("leases_{}", std::process::id());
+    let store_a = gateway_store(&url, &schema, "gateway-a").await;
+    let store_b = gateway_store(&url, &schema, "gateway-b").await;
+    let a = controller(
+        store_a.clone(),
+        system_table(),
+        &wrapper_bin(),
+        real_timing(),
+    )
+    .await;
+    let b = controller(
+        store_b.clone(),
+        system_table(),
+        &wrapper_bin(),
+        real_timing(),
+    )
+    .await;
+    assert_ne!(a.instance_id(), b.instance_id());
+
+    let dir = tempfile::tempdir().unwrap();
+    let input = ensure_input("shared-db", vec![test_agent()], dir.path());
+    let handle = a.ensure_session(input.clone()).await.unwrap();
+    // B sees A's lease in the shared tables …
+    let seen = store_b.load_lease(&handle.lease_id).await.unwrap().unwrap();
+    assert_eq!(seen.state, LeaseState::Open);
+    // … and its startup reap (as after B's own crash) leaves it alone.
+    let reap = b.reap_startup_orphans(2).await.unwrap();
+    assert!(
+        reap.outcomes.is_empty(),
+        "B reaps only its own instance's leases: {reap:?}"
+    );
+    assert!(alive(handle.root_pid) && alive(handle.process_group_id));
+    assert_eq!(
+        store_a
+            .load_lease(&handle.lease_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
+        LeaseState::Open
+    );
+    // A's tree still serves prompts, and A closes it.
+    let turn = a.prompt(&handle, "still here", |_| {}).await.unwrap();
+    assert_eq!(turn.chunks.concat(), "echo: still here");
+    assert!(matches!(
+        a.close_session(&input.session_key, "test", 3)
+            .await
+            .unwrap(),
+        CloseOutcome::Closed(_)
+    ));
+}
