@@ -8,19 +8,17 @@ use clawgate_store::{
     StoreResult,
 };
 use clawgate_types::{
-    DurableSendIntent, IntentId, IntentStatus, MessageReceipt, UnixMillis, from_json, to_json,
+    DurableSendIntent, IntentId, IntentStatus, MessageReceipt, UnixMillis, to_json,
 };
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 
+use crate::PostgresStore;
 use crate::errors::{DbError, DbResult};
-use crate::{PostgresStore, u32_of};
 
-/// Payload format of stored intents (the SQLite backend's format 1). Bump with a migration that
-/// converts old rows.
-const INTENT_FORMAT: i64 = 1;
+use clawgate_store::codec::{self, ClaimWrite, INTENT_FORMAT};
 
 const SELECT_INTENT: &str = "SELECT id, format_version, payload FROM send_intents";
 
@@ -40,15 +38,6 @@ macro_rules! due_and_free {
 }
 
 type Param<'a> = &'a (dyn ToSql + Sync);
-
-/// What an update does to the claim columns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ClaimWrite {
-    Keep,
-    Release,
-    /// Sets the writer's claim: a worker's first guarded write is its lock.
-    Take,
-}
 
 /// The columns an update writes beside the payload.
 #[derive(Debug, Clone)]
@@ -73,23 +62,13 @@ impl Columns {
         }
     }
 
-    /// The holder keeps its claim while it still works on the intent: sending, committing, or
-    /// pending with nothing scheduled. A pending intent rescheduled for later is let go.
     fn keeps_claim(&self) -> bool {
-        match self.status {
-            IntentStatus::Sending | IntentStatus::Committing => true,
-            IntentStatus::Pending => self.next_attempt_at.is_none(),
-            _ => false,
-        }
+        codec::keeps_claim(self.status, self.next_attempt_at)
     }
 }
 
 fn claim_write(intent: &Columns, claim: Option<&Claim>) -> ClaimWrite {
-    match (intent.keeps_claim(), claim) {
-        (false, _) => ClaimWrite::Release,
-        (true, Some(_)) => ClaimWrite::Take,
-        (true, None) => ClaimWrite::Keep,
-    }
+    codec::claim_write(intent.keeps_claim(), claim)
 }
 
 /// The UPDATE of every column of an intent, and its guard when `guarded`: the stored status is
@@ -125,11 +104,7 @@ fn update_sql(write: ClaimWrite, guarded: bool) -> String {
 }
 
 fn encode(intent: &DurableSendIntent) -> StoreResult<String> {
-    to_json(intent).map_err(|source| StoreError::Decode {
-        what: "send intent",
-        id: intent.id.to_string(),
-        source,
-    })
+    codec::encode_intent(intent)
 }
 
 fn decode_row(row: &Row) -> DbResult<DurableSendIntent> {
@@ -140,23 +115,7 @@ fn decode_row(row: &Row) -> DbResult<DurableSendIntent> {
 }
 
 fn decode(id: String, format: i64, payload: &str) -> DbResult<DurableSendIntent> {
-    if format > INTENT_FORMAT {
-        return Err(StoreError::NewerPayloadFormat {
-            what: "send intent",
-            id,
-            found: format,
-            supported: INTENT_FORMAT,
-        }
-        .into());
-    }
-    from_json(payload).map_err(|source| {
-        StoreError::Decode {
-            what: "send intent",
-            id,
-            source,
-        }
-        .into()
-    })
+    Ok(codec::decode_intent(id, format, payload)?)
 }
 
 fn decode_all(rows: &[Row]) -> DbResult<Vec<DurableSendIntent>> {
@@ -164,20 +123,11 @@ fn decode_all(rows: &[Row]) -> DbResult<Vec<DurableSendIntent>> {
 }
 
 fn not_found(id: &str) -> DbError {
-    StoreError::NotFound {
-        what: "send intent",
-        id: id.to_owned(),
-    }
-    .into()
+    codec::intent_not_found(id).into()
 }
 
 fn parse_status(id: &str, text: &str) -> DbResult<IntentStatus> {
-    IntentStatus::parse(text).ok_or_else(|| {
-        StoreError::InvalidInput(format!(
-            "send intent {id} has unknown stored status {text:?}"
-        ))
-        .into()
-    })
+    Ok(codec::parse_status(id, text)?)
 }
 
 async fn load<C: GenericClient>(
@@ -269,36 +219,22 @@ async fn save<C: GenericClient>(
     let status: String = row.try_get(0)?;
     let claimed_by: Option<String> = row.try_get(1)?;
     let claim_until: Option<i64> = row.try_get(2)?;
-    let stored_attempt: i64 = row.try_get(3)?;
-    let actual = parse_status(id, &status)?;
-    if actual != expected {
-        return Err(StoreError::IntentStatusConflict {
-            id: id.to_owned(),
-            expected,
-            actual,
-        }
-        .into());
-    }
-    let ours = claim.is_some_and(|c| claimed_by.as_deref() == Some(c.token.as_str()));
-    if let (Some(holder), Some(until)) = (claimed_by, claim_until) {
-        let now = claim.map_or(intent.updated_at, |c| c.now);
-        if !ours && until > now {
-            return Err(StoreError::ClaimHeld {
-                id: id.to_owned(),
-                holder,
-                until_ms: until,
-            }
-            .into());
-        }
-    }
-    let pending = expected == IntentStatus::Pending;
-    if write == ClaimWrite::Take && pending && !ours && stored_attempt >= intent.attempt {
-        return Err(StoreError::StaleIntent {
-            id: id.to_owned(),
-            attempt: u32_of(intent.attempt),
-            stored_attempt: u32_of(stored_attempt),
-        }
-        .into());
+    let stored = codec::StoredGuard {
+        status: parse_status(id, &status)?,
+        claimed_by,
+        claim_until,
+        attempt: row.try_get(3)?,
+    };
+    if let Some(refused) = codec::refused_save(
+        id,
+        expected,
+        claim,
+        write,
+        intent.attempt,
+        intent.updated_at,
+        stored,
+    ) {
+        return Err(refused.into());
     }
     // The guard held after all (the row changed between the two statements): write unguarded
     // under the row lock just taken.

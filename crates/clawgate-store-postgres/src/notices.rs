@@ -5,33 +5,14 @@ use async_trait::async_trait;
 use clawgate_store::{
     AppendWithNotices, ConsumedNotice, NewSessionEvent, NoticeCursorStore, StoreResult, WatchCursor,
 };
-use clawgate_types::{SessionKey, SessionStateEventKind, StateVersion, UnixMillis};
+use clawgate_types::{SessionKey, StateVersion, UnixMillis};
 use deadpool_postgres::GenericClient;
 
 use crate::errors::DbResult;
-use crate::signals::{
-    CURSOR_COLUMNS, append, check_summary, decode_cursor, enum_text, load_cursor,
-};
+use crate::signals::{CURSOR_COLUMNS, append, check_summary, decode_cursor, load_cursor};
 use crate::{PostgresStore, i64_of, u64_of};
 
-/// Wire spellings of the kinds that notify. Listed from every kind so a kind added to the
-/// vocabulary is classified by `notifies()`, not by a second list kept here.
-fn notifying_kinds() -> Vec<String> {
-    use SessionStateEventKind::*;
-    [
-        Created,
-        HumanDirectMessage,
-        GoalChanged,
-        ChildSpawned,
-        RunCompleted,
-        RunFailed,
-        Compacted,
-    ]
-    .into_iter()
-    .filter(|k| k.notifies())
-    .map(|k| enum_text(&k))
-    .collect()
-}
+use clawgate_store::codec::notifying_kinds;
 
 async fn open_notices<C: GenericClient>(
     conn: &C,

@@ -5,26 +5,16 @@ use clawgate_store::{
     InstanceStore, LeaseStore, SessionRow, SessionStore, StoreError, StoreResult,
 };
 use clawgate_types::{
-    AcpxProcessLease, GatewayInstanceId, LeaseId, LeaseState, SessionKey, UnixMillis, from_json,
-    to_json,
+    AcpxProcessLease, GatewayInstanceId, LeaseId, LeaseState, SessionKey, UnixMillis,
 };
 use deadpool_postgres::GenericClient;
-use serde::{Serialize, de::DeserializeOwned};
+use serde::de::DeserializeOwned;
 use tokio_postgres::types::ToSql;
 
 use crate::PostgresStore;
 use crate::errors::DbResult;
 
-/// Payload format of stored session rows and leases (the SQLite backend's format 1).
-const ROW_FORMAT: i64 = 1;
-
-fn encode<T: Serialize>(what: &'static str, id: &str, value: &T) -> StoreResult<String> {
-    to_json(value).map_err(|source| StoreError::Decode {
-        what,
-        id: id.to_owned(),
-        source,
-    })
-}
+use clawgate_store::codec::{ROW_FORMAT, encode};
 
 fn decode<T: DeserializeOwned>(
     what: &'static str,
@@ -32,16 +22,9 @@ fn decode<T: DeserializeOwned>(
     format: i64,
     payload: &str,
 ) -> DbResult<T> {
-    if format > ROW_FORMAT {
-        return Err(StoreError::NewerPayloadFormat {
-            what,
-            id,
-            found: format,
-            supported: ROW_FORMAT,
-        }
-        .into());
-    }
-    from_json(payload).map_err(|source| StoreError::Decode { what, id, source }.into())
+    Ok(clawgate_store::codec::decode(
+        what, id, format, ROW_FORMAT, payload,
+    )?)
 }
 
 async fn load_session<C: GenericClient>(

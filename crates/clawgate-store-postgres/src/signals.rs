@@ -7,36 +7,22 @@ use clawgate_store::{
 };
 use clawgate_types::{SessionKey, SessionStateEvent, StateVersion, UnixMillis};
 use deadpool_postgres::GenericClient;
-use serde::{Serialize, de::DeserializeOwned};
+use serde::de::DeserializeOwned;
 use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 
 use crate::errors::{DbError, DbResult};
 use crate::{PostgresStore, i64_of, u64_of};
 
-/// The wire spelling of a unit enum (`human_direct_message`…), used as the column value.
-pub(crate) fn enum_text<T: Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(s)) => s,
-        other => format!("{other:?}"),
-    }
-}
+use clawgate_store::codec::check_watcher;
+pub(crate) use clawgate_store::codec::{check_summary, enum_text};
 
 fn enum_parse<T: DeserializeOwned>(what: &'static str, text: &str) -> DbResult<T> {
-    clawgate_types::from_json_value(serde_json::Value::String(text.to_owned())).map_err(|source| {
-        StoreError::Decode {
-            what,
-            id: text.to_owned(),
-            source,
-        }
-        .into()
-    })
+    Ok(clawgate_store::codec::enum_parse(what, text)?)
 }
 
 fn parse_key(text: &str) -> DbResult<SessionKey> {
-    SessionKey::parse(text).map_err(|e| {
-        StoreError::InvalidInput(format!("stored session key {text:?} is invalid: {e}")).into()
-    })
+    Ok(clawgate_store::codec::parse_key(text)?)
 }
 
 const EVENT_COLUMNS: &str =
@@ -72,15 +58,6 @@ pub(crate) async fn head<C: GenericClient>(conn: &C, key: &str) -> DbResult<Sess
         state_version: StateVersion(u64_of(head)),
         pruned_through: u64_of(pruned),
     })
-}
-
-pub(crate) fn check_summary(event: &NewSessionEvent) -> StoreResult<()> {
-    if event.summary.contains('\n') {
-        return Err(StoreError::InvalidInput(
-            "a signal-log summary is one line (no message content)".into(),
-        ));
-    }
-    Ok(())
 }
 
 /// Appends inside a transaction. The head row's lock (taken by the upsert that advances it)
@@ -339,16 +316,6 @@ async fn cursors<C: GenericClient>(
         None => conn.query(&stmt, &[]).await?,
     };
     rows.iter().map(decode_cursor).collect()
-}
-
-fn check_watcher(cursor: &WatchCursor) -> StoreResult<()> {
-    if !cursor.watcher_key.can_watch() {
-        return Err(StoreError::InvalidInput(format!(
-            "watcher {} is not an agent-qualified session key; only those may watch",
-            cursor.watcher_key
-        )));
-    }
-    Ok(())
 }
 
 #[async_trait]

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use clawgate_types::{
-    DurableSendIntent, IntentId, IntentStatus, MessageReceipt, UnixMillis, from_json, to_json,
+    DurableSendIntent, IntentId, IntentStatus, MessageReceipt, UnixMillis, to_json,
 };
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -14,8 +14,7 @@ use clawgate_store::IntentStore;
 use clawgate_store::{Claim, ClaimToken, InsertIntentOutcome, IntentCursor, IntentFilter};
 use clawgate_store::{StoreError, StoreResult};
 
-/// Payload format of stored intents. Bump with a migration that converts old rows.
-const INTENT_FORMAT: i64 = 1;
+use clawgate_store::codec::{self, ClaimWrite, INTENT_FORMAT};
 
 const SELECT_INTENT: &str = "SELECT id, format_version, payload FROM send_intents";
 
@@ -98,15 +97,6 @@ macro_rules! fresh_take {
     };
 }
 
-/// What an update does to the claim columns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ClaimWrite {
-    Keep,
-    Release,
-    /// Sets the writer's claim (`?10` until `?11`): a worker's first guarded write is its lock.
-    Take,
-}
-
 /// The columns an update writes beside the payload: what a save needs, so the intent itself
 /// is neither cloned for the writer thread nor dropped there.
 #[derive(Debug, Clone)]
@@ -153,16 +143,8 @@ impl Columns {
         }
     }
 
-    /// The holder keeps its claim while it is still working on the intent: sending,
-    /// committing, or pending with nothing scheduled (a live stream between previews, a batch
-    /// re-rendered before its resend). A pending intent rescheduled for later is let go for any
-    /// worker.
     fn keeps_claim(&self) -> bool {
-        match self.status {
-            IntentStatus::Sending | IntentStatus::Committing => true,
-            IntentStatus::Pending => self.next_attempt_at.is_none(),
-            _ => false,
-        }
+        codec::keeps_claim(self.status, self.next_attempt_at)
     }
 }
 
@@ -253,14 +235,7 @@ fn list_query(filter: &IntentFilter) -> (String, Vec<rusqlite::types::Value>) {
 }
 
 fn encode(intent: &DurableSendIntent) -> DbResult<String> {
-    to_json(intent).map_err(|source| {
-        StoreError::Decode {
-            what: "send intent",
-            id: intent.id.to_string(),
-            source,
-        }
-        .into()
-    })
+    Ok(codec::encode_intent(intent)?)
 }
 
 fn decode_row(row: &Row<'_>) -> rusqlite::Result<(String, i64, String)> {
@@ -268,23 +243,7 @@ fn decode_row(row: &Row<'_>) -> rusqlite::Result<(String, i64, String)> {
 }
 
 fn decode((id, format, payload): (String, i64, String)) -> DbResult<DurableSendIntent> {
-    if format > INTENT_FORMAT {
-        return Err(StoreError::NewerPayloadFormat {
-            what: "send intent",
-            id,
-            found: format,
-            supported: INTENT_FORMAT,
-        }
-        .into());
-    }
-    from_json(&payload).map_err(|source| {
-        StoreError::Decode {
-            what: "send intent",
-            id,
-            source,
-        }
-        .into()
-    })
+    Ok(codec::decode_intent(id, format, &payload)?)
 }
 
 fn load(conn: &Connection, id: &str) -> DbResult<Option<DurableSendIntent>> {
@@ -296,13 +255,7 @@ fn load(conn: &Connection, id: &str) -> DbResult<Option<DurableSendIntent>> {
 }
 
 fn load_required(conn: &Connection, id: &str) -> DbResult<DurableSendIntent> {
-    load(conn, id)?.ok_or_else(|| {
-        StoreError::NotFound {
-            what: "send intent",
-            id: id.to_owned(),
-        }
-        .into()
-    })
+    load(conn, id)?.ok_or_else(|| codec::intent_not_found(id).into())
 }
 
 fn current_claim(conn: &Connection, id: &str) -> DbResult<Option<(Option<String>, Option<i64>)>> {
@@ -313,23 +266,11 @@ fn current_claim(conn: &Connection, id: &str) -> DbResult<Option<(Option<String>
 }
 
 fn parse_status(id: &str, text: &str) -> DbResult<IntentStatus> {
-    IntentStatus::parse(text).ok_or_else(|| {
-        StoreError::InvalidInput(format!(
-            "send intent {id} has unknown stored status {text:?}"
-        ))
-        .into()
-    })
+    Ok(codec::parse_status(id, text)?)
 }
 
-/// The claim columns a save writes: a status in which the holder keeps working takes (or
-/// refreshes) the writer's claim, or keeps the stored one when the writer has none; any other
-/// status releases it.
 fn claim_write(intent: &Columns, claim: Option<&Claim>) -> ClaimWrite {
-    match (intent.keeps_claim(), claim) {
-        (false, _) => ClaimWrite::Release,
-        (true, Some(_)) => ClaimWrite::Take,
-        (true, None) => ClaimWrite::Keep,
-    }
+    codec::claim_write(intent.keeps_claim(), claim)
 }
 
 fn save(
@@ -363,39 +304,24 @@ fn save(
         )?
         .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
         .optional()?
-        .ok_or_else(|| StoreError::NotFound {
-            what: "send intent",
-            id: id.to_owned(),
-        })?;
-    let actual = parse_status(id, &status)?;
-    if actual != expected {
-        return Err(StoreError::IntentStatusConflict {
-            id: id.to_owned(),
-            expected,
-            actual,
-        }
-        .into());
-    }
-    let ours = claim.is_some_and(|c| claimed_by.as_deref() == Some(c.token.as_str()));
-    if let (Some(holder), Some(until)) = (claimed_by, claim_until) {
-        let now = claim.map_or(intent.updated_at, |c| c.now);
-        if !ours && until > now {
-            return Err(StoreError::ClaimHeld {
-                id: id.to_owned(),
-                holder,
-                until_ms: until,
-            }
-            .into());
-        }
-    }
-    let pending = expected == IntentStatus::Pending;
-    if write == ClaimWrite::Take && pending && !ours && stored_attempt >= intent.attempt {
-        return Err(StoreError::StaleIntent {
-            id: id.to_owned(),
-            attempt: intent.attempt,
-            stored_attempt,
-        }
-        .into());
+        .ok_or_else(|| codec::intent_not_found(id))?;
+    let stored = codec::StoredGuard {
+        status: parse_status(id, &status)?,
+        claimed_by,
+        claim_until,
+        attempt: i64::from(stored_attempt),
+    };
+    let attempt = i64::from(intent.attempt);
+    if let Some(refused) = codec::refused_save(
+        id,
+        expected,
+        claim,
+        write,
+        attempt,
+        intent.updated_at,
+        stored,
+    ) {
+        return Err(refused.into());
     }
     update_intent(conn, intent, payload, write, None)?;
     Ok(())

@@ -5,37 +5,18 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use clawgate_types::{SessionKey, SessionStateEventKind, StateVersion, UnixMillis};
+use clawgate_types::{SessionKey, StateVersion, UnixMillis};
 use rusqlite::{Connection, OpenFlags, params};
 use tokio::sync::watch;
 
 use super::SqliteStore;
 use super::errors::DbResult;
-use super::signals::{
-    RawCursor, append, cursor_row, decode_cursor, enum_text, head, i64_of, load_cursor,
-};
+use super::signals::{RawCursor, append, cursor_row, decode_cursor, head, i64_of, load_cursor};
 use clawgate_store::{AppendWithNotices, ConsumedNotice, NewSessionEvent, WatchCursor};
 use clawgate_store::{ChangeFeed, NoticeCursorStore};
 use clawgate_store::{StoreError, StoreResult};
 
-/// Wire spellings of the kinds that notify. Listed from every kind so a kind added to the
-/// vocabulary is classified by `notifies()`, not by a second list kept here.
-fn notifying_kinds() -> Vec<String> {
-    use SessionStateEventKind::*;
-    [
-        Created,
-        HumanDirectMessage,
-        GoalChanged,
-        ChildSpawned,
-        RunCompleted,
-        RunFailed,
-        Compacted,
-    ]
-    .into_iter()
-    .filter(|k| k.notifies())
-    .map(|k| enum_text(&k))
-    .collect()
-}
+use clawgate_store::codec::notifying_kinds;
 
 fn open_notices(
     conn: &Connection,
@@ -148,11 +129,7 @@ impl NoticeCursorStore for SqliteStore {
         &self,
         event: &NewSessionEvent,
     ) -> StoreResult<AppendWithNotices> {
-        if event.summary.contains('\n') {
-            return Err(StoreError::InvalidInput(
-                "a signal-log summary is one line (no message content)".into(),
-            ));
-        }
+        clawgate_store::codec::check_summary(event)?;
         let event = event.clone();
         self.write(move |conn| {
             let appended = append(conn, &event)?;

@@ -2,8 +2,7 @@
 
 use async_trait::async_trait;
 use clawgate_types::{
-    AcpxProcessLease, GatewayInstanceId, LeaseId, LeaseState, SessionKey, UnixMillis, from_json,
-    to_json,
+    AcpxProcessLease, GatewayInstanceId, LeaseId, LeaseState, SessionKey, UnixMillis,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Serialize, de::DeserializeOwned};
@@ -15,18 +14,10 @@ use clawgate_store::{AccountClaim, AccountLease, AccountLeaseStore};
 use clawgate_store::{InstanceStore, LeaseStore, SessionStore};
 use clawgate_store::{StoreError, StoreResult};
 
-/// Payload format of stored session rows and leases.
-const ROW_FORMAT: i64 = 1;
+use clawgate_store::codec::{self, ROW_FORMAT};
 
 fn encode<T: Serialize>(what: &'static str, id: &str, value: &T) -> DbResult<String> {
-    to_json(value).map_err(|source| {
-        StoreError::Decode {
-            what,
-            id: id.to_owned(),
-            source,
-        }
-        .into()
-    })
+    Ok(codec::encode(what, id, value)?)
 }
 
 fn decode<T: DeserializeOwned>(
@@ -35,16 +26,7 @@ fn decode<T: DeserializeOwned>(
     format: i64,
     payload: &str,
 ) -> DbResult<T> {
-    if format > ROW_FORMAT {
-        return Err(StoreError::NewerPayloadFormat {
-            what,
-            id,
-            found: format,
-            supported: ROW_FORMAT,
-        }
-        .into());
-    }
-    from_json(payload).map_err(|source| StoreError::Decode { what, id, source }.into())
+    Ok(codec::decode(what, id, format, ROW_FORMAT, payload)?)
 }
 
 fn load_session(conn: &Connection, key: &str) -> DbResult<Option<SessionRow>> {

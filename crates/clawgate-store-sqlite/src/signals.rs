@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use clawgate_types::{SessionKey, SessionStateEvent, StateVersion, UnixMillis};
 use rusqlite::{Connection, OptionalExtension, Row, params};
-use serde::{Serialize, de::DeserializeOwned};
+use serde::de::DeserializeOwned;
 
 use super::SqliteStore;
 use super::errors::DbResult;
@@ -14,29 +14,14 @@ use clawgate_store::{
 use clawgate_store::{SignalLogStore, WatchCursorStore};
 use clawgate_store::{StoreError, StoreResult};
 
-/// The wire spelling of a unit enum (`human_direct_message`…), used as the column value.
-pub(super) fn enum_text<T: Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(s)) => s,
-        other => format!("{other:?}"),
-    }
-}
+pub(super) use clawgate_store::codec::enum_text;
 
 pub(super) fn enum_parse<T: DeserializeOwned>(what: &'static str, text: &str) -> DbResult<T> {
-    clawgate_types::from_json_value(serde_json::Value::String(text.to_owned())).map_err(|source| {
-        StoreError::Decode {
-            what,
-            id: text.to_owned(),
-            source,
-        }
-        .into()
-    })
+    Ok(clawgate_store::codec::enum_parse(what, text)?)
 }
 
 pub(super) fn parse_key(text: &str) -> DbResult<SessionKey> {
-    SessionKey::parse(text).map_err(|e| {
-        StoreError::InvalidInput(format!("stored session key {text:?} is invalid: {e}")).into()
-    })
+    Ok(clawgate_store::codec::parse_key(text)?)
 }
 
 pub(super) fn u64_of(value: i64) -> u64 {
@@ -180,11 +165,7 @@ fn prune_where(conn: &Connection, predicate: &str, arg: i64) -> DbResult<u64> {
 #[async_trait]
 impl SignalLogStore for SqliteStore {
     async fn append_event(&self, event: &NewSessionEvent) -> StoreResult<AppendedEvent> {
-        if event.summary.contains('\n') {
-            return Err(StoreError::InvalidInput(
-                "a signal-log summary is one line (no message content)".into(),
-            ));
-        }
+        clawgate_store::codec::check_summary(event)?;
         let event = event.clone();
         self.write(move |conn| append(conn, &event)).await
     }
@@ -321,15 +302,7 @@ pub(super) fn load_cursor(
     raw.map(decode_cursor).transpose()
 }
 
-fn check_watcher(cursor: &WatchCursor) -> StoreResult<()> {
-    if !cursor.watcher_key.can_watch() {
-        return Err(StoreError::InvalidInput(format!(
-            "watcher {} is not an agent-qualified session key; only those may watch",
-            cursor.watcher_key
-        )));
-    }
-    Ok(())
-}
+use clawgate_store::codec::check_watcher;
 
 #[async_trait]
 impl WatchCursorStore for SqliteStore {

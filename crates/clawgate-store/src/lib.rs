@@ -18,6 +18,7 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeExample;
 
+pub mod codec;
 mod error;
 pub mod ids;
 pub mod model;
