@@ -3,6 +3,7 @@
 //! that decide durability, `pgbench`'s simple insert rate on the same server as the baseline, and
 //! a second gateway run as a second process of this binary.
 
+use std::io::Write as _;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -568,9 +569,8 @@ pub(crate) async fn drive(
                     match work {
                         Work::Send => crate::send::one_send(&messenger, n).await?,
                         Work::Append => {
-                            store
-                                .insert_intent(&clawgate_store::testing::sample_intent(n, 0), None)
-                                .await?
+                            let intent = clawgate_store::testing::sample_intent(n, 0);
+                            store.insert_intent(&intent, None).await?;
                         }
                         Work::Lifecycle => crate::lifecycle(&*store, n).await?,
                     }
@@ -656,22 +656,17 @@ pub(crate) fn worker(args: &[String]) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async {
-        let store = open_store(&url, schema, "bench-b").await?;
-        let mut stdout = tokio::io::stdout();
-        stdout.write_all(b"ready\n").await?;
-        stdout.flush().await?;
-        let mut go = String::new();
-        BufReader::new(tokio::io::stdin())
-            .read_line(&mut go)
-            .await?;
-        let done = drive(store, work, 1, concurrency, duration).await?;
-        stdout
-            .write_all(format!("done {done}\n").as_bytes())
-            .await?;
-        stdout.flush().await?;
-        anyhow::Ok(())
-    })
+    let store = runtime.block_on(open_store(&url, schema, "bench-b"))?;
+    // Plain blocking stdio: the handshake happens outside the measured phase.
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "ready")?;
+    stdout.flush()?;
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go)?;
+    let done = runtime.block_on(drive(store, work, 1, concurrency, duration))?;
+    writeln!(stdout, "done {done}")?;
+    stdout.flush()?;
+    Ok(())
 }
 
 #[cfg(test)]
