@@ -574,11 +574,14 @@ fn store_postgres(root: &Path, sqlite: Option<(f64, f64)>) -> anyhow::Result<()>
     });
     drop(server);
     let (baseline, rows) = result?;
-    println!(
-        "\n  {:<46} {:>12}",
-        postgres::pgbench_label(),
-        format!("{baseline:.0}")
-    );
+    println!();
+    for (notify, tps) in [(false, baseline.insert), (true, baseline.insert_notify)] {
+        println!(
+            "  {:<75} {:>12}",
+            postgres::pgbench_label(notify),
+            format!("{tps:.0}")
+        );
+    }
     println!(
         "\n  {:<34} {:>10} {:>16} {:>16} {:>16} {:>16}",
         "per second (ratio to pgbench)",
@@ -588,7 +591,7 @@ fn store_postgres(root: &Path, sqlite: Option<(f64, f64)>) -> anyhow::Result<()>
         "PG 2gw c64",
         "PG 2gw c512"
     );
-    let cell = |value: f64| format!("{value:.0} ({})", postgres::ratio(value, baseline));
+    let cell = |value: f64| format!("{value:.0} ({})", postgres::ratio(value, baseline.insert));
     for (label, sqlite_c64, figures) in &rows {
         let sqlite_c64 = sqlite_c64.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
         print!("  {label:<34} {sqlite_c64:>10}");

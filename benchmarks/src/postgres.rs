@@ -30,7 +30,7 @@ pub(crate) const POOL_SIZE: usize = 16;
 pub(crate) const PHASE: Duration = Duration::from_secs(6);
 /// pgbench's clients and duration for the baseline.
 pub(crate) const PGBENCH_CLIENTS: usize = 64;
-const PGBENCH_SECONDS: u64 = 8;
+const PGBENCH_SECONDS: u64 = 6;
 /// The scratch database pgbench initialises (dropped again at the end).
 const PGBENCH_DB: &str = "clawgate_bench_pgbench";
 
@@ -84,28 +84,28 @@ impl Backend {
 #[derive(Debug)]
 pub(crate) enum PgBenchError {
     /// Neither a URL nor a local server to start.
-    NoServer,
+    ServerUnavailable,
     /// pgbench is not installed.
-    NoPgbench,
+    PgbenchNotInstalled,
     /// pgbench ran but printed no `tps = …` line.
-    NoTps(String),
+    UnreadableReport(String),
 }
 
 impl std::fmt::Display for PgBenchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PgBenchError::NoServer => write!(
+            PgBenchError::ServerUnavailable => write!(
                 f,
                 "no PostgreSQL server to measure: set {URL_VAR} to a superuser URL, or install \
                  Debian's postgresql so the bench can start a throwaway cluster (or pass \
                  `--backend sqlite`)"
             ),
-            PgBenchError::NoPgbench => write!(
+            PgBenchError::PgbenchNotInstalled => write!(
                 f,
                 "pgbench is missing from {DEBIAN_ROOT}/<version>/bin: install postgresql-contrib \
                  (Debian's postgresql package ships it) for the baseline"
             ),
-            PgBenchError::NoTps(output) => {
+            PgBenchError::UnreadableReport(output) => {
                 write!(f, "pgbench printed no `tps = …` line:\n{output}")
             }
         }
@@ -173,7 +173,7 @@ struct Cluster {
 
 impl Cluster {
     fn start() -> anyhow::Result<Cluster> {
-        let bin = find_bin("initdb").ok_or(PgBenchError::NoServer)?;
+        let bin = find_bin("initdb").ok_or(PgBenchError::ServerUnavailable)?;
         // The system temporary directory is on this machine's disk (fsync costs are the point)
         // and, unlike the project's directory, reachable by the server's system user.
         let dir = std::env::temp_dir().join(format!("clawgate-bench-pg-{}", std::process::id()));
@@ -465,10 +465,30 @@ fn pgbench_command(bin: &Path, url: &str, dbname: &str) -> anyhow::Result<Comman
     Ok(command)
 }
 
-/// pgbench on the same server: `-i -s 1` on a scratch database, then one simple `INSERT` per
-/// transaction from [`PGBENCH_CLIENTS`] clients; its tps.
-pub(crate) async fn pgbench(url: &str, scratch: &Path) -> anyhow::Result<f64> {
-    let bin = find_bin("pgbench").ok_or(PgBenchError::NoPgbench)?;
+/// pgbench's figures on the same server, transactions per second.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Baseline {
+    /// One simple `INSERT` per transaction: the baseline every ratio is against.
+    pub(crate) insert: f64,
+    /// The same `INSERT` plus one `pg_notify` per transaction, as the store's change-feed
+    /// triggers do: NOTIFY takes a database-wide lock at commit, so it shows what serialized
+    /// commits cost on this server.
+    pub(crate) insert_notify: f64,
+}
+
+const INSERT_SQL: &str = "\\set aid random(1, 100000)\n\
+    INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) \
+    VALUES (1, 1, :aid, 0, CURRENT_TIMESTAMP);\n";
+
+const INSERT_NOTIFY_SQL: &str = "\\set aid random(1, 100000)\nBEGIN;\n\
+    INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) \
+    VALUES (1, 1, :aid, 0, CURRENT_TIMESTAMP);\n\
+    SELECT pg_notify('clawgate_bench', 'pgbench');\nCOMMIT;\n";
+
+/// pgbench on the same server: `-i -s 1` on a scratch database, then each script from
+/// [`PGBENCH_CLIENTS`] clients for [`PGBENCH_SECONDS`].
+pub(crate) async fn pgbench(url: &str, scratch: &Path) -> anyhow::Result<Baseline> {
+    let bin = find_bin("pgbench").ok_or(PgBenchError::PgbenchNotInstalled)?;
     let client = connect(url).await?;
     client
         .batch_execute(&format!("DROP DATABASE IF EXISTS {PGBENCH_DB}"))
@@ -479,29 +499,40 @@ pub(crate) async fn pgbench(url: &str, scratch: &Path) -> anyhow::Result<f64> {
     let mut init = pgbench_command(&bin, url, PGBENCH_DB)?;
     init.args(["-i", "-s", "1", "-q"]);
     quiet(&mut init).context("pgbench -i -s 1")?;
-    let script = scratch.join("insert.sql");
-    std::fs::write(
-        &script,
-        "\\set aid random(1, 100000)\n\
-         INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) \
-         VALUES (1, 1, :aid, 0, CURRENT_TIMESTAMP);\n",
-    )
-    .with_context(|| format!("cannot write {}", script.display()))?;
-    let mut run = pgbench_command(&bin, url, PGBENCH_DB)?;
-    run.arg("-n")
-        .arg("-f")
-        .arg(&script)
-        .args(["-c", &PGBENCH_CLIENTS.to_string(), "-j", "2", "-T"])
-        .arg(PGBENCH_SECONDS.to_string());
-    let output = tokio::task::spawn_blocking(move || quiet(&mut run)).await??;
-    let text = String::from_utf8_lossy(&output.stdout);
-    parse_tps(&text).ok_or_else(|| PgBenchError::NoTps(text.into_owned()).into())
+    let mut tps = Vec::new();
+    for (name, text) in [
+        ("insert.sql", INSERT_SQL),
+        ("insert-notify.sql", INSERT_NOTIFY_SQL),
+    ] {
+        let script = scratch.join(name);
+        std::fs::write(&script, text)
+            .with_context(|| format!("cannot write {}", script.display()))?;
+        let mut run = pgbench_command(&bin, url, PGBENCH_DB)?;
+        run.arg("-n")
+            .arg("-f")
+            .arg(&script)
+            .args(["-c", &PGBENCH_CLIENTS.to_string(), "-j", "2", "-T"])
+            .arg(PGBENCH_SECONDS.to_string());
+        let output = tokio::task::spawn_blocking(move || quiet(&mut run)).await??;
+        let report = String::from_utf8_lossy(&output.stdout);
+        tps.push(
+            parse_tps(&report)
+                .ok_or_else(|| PgBenchError::UnreadableReport(report.into_owned()))?,
+        );
+    }
+    Ok(Baseline {
+        insert: tps[0],
+        insert_notify: tps[1],
+    })
 }
 
-pub(crate) fn pgbench_label() -> String {
-    format!(
-        "pgbench, one INSERT per transaction, {PGBENCH_CLIENTS} clients, {PGBENCH_SECONDS} s (tps)"
-    )
+pub(crate) fn pgbench_label(notify: bool) -> String {
+    let what = if notify {
+        "INSERT + pg_notify"
+    } else {
+        "one INSERT"
+    };
+    format!("pgbench, {what} per transaction, {PGBENCH_CLIENTS} clients, {PGBENCH_SECONDS} s (tps)")
 }
 
 /// Opens one gateway's store on `schema` (created and migrated by the first open).

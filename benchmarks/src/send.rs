@@ -417,7 +417,12 @@ fn run_postgres(root: &Path, sqlite: Option<(f64, f64)>) -> anyhow::Result<()> {
     });
     drop(server);
     let (facts, baseline, [one, two]) = result?;
-    let cell = |value: f64| format!("{value:.0} ({} pgbench)", postgres::ratio(value, baseline));
+    let cell = |value: f64| {
+        format!(
+            "{value:.0} ({} pgbench)",
+            postgres::ratio(value, baseline.insert)
+        )
+    };
     println!(
         "\n  {:<44} {:>22} {:>22}",
         "durable sends/s (3 writes each)", "concurrency 64", "concurrency 512"
@@ -436,28 +441,31 @@ fn run_postgres(root: &Path, sqlite: Option<(f64, f64)>) -> anyhow::Result<()> {
     ] {
         println!("  {label:<44} {:>22} {:>22}", cell(c64), cell(c512));
     }
-    println!(
-        "  {:<44} {:>22}",
-        postgres::pgbench_label(),
-        format!("{baseline:.0}")
-    );
+    for (notify, tps) in [(false, baseline.insert), (true, baseline.insert_notify)] {
+        println!(
+            "  {:<67} {:>22}",
+            postgres::pgbench_label(notify),
+            format!("{tps:.0}")
+        );
+    }
     let sqlite = sqlite.map_or_else(String::new, |(c64, c512)| {
         format!("SQLite {c64:.0} / {c512:.0}; ")
     });
     println!(
         "\nsummary: durable sends/s at c64 / c512: {sqlite}PostgreSQL {} one gateway {:.0} / {:.0} \
-         ({} / {} of pgbench), two gateways {:.0} / {:.0} ({} / {}); pgbench {:.0} tps; fsync={}, \
-         synchronous_commit={}",
+         ({} / {} of pgbench), two gateways {:.0} / {:.0} ({} / {}); pgbench {:.0} tps ({:.0} with a \
+         pg_notify per transaction); fsync={}, synchronous_commit={}",
         facts.version,
         one[0],
         one[1],
-        postgres::ratio(one[0], baseline),
-        postgres::ratio(one[1], baseline),
+        postgres::ratio(one[0], baseline.insert),
+        postgres::ratio(one[1], baseline.insert),
         two[0],
         two[1],
-        postgres::ratio(two[0], baseline),
-        postgres::ratio(two[1], baseline),
-        baseline,
+        postgres::ratio(two[0], baseline.insert),
+        postgres::ratio(two[1], baseline.insert),
+        baseline.insert,
+        baseline.insert_notify,
         facts.fsync,
         facts.synchronous_commit
     );
