@@ -17,12 +17,14 @@ use clawgate_store_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 use clawgate_types::{DurableSendIntent, IntentStatus, MessageReceipt, to_json};
 use rusqlite::params;
 
+use crate::postgres::Backend;
 use crate::release::project_root;
 
 mod acpx;
 mod awareness;
 mod gateway;
 mod matrix;
+mod postgres;
 mod receive;
 mod release;
 mod send;
@@ -84,10 +86,19 @@ impl Suite {
         }
     }
 
+    /// `store` and `send` also run on PostgreSQL (`--backend`).
+    fn takes_backend(self) -> bool {
+        matches!(self, Suite::Store | Suite::Send)
+    }
+
     fn summary(self) -> &'static str {
         match self {
-            Suite::Store => "store throughput beside a raw SQLite baseline from the same run",
-            Suite::Send => "durable sends/s and recovery of 100,000 intents beside raw SQLite",
+            Suite::Store => {
+                "store throughput beside a raw SQLite baseline from the same run                  [--backend sqlite|postgres|both]"
+            }
+            Suite::Send => {
+                "durable sends/s and recovery of 100,000 intents beside raw SQLite; on PostgreSQL                  at concurrency 64 and 512, one and two gateways, beside pgbench                  [--backend sqlite|postgres|both]"
+            }
             Suite::Receive => "inbound events/s (normalize, dedupe, record, ack) beside raw SQLite",
             Suite::Awareness => {
                 "signal log, changesSince, notice fan-out, pruning beside raw SQLite"
@@ -118,6 +129,11 @@ fn usage() -> String {
     for suite in Suite::ALL {
         text.push_str(&format!("  {:<10} {}\n", suite.name(), suite.summary()));
     }
+    text.push_str(&format!(
+        "\n`--backend` defaults to `both` when PostgreSQL is at hand: {} (a superuser URL), or \
+         a throwaway cluster this run starts and stops (fsync on).\n",
+        postgres::URL_VAR
+    ));
     text.push_str("\n`<suite> --help` or `help` prints this text.\n");
     text
 }
@@ -125,7 +141,8 @@ fn usage() -> String {
 /// What the command line asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Invocation {
-    Run(Suite),
+    /// A suite, and the backend asked for (`None`: decided by what this machine has).
+    Run(Suite, Option<Backend>),
     Help,
 }
 
@@ -135,6 +152,8 @@ enum UsageError {
     MissingSuite,
     UnknownSuite(String),
     UnexpectedArgument { suite: Suite, argument: String },
+    UnknownBackend(String),
+    MissingBackend,
 }
 
 impl std::fmt::Display for UsageError {
@@ -147,6 +166,13 @@ impl std::fmt::Display for UsageError {
                 "`{}` does not take the argument `{argument}`",
                 suite.name()
             ),
+            UsageError::UnknownBackend(name) => write!(
+                f,
+                "unknown backend `{name}`: `--backend` takes sqlite, postgres or both"
+            ),
+            UsageError::MissingBackend => {
+                write!(f, "`--backend` needs a value: sqlite, postgres or both")
+            }
         }
     }
 }
@@ -160,9 +186,20 @@ fn parse(args: &[String]) -> Result<Invocation, UsageError> {
         return Ok(Invocation::Help);
     }
     let suite = Suite::parse(first).ok_or_else(|| UsageError::UnknownSuite(first.clone()))?;
+    let backend = |value: &str| {
+        Backend::parse(value).ok_or_else(|| UsageError::UnknownBackend(value.to_owned()))
+    };
     match rest {
-        [] => Ok(Invocation::Run(suite)),
+        [] => Ok(Invocation::Run(suite, None)),
         [flag] if flag != "help" && is_help(flag) => Ok(Invocation::Help),
+        [flag, value] if suite.takes_backend() && flag == "--backend" => {
+            Ok(Invocation::Run(suite, Some(backend(value)?)))
+        }
+        [flag] if suite.takes_backend() && flag == "--backend" => Err(UsageError::MissingBackend),
+        [flag] if suite.takes_backend() && flag.starts_with("--backend=") => Ok(Invocation::Run(
+            suite,
+            Some(backend(&flag["--backend=".len()..])?),
+        )),
         [argument, ..] => Err(UsageError::UnexpectedArgument {
             suite,
             argument: argument.clone(),
@@ -172,8 +209,17 @@ fn parse(args: &[String]) -> Result<Invocation, UsageError> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let suite = match parse(&args) {
-        Ok(Invocation::Run(suite)) => suite,
+    if args.first().map(String::as_str) == Some(postgres::WORKER_ARG) {
+        return match postgres::worker(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("error (second gateway): {error:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let (suite, backend) = match parse(&args) {
+        Ok(Invocation::Run(suite, backend)) => (suite, backend),
         Ok(Invocation::Help) => {
             print!("{}", usage());
             return ExitCode::SUCCESS;
@@ -183,7 +229,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(suite) {
+    match run(suite, backend) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
@@ -192,7 +238,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(suite: Suite) -> anyhow::Result<()> {
+fn run(suite: Suite, backend: Option<Backend>) -> anyhow::Result<()> {
     if cfg!(debug_assertions) {
         anyhow::bail!(
             "clawgate-bench was built without optimizations and its figures would mean nothing: \
@@ -204,9 +250,14 @@ fn run(suite: Suite) -> anyhow::Result<()> {
     let base = project_root().join("target").join("bench");
     std::fs::create_dir_all(&base).with_context(|| format!("create {}", base.display()))?;
     let scratch = tempfile::tempdir_in(&base)?;
+    let backend = match backend {
+        Some(backend) => backend,
+        None if suite.takes_backend() => Backend::default_for_machine(),
+        None => Backend::Sqlite,
+    };
     match suite {
-        Suite::Store => store(scratch.path()),
-        Suite::Send => send::run(scratch.path()),
+        Suite::Store => store(scratch.path(), backend),
+        Suite::Send => send::run(scratch.path(), backend),
         Suite::Receive => receive::run(scratch.path()),
         Suite::Awareness => awareness::run(scratch.path()),
         Suite::Acpx => acpx::run(scratch.path()),
@@ -348,6 +399,23 @@ async fn store_appends(
 }
 
 /// The whole durable send bookkeeping of one message: insert, sending, receipt committed.
+async fn lifecycle(store: &dyn IntentStore, n: u64) -> anyhow::Result<()> {
+    let mut intent = sample_intent(n, n as i64);
+    store.insert_intent(&intent, None).await?;
+    intent.status = IntentStatus::Sending;
+    store
+        .save_intent(&intent, IntentStatus::Pending, None)
+        .await?;
+    // The receipt recorded and committed in one write, as the engine does.
+    intent.status = IntentStatus::Sent;
+    intent.receipt = Some(MessageReceipt::from_parts(vec![], n as i64));
+    store
+        .save_intent(&intent, IntentStatus::Sending, None)
+        .await?;
+    Ok(())
+}
+
+/// [`lifecycle`] at a concurrency, per second.
 async fn store_lifecycles(
     store: Arc<SqliteStore>,
     concurrency: usize,
@@ -360,19 +428,7 @@ async fn store_lifecycles(
             let store = store.clone();
             tokio::spawn(async move {
                 for i in 0..per_task {
-                    let n = (i * concurrency + task) as u64;
-                    let mut intent = sample_intent(n, n as i64);
-                    store.insert_intent(&intent, None).await?;
-                    intent.status = IntentStatus::Sending;
-                    store
-                        .save_intent(&intent, IntentStatus::Pending, None)
-                        .await?;
-                    // The receipt recorded and committed in one write, as the engine does.
-                    intent.status = IntentStatus::Sent;
-                    intent.receipt = Some(MessageReceipt::from_parts(vec![], n as i64));
-                    store
-                        .save_intent(&intent, IntentStatus::Sending, None)
-                        .await?;
+                    lifecycle(&*store, (i * concurrency + task) as u64).await?;
                 }
                 anyhow::Ok(())
             })
@@ -390,7 +446,21 @@ fn open(root: &Path, name: &str, sync: Synchronous) -> anyhow::Result<Arc<Sqlite
     Ok(Arc::new(SqliteStore::open_state_dir(&dir, options(sync))?))
 }
 
-fn store(root: &Path) -> anyhow::Result<()> {
+fn store(root: &Path, backend: Backend) -> anyhow::Result<()> {
+    let sqlite = if backend.sqlite() {
+        Some(store_sqlite(root)?)
+    } else {
+        None
+    };
+    if backend.postgres() {
+        store_postgres(root, sqlite)?;
+    }
+    Ok(())
+}
+
+/// The SQLite figures of `bench store`; returns (append c64, send bookkeeping c64) for the
+/// side-by-side table.
+fn store_sqlite(root: &Path) -> anyhow::Result<(f64, f64)> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -466,7 +536,90 @@ fn store(root: &Path) -> anyhow::Result<()> {
         "  target: append c64 >= 10x raw single commits: {}",
         verdict(c64 >= 10.0 * single)
     );
+    Ok((c64, life64))
+}
+
+/// The PostgreSQL figures of `bench store`: appends and send bookkeeping through
+/// `PostgresStore` at concurrency 64 and 512, one and two gateways, beside pgbench.
+fn store_postgres(root: &Path, sqlite: Option<(f64, f64)>) -> anyhow::Result<()> {
+    use postgres::Work;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let server = postgres::Server::start()?;
+    let result = runtime.block_on(async {
+        let facts = postgres::Facts::read(server.url()).await?;
+        println!("\nbench store on PostgreSQL: {}", server.describe());
+        print_durability(&facts);
+        let baseline = postgres::pgbench(server.url(), root).await?;
+        let mut rows = Vec::new();
+        for (work, label, sqlite_c64) in [
+            (Work::Append, "intent append", sqlite.map(|s| s.0)),
+            (
+                Work::Lifecycle,
+                "send bookkeeping (3 writes)",
+                sqlite.map(|s| s.1),
+            ),
+        ] {
+            let mut figures = Vec::new();
+            for gateways in [1, 2] {
+                for concurrency in [64, 512] {
+                    figures.push(postgres::measure(&server, work, gateways, concurrency).await?);
+                }
+            }
+            rows.push((label, sqlite_c64, figures));
+        }
+        server.clean_up().await?;
+        anyhow::Ok((baseline, rows))
+    });
+    drop(server);
+    let (baseline, rows) = result?;
+    println!();
+    for (notify, tps) in [(false, baseline.insert), (true, baseline.insert_notify)] {
+        println!(
+            "  {:<75} {:>12}",
+            postgres::pgbench_label(notify),
+            format!("{tps:.0}")
+        );
+    }
+    println!(
+        "\n  {:<34} {:>10} {:>16} {:>16} {:>16} {:>16}",
+        "per second (ratio to pgbench)",
+        "SQLite c64",
+        "PG 1gw c64",
+        "PG 1gw c512",
+        "PG 2gw c64",
+        "PG 2gw c512"
+    );
+    let cell = |value: f64| format!("{value:.0} ({})", postgres::ratio(value, baseline.insert));
+    for (label, sqlite_c64, figures) in &rows {
+        let sqlite_c64 = sqlite_c64.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
+        print!("  {label:<34} {sqlite_c64:>10}");
+        for figure in figures {
+            print!(" {:>16}", cell(*figure));
+        }
+        println!();
+    }
     Ok(())
+}
+
+/// The server's version and durability settings, and a warning when commits are not durable.
+fn print_durability(facts: &postgres::Facts) {
+    println!("  {}", facts.line());
+    if facts.durable() {
+        println!("  durable: every commit waits for fsync of the WAL (fsync on, not fsync=off)");
+    } else {
+        println!(
+            "  WARNING: this server does not fsync every commit (fsync or synchronous_commit \
+             off): the PostgreSQL figures below are NOT durable sends"
+        );
+    }
+    println!(
+        "  each PostgreSQL figure: one {} s phase on a fresh schema, pool of {} per gateway; \
+         two gateways = this process and a second one, half the tasks each",
+        postgres::PHASE.as_secs(),
+        postgres::POOL_SIZE
+    );
 }
 
 #[cfg(test)]
@@ -481,9 +634,33 @@ mod tests {
     #[test]
     fn command_lines() {
         let cases: &[(&str, Result<Invocation, UsageError>)] = &[
-            ("store", Ok(Invocation::Run(Suite::Store))),
-            ("send", Ok(Invocation::Run(Suite::Send))),
-            ("gateway", Ok(Invocation::Run(Suite::Gateway))),
+            ("store", Ok(Invocation::Run(Suite::Store, None))),
+            ("send", Ok(Invocation::Run(Suite::Send, None))),
+            ("gateway", Ok(Invocation::Run(Suite::Gateway, None))),
+            (
+                "send --backend both",
+                Ok(Invocation::Run(Suite::Send, Some(Backend::Both))),
+            ),
+            (
+                "store --backend=postgres",
+                Ok(Invocation::Run(Suite::Store, Some(Backend::Postgres))),
+            ),
+            (
+                "send --backend sqlite",
+                Ok(Invocation::Run(Suite::Send, Some(Backend::Sqlite))),
+            ),
+            (
+                "send --backend oracle",
+                Err(UsageError::UnknownBackend("oracle".into())),
+            ),
+            ("store --backend", Err(UsageError::MissingBackend)),
+            (
+                "receive --backend both",
+                Err(UsageError::UnexpectedArgument {
+                    suite: Suite::Receive,
+                    argument: "--backend".into(),
+                }),
+            ),
             ("send --help", Ok(Invocation::Help)),
             ("acpx -h", Ok(Invocation::Help)),
             ("help", Ok(Invocation::Help)),

@@ -1,5 +1,6 @@
 //! `cargo xtask bench send`: durable sends through an in-process adapter and recovery of a large
-//! backlog, beside the raw SQLite baseline of the same run.
+//! backlog, beside the raw SQLite baseline of the same run; with `--backend postgres|both`, the
+//! same sends on PostgreSQL (one and two gateways) beside pgbench on the same server.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -19,6 +20,7 @@ use clawgate_types::{
 };
 
 use super::{open, raw_inserts};
+use crate::postgres::{self, Backend, Work};
 
 /// A platform that answers at once: the figures are the engine's and the store's.
 #[derive(Debug, Default)]
@@ -94,7 +96,7 @@ impl ChannelMessageAdapter for InstantPlatform {
 }
 
 fn messenger(
-    store: Arc<SqliteStore>,
+    store: Arc<dyn IntentStore>,
     platform: InstantPlatform,
 ) -> (Messenger, Arc<InstantPlatform>) {
     let platform = Arc::new(platform);
@@ -106,6 +108,23 @@ fn messenger(
         "bench",
     );
     (messenger, platform)
+}
+
+/// The messenger a PostgreSQL phase drives: the plain instant platform, as the SQLite figures'.
+pub(crate) fn bench_messenger(store: Arc<dyn IntentStore>) -> Messenger {
+    messenger(store, InstantPlatform::plain()).0
+}
+
+/// One durable send with a time-ordered message id (intent; sending; receipt committed).
+pub(crate) async fn one_send(messenger: &Messenger, n: u64) -> anyhow::Result<()> {
+    let mut message = sample_intent(n, 0).message;
+    message.id = clawgate_store::ids::new_id();
+    let report = messenger.send(message, SendOptions::default()).await?;
+    anyhow::ensure!(
+        report.outcome.receipt().is_some(),
+        "send failed: {report:?}"
+    );
+    Ok(())
 }
 
 /// How the benchmark's messages are keyed (the idempotency key is `<channel>:<message id>`).
@@ -235,7 +254,21 @@ where
     Ok(Sampled(runs))
 }
 
-pub(super) fn run(root: &Path) -> anyhow::Result<()> {
+pub(super) fn run(root: &Path, backend: Backend) -> anyhow::Result<()> {
+    let sqlite = if backend.sqlite() {
+        Some(run_sqlite(root)?)
+    } else {
+        None
+    };
+    if backend.postgres() {
+        run_postgres(root, sqlite)?;
+    }
+    Ok(())
+}
+
+/// Today's SQLite figures; returns the medians at concurrency 64 and 512 for the side-by-side
+/// table.
+fn run_sqlite(root: &Path) -> anyhow::Result<(f64, f64)> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -254,7 +287,7 @@ pub(super) fn run(root: &Path) -> anyhow::Result<()> {
     };
     let single = raw("raw-single", 1_000, 1)?;
     let batched = raw("raw-batched", 20_000, 100)?;
-    let (c1, c64, c64_per_task, c64_reconciling, (recovered, rss_kib, growth_kib)) = runtime
+    let (c1, c64, c512, c64_per_task, c64_reconciling, (recovered, rss_kib, growth_kib)) = runtime
         .block_on(async {
             use InstantPlatform as P;
             let full =
@@ -267,6 +300,7 @@ pub(super) fn run(root: &Path) -> anyhow::Result<()> {
             };
             let c1 = figure("send-c1", P::plain, 1, 1_000, Keys::TimeOrdered).await?;
             let c64 = figure("send-c64", P::plain, 64, 40_000, Keys::TimeOrdered).await?;
+            let c512 = figure("send-c512", P::plain, 512, 40_960, Keys::TimeOrdered).await?;
             let c64_per_task = figure("send-c64-keys", P::plain, 64, 40_000, Keys::PerTask).await?;
             let c64_reconciling = figure(
                 "send-c64-reconciling",
@@ -285,14 +319,15 @@ pub(super) fn run(root: &Path) -> anyhow::Result<()> {
                 growth = growth.max(grew);
             }
             let recovered = (Sampled(rates), rss, growth);
-            anyhow::Ok((c1, c64, c64_per_task, c64_reconciling, recovered))
+            anyhow::Ok((c1, c64, c512, c64_per_task, c64_reconciling, recovered))
         })?;
     println!("\n  {:<62} {:>12} {:>13}", "figure", "median", "range");
-    let rows: [(&str, &Sampled); 7] = [
+    let rows: [(&str, &Sampled); 8] = [
         ("(a) raw SQLite, one row per commit (rows/s)", &single),
         ("(a) raw SQLite, 100 rows per commit (rows/s)", &batched),
         ("durable sends/s, concurrency 1 (3 writes each)", &c1),
         ("durable sends/s, concurrency 64 (3 writes each)", &c64),
+        ("durable sends/s, concurrency 512 (3 writes each)", &c512),
         (
             "durable sends/s, concurrency 64, keys scattered per task",
             &c64_per_task,
@@ -324,7 +359,7 @@ pub(super) fn run(root: &Path) -> anyhow::Result<()> {
         growth_kib as f64 / 1024.0
     );
     let (single, batched) = (single.median(), batched.median());
-    let (c64, recovered) = (c64.median(), recovered.median());
+    let (c64, c512, recovered) = (c64.median(), c512.median(), recovered.median());
     println!("\n  (c) ratios of medians");
     println!(
         "  {:<62} {:>11.2}x",
@@ -353,6 +388,86 @@ pub(super) fn run(root: &Path) -> anyhow::Result<()> {
     println!(
         "  target: recovery RSS growth < 100 MB: {}",
         verdict(growth_kib < 100 * 1024)
+    );
+    Ok((c64, c512))
+}
+
+/// Durable sends on PostgreSQL at concurrency 64 and 512, one and two gateways, beside pgbench's
+/// simple insert rate on the same server (and SQLite's medians when measured in this run).
+fn run_postgres(root: &Path, sqlite: Option<(f64, f64)>) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    // Stopped when dropped, also when a phase fails.
+    let server = postgres::Server::start()?;
+    let result = runtime.block_on(async {
+        let facts = postgres::Facts::read(server.url()).await?;
+        println!("\nbench send on PostgreSQL: {}", server.describe());
+        super::print_durability(&facts);
+        let baseline = postgres::pgbench(server.url(), root).await?;
+        let mut figures = [[0.0; 2]; 2];
+        for (g, gateways) in [1, 2].into_iter().enumerate() {
+            for (c, concurrency) in [64, 512].into_iter().enumerate() {
+                figures[g][c] =
+                    postgres::measure(&server, Work::Send, gateways, concurrency).await?;
+            }
+        }
+        server.clean_up().await?;
+        anyhow::Ok((facts, baseline, figures))
+    });
+    drop(server);
+    let (facts, baseline, [one, two]) = result?;
+    let cell = |value: f64| {
+        format!(
+            "{value:.0} ({} pgbench)",
+            postgres::ratio(value, baseline.insert)
+        )
+    };
+    println!(
+        "\n  {:<44} {:>22} {:>22}",
+        "durable sends/s (3 writes each)", "concurrency 64", "concurrency 512"
+    );
+    if let Some((c64, c512)) = sqlite {
+        println!(
+            "  {:<44} {:>22} {:>22}",
+            "SQLite, one gateway (median of 3)",
+            format!("{c64:.0}"),
+            format!("{c512:.0}")
+        );
+    }
+    for (label, [c64, c512]) in [
+        ("PostgreSQL, one gateway", one),
+        ("PostgreSQL, two gateways (two processes)", two),
+    ] {
+        println!("  {label:<44} {:>22} {:>22}", cell(c64), cell(c512));
+    }
+    for (notify, tps) in [(false, baseline.insert), (true, baseline.insert_notify)] {
+        println!(
+            "  {:<67} {:>22}",
+            postgres::pgbench_label(notify),
+            format!("{tps:.0}")
+        );
+    }
+    let sqlite = sqlite.map_or_else(String::new, |(c64, c512)| {
+        format!("SQLite {c64:.0} / {c512:.0}; ")
+    });
+    println!(
+        "\nsummary: durable sends/s at c64 / c512: {sqlite}PostgreSQL {} one gateway {:.0} / {:.0} \
+         ({} / {} of pgbench), two gateways {:.0} / {:.0} ({} / {}); pgbench {:.0} tps ({:.0} with a \
+         pg_notify per transaction); fsync={}, synchronous_commit={}",
+        facts.version,
+        one[0],
+        one[1],
+        postgres::ratio(one[0], baseline.insert),
+        postgres::ratio(one[1], baseline.insert),
+        two[0],
+        two[1],
+        postgres::ratio(two[0], baseline.insert),
+        postgres::ratio(two[1], baseline.insert),
+        baseline.insert,
+        baseline.insert_notify,
+        facts.fsync,
+        facts.synchronous_commit
     );
     Ok(())
 }
