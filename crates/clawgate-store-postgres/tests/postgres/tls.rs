@@ -85,7 +85,10 @@ async fn require_with_the_ca_file_encrypts_every_connection() {
     let counts = store.count_intents_by_status().await.unwrap();
     assert!(counts.is_empty(), "{counts:?}");
     let pooled = ssl_of_sessions(&application).await;
-    assert!(!pooled.is_empty(), "the pool's connection is not in pg_stat_ssl");
+    assert!(
+        !pooled.is_empty(),
+        "the pool's connection is not in pg_stat_ssl"
+    );
     assert!(pooled.iter().all(|ssl| *ssl), "pooled sessions: {pooled:?}");
 
     let _feed = store.external_changes(Duration::from_millis(50)).unwrap();
@@ -102,8 +105,14 @@ async fn auto_on_loopback_connects_without_tls() {
         .unwrap();
     store.count_intents_by_status().await.unwrap();
     let pooled = ssl_of_sessions(&application).await;
-    assert!(!pooled.is_empty(), "the pool's connection is not in pg_stat_ssl");
-    assert!(pooled.iter().all(|ssl| !*ssl), "pooled sessions: {pooled:?}");
+    assert!(
+        !pooled.is_empty(),
+        "the pool's connection is not in pg_stat_ssl"
+    );
+    assert!(
+        pooled.iter().all(|ssl| !*ssl),
+        "pooled sessions: {pooled:?}"
+    );
 
     let _feed = store.external_changes(Duration::from_millis(50)).unwrap();
     let feed = ssl_of_sessions(&clawgate_store_postgres::feed_application_name(&schema)).await;
