@@ -407,7 +407,7 @@ pub(crate) fn run(only: Option<&str>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The throwaway cluster of this run, its URL given to every step's cargo.
+/// The throwaway cluster of this run, its URL and CA file given to every step's cargo.
 fn start_cluster() -> anyhow::Result<Cluster> {
     let started = Instant::now();
     let cluster = Cluster::start().with_context(|| {
@@ -418,12 +418,14 @@ fn start_cluster() -> anyhow::Result<Cluster> {
         )
     })?;
     println!(
-        "\nci: PostgreSQL test cluster at {} (started in {}), exported to every step as {}",
+        "\nci: PostgreSQL test cluster at {} (started in {}), exported to every step as {} \
+         (its CA file as {})",
         cluster.url(),
         seconds(started.elapsed()),
-        postgres::URL_VAR
+        postgres::URL_VAR,
+        postgres::CA_VAR
     );
-    crate::cmd::export_to_children(vec![(postgres::URL_VAR.to_owned(), cluster.url())]);
+    crate::cmd::export_to_children(cluster.exports());
     Ok(cluster)
 }
 

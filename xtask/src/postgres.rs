@@ -1,7 +1,8 @@
 //! A throwaway PostgreSQL cluster for the PostgreSQL backend's tests (`CLAWGATE_TEST_PG_URL`):
 //! Debian's `postgresql` installed when `initdb` is missing, a cluster in a temporary directory
-//! on a free loopback port, trust authentication on 127.0.0.1 only, stopped by its pid when
-//! dropped. `cargo xtask ci` starts one for the whole run (unless `CLAWGATE_TEST_PG=0`);
+//! on a free loopback port, trust authentication on 127.0.0.1 only, TLS on (a throwaway CA,
+//! `CLAWGATE_TEST_PG_CA`, signs its certificate for `localhost` and 127.0.0.1) but not required,
+//! stopped by its pid when dropped. `cargo xtask ci` starts one for the whole run (unless `CLAWGATE_TEST_PG=0`);
 //! `cargo xtask pg start` starts one and leaves it running for a developer.
 
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -15,6 +16,8 @@ use crate::cmd::{display, run as run_command, succeeds};
 
 /// The variable the PostgreSQL tests read.
 pub(crate) const URL_VAR: &str = "CLAWGATE_TEST_PG_URL";
+/// The variable naming the PEM file of the CA that signed the cluster's certificate.
+pub(crate) const CA_VAR: &str = "CLAWGATE_TEST_PG_CA";
 /// `CLAWGATE_TEST_PG=0` leaves the PostgreSQL tests out.
 pub(crate) const SWITCH_VAR: &str = "CLAWGATE_TEST_PG";
 /// The test target that needs a server.
@@ -180,6 +183,7 @@ impl Cluster {
             )?;
         }
         cluster.init()?;
+        cluster.make_certificates()?;
         cluster.launch()?;
         Ok(cluster)
     }
@@ -187,6 +191,19 @@ impl Cluster {
     /// A superuser URL of the cluster's `postgres` database.
     pub(crate) fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// The PEM file of the CA that signed the server's certificate.
+    pub(crate) fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.pem")
+    }
+
+    /// What this run's children get: the URL and the CA file.
+    pub(crate) fn exports(&self) -> Vec<(String, String)> {
+        vec![
+            (URL_VAR.to_owned(), self.url()),
+            (CA_VAR.to_owned(), self.ca_file().display().to_string()),
+        ]
     }
 
     fn data(&self) -> PathBuf {
@@ -226,12 +243,107 @@ impl Cluster {
         std::fs::write(self.data().join("pg_hba.conf"), hba).context("cannot write pg_hba.conf")
     }
 
+    /// A CA of its own (kept only as long as the cluster) and a server certificate it signs
+    /// for `localhost` and 127.0.0.1, made with the `openssl` command (Debian's postgresql
+    /// depends on it). The server's key is the server user's, mode 0600, as PostgreSQL demands.
+    fn make_certificates(&self) -> anyhow::Result<()> {
+        let dir = &self.dir;
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        let openssl = |args: &[&str]| {
+            let mut command = Command::new("openssl");
+            command.args(args).current_dir(dir);
+            quiet(&mut command).context("the test cluster's TLS certificates need `openssl`")
+        };
+        openssl(
+            &[
+                &[
+                    "req",
+                    "-x509",
+                    "-days",
+                    "7",
+                    "-subj",
+                    "/CN=clawgate test CA",
+                ][..],
+                &ec,
+                &["-keyout", "ca.key", "-out", "ca.pem"],
+                &["-addext", "basicConstraints=critical,CA:TRUE"],
+                &["-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+            ]
+            .concat(),
+        )?;
+        openssl(
+            &[
+                &[
+                    "req",
+                    "-subj",
+                    "/CN=localhost",
+                    "-keyout",
+                    "server.key",
+                    "-out",
+                    "server.csr",
+                ][..],
+                &ec,
+            ]
+            .concat(),
+        )?;
+        let extensions = "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n\
+                          extendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n";
+        std::fs::write(dir.join("server.ext"), extensions).context("cannot write server.ext")?;
+        let serial = format!(
+            "{}",
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos())
+        );
+        openssl(&[
+            "x509",
+            "-req",
+            "-days",
+            "7",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            &serial,
+            "-extfile",
+            "server.ext",
+            "-out",
+            "server.crt",
+        ])?;
+        if self.as_system_user {
+            run_command(
+                Command::new("chown")
+                    .arg(format!("{SYSTEM_USER}:"))
+                    .arg(dir.join("server.key"))
+                    .arg(dir.join("server.crt")),
+            )?;
+        }
+        run_command(
+            Command::new("chmod")
+                .arg("0600")
+                .arg(dir.join("server.key"))
+                .arg(dir.join("ca.key")),
+        )
+    }
+
     fn launch(&mut self) -> anyhow::Result<()> {
         let server_options = format!(
             "-c listen_addresses=127.0.0.1 -p {} -k {} -c max_connections=200 \
-             -c fsync=off -c full_page_writes=off",
+             -c fsync=off -c full_page_writes=off \
+             -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
             self.port,
-            self.dir.display()
+            self.dir.display(),
+            self.dir.join("server.crt").display(),
+            self.dir.join("server.key").display()
         );
         let mut pg_ctl = self.tool("pg_ctl");
         pg_ctl
@@ -296,7 +408,9 @@ impl Drop for Cluster {
 /// `cargo xtask pg start`: a cluster left running, with the lines to use and stop it.
 pub(crate) fn start_for_developer() -> anyhow::Result<()> {
     let cluster = Cluster::start()?;
-    println!("export {URL_VAR}={}", cluster.url());
+    for (name, value) in cluster.exports() {
+        println!("export {name}={value}");
+    }
     println!("# stop it with: {}", cluster.stop_line());
     cluster.keep();
     Ok(())

@@ -87,7 +87,11 @@ impl ErrorContext {
     pub(crate) fn map_pg(&self, error: tokio_postgres::Error) -> StoreError {
         let database = self.database.clone();
         let Some(code) = error.code() else {
-            // No SQLSTATE: the connection itself failed (refused, timed out, closed under us).
+            // No SQLSTATE: the connection itself failed (refused, timed out, closed under us,
+            // or TLS could not be set up).
+            if let Some(detail) = crate::tls::failure_detail(&error) {
+                return self.unavailable(detail);
+            }
             return self.unavailable(error_chain(&error));
         };
         let detail = || {

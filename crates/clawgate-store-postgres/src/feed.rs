@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use clawgate_store::{ChangeFeed, StoreError, StoreResult};
 use tokio::sync::{mpsc, watch};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::PostgresStore;
 use crate::errors::ErrorContext;
@@ -36,9 +37,13 @@ fn bump(tx: &watch::Sender<u64>) {
 /// when the connection does.
 async fn listen(
     config: &tokio_postgres::Config,
+    tls: &MakeRustlsConnect,
     ctx: &ErrorContext,
 ) -> StoreResult<(tokio_postgres::Client, mpsc::UnboundedReceiver<String>)> {
-    let (client, mut connection) = config.connect(NoTls).await.map_err(|e| ctx.map_pg(e))?;
+    let (client, mut connection) = config
+        .connect(tls.clone())
+        .await
+        .map_err(|e| ctx.map_pg(e))?;
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         // Polling messages also drives the connection (the client's queries go through it).
@@ -69,6 +74,7 @@ async fn listen(
 /// worked: only then has `external_changes` returned, so no commit after it is missed.
 async fn serve(
     config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
     ctx: ErrorContext,
     schema: String,
     interval: Duration,
@@ -79,7 +85,7 @@ async fn serve(
     let retry_floor = interval.clamp(Duration::from_millis(10), Duration::from_secs(1));
     let mut retry = retry_floor;
     loop {
-        match listen(&config, &ctx).await {
+        match listen(&config, &tls, &ctx).await {
             Ok((client, mut notifications)) => {
                 match ready.take() {
                     Some(ready) => {
@@ -138,6 +144,7 @@ impl ChangeFeed for PostgresStore {
         let (ready_tx, ready_rx) = std_mpsc::channel();
         let mut config = self.inner.config.clone();
         config.application_name(feed_application_name(&self.inner.schema));
+        let tls = self.inner.tls.clone();
         let ctx = self.inner.ctx.clone();
         let schema = self.inner.schema.clone();
         std::thread::Builder::new()
@@ -148,7 +155,7 @@ impl ChangeFeed for PostgresStore {
                     .build();
                 match runtime {
                     Ok(runtime) => {
-                        runtime.block_on(serve(config, ctx, schema, interval, tx, ready_tx));
+                        runtime.block_on(serve(config, tls, ctx, schema, interval, tx, ready_tx));
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(StoreError::Backend(Box::new(e))));

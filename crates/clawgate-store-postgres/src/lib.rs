@@ -101,6 +101,7 @@ mod notices;
 mod options;
 mod registry;
 mod signals;
+mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,12 +109,13 @@ use std::time::Duration;
 use clawgate_store::{StoreError, StoreResult};
 use clawgate_types::GatewayInstanceId;
 use deadpool_postgres::{Client, Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 pub use feed::feed_application_name;
 pub use migrate::{MIGRATIONS, Migration, SCHEMA_VERSION};
 pub use options::PostgresOptions;
+pub use tls::PostgresTls;
 
 use errors::{DbError, ErrorContext, Reaction};
 
@@ -123,8 +125,11 @@ const MAX_ATTEMPTS: u32 = 8;
 
 struct Inner {
     pool: Pool,
-    /// Connection settings (search path, timeouts) for the change feed's own connection.
+    /// Connection settings (search path, timeouts, sslmode) for the change feed's own
+    /// connection.
     config: tokio_postgres::Config,
+    /// The TLS connector of every connection (acts only when `config`'s sslmode asks for TLS).
+    tls: MakeRustlsConnect,
     ctx: ErrorContext,
     instance: GatewayInstanceId,
     schema: String,
@@ -175,12 +180,15 @@ impl PostgresStore {
         if config.get_application_name().is_none() {
             config.application_name("clawgate");
         }
+        let use_tls = tls::apply(&mut config, options.tls, &options.redacted_url())?;
+        let connector = tls::connector(options.ca_file.as_deref())?;
+        tracing::debug!(database = %ctx.database, tls = use_tls, "connecting to PostgreSQL");
 
-        let schema = migrate::migrate(&config, options.schema.as_deref(), &ctx).await?;
+        let schema = migrate::migrate(&config, &connector, options.schema.as_deref(), &ctx).await?;
 
         let manager = Manager::from_config(
             config.clone(),
-            NoTls,
+            connector.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -197,6 +205,7 @@ impl PostgresStore {
             inner: Arc::new(Inner {
                 pool,
                 config,
+                tls: connector,
                 ctx,
                 instance: options.instance,
                 schema,

@@ -7,7 +7,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use clawgate_store::{StoreError, StoreResult};
 use sha2::{Digest, Sha256};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::errors::{DbError, DbResult, ErrorContext};
 
@@ -72,9 +73,13 @@ fn now_ms() -> i64 {
 /// Connects a client outside the pool, its connection driven by a task of its own.
 pub(crate) async fn connect(
     config: &tokio_postgres::Config,
+    tls: &MakeRustlsConnect,
     ctx: &ErrorContext,
 ) -> StoreResult<Client> {
-    let (client, connection) = config.connect(NoTls).await.map_err(|e| ctx.map_pg(e))?;
+    let (client, connection) = config
+        .connect(tls.clone())
+        .await
+        .map_err(|e| ctx.map_pg(e))?;
     tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::debug!(%error, "PostgreSQL connection closed");
@@ -86,10 +91,11 @@ pub(crate) async fn connect(
 /// Creates the schema if needed and applies pending migrations; returns the schema's name.
 pub(crate) async fn migrate(
     config: &tokio_postgres::Config,
+    tls: &MakeRustlsConnect,
     schema: Option<&str>,
     ctx: &ErrorContext,
 ) -> StoreResult<String> {
-    let mut client = connect(config, ctx).await?;
+    let mut client = connect(config, tls, ctx).await?;
     let schema = match schema {
         Some(schema) => schema.to_owned(),
         None => client

@@ -1,9 +1,12 @@
 //! What a gateway needs to reach its shared state: the server, the pool, its own instance id.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clawgate_types::GatewayInstanceId;
+
+use crate::PostgresTls;
 
 /// Tunables of the PostgreSQL backend. `Debug` never shows the password of [`url`](Self::url).
 #[derive(Clone)]
@@ -26,11 +29,17 @@ pub struct PostgresOptions {
     /// in one database. Lower-case letters, digits and `_`, starting with a letter or `_`.
     /// `None`: the first schema of the server's `search_path` (usually `public`).
     pub schema: Option<String>,
+    /// Whether connections use TLS: by default none to this machine, required and verified to
+    /// any other host (see [`PostgresTls`]).
+    pub tls: PostgresTls,
+    /// A PEM file of CA certificates trusted besides Mozilla's roots (`webpki-roots`): a
+    /// private CA's certificate.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl PostgresOptions {
     /// Options with the defaults: a pool of 8, 10 s to connect, 5 s lock timeout, the default
-    /// schema.
+    /// schema, TLS [`Auto`](PostgresTls::Auto) with Mozilla's roots.
     pub fn new(url: impl Into<String>, instance: GatewayInstanceId) -> PostgresOptions {
         PostgresOptions {
             url: url.into(),
@@ -39,6 +48,8 @@ impl PostgresOptions {
             connect_timeout: Duration::from_secs(10),
             lock_timeout: Duration::from_secs(5),
             schema: None,
+            tls: PostgresTls::Auto,
+            ca_file: None,
         }
     }
 
@@ -57,6 +68,8 @@ impl fmt::Debug for PostgresOptions {
             .field("connect_timeout", &self.connect_timeout)
             .field("lock_timeout", &self.lock_timeout)
             .field("schema", &self.schema)
+            .field("tls", &self.tls)
+            .field("ca_file", &self.ca_file)
             .finish()
     }
 }

@@ -5,11 +5,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use clawgate_store::{Store, StoreError};
-use clawgate_store_postgres::{PostgresOptions, PostgresStore};
+use clawgate_store_postgres::{PostgresOptions, PostgresStore, PostgresTls};
 use clawgate_store_sqlite::{CommitHook, SqliteOptions, SqliteStore, Synchronous};
 use clawgate_types::GatewayInstanceId;
 
-use crate::config::{Config, StateBackend, SyncMode};
+use crate::config::{Config, PostgresTlsMode, StateBackend, SyncMode};
 
 /// The file in a state directory that keeps this gateway's instance id when the database is
 /// shared (a SQLite state keeps it in the database).
@@ -65,6 +65,12 @@ pub async fn open(
             let mut options = PostgresOptions::new(url, instance_id(state_dir)?);
             options.pool_size = usize::try_from(config.state.postgres_pool_size).unwrap_or(1);
             options.schema = config.state.postgres_schema.clone();
+            options.tls = match config.state.postgres_tls {
+                PostgresTlsMode::Auto => PostgresTls::Auto,
+                PostgresTlsMode::Require => PostgresTls::Require,
+                PostgresTlsMode::Disable => PostgresTls::Disable,
+            };
+            options.ca_file = config.state.postgres_ca_file.clone();
             Ok(Arc::new(PostgresStore::open(options).await?))
         }
     }

@@ -7,3 +7,4 @@ mod conformance;
 mod errors;
 mod migrations;
 mod shared;
+mod tls;

@@ -77,7 +77,7 @@ mod tests {
     use clawgate_types::SessionVisibility;
     use std::path::PathBuf;
 
-    use crate::config::{DurabilityPolicy, StateBackend};
+    use crate::config::{DurabilityPolicy, PostgresTlsMode, StateBackend};
 
     #[test]
     fn no_file_means_the_embedded_defaults() {
@@ -169,6 +169,37 @@ token_env = "QA_TOKEN"
         assert!(e.contains("`state.postgres_pool_size`"), "{e}");
         let e = error_of("[state]\npostgres_url = \"postgres://db\"\n");
         assert!(e.contains("postgres_url"), "unknown keys are refused: {e}");
+    }
+
+    #[test]
+    fn postgres_tls_is_auto_unless_named() {
+        let config = Config::default();
+        assert_eq!(config.state.postgres_tls, PostgresTlsMode::Auto);
+        assert_eq!(config.state.postgres_ca_file, None);
+        for (value, want) in [
+            ("auto", PostgresTlsMode::Auto),
+            ("require", PostgresTlsMode::Require),
+            ("disable", PostgresTlsMode::Disable),
+        ] {
+            let config = Config::parse(
+                &format!(
+                    "[state]\nbackend = \"postgres\"\npostgres_tls = \"{value}\"\n\
+                     postgres_ca_file = \"/etc/clawgate/pg-ca.pem\"\n"
+                ),
+                "clawgate.toml",
+            )
+            .expect("a valid [state] section");
+            assert_eq!(config.state.postgres_tls, want, "{value}");
+            assert_eq!(
+                config.state.postgres_ca_file.as_deref(),
+                Some(std::path::Path::new("/etc/clawgate/pg-ca.pem"))
+            );
+        }
+        let e = error_of("[state]\npostgres_tls = \"prefer\"\n");
+        assert!(
+            e.contains("`state.postgres_tls`") && e.contains("prefer"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -54,6 +54,12 @@ pub struct StateSection {
     /// PostgreSQL: the schema holding the tables (created if missing), so several independent
     /// states can share one database; unset, the server's default (`public`).
     pub postgres_schema: Option<String>,
+    /// PostgreSQL: TLS to the server. `auto`: none to a loopback host, `localhost` or a Unix
+    /// socket, required and verified to any other host.
+    pub postgres_tls: PostgresTlsMode,
+    /// PostgreSQL: a PEM file of CA certificates trusted besides Mozilla's roots (a private
+    /// CA that signed the server's certificate).
+    pub postgres_ca_file: Option<PathBuf>,
     /// How long a gateway's hold on a channel account lasts unrenewed: when a gateway sharing
     /// the database dies, another one takes its accounts after this (it renews every third).
     pub account_lease_secs: u64,
@@ -66,6 +72,8 @@ impl Default for StateSection {
             postgres_url_env: "CLAWGATE_POSTGRES_URL".into(),
             postgres_pool_size: 16,
             postgres_schema: None,
+            postgres_tls: PostgresTlsMode::Auto,
+            postgres_ca_file: None,
             account_lease_secs: 15,
         }
     }
@@ -79,6 +87,18 @@ pub enum StateBackend {
     Sqlite,
     /// A PostgreSQL database several gateways share.
     Postgres,
+}
+
+/// `[state] postgres_tls`: whether the connections to PostgreSQL use TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PostgresTlsMode {
+    /// No TLS to this machine; required, certificate and host name verified, to any other.
+    Auto,
+    /// TLS always, verified.
+    Require,
+    /// Never TLS: an explicit choice for a trusted private network or a tunnel.
+    Disable,
 }
 
 /// `[gateway]`: the loopback HTTP listener (web chat page and control API).
