@@ -23,6 +23,7 @@ use crate::release::project_root;
 mod acpx;
 mod awareness;
 mod gateway;
+mod instant;
 mod matrix;
 mod postgres;
 mod receive;

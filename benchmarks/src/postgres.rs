@@ -589,7 +589,7 @@ pub(crate) async fn drive(
 ) -> anyhow::Result<u64> {
     let done = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + duration;
-    let messenger = crate::send::bench_messenger(store.clone());
+    let messenger = crate::instant::bench_messenger(store.clone());
     let tasks: Vec<_> = (0..concurrency)
         .map(|task| {
             let (store, messenger, done) = (store.clone(), messenger.clone(), done.clone());
@@ -598,7 +598,7 @@ pub(crate) async fn drive(
                 while Instant::now() < deadline {
                     let n = (gateway << 40) | ((task as u64) << 24) | i;
                     match work {
-                        Work::Send => crate::send::one_send(&messenger, n).await?,
+                        Work::Send => crate::instant::one_send(&messenger, n).await?,
                         Work::Append => {
                             let intent = clawgate_store::testing::sample_intent(n, 0);
                             store.insert_intent(&intent, None).await?;
