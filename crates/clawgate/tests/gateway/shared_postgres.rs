@@ -154,7 +154,12 @@ async fn postgres_two_gateways_killed_in_turn_deliver_every_final_exactly_once()
         if let Some(gateway) = gateways[victim].take() {
             gateway.kill_hard();
         }
-        tokio::time::sleep(Duration::from_millis(rng.below(3 * MAX_KILL_DELAY_MS + 1))).await;
+        // Longer than the 1 s account lease plus a renewal interval: a killed holder's account
+        // moves to the other gateway before the victim comes back.
+        tokio::time::sleep(Duration::from_millis(
+            1_500 + rng.below(MAX_KILL_DELAY_MS + 1),
+        ))
+        .await;
         gateways[victim] = Some(start(&states[victim], &config, &url, seed));
     }
     for message in &messages[next..] {
