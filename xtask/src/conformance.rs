@@ -16,13 +16,17 @@ use anyhow::{Context as _, bail};
 
 use crate::cmd::{cargo, display, read_stdout};
 use crate::packaged;
+use crate::postgres::{self, Cluster};
 use crate::tidy::{self, CONFORMANCE, Package};
 
 /// The filter of every suite: the suites' macros generate their tests in `mod conformance`.
 const FILTER: &str = "conformance";
 
-/// The store suite: the `store` test target of this package.
-const STORE: (&str, &str) = ("clawgate-store", "store");
+/// The store suite on each backend: (backend, package, test target).
+const STORES: [(&str, &str, &str); 2] = [
+    ("sqlite", "clawgate-store-sqlite", "store"),
+    ("postgres", postgres::PACKAGE, postgres::TEST_TARGET),
+];
 
 /// One conformance suite: which test binaries it runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,16 +37,21 @@ struct Suite {
     target: Option<&'static str>,
 }
 
-/// Every suite: the store suite on every backend, and the adapter contract suite in every
-/// package that (dev-)depends on `clawgate-conformance` (channel crates running it against their
-/// platform, the e2e package against the QA platform), so a new channel crate's suite runs
-/// without being listed here.
-fn suites(packages: &[Package]) -> Vec<Suite> {
-    let mut suites = vec![Suite {
-        name: "store".into(),
-        package: STORE.0.into(),
-        target: Some(STORE.1),
-    }];
+/// Every suite: the store suite on every backend (PostgreSQL's unless `with_postgres` is
+/// false, i.e. `CLAWGATE_TEST_PG=0`), and the adapter contract suite in every package that
+/// (dev-)depends on `clawgate-conformance` (channel crates running it against their platform,
+/// the e2e package against the QA platform), so a new channel crate's suite runs without being
+/// listed here.
+fn suites(packages: &[Package], with_postgres: bool) -> Vec<Suite> {
+    let mut suites: Vec<Suite> = STORES
+        .iter()
+        .filter(|(backend, _, _)| with_postgres || *backend != "postgres")
+        .map(|(backend, package, target)| Suite {
+            name: format!("store ({backend})"),
+            package: (*package).to_owned(),
+            target: Some(*target),
+        })
+        .collect();
     // The suite's own tests run it against the SDK's in-memory channel.
     let mut adapters: Vec<&str> = packages
         .iter()
@@ -198,8 +207,22 @@ fn count_listed(list: &str) -> usize {
     list.lines().filter(|line| line.ends_with(": test")).count()
 }
 
-/// `cargo xtask conformance`: every suite, on test binaries built from the repository.
+/// `cargo xtask conformance`: every suite, on test binaries built from the repository. The
+/// PostgreSQL suite runs on `CLAWGATE_TEST_PG_URL` when it is set, else on a throwaway cluster
+/// started for this run (none with `CLAWGATE_TEST_PG=0`).
 pub(crate) fn run() -> anyhow::Result<()> {
+    let _cluster = if postgres::left_out() || std::env::var_os(postgres::URL_VAR).is_some() {
+        None
+    } else {
+        let cluster = Cluster::start().with_context(|| {
+            format!(
+                "cannot start a PostgreSQL cluster for the store suite (set {}=0 to leave it out)",
+                postgres::SWITCH_VAR
+            )
+        })?;
+        crate::cmd::export_to_children(cluster.exports());
+        Some(cluster)
+    };
     run_on(&tidy::workspace()?, vec![cargo(build_args(&[]))])
 }
 
@@ -218,7 +241,7 @@ pub(crate) fn run_after_ci_tests() -> anyhow::Result<()> {
 
 /// Every suite of `packages`, on the test binaries the `builds` make (or find already made).
 fn run_on(packages: &[Package], builds: Vec<Command>) -> anyhow::Result<()> {
-    let suites = suites(packages);
+    let suites = suites(packages, !postgres::left_out());
     let mut binaries = Vec::new();
     for mut build in builds {
         println!("conformance: {}", display(&build));
@@ -342,14 +365,21 @@ mod tests {
             package("clawgate-channel-qa", &[("clawgate-channel-sdk", Normal)]),
         ];
         assert_eq!(
-            lines(&suites(&packages)),
+            lines(&suites(&packages, true)),
             [
-                "store: clawgate-store store",
+                "store (sqlite): clawgate-store-sqlite store",
+                "store (postgres): clawgate-store-postgres postgres",
                 "adapter (clawgate-channel-matrix): clawgate-channel-matrix (every test target)",
                 "adapter (clawgate-conformance): clawgate-conformance (every test target)",
                 "adapter (clawgate-e2e): clawgate-e2e (every test target)",
             ]
         );
+        let without_postgres = lines(&suites(&packages, false));
+        assert!(
+            !without_postgres.iter().any(|line| line.contains("postgres")),
+            "{without_postgres:?}"
+        );
+        assert_eq!(without_postgres.len(), 4, "{without_postgres:?}");
     }
 
     #[test]
@@ -367,8 +397,8 @@ mod tests {
 
     #[test]
     fn test_binaries_are_found_in_cargo_messages_and_suites_pick_theirs() {
-        let messages = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/crates/clawgate-store#0.1.0","manifest_path":"/w/crates/clawgate-store/Cargo.toml","target":{"name":"store"},"profile":{"test":true},"executable":"/t/debug/deps/store-1"}
-{"reason":"compiler-artifact","package_id":"path+file:///w/crates/clawgate-store#0.1.0","manifest_path":"/w/crates/clawgate-store/Cargo.toml","target":{"name":"clawgate_store"},"profile":{"test":true},"executable":"/t/debug/deps/clawgate_store-2"}
+        let messages = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/crates/clawgate-store-sqlite#0.1.0","manifest_path":"/w/crates/clawgate-store-sqlite/Cargo.toml","target":{"name":"store"},"profile":{"test":true},"executable":"/t/debug/deps/store-1"}
+{"reason":"compiler-artifact","package_id":"path+file:///w/crates/clawgate-store-sqlite#0.1.0","manifest_path":"/w/crates/clawgate-store-sqlite/Cargo.toml","target":{"name":"clawgate_store_sqlite"},"profile":{"test":true},"executable":"/t/debug/deps/clawgate_store-2"}
 {"reason":"compiler-artifact","package_id":"registry+https://github.com/rust-lang/crates.io-index#tokio@1.54.0","manifest_path":"/r/tokio/Cargo.toml","target":{"name":"tokio"},"profile":{"test":false},"executable":null}
 {"reason":"compiler-artifact","package_id":"path+file:///w/channels/x#clawgate-channel-x@0.1.0","manifest_path":"/w/channels/x/Cargo.toml","target":{"name":"x"},"profile":{"test":true},"executable":"/t/debug/deps/x-3"}
 {"reason":"build-finished","success":true}
@@ -378,7 +408,7 @@ Compiling is not JSON and is skipped
         assert_eq!(binaries.len(), 3, "{binaries:?}");
         assert_eq!(binaries[2].package, "clawgate-channel-x");
         assert_eq!(binaries[2].dir, Path::new("/w/channels/x"));
-        let store = &suites(&[])[0];
+        let store = &suites(&[], false)[0];
         let picked: Vec<&str> = store
             .binaries(&binaries)
             .iter()
@@ -386,8 +416,8 @@ Compiling is not JSON and is skipped
             .collect();
         assert_eq!(picked, ["store"]);
         let adapter = Suite {
-            name: "adapter (clawgate-store)".into(),
-            package: "clawgate-store".into(),
+            name: "adapter (clawgate-store-sqlite)".into(),
+            package: "clawgate-store-sqlite".into(),
             target: None,
         };
         assert_eq!(adapter.binaries(&binaries).len(), 2);
@@ -395,8 +425,20 @@ Compiling is not JSON and is skipped
 
     #[test]
     fn the_real_workspace_runs_the_qa_and_memory_suites() {
-        let suites = suites(&tidy::workspace().expect("cargo metadata runs"));
+        let packages = tidy::workspace().expect("cargo metadata runs");
+        let suites = suites(&packages, true);
+        // A renamed or moved backend crate must not leave its store suite pointing nowhere.
+        for suite in suites.iter().filter(|suite| suite.name.starts_with("store")) {
+            assert!(
+                packages.iter().any(|package| package.name == suite.package),
+                "{}: no workspace package `{}`",
+                suite.name,
+                suite.package
+            );
+        }
         for name in [
+            "store (sqlite)",
+            "store (postgres)",
             "adapter (clawgate-channel-qa)",
             "adapter (clawgate-conformance)",
         ] {
