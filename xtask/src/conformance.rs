@@ -376,7 +376,9 @@ mod tests {
         );
         let without_postgres = lines(&suites(&packages, false));
         assert!(
-            !without_postgres.iter().any(|line| line.contains("postgres")),
+            !without_postgres
+                .iter()
+                .any(|line| line.contains("postgres")),
             "{without_postgres:?}"
         );
         assert_eq!(without_postgres.len(), 4, "{without_postgres:?}");
@@ -428,7 +430,10 @@ Compiling is not JSON and is skipped
         let packages = tidy::workspace().expect("cargo metadata runs");
         let suites = suites(&packages, true);
         // A renamed or moved backend crate must not leave its store suite pointing nowhere.
-        for suite in suites.iter().filter(|suite| suite.name.starts_with("store")) {
+        for suite in suites
+            .iter()
+            .filter(|suite| suite.name.starts_with("store"))
+        {
             assert!(
                 packages.iter().any(|package| package.name == suite.package),
                 "{}: no workspace package `{}`",
