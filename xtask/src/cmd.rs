@@ -17,7 +17,8 @@ pub(crate) fn project_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Variables every cargo command started from here is given (the CI run's test cluster URL):
+/// Variables every cargo command (and test binary) started from here is given (the CI run's
+/// test cluster URL):
 /// this process cannot set its own environment without `unsafe`.
 static CHILD_ENV: OnceLock<Vec<(String, String)>> = OnceLock::new();
 
@@ -38,6 +39,13 @@ where
         .args(args.into_iter().map(Into::into))
         .current_dir(project_root())
         .env("CARGO_TERM_COLOR", term_color());
+    with_exports(&mut command);
+    command
+}
+
+/// Gives `command` the variables [`export_to_children`] set: for what is started without
+/// cargo (the test binaries the conformance step runs).
+pub(crate) fn with_exports(command: &mut Command) -> &mut Command {
     if let Some(vars) = CHILD_ENV.get() {
         command.envs(vars.iter().map(|(name, value)| (name, value)));
     }

@@ -14,7 +14,7 @@ use std::process::Command;
 
 use anyhow::{Context as _, bail};
 
-use crate::cmd::{cargo, display, read_stdout};
+use crate::cmd::{cargo, display, read_stdout, with_exports};
 use crate::packaged;
 use crate::postgres::{self, Cluster};
 use crate::tidy::{self, CONFORMANCE, Package};
@@ -163,6 +163,8 @@ impl TestBinary {
         if let Some(cargo) = std::env::var_os("CARGO") {
             command.env("CARGO", cargo);
         }
+        // The PostgreSQL suite's server (`CLAWGATE_TEST_PG_URL`), as the test steps had it.
+        with_exports(&mut command);
         command
     }
 }
