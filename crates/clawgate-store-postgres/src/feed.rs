@@ -1,5 +1,6 @@
 //! The change feed: a dedicated connection `LISTEN`s on `clawgate_changes`, which every write
-//! other gateways must see notifies in its own transaction (triggers of the schema). A lost
+//! of signal events and watch cursors notifies in its own transaction (triggers of the schema;
+//! the send path is left out on purpose, migration 0003 says why). A lost
 //! connection is made again; the notifications of the gap are lost with it, so the feed then
 //! announces one change and consumers re-read.
 

@@ -39,10 +39,15 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "account_leases",
         sql: include_str!("../migrations/0002_account_leases.sql"),
     },
+    Migration {
+        version: 3,
+        name: "quiet_send_path",
+        sql: include_str!("../migrations/0003_quiet_send_path.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS clawgate_schema_migrations (
     version    BIGINT PRIMARY KEY,

@@ -447,7 +447,9 @@ pub trait NoticeCursorStore: Send + Sync {
 }
 
 /// Announces commits made to the same database through other connections — other gateway
-/// processes (and this process's own writer: consumers must be idempotent).
+/// processes (and this process's own writer: consumers must be idempotent). What must be
+/// announced is every commit of signal events and watch cursors (notices depend on nothing
+/// else); a backend may announce more (SQLite announces every commit, PostgreSQL only those).
 pub trait ChangeFeed: Send + Sync {
     /// A receiver whose value changes after such a commit, checked every `interval`. Many
     /// commits between checks are announced once. The sender is dropped (the receiver's
