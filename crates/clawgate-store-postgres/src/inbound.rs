@@ -2,6 +2,7 @@
 //! watermarks.
 
 use async_trait::async_trait;
+use clawgate_store::codec;
 use clawgate_store::{
     InboundKey, InboundRecord, InboundStatus, InboundStore, RecordInboundOutcome, StoreError,
     StoreResult, WatermarkKey, WatermarkStore,
@@ -17,30 +18,18 @@ const COLUMNS: &str = "channel, account_id, event_id, status, attempts, payload,
                        received_at, updated_at";
 
 fn decode(row: &Row) -> DbResult<InboundRecord> {
-    let event_id: String = row.try_get(2)?;
-    let status: String = row.try_get(3)?;
-    let status = InboundStatus::parse(&status).ok_or_else(|| {
-        StoreError::InvalidInput(format!(
-            "inbound record {event_id} has unknown status {status:?}"
-        ))
-    })?;
-    let payload: &str = row.try_get(5)?;
-    let payload = clawgate_types::from_json(payload).map_err(|source| StoreError::Decode {
-        what: "inbound record",
-        id: event_id.clone(),
-        source,
-    })?;
-    Ok(InboundRecord {
+    Ok(codec::InboundRow {
         channel: row.try_get(0)?,
         account_id: row.try_get(1)?,
-        event_id,
-        status,
-        attempts: u32_of(row.try_get(4)?),
-        payload,
+        event_id: row.try_get(2)?,
+        status: row.try_get(3)?,
+        attempts: row.try_get(4)?,
+        payload: row.try_get(5)?,
         last_error: row.try_get(6)?,
         received_at: row.try_get(7)?,
         updated_at: row.try_get(8)?,
-    })
+    }
+    .decode()?)
 }
 
 async fn load<C: GenericClient>(conn: &C, key: &InboundKey) -> DbResult<Option<InboundRecord>> {

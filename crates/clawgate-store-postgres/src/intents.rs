@@ -194,12 +194,7 @@ async fn save<C: GenericClient>(
     claim: Option<&Claim>,
 ) -> DbResult<()> {
     let id = intent.id.as_str();
-    expected
-        .transition_to(intent.status)
-        .map_err(|source| StoreError::IllegalTransition {
-            id: id.to_owned(),
-            source,
-        })?;
+    codec::check_transition(id, expected, intent.status)?;
     // One guarded UPDATE does the compare-and-set and the write; only when it changes nothing
     // is the row read again (locked, so the answer holds), to say why.
     let write = claim_write(intent, claim);

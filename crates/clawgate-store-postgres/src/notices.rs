@@ -12,7 +12,7 @@ use crate::errors::DbResult;
 use crate::signals::{CURSOR_COLUMNS, append, check_summary, decode_cursor, load_cursor};
 use crate::{PostgresStore, i64_of, u64_of};
 
-use clawgate_store::codec::notifying_kinds;
+use clawgate_store::codec::{self, notifying_kinds};
 
 async fn open_notices<C: GenericClient>(
     conn: &C,
@@ -55,24 +55,11 @@ async fn consume<C: GenericClient>(
 ) -> DbResult<ConsumedNotice> {
     // The row lock makes the check of `acked_version` and the move one step: of two gateways
     // consuming the same notice, the second waits, then reads the moved cursor and acks nothing.
-    let Some(mut cursor) = load_cursor(conn, watcher, target, true).await? else {
-        return Ok(ConsumedNotice {
-            cursor: None,
-            acked: false,
-            reopened: false,
-        });
-    };
-    let frozen = match cursor.notified_version {
-        Some(frozen) if cursor.acked_version == seen => frozen,
-        // Nothing pending, or the notice the caller saw was already consumed elsewhere.
-        _ => {
-            return Ok(ConsumedNotice {
-                cursor: Some(cursor),
-                acked: false,
-                reopened: false,
-            });
-        }
-    };
+    let (mut cursor, frozen) =
+        match codec::notice_to_ack(load_cursor(conn, watcher, target, true).await?, seen) {
+            codec::NoticeToAck::Pending { cursor, frozen } => (cursor, frozen),
+            codec::NoticeToAck::Nothing(unchanged) => return Ok(unchanged),
+        };
     let stmt = conn
         .prepare_cached(
             "SELECT (SELECT MAX(sequence) FROM session_state_events
@@ -86,22 +73,12 @@ async fn consume<C: GenericClient>(
     let row = conn
         .query_one(&stmt, &[&target, &i64_of(frozen.0), &watcher, &kinds])
         .await?;
-    let newest_material: Option<i64> = row.try_get(0)?;
-    let head = u64_of(row.try_get::<_, Option<i64>>(1)?.unwrap_or(0));
-    let pruned_through = u64_of(row.try_get::<_, Option<i64>>(2)?.unwrap_or(0));
-    let reopen_at = match newest_material {
-        Some(seq) => Some(StateVersion(u64_of(seq))),
-        // Pruned history after the watermark may have held material work: say so once.
-        None if pruned_through > frozen.0 => Some(StateVersion(head)),
-        None => None,
+    let after = codec::AfterWatermark {
+        newest_material: row.try_get::<_, Option<i64>>(0)?.map(u64_of),
+        head: u64_of(row.try_get::<_, Option<i64>>(1)?.unwrap_or(0)),
+        pruned_through: u64_of(row.try_get::<_, Option<i64>>(2)?.unwrap_or(0)),
     };
-    cursor.acked_version = frozen;
-    cursor.notified_version = reopen_at;
-    cursor.material_version = cursor
-        .material_version
-        .max(frozen)
-        .max(reopen_at.unwrap_or(frozen));
-    cursor.updated_at = now;
+    let consumed = codec::ack_notice(&mut cursor, frozen, after, now);
     let stmt = conn
         .prepare_cached(
             "UPDATE session_watch_cursors SET acked_version = $3, notified_version = $4,
@@ -121,11 +98,7 @@ async fn consume<C: GenericClient>(
         ],
     )
     .await?;
-    Ok(ConsumedNotice {
-        cursor: Some(cursor),
-        acked: true,
-        reopened: reopen_at.is_some(),
-    })
+    Ok(consumed)
 }
 
 #[async_trait]

@@ -6,6 +6,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::SqliteStore;
 use super::errors::DbResult;
+use clawgate_store::codec::InboundRow;
 use clawgate_store::{
     InboundKey, InboundRecord, InboundStatus, RecordInboundOutcome, WatermarkKey,
 };
@@ -22,65 +23,22 @@ pub(super) const COMPLETED_BEFORE: &str = "SELECT rowid FROM inbound_records
 const SELECT_INBOUND: &str = "SELECT channel, account_id, event_id, status, attempts, payload,
     last_error, received_at, updated_at FROM inbound_records";
 
-type RawInbound = (
-    String,
-    String,
-    String,
-    String,
-    i64,
-    String,
-    Option<String>,
-    i64,
-    i64,
-);
-
-fn raw_row(r: &Row<'_>) -> rusqlite::Result<RawInbound> {
-    Ok((
-        r.get(0)?,
-        r.get(1)?,
-        r.get(2)?,
-        r.get(3)?,
-        r.get(4)?,
-        r.get(5)?,
-        r.get(6)?,
-        r.get(7)?,
-        r.get(8)?,
-    ))
+fn raw_row(r: &Row<'_>) -> rusqlite::Result<InboundRow> {
+    Ok(InboundRow {
+        channel: r.get(0)?,
+        account_id: r.get(1)?,
+        event_id: r.get(2)?,
+        status: r.get(3)?,
+        attempts: r.get(4)?,
+        payload: r.get(5)?,
+        last_error: r.get(6)?,
+        received_at: r.get(7)?,
+        updated_at: r.get(8)?,
+    })
 }
 
-fn decode(raw: RawInbound) -> DbResult<InboundRecord> {
-    let (
-        channel,
-        account_id,
-        event_id,
-        status,
-        attempts,
-        payload,
-        last_error,
-        received_at,
-        updated_at,
-    ) = raw;
-    let status = InboundStatus::parse(&status).ok_or_else(|| {
-        StoreError::InvalidInput(format!(
-            "inbound record {event_id} has unknown status {status:?}"
-        ))
-    })?;
-    let payload = clawgate_types::from_json(&payload).map_err(|source| StoreError::Decode {
-        what: "inbound record",
-        id: event_id.clone(),
-        source,
-    })?;
-    Ok(InboundRecord {
-        channel,
-        account_id,
-        event_id,
-        status,
-        attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
-        payload,
-        last_error,
-        received_at,
-        updated_at,
-    })
+fn decode(raw: InboundRow) -> DbResult<InboundRecord> {
+    Ok(raw.decode()?)
 }
 
 fn load(conn: &Connection, key: &InboundKey) -> DbResult<Option<InboundRecord>> {

@@ -281,12 +281,7 @@ fn save(
     claim: Option<&Claim>,
 ) -> DbResult<()> {
     let id = intent.id.as_str();
-    expected
-        .transition_to(intent.status)
-        .map_err(|source| StoreError::IllegalTransition {
-            id: id.to_owned(),
-            source,
-        })?;
+    codec::check_transition(id, expected, intent.status)?;
     // One guarded UPDATE does the compare-and-set (status, claim) and the write; only when it
     // changes nothing is the row read again, to say why.
     let write = claim_write(intent, claim);

@@ -16,7 +16,7 @@ use clawgate_store::{AppendWithNotices, ConsumedNotice, NewSessionEvent, WatchCu
 use clawgate_store::{ChangeFeed, NoticeCursorStore};
 use clawgate_store::{StoreError, StoreResult};
 
-use clawgate_store::codec::notifying_kinds;
+use clawgate_store::codec::{self, notifying_kinds};
 
 fn open_notices(
     conn: &Connection,
@@ -53,23 +53,10 @@ fn consume(
     seen: StateVersion,
     now: UnixMillis,
 ) -> DbResult<ConsumedNotice> {
-    let Some(mut cursor) = load_cursor(conn, watcher, target)? else {
-        return Ok(ConsumedNotice {
-            cursor: None,
-            acked: false,
-            reopened: false,
-        });
-    };
-    let frozen = match cursor.notified_version {
-        Some(frozen) if cursor.acked_version == seen => frozen,
-        // Nothing pending, or the notice the caller saw was already consumed elsewhere.
-        _ => {
-            return Ok(ConsumedNotice {
-                cursor: Some(cursor),
-                acked: false,
-                reopened: false,
-            });
-        }
+    let (mut cursor, frozen) = match codec::notice_to_ack(load_cursor(conn, watcher, target)?, seen)
+    {
+        codec::NoticeToAck::Pending { cursor, frozen } => (cursor, frozen),
+        codec::NoticeToAck::Nothing(unchanged) => return Ok(unchanged),
     };
     let kinds = notifying_kinds();
     let placeholders = (0..kinds.len())
@@ -90,19 +77,12 @@ fn consume(
         ))?
         .query_row(rusqlite::params_from_iter(args), |r| r.get(0))?;
     let head = head(conn, target)?;
-    let reopen_at = match newest_material {
-        Some(seq) => Some(StateVersion(u64::try_from(seq).unwrap_or(0))),
-        // Pruned history after the watermark may have held material work: say so once.
-        None if head.pruned_through > frozen.0 => Some(head.state_version),
-        None => None,
+    let after = codec::AfterWatermark {
+        newest_material: newest_material.map(|seq| u64::try_from(seq).unwrap_or(0)),
+        head: head.state_version.0,
+        pruned_through: head.pruned_through,
     };
-    cursor.acked_version = frozen;
-    cursor.notified_version = reopen_at;
-    cursor.material_version = cursor
-        .material_version
-        .max(frozen)
-        .max(reopen_at.unwrap_or(frozen));
-    cursor.updated_at = now;
+    let consumed = codec::ack_notice(&mut cursor, frozen, after, now);
     conn.prepare_cached(
         "UPDATE session_watch_cursors SET acked_version = ?3, notified_version = ?4,
              material_version = ?5, updated_at = ?6
@@ -116,11 +96,7 @@ fn consume(
         i64_of(cursor.material_version.0),
         now,
     ])?;
-    Ok(ConsumedNotice {
-        cursor: Some(cursor),
-        acked: true,
-        reopened: reopen_at.is_some(),
-    })
+    Ok(consumed)
 }
 
 #[async_trait]

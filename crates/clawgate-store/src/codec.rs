@@ -1,15 +1,19 @@
 //! What every backend stores and refuses the same way: versioned JSON payloads, the column
-//! spelling of enums, the session-key and summary checks, and the reasons a guarded intent save
-//! is refused. Backends call these, so a row written by one reads the same in another and an
-//! error says the same thing whichever database is behind the ports.
+//! spelling of enums, the session-key and summary checks, the reasons a guarded intent save
+//! is refused, the decoding of an inbound row, and the notice protocol's consume step.
+//! Backends call these, so a row written by one reads the same in another, an error says the
+//! same thing whichever database is behind the ports, and the protocol has one definition.
 
 use clawgate_types::{
-    DurableSendIntent, IntentStatus, SessionKey, SessionStateEventKind, from_json, to_json,
+    DurableSendIntent, IntentStatus, SessionKey, SessionStateEventKind, StateVersion, UnixMillis,
+    from_json, to_json,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::model::{Claim, NewSessionEvent, WatchCursor};
+use crate::model::{
+    Claim, ConsumedNotice, InboundRecord, InboundStatus, NewSessionEvent, WatchCursor,
+};
 use crate::{StoreError, StoreResult};
 
 /// Payload format of stored send intents.
@@ -222,4 +226,204 @@ pub fn refused_save(
         });
     }
     None
+}
+
+/// A save may move an intent only along the lifecycle's transitions.
+pub fn check_transition(id: &str, from: IntentStatus, to: IntentStatus) -> StoreResult<()> {
+    from.transition_to(to)
+        .map_err(|source| StoreError::IllegalTransition {
+            id: id.to_owned(),
+            source,
+        })?;
+    Ok(())
+}
+
+/// An inbound record's columns as the database returns them.
+#[derive(Debug, Clone)]
+pub struct InboundRow {
+    pub channel: String,
+    pub account_id: String,
+    pub event_id: String,
+    pub status: String,
+    pub attempts: i64,
+    pub payload: String,
+    pub last_error: Option<String>,
+    pub received_at: i64,
+    pub updated_at: i64,
+}
+
+impl InboundRow {
+    /// The record, or what about the row cannot be read.
+    pub fn decode(self) -> StoreResult<InboundRecord> {
+        let status = InboundStatus::parse(&self.status).ok_or_else(|| {
+            StoreError::InvalidInput(format!(
+                "inbound record {} has unknown status {:?}",
+                self.event_id, self.status
+            ))
+        })?;
+        let payload = from_json(&self.payload).map_err(|source| StoreError::Decode {
+            what: "inbound record",
+            id: self.event_id.clone(),
+            source,
+        })?;
+        Ok(InboundRecord {
+            channel: self.channel,
+            account_id: self.account_id,
+            event_id: self.event_id,
+            status,
+            attempts: u32::try_from(self.attempts).unwrap_or(u32::MAX),
+            payload,
+            last_error: self.last_error,
+            received_at: self.received_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+/// The notice protocol, first half of a consume: what a cursor holds for a caller who saw the
+/// notice at `seen`.
+#[derive(Debug, Clone)]
+pub enum NoticeToAck {
+    /// A pending notice, frozen at `frozen`, to acknowledge with [`ack_notice`].
+    Pending {
+        cursor: WatchCursor,
+        frozen: StateVersion,
+    },
+    /// Nothing to acknowledge (no cursor, nothing pending, or the notice was consumed
+    /// elsewhere): the answer as it is.
+    Nothing(ConsumedNotice),
+}
+
+/// The notice of `cursor` (as locked or read in the consume's transaction) the caller saw at
+/// `seen`.
+pub fn notice_to_ack(cursor: Option<WatchCursor>, seen: StateVersion) -> NoticeToAck {
+    let unchanged = |cursor| {
+        NoticeToAck::Nothing(ConsumedNotice {
+            cursor,
+            acked: false,
+            reopened: false,
+        })
+    };
+    match cursor {
+        Some(cursor) => match cursor.notified_version {
+            Some(frozen) if cursor.acked_version == seen => NoticeToAck::Pending { cursor, frozen },
+            _ => unchanged(Some(cursor)),
+        },
+        None => unchanged(None),
+    }
+}
+
+/// What the target's log holds after a notice's frozen watermark, read by the backend in the
+/// same transaction as the consume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AfterWatermark {
+    /// The newest material event of another actor after the watermark.
+    pub newest_material: Option<u64>,
+    /// The target's head.
+    pub head: u64,
+    /// Events up to here were pruned.
+    pub pruned_through: u64,
+}
+
+/// The notice protocol, second half: acknowledges the notice frozen at `frozen` on `cursor`
+/// and reopens exactly one when material work of another actor came after it — or when pruned
+/// history after the watermark may have held some (said once, at the head). The backend
+/// writes the cursor's versions and `updated_at` as they are afterwards.
+pub fn ack_notice(
+    cursor: &mut WatchCursor,
+    frozen: StateVersion,
+    after: AfterWatermark,
+    now: UnixMillis,
+) -> ConsumedNotice {
+    let reopen_at = match after.newest_material {
+        Some(sequence) => Some(StateVersion(sequence)),
+        None if after.pruned_through > frozen.0 => Some(StateVersion(after.head)),
+        None => None,
+    };
+    cursor.acked_version = frozen;
+    cursor.notified_version = reopen_at;
+    cursor.material_version = cursor
+        .material_version
+        .max(frozen)
+        .max(reopen_at.unwrap_or(frozen));
+    cursor.updated_at = now;
+    ConsumedNotice {
+        cursor: Some(cursor.clone()),
+        acked: true,
+        reopened: reopen_at.is_some(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::WatchSource;
+
+    fn cursor(acked: u64, notified: Option<u64>) -> WatchCursor {
+        WatchCursor {
+            watcher_key: SessionKey::parse("agent:main:main").unwrap(),
+            target_key: SessionKey::parse("agent:main:child").unwrap(),
+            acked_version: StateVersion(acked),
+            notified_version: notified.map(StateVersion),
+            material_version: StateVersion(notified.unwrap_or(acked)),
+            source: WatchSource::Spawn,
+            created_at: 1,
+            updated_at: 1,
+        }
+    }
+
+    fn pending(cursor: WatchCursor, seen: u64) -> Option<(WatchCursor, StateVersion)> {
+        match notice_to_ack(Some(cursor), StateVersion(seen)) {
+            NoticeToAck::Pending { cursor, frozen } => Some((cursor, frozen)),
+            NoticeToAck::Nothing(answer) => {
+                assert!(!answer.acked && !answer.reopened && answer.cursor.is_some());
+                None
+            }
+        }
+    }
+
+    #[test]
+    fn only_the_notice_the_caller_saw_is_acknowledged() {
+        assert!(pending(cursor(2, Some(5)), 2).is_some());
+        assert!(
+            pending(cursor(2, Some(5)), 1).is_none(),
+            "consumed elsewhere"
+        );
+        assert!(pending(cursor(5, None), 5).is_none(), "nothing pending");
+        assert!(matches!(
+            notice_to_ack(None, StateVersion(0)),
+            NoticeToAck::Nothing(ConsumedNotice { cursor: None, .. })
+        ));
+    }
+
+    #[test]
+    fn an_ack_reopens_once_for_later_material_work_or_pruned_history() {
+        let ack = |after: AfterWatermark| {
+            let mut c = cursor(2, Some(5));
+            let answer = ack_notice(&mut c, StateVersion(5), after, 9);
+            assert!(answer.acked);
+            assert_eq!((c.acked_version, c.updated_at), (StateVersion(5), 9));
+            (answer.reopened, c.notified_version, c.material_version)
+        };
+        let quiet = AfterWatermark {
+            newest_material: None,
+            head: 7,
+            pruned_through: 3,
+        };
+        assert_eq!(ack(quiet), (false, None, StateVersion(5)));
+        let material = AfterWatermark {
+            newest_material: Some(6),
+            ..quiet
+        };
+        assert_eq!(
+            ack(material),
+            (true, Some(StateVersion(6)), StateVersion(6))
+        );
+        // What was pruned after the watermark may have been material: one notice at the head.
+        let pruned = AfterWatermark {
+            pruned_through: 6,
+            ..quiet
+        };
+        assert_eq!(ack(pruned), (true, Some(StateVersion(7)), StateVersion(7)));
+    }
 }
