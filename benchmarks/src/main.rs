@@ -131,8 +131,9 @@ fn usage() -> String {
         text.push_str(&format!("  {:<10} {}\n", suite.name(), suite.summary()));
     }
     text.push_str(&format!(
-        "\n`--backend` defaults to `both` when PostgreSQL is at hand: {} (a superuser URL), or \
-         a throwaway cluster this run starts and stops (fsync on).\n",
+        "\n`--backend` defaults to `both` when {} names a PostgreSQL server (a superuser URL); \
+         `cargo xtask bench` sets it to a throwaway cluster it starts and stops (fsync on) \
+         unless `--backend sqlite` is given or the variable is already set.\n",
         postgres::URL_VAR
     ));
     text.push_str("\n`<suite> --help` or `help` prints this text.\n");

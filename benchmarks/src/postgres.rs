@@ -1,10 +1,10 @@
 //! PostgreSQL beside SQLite for `bench store` and `bench send`: the server
-//! (`CLAWGATE_BENCH_PG_URL`, or a throwaway cluster started here with fsync on), the settings
+//! (`CLAWGATE_BENCH_PG_URL`; `cargo xtask bench` starts a throwaway cluster with fsync on and
+//! sets it, with the same cluster start-up the tests use), the settings
 //! that decide durability, `pgbench`'s simple insert rate on the same server as the baseline, and
 //! a second gateway run as a second process of this binary.
 
 use std::io::Write as _;
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use clawgate_store_postgres::{PostgresOptions, PostgresStore};
 use clawgate_types::GatewayInstanceId;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-/// A superuser URL of the server to measure; unset, the bench starts a cluster of its own.
+/// A superuser URL of the server to measure.
 pub(crate) const URL_VAR: &str = "CLAWGATE_BENCH_PG_URL";
 /// How the second gateway process gets the URL: the environment, never its command line.
 const WORKER_URL_VAR: &str = "CLAWGATE_BENCH_WORKER_PG_URL";
@@ -34,10 +34,8 @@ const PGBENCH_SECONDS: u64 = 6;
 /// The scratch database pgbench initialises (dropped again at the end).
 const PGBENCH_DB: &str = "clawgate_bench_pgbench";
 
-/// Debian keeps each major version's server binaries here.
+/// Debian keeps each major version's server binaries (pgbench among them) here.
 const DEBIAN_ROOT: &str = "/usr/lib/postgresql";
-/// `initdb` and the server refuse to run as root: root runs them as this user.
-const SYSTEM_USER: &str = "postgres";
 
 /// Which stores a run measures (`--backend`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,15 +63,14 @@ impl Backend {
         matches!(self, Backend::Postgres | Backend::Both)
     }
 
-    /// Without `--backend`: both when a server can be had (a URL, or a local PostgreSQL to
-    /// start one with), else SQLite alone, saying why.
+    /// Without `--backend`: both when a server is given, else SQLite alone, saying why.
     pub(crate) fn default_for_machine() -> Backend {
-        if std::env::var_os(URL_VAR).is_some() || find_bin("initdb").is_some() {
+        if std::env::var_os(URL_VAR).is_some() {
             Backend::Both
         } else {
             println!(
-                "note: PostgreSQL left out: {URL_VAR} is unset and no {DEBIAN_ROOT}/<version>/bin/\
-                 initdb exists (install postgresql or set {URL_VAR})"
+                "note: PostgreSQL left out: {URL_VAR} is unset (`cargo xtask bench` sets it to a \
+                 throwaway cluster when Debian's postgresql is installed)"
             );
             Backend::Sqlite
         }
@@ -83,7 +80,7 @@ impl Backend {
 /// What went wrong reaching or measuring PostgreSQL, and what to do about it.
 #[derive(Debug)]
 pub(crate) enum PgBenchError {
-    /// Neither a URL nor a local server to start.
+    /// No URL of a server to measure.
     ServerUnavailable,
     /// pgbench is not installed.
     PgbenchNotInstalled,
@@ -96,8 +93,8 @@ impl std::fmt::Display for PgBenchError {
         match self {
             PgBenchError::ServerUnavailable => write!(
                 f,
-                "no PostgreSQL server to measure: set {URL_VAR} to a superuser URL, or install \
-                 Debian's postgresql so the bench can start a throwaway cluster (or pass \
+                "no PostgreSQL server to measure: set {URL_VAR} to a superuser URL, or run the \
+                 suite through `cargo xtask bench`, which starts a throwaway cluster (or pass \
                  `--backend sqlite`)"
             ),
             PgBenchError::PgbenchNotInstalled => write!(
@@ -129,13 +126,6 @@ fn find_bin(program: &str) -> Option<PathBuf> {
     versions.pop().map(|(_, bin)| bin)
 }
 
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
-}
-
 /// Runs a command, its output shown only when it fails.
 fn quiet(command: &mut Command) -> anyhow::Result<std::process::Output> {
     let output = command
@@ -160,157 +150,23 @@ pub(crate) fn redacted(url: &str) -> String {
     PostgresOptions::new(url, instance).redacted_url()
 }
 
-/// A throwaway cluster on a free loopback port, trust on 127.0.0.1 only; dropping it stops the
-/// server (by pid if `pg_ctl stop` fails) and deletes its directory.
-#[derive(Debug)]
-struct Cluster {
-    dir: PathBuf,
-    bin: PathBuf,
-    port: u16,
-    as_system_user: bool,
-    pid: Option<u32>,
-}
-
-impl Cluster {
-    fn start() -> anyhow::Result<Cluster> {
-        let bin = find_bin("initdb").ok_or(PgBenchError::ServerUnavailable)?;
-        // The system temporary directory is on this machine's disk (fsync costs are the point)
-        // and, unlike the project's directory, reachable by the server's system user.
-        let dir = std::env::temp_dir().join(format!("clawgate-bench-pg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
-        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .and_then(|listener| listener.local_addr())
-            .context("cannot find a free loopback port")?
-            .port();
-        let mut cluster = Cluster {
-            dir,
-            bin,
-            port,
-            as_system_user: is_root(),
-            pid: None,
-        };
-        if cluster.as_system_user {
-            quiet(
-                Command::new("chown")
-                    .arg(format!("{SYSTEM_USER}:"))
-                    .arg(&cluster.dir),
-            )?;
-        }
-        let mut initdb = cluster.tool("initdb");
-        initdb.arg("-D").arg(cluster.data()).args([
-            "-U",
-            "postgres",
-            "-A",
-            "trust",
-            "-E",
-            "UTF8",
-            "--locale=C",
-        ]);
-        quiet(&mut initdb)?;
-        let hba = "# clawgate's throwaway bench cluster\nhost all all 127.0.0.1/32 trust\n";
-        std::fs::write(cluster.data().join("pg_hba.conf"), hba)
-            .context("cannot write pg_hba.conf")?;
-        // The server's durability defaults stay as they are (fsync, synchronous_commit,
-        // full_page_writes on): the figures are durable sends. Room for pgbench's clients and
-        // two gateways' pools.
-        let server_options = format!(
-            "-c listen_addresses=127.0.0.1 -p {} -k {} -c max_connections=300",
-            cluster.port,
-            cluster.dir.display()
-        );
-        let mut pg_ctl = cluster.tool("pg_ctl");
-        pg_ctl
-            .arg("-D")
-            .arg(cluster.data())
-            .arg("-l")
-            .arg(cluster.dir.join("server.log"))
-            .args(["-o", &server_options, "-w", "-t", "60", "start"]);
-        if let Err(error) = quiet(&mut pg_ctl) {
-            let log = std::fs::read_to_string(cluster.dir.join("server.log")).unwrap_or_default();
-            bail!("the bench cluster did not start: {error:#}\nserver log:\n{log}");
-        }
-        cluster.pid = std::fs::read_to_string(cluster.data().join("postmaster.pid"))
-            .ok()
-            .and_then(|text| text.lines().next()?.trim().parse().ok());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect((Ipv4Addr::LOCALHOST, cluster.port)).is_err() {
-            if Instant::now() > deadline {
-                bail!(
-                    "the bench cluster does not accept connections on port {}",
-                    cluster.port
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(cluster)
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-
-    fn data(&self) -> PathBuf {
-        self.dir.join("data")
-    }
-
-    fn tool(&self, program: &str) -> Command {
-        let path = self.bin.join(program);
-        let mut command = if self.as_system_user {
-            let mut runuser = Command::new("runuser");
-            runuser.args(["-u", SYSTEM_USER, "--"]).arg(path);
-            runuser
-        } else {
-            Command::new(path)
-        };
-        // The system user may not enter the caller's working directory.
-        command.current_dir(&self.dir);
-        command
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let mut stop = self.tool("pg_ctl");
-        stop.arg("-D")
-            .arg(self.data())
-            .args(["stop", "-m", "fast", "-w", "-t", "30"]);
-        if quiet(&mut stop).is_err()
-            && let Some(pid) = self.pid
-        {
-            // The postmaster by its pid, never by name: other clusters may run here.
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// The server a run measures.
 pub(crate) struct Server {
     url: String,
-    /// Held for its `Drop`: a cluster this run started.
-    cluster: Option<Cluster>,
-    /// Schemas and databases made by this run, dropped at the end on a server we did not start.
+    /// Schemas and databases made by this run, dropped at the end.
     schemas: std::sync::Mutex<Vec<String>>,
 }
 
 impl Server {
-    /// `CLAWGATE_BENCH_PG_URL`, else a throwaway cluster.
+    /// The server `CLAWGATE_BENCH_PG_URL` names.
     pub(crate) fn start() -> anyhow::Result<Server> {
-        let (url, cluster) = match std::env::var(URL_VAR) {
-            Ok(url) if !url.trim().is_empty() => (url, None),
-            _ => {
-                let cluster = Cluster::start()?;
-                (cluster.url(), Some(cluster))
-            }
-        };
-        Ok(Server {
-            url,
-            cluster,
-            schemas: std::sync::Mutex::default(),
-        })
+        match std::env::var(URL_VAR) {
+            Ok(url) if !url.trim().is_empty() => Ok(Server {
+                url,
+                schemas: std::sync::Mutex::default(),
+            }),
+            _ => Err(PgBenchError::ServerUnavailable.into()),
+        }
     }
 
     pub(crate) fn url(&self) -> &str {
@@ -319,17 +175,10 @@ impl Server {
 
     /// Where the figures come from, without the password.
     pub(crate) fn describe(&self) -> String {
-        match &self.cluster {
-            Some(cluster) => format!(
-                "a throwaway cluster started by this run ({}, data in {})",
-                redacted(&self.url),
-                cluster.dir.display()
-            ),
-            None => format!("{URL_VAR} ({})", redacted(&self.url)),
-        }
+        format!("{URL_VAR} ({})", redacted(&self.url))
     }
 
-    /// A schema name no earlier run used; dropped at the end on a server we did not start.
+    /// A schema name no earlier run used; dropped at the end.
     pub(crate) fn fresh_schema(&self, label: &str) -> String {
         let mut schemas = self
             .schemas
@@ -343,11 +192,8 @@ impl Server {
         name
     }
 
-    /// Drops what this run made on a server it did not start (a cluster of its own goes whole).
+    /// Drops what this run made (the server may be one that outlives it).
     pub(crate) async fn clean_up(&self) -> anyhow::Result<()> {
-        if self.cluster.is_some() {
-            return Ok(());
-        }
         let client = connect(&self.url).await?;
         let schemas = std::mem::take(
             &mut *self

@@ -29,8 +29,12 @@ commands:
   migrate --state-dir DIR [--status]
                       apply the state database migrations in DIR (created if empty);
                       --status only shows each migration's state
-  bench store         store throughput beside a raw SQLite baseline from the same run
-  bench send          durable sends/s and recovery of 100,000 intents beside raw SQLite
+  bench store [--backend sqlite|postgres|both]
+                      store throughput beside a raw SQLite baseline from the same run
+  bench send [--backend sqlite|postgres|both]
+                      durable sends/s and recovery of 100,000 intents beside raw SQLite; on
+                      PostgreSQL at concurrency 64 and 512, one and two gateways, beside pgbench
+                      (PostgreSQL: CLAWGATE_BENCH_PG_URL, else a throwaway cluster, fsync on)
   bench receive       inbound events/s (normalize, dedupe, record, ack) beside raw SQLite
   bench awareness     signal log, changesSince, notice fan-out, pruning beside raw SQLite
   bench acpx          lease verifications/s on live processes, time to reap 100 orphan trees

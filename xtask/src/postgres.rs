@@ -51,6 +51,11 @@ fn is_root() -> bool {
         .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
 }
 
+/// Whether a PostgreSQL server is installed (Debian's layout).
+pub(crate) fn installed() -> bool {
+    find_bin().is_some()
+}
+
 /// The newest installed server's `bin` directory.
 fn find_bin() -> Option<PathBuf> {
     let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir(DEBIAN_ROOT)
@@ -146,12 +151,23 @@ pub(crate) struct Cluster {
     as_system_user: bool,
     pid: Option<u32>,
     keep: bool,
+    durable: bool,
 }
 
 impl Cluster {
     /// Installs the server if needed, then starts a cluster and waits until it accepts
     /// connections.
     pub(crate) fn start() -> anyhow::Result<Cluster> {
+        Cluster::start_with(false)
+    }
+
+    /// A cluster with the server's durability defaults (fsync, full page writes): what the
+    /// benchmarks measure, since their figures are durable sends.
+    pub(crate) fn start_durable() -> anyhow::Result<Cluster> {
+        Cluster::start_with(true)
+    }
+
+    fn start_with(durable: bool) -> anyhow::Result<Cluster> {
         let bin = match find_bin() {
             Some(bin) => bin,
             None => install_postgresql()?,
@@ -174,6 +190,7 @@ impl Cluster {
             as_system_user,
             pid: None,
             keep: false,
+            durable,
         };
         if as_system_user {
             run_command(
@@ -235,8 +252,10 @@ impl Cluster {
             "-E",
             "UTF8",
             "--locale=C",
-            "--no-sync",
         ]);
+        if !self.durable {
+            initdb.arg("--no-sync");
+        }
         quiet(&mut initdb)?;
         // Trust on 127.0.0.1 only: no socket logins, no other address.
         let hba = "# clawgate's throwaway test cluster\nhost all all 127.0.0.1/32 trust\n";
@@ -336,9 +355,15 @@ impl Cluster {
     }
 
     fn launch(&mut self) -> anyhow::Result<()> {
+        // Tests need no crash safety of the server itself; benchmarks keep its defaults. Room
+        // for pgbench's clients and two gateways' pools.
+        let durability = if self.durable {
+            ""
+        } else {
+            "-c fsync=off -c full_page_writes=off"
+        };
         let server_options = format!(
-            "-c listen_addresses=127.0.0.1 -p {} -k {} -c max_connections=200 \
-             -c fsync=off -c full_page_writes=off \
+            "-c listen_addresses=127.0.0.1 -p {} -k {} -c max_connections=300 {durability} \
              -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
             self.port,
             self.dir.display(),
