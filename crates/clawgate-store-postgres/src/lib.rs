@@ -101,6 +101,8 @@ mod notices;
 mod options;
 mod registry;
 mod signals;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod tls;
 
 use std::sync::Arc;

@@ -8,21 +8,10 @@ use clawgate_types::GatewayInstanceId;
 
 use crate::awareness_cross_process::{PeerStore, a_notice_crosses_processes};
 
-fn server_url() -> String {
-    match std::env::var("CLAWGATE_TEST_PG_URL") {
-        Ok(url) if !url.trim().is_empty() => url,
-        _ => panic!(
-            "PostgreSQL tests need CLAWGATE_TEST_PG_URL; `cargo xtask ci` starts a throwaway \
-             cluster, `cargo xtask pg start` prints one for local use; set CLAWGATE_TEST_PG=0 \
-             to leave these tests out"
-        ),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notice_caused_by_another_gateway_reaches_this_gateways_watcher() {
-    let url = server_url();
-    let schema = format!("aware_{}", std::process::id());
+    let url = clawgate_store_postgres::testing::server_url();
+    let schema = clawgate_store_postgres::testing::fresh_schema("awareness-peer");
     let mut options = PostgresOptions::new(url.clone(), GatewayInstanceId::parse("gw-a").unwrap());
     options.schema = Some(schema.clone());
     let store = Arc::new(PostgresStore::open(options).await.unwrap());

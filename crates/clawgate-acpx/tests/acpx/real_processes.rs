@@ -12,6 +12,18 @@ use clawgate_types::{AcpxProcessLease, LeaseId, LeaseState};
 
 use crate::support::*;
 
+/// Two gateways' controllers on the real process table, each on its own store (or two
+/// connections to one shared database); their instance ids differ.
+pub(crate) async fn two_gateways(
+    store_a: Arc<dyn clawgate_store::Store>,
+    store_b: Arc<dyn clawgate_store::Store>,
+) -> (Controller, Controller) {
+    let a = controller(store_a, system_table(), &wrapper_bin(), real_timing()).await;
+    let b = controller(store_b, system_table(), &wrapper_bin(), real_timing()).await;
+    assert_ne!(a.instance_id(), b.instance_id());
+    (a, b)
+}
+
 pub(crate) fn real_timing() -> Timing {
     Timing {
         grace: Duration::from_millis(500),
@@ -112,21 +124,7 @@ async fn a_second_gateway_never_signals_the_first_ones_tree() {
     let dir_b = tempfile::tempdir().unwrap();
     let store_a = store(dir_a.path());
     let store_b = store(dir_b.path());
-    let a = controller(
-        store_a.clone(),
-        system_table(),
-        &wrapper_bin(),
-        real_timing(),
-    )
-    .await;
-    let b = controller(
-        store_b.clone(),
-        system_table(),
-        &wrapper_bin(),
-        real_timing(),
-    )
-    .await;
-    assert_ne!(a.instance_id(), b.instance_id());
+    let (a, b) = two_gateways(store_a.clone(), store_b.clone()).await;
     let input = ensure_input("two-gateways", vec![test_agent()], dir_a.path());
     let handle = a.ensure_session(input.clone()).await.unwrap();
     let lease_a = store_a.load_lease(&handle.lease_id).await.unwrap().unwrap();

@@ -4,24 +4,13 @@
 
 use std::sync::Arc;
 
-use clawgate_acpx::{CloseOutcome, system_table};
+use clawgate_acpx::CloseOutcome;
 use clawgate_store::Store;
 use clawgate_store_postgres::{PostgresOptions, PostgresStore};
 use clawgate_types::{GatewayInstanceId, LeaseState};
 
-use crate::real_processes::{alive, ensure_input, real_timing};
+use crate::real_processes::{alive, ensure_input, two_gateways};
 use crate::support::*;
-
-fn server_url() -> String {
-    match std::env::var("CLAWGATE_TEST_PG_URL") {
-        Ok(url) if !url.trim().is_empty() => url,
-        _ => panic!(
-            "PostgreSQL tests need CLAWGATE_TEST_PG_URL; `cargo xtask ci` starts a throwaway \
-             cluster, `cargo xtask pg start` prints one for local use; set CLAWGATE_TEST_PG=0 \
-             to leave these tests out"
-        ),
-    }
-}
 
 async fn gateway_store(url: &str, schema: &str, instance: &str) -> Arc<dyn Store> {
     let mut options = PostgresOptions::new(url, GatewayInstanceId::parse(instance).unwrap());
@@ -31,25 +20,11 @@ async fn gateway_store(url: &str, schema: &str, instance: &str) -> Arc<dyn Store
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_reaps_only_its_own_instances_leases_on_a_shared_database() {
-    let url = server_url();
-    let schema = format!("leases_{}", std::process::id());
+    let url = clawgate_store_postgres::testing::server_url();
+    let schema = clawgate_store_postgres::testing::fresh_schema("acpx-leases");
     let store_a = gateway_store(&url, &schema, "gateway-a").await;
     let store_b = gateway_store(&url, &schema, "gateway-b").await;
-    let a = controller(
-        store_a.clone(),
-        system_table(),
-        &wrapper_bin(),
-        real_timing(),
-    )
-    .await;
-    let b = controller(
-        store_b.clone(),
-        system_table(),
-        &wrapper_bin(),
-        real_timing(),
-    )
-    .await;
-    assert_ne!(a.instance_id(), b.instance_id());
+    let (a, b) = two_gateways(store_a.clone(), store_b.clone()).await;
 
     let dir = tempfile::tempdir().unwrap();
     let input = ensure_input("shared-db", vec![test_agent()], dir.path());

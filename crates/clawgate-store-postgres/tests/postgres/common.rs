@@ -1,7 +1,6 @@
 //! Reaching the test server, and one schema per test (or per conformance directory).
 
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use clawgate_store_postgres::{PostgresOptions, PostgresStore};
 use clawgate_types::GatewayInstanceId;
@@ -9,14 +8,7 @@ use sha2::{Digest, Sha256};
 
 /// The superuser URL of a throwaway cluster; these tests never run against nothing.
 pub(crate) fn url() -> String {
-    match std::env::var("CLAWGATE_TEST_PG_URL") {
-        Ok(url) if !url.trim().is_empty() => url,
-        _ => panic!(
-            "PostgreSQL tests need CLAWGATE_TEST_PG_URL; `cargo xtask ci` starts a throwaway \
-             cluster, `cargo xtask pg start` prints one for local use; set CLAWGATE_TEST_PG=0 \
-             to leave these tests out"
-        ),
-    }
+    clawgate_store_postgres::testing::server_url()
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -32,12 +24,7 @@ pub(crate) fn schema_for_dir(dir: &Path) -> String {
 
 /// A schema no other test or run uses.
 pub(crate) fn fresh_schema(test: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let digest = Sha256::digest(format!("{test}:{}:{nanos}", std::process::id()).as_bytes());
-    format!("t_{}", &hex(&digest)[..24])
+    clawgate_store_postgres::testing::fresh_schema(test)
 }
 
 pub(crate) fn instance(name: &str) -> GatewayInstanceId {

@@ -502,9 +502,45 @@ async fn the_change_feed_hears_other_gateways_and_survives_a_lost_connection() {
         "listening again is announced (what happened meanwhile is unknown)"
     );
     feed.borrow_and_update();
-    b.insert_intent(&sample_intent(1, 1), None).await.unwrap();
+    b.append_event(&event(
+        HEAD_SESSION,
+        SessionStateEventKind::GoalChanged,
+        "u",
+        3,
+    ))
+    .await
+    .unwrap();
     assert!(
         changed_within(&mut feed, Duration::from_secs(30)).await,
         "after reconnecting the feed hears writes again"
+    );
+}
+
+/// Intents and inbound records are not announced: notices never depend on them, and a
+/// NOTIFY in a transaction serialises its commit with every other notifying commit of the
+/// database, which held every gateway's sends to one lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_send_path_is_not_announced() {
+    let schema = common::fresh_schema("feed-quiet");
+    let a = common::open(&schema, "gw-a").await;
+    let b = common::open(&schema, "gw-b").await;
+    let mut feed = a.external_changes(Duration::from_millis(20)).unwrap();
+    feed.borrow_and_update();
+    b.insert_intent(&sample_intent(1, 1), None).await.unwrap();
+    assert!(
+        !changed_within(&mut feed, Duration::from_millis(500)).await,
+        "an intent write is not announced"
+    );
+    b.append_event(&event(
+        HEAD_SESSION,
+        SessionStateEventKind::GoalChanged,
+        "u",
+        1,
+    ))
+    .await
+    .unwrap();
+    assert!(
+        changed_within(&mut feed, Duration::from_secs(30)).await,
+        "a signal event still is"
     );
 }

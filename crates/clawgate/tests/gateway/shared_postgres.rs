@@ -22,18 +22,6 @@ const CONVERSATIONS: u64 = 4;
 /// The longest random wait before a kill.
 const MAX_KILL_DELAY_MS: u64 = 700;
 
-/// The superuser URL of the test server; these tests never run against nothing.
-fn server_url() -> String {
-    match std::env::var("CLAWGATE_TEST_PG_URL") {
-        Ok(url) if !url.trim().is_empty() => url,
-        _ => panic!(
-            "PostgreSQL tests need CLAWGATE_TEST_PG_URL; `cargo xtask ci` starts a throwaway \
-             cluster, `cargo xtask pg start` prints one for local use; set CLAWGATE_TEST_PG=0 \
-             to leave these tests out"
-        ),
-    }
-}
-
 /// A configuration both gateways share: PostgreSQL state in `schema`, quick account takeover,
 /// the QA channel on `platform`, the bundled agent streaming a reply in about a third of a
 /// second.
@@ -111,7 +99,7 @@ fn judge(platform: &QaPlatform, messages: &[Message]) -> (Vec<usize>, Vec<String
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_two_gateways_killed_in_turn_deliver_every_final_exactly_once() {
-    let url = server_url();
+    let url = clawgate_store_postgres::testing::server_url();
     let seed = crash_seed();
     let (kills, count) = crash_size("SHARED", 6, 24);
     eprintln!("shared-state crash matrix: seed {seed}, {kills} kills, {count} messages");
@@ -130,7 +118,7 @@ async fn postgres_two_gateways_killed_in_turn_deliver_every_final_exactly_once()
 
     let platform = external_platform().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let schema = format!("gw_{}", seed % 1_000_000_007);
+    let schema = clawgate_store_postgres::testing::fresh_schema(&format!("gw-{seed}"));
     let config = shared_config(dir.path(), &platform, &schema);
     let states = [dir.path().join("a"), dir.path().join("b")];
     let mut gateways = [
@@ -258,10 +246,10 @@ fn run_cli(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_migrate_creates_the_shared_schema_once_and_status_reads_it() {
-    let url = server_url();
+    let url = clawgate_store_postgres::testing::server_url();
     let platform = external_platform().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let schema = format!("mig_{}", std::process::id());
+    let schema = clawgate_store_postgres::testing::fresh_schema("migrate-status");
     let config = shared_config(dir.path(), &platform, &schema);
     let env = [("E2E_PG_URL", url.as_str())];
     let this_build = clawgate_store_postgres::SCHEMA_VERSION;
