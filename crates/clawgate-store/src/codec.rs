@@ -361,8 +361,8 @@ mod tests {
 
     fn cursor(acked: u64, notified: Option<u64>) -> WatchCursor {
         WatchCursor {
-            watcher_key: SessionKey::parse("agent:main:main").unwrap(),
-            target_key: SessionKey::parse("agent:main:child").unwrap(),
+            watcher_key: SessionKey::parse("agent:main:main").expect("a session key"),
+            target_key: SessionKey::parse("agent:main:child").expect("a session key"),
             acked_version: StateVersion(acked),
             notified_version: notified.map(StateVersion),
             material_version: StateVersion(notified.unwrap_or(acked)),
