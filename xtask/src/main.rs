@@ -46,9 +46,10 @@ commands:
   tidy                check the crate layering and the publish metadata of every crate, and
                       that no crate's modules import each other in a circle
   soak [--kills N] [--seeds A,B,…] [--matrix NAME]
-                      the gateway's crash matrices (every channel's, or NAME: qa, telegram,
-                      matrix, irc, …) run long on a release build: N SIGKILLs (default 100)
-                      per matrix and seed (default five fixed seeds), figures added up
+                      the gateway's crash matrices (every channel's and shared-postgres, or
+                      NAME: qa, telegram, matrix, irc, shared-postgres, …) run long on a release
+                      build: N SIGKILLs (default 100) per matrix and seed (default five fixed
+                      seeds), figures added up; shared-postgres on a throwaway cluster
   conformance         run every conformance suite (store backends, adapters)
   setup               install the test tools `ci` needs (cargo-deny, chromium + chromedriver,
                       the aiogram and Synapse venvs under the target directory); `ci` runs it first

@@ -2,7 +2,9 @@
 //! channel's matrix (QA, Telegram, Matrix, IRC, …), several seeds, many SIGKILLs each, on a
 //! release build — with the figures added up at the end. It runs the same tests as CI (the
 //! `random_sigkills_*` tests in `crates/clawgate/tests/gateway`), sized through
-//! `CLAWGATE_SOAK_KILLS` / `CLAWGATE_SOAK_MESSAGES`; it is not part of `cargo xtask ci`.
+//! `CLAWGATE_SOAK_KILLS` / `CLAWGATE_SOAK_MESSAGES`; it is not part of `cargo xtask ci`. The
+//! `shared-postgres` matrix (two gateways on one PostgreSQL state, kills alternating) runs on
+//! a throwaway cluster started here, unless `CLAWGATE_TEST_PG=0` leaves it out.
 
 use std::io::{BufRead as _, BufReader};
 use std::process::Stdio;
@@ -10,6 +12,10 @@ use std::process::Stdio;
 use anyhow::{Context as _, bail};
 
 use crate::cmd::{cargo, display};
+use crate::postgres::{self, Cluster};
+
+/// The matrix of two gateways sharing one PostgreSQL state (module `shared_postgres`).
+const SHARED_POSTGRES: &str = "shared-postgres";
 
 /// What one soak runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +39,7 @@ impl Soak {
         match self.matrix.as_deref() {
             None => "random_sigkills".to_owned(),
             Some("qa") => "crash_matrix::random_sigkills".to_owned(),
+            Some(SHARED_POSTGRES) => format!("{}::random_sigkills", postgres::GATEWAY_MODULE),
             // A module name has `_` where a matrix name may have `-` (`zalo-personal`).
             Some(name) => format!("{}::random_sigkills", name.replace('-', "_")),
         }
@@ -86,10 +93,37 @@ fn parse_figures(line: &str) -> Option<Figures> {
     Some(figures)
 }
 
+impl Soak {
+    /// Whether the shared-PostgreSQL matrix is among those this soak runs.
+    fn runs_shared_postgres(&self) -> bool {
+        self.matrix.as_deref().is_none_or(|name| name == SHARED_POSTGRES)
+    }
+}
+
 pub(crate) fn run(soak: &Soak) -> anyhow::Result<()> {
     // At least three messages per kill, never fewer than the QA matrix's CI run of 120.
     let messages = (soak.kills * 3).max(120);
     let filter = soak.filter();
+    // The shared-state matrix needs a server: a throwaway cluster, stopped when this returns.
+    let mut skip = None;
+    let cluster = if !soak.runs_shared_postgres() {
+        None
+    } else if postgres::left_out() {
+        if soak.matrix.is_some() {
+            bail!(
+                "the {SHARED_POSTGRES} matrix needs PostgreSQL, and {}=0 leaves it out",
+                postgres::SWITCH_VAR
+            );
+        }
+        println!(
+            "soak: !!! {}=0: the {SHARED_POSTGRES} matrix is LEFT OUT !!!",
+            postgres::SWITCH_VAR
+        );
+        skip = Some(postgres::GATEWAY_MODULE);
+        None
+    } else {
+        Some(Cluster::start().context("the shared-postgres matrix needs a PostgreSQL cluster")?)
+    };
     let mut rows: Vec<(u64, Figures)> = Vec::new();
     let mut failed_seeds = Vec::new();
     for &seed in &soak.seeds {
@@ -107,6 +141,12 @@ pub(crate) fn run(soak: &Soak) -> anyhow::Result<()> {
             "--test-threads",
             "1",
         ]);
+        if let Some(module) = skip {
+            command.args(["--skip", module]);
+        }
+        if let Some(cluster) = &cluster {
+            command.envs(cluster.exports());
+        }
         command
             .env("CLAWGATE_CRASH_SEED", seed.to_string())
             .env("CLAWGATE_SOAK_KILLS", soak.kills.to_string())
@@ -244,5 +284,12 @@ mod tests {
         assert_eq!(soak(None).filter(), "random_sigkills");
         assert_eq!(soak(Some("qa")).filter(), "crash_matrix::random_sigkills");
         assert_eq!(soak(Some("irc")).filter(), "irc::random_sigkills");
+        assert_eq!(
+            soak(Some("shared-postgres")).filter(),
+            "shared_postgres::random_sigkills"
+        );
+        assert!(soak(None).runs_shared_postgres());
+        assert!(soak(Some("shared-postgres")).runs_shared_postgres());
+        assert!(!soak(Some("qa")).runs_shared_postgres());
     }
 }
