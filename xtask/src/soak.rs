@@ -96,7 +96,9 @@ fn parse_figures(line: &str) -> Option<Figures> {
 impl Soak {
     /// Whether the shared-PostgreSQL matrix is among those this soak runs.
     fn runs_shared_postgres(&self) -> bool {
-        self.matrix.as_deref().is_none_or(|name| name == SHARED_POSTGRES)
+        self.matrix
+            .as_deref()
+            .is_none_or(|name| name == SHARED_POSTGRES)
     }
 }
 

@@ -4,5 +4,5 @@
 -- (benchmark: about 1,300 sends/s, against 21,900 plain inserts/s on the same server). The
 -- only reader of the feed is notice rebuilding, which reads signal events and watch cursors;
 -- other gateways find intents and inbound records by polling their due times and claims.
-DROP TRIGGER send_intents_changed ON send_intents;
-DROP TRIGGER inbound_records_changed ON inbound_records;
+DROP TRIGGER IF EXISTS send_intents_changed ON send_intents;
+DROP TRIGGER IF EXISTS inbound_records_changed ON inbound_records;

@@ -156,7 +156,9 @@ pub struct PostgresStore {
 
 impl PostgresStore {
     /// Connects, creates the schema if missing and applies pending migrations (once, however
-    /// many gateways start at the same time), then opens the pool.
+    /// many gateways start at the same time) — or, without
+    /// [`apply_migrations`](PostgresOptions::apply_migrations), only checks that the schema is
+    /// current — then opens the pool.
     pub async fn open(options: PostgresOptions) -> StoreResult<PostgresStore> {
         let mut config: tokio_postgres::Config = options.url.parse().map_err(|e| {
             StoreError::InvalidInput(format!(
@@ -186,7 +188,11 @@ impl PostgresStore {
         let connector = tls::connector(options.ca_file.as_deref())?;
         tracing::debug!(database = %ctx.database, tls = use_tls, "connecting to PostgreSQL");
 
-        let schema = migrate::migrate(&config, &connector, options.schema.as_deref(), &ctx).await?;
+        let schema = if options.apply_migrations {
+            migrate::migrate(&config, &connector, options.schema.as_deref(), &ctx).await?
+        } else {
+            migrate::require_current(&config, &connector, options.schema.as_deref(), &ctx).await?
+        };
 
         let manager = Manager::from_config(
             config.clone(),

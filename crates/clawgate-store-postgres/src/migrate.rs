@@ -101,22 +101,7 @@ pub(crate) async fn migrate(
     ctx: &ErrorContext,
 ) -> StoreResult<String> {
     let mut client = connect(config, tls, ctx).await?;
-    let schema = match schema {
-        Some(schema) => schema.to_owned(),
-        None => client
-            .query_one("SELECT current_schema()", &[])
-            .await
-            .map_err(|e| ctx.map_pg(e))?
-            .try_get::<_, Option<String>>(0)
-            .map_err(|e| ctx.map_pg(e))?
-            .ok_or_else(|| {
-                StoreError::InvalidInput(
-                    "the server's search_path names no existing schema: set a schema in the \
-                     PostgreSQL options"
-                        .into(),
-                )
-            })?,
-    };
+    let schema = schema_name(&client, schema, ctx).await?;
     // Waits as long as another gateway migrates (no lock timeout for this one lock).
     client
         .batch_execute("SET lock_timeout = 0")
@@ -133,6 +118,67 @@ pub(crate) async fn migrate(
         .await;
     outcome?;
     unlocked.map_err(|e| ctx.map_pg(e))?;
+    Ok(schema)
+}
+
+/// The schema named in the options, else the first of the server's `search_path`.
+async fn schema_name(
+    client: &Client,
+    schema: Option<&str>,
+    ctx: &ErrorContext,
+) -> StoreResult<String> {
+    match schema {
+        Some(schema) => Ok(schema.to_owned()),
+        None => client
+            .query_one("SELECT current_schema()", &[])
+            .await
+            .map_err(|e| ctx.map_pg(e))?
+            .try_get::<_, Option<String>>(0)
+            .map_err(|e| ctx.map_pg(e))?
+            .ok_or_else(|| {
+                StoreError::InvalidInput(
+                    "the server's search_path names no existing schema: set a schema in the \
+                     PostgreSQL options"
+                        .into(),
+                )
+            }),
+    }
+}
+
+/// Checks, changing nothing, that the schema holds exactly this build's migrations; returns
+/// the schema's name. A missing schema or migrations table is version 0.
+pub(crate) async fn require_current(
+    config: &tokio_postgres::Config,
+    tls: &MakeRustlsConnect,
+    schema: Option<&str>,
+    ctx: &ErrorContext,
+) -> StoreResult<String> {
+    let client = connect(config, tls, ctx).await?;
+    let schema = schema_name(&client, schema, ctx).await?;
+    let table = format!("\"{schema}\".clawgate_schema_migrations");
+    let exists: Option<String> = client
+        .query_one("SELECT to_regclass($1)::text", &[&table])
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(|e| ctx.map_pg(e))?;
+    let applied = if exists.is_some() {
+        client
+            .batch_execute(&format!("SET search_path TO \"{schema}\""))
+            .await
+            .map_err(|e| ctx.map_pg(e))?;
+        applied(&client).await.map_err(|e| ctx.map(e))?
+    } else {
+        Vec::new()
+    };
+    check_applied(&applied, &schema, ctx)?;
+    let found = applied.last().map_or(0, |m| m.0);
+    if found < SCHEMA_VERSION {
+        return Err(StoreError::OlderSchema {
+            database: format!("{} (schema {schema})", ctx.database),
+            found,
+            needed: SCHEMA_VERSION,
+        });
+    }
     Ok(schema)
 }
 

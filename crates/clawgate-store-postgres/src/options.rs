@@ -35,6 +35,11 @@ pub struct PostgresOptions {
     /// A PEM file of CA certificates trusted besides Mozilla's roots (`webpki-roots`): a
     /// private CA's certificate.
     pub ca_file: Option<PathBuf>,
+    /// Whether opening applies pending migrations (a gateway's start, `clawgate migrate`), or
+    /// refuses a schema that is not current with
+    /// [`StoreError::OlderSchema`](clawgate_store::StoreError::OlderSchema) and creates
+    /// nothing (an operator's read of a stopped state must not change it).
+    pub apply_migrations: bool,
 }
 
 impl PostgresOptions {
@@ -50,6 +55,7 @@ impl PostgresOptions {
             schema: None,
             tls: PostgresTls::Auto,
             ca_file: None,
+            apply_migrations: true,
         }
     }
 

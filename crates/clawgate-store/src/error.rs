@@ -54,6 +54,16 @@ pub enum StoreError {
     },
 
     #[error(
+        "state database {database} is at schema version {found}, this build needs {needed}: run \
+         `clawgate migrate` first (a gateway's start migrates it too)"
+    )]
+    OlderSchema {
+        database: String,
+        found: i64,
+        needed: i64,
+    },
+
+    #[error(
         "stored {what} {id} uses payload format {found}, newer than the {supported} this build \
          reads: run a newer clawgate (the row was left untouched)"
     )]

@@ -130,8 +130,13 @@ impl Gateway {
     ) -> Result<Arc<Gateway>, GatewayError> {
         let state = StateDir::create(&config.state_dir)?;
         let lock = state.lock_exclusive()?;
-        let store =
-            crate::store::open(&config, state.path(), crate::crash_points::commit_hook()).await?;
+        let store = crate::store::open(
+            &config,
+            state.path(),
+            crate::store::Migrations::Apply,
+            crate::crash_points::commit_hook(),
+        )
+        .await?;
 
         let exe = program;
         let mut controller = ControllerConfig::new(exe.clone());

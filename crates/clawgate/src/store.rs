@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use clawgate_store::{Store, StoreError};
 use clawgate_store_postgres::{PostgresOptions, PostgresStore, PostgresTls};
-use clawgate_store_sqlite::{CommitHook, SqliteOptions, SqliteStore, Synchronous};
+use clawgate_store_sqlite::{CommitHook, STATE_DB_FILE, SqliteOptions, SqliteStore, Synchronous};
 use clawgate_types::GatewayInstanceId;
 
 use crate::config::{Config, PostgresTlsMode, StateBackend, SyncMode};
@@ -34,12 +34,23 @@ pub enum OpenError {
     Store(#[from] StoreError),
 }
 
-/// Opens (creating and migrating if needed) the store `config` names. `state_dir` is the
-/// gateway's own directory, already created and locked by the caller; `commit_hook` is the
-/// crash points' hook (SQLite only, where commits are ours to stop).
+/// Whether opening a state may migrate its schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Migrations {
+    /// Create and migrate as needed: a gateway's start, `clawgate migrate`.
+    Apply,
+    /// Refuse a schema that is not current (`StoreError::OlderSchema`) and change nothing: an
+    /// operator's command on a stopped gateway's state.
+    RequireCurrent,
+}
+
+/// Opens the store `config` names. `state_dir` is the gateway's own directory, already created
+/// and locked by the caller; `commit_hook` is the crash points' hook (SQLite only, where
+/// commits are ours to stop).
 pub async fn open(
     config: &Config,
     state_dir: &Path,
+    migrations: Migrations,
     commit_hook: Option<CommitHook>,
 ) -> Result<Arc<dyn Store>, OpenError> {
     match config.state.backend {
@@ -49,6 +60,9 @@ pub async fn open(
                 ..sqlite_options(config)
             };
             let dir = state_dir.to_path_buf();
+            if migrations == Migrations::RequireCurrent {
+                require_current_sqlite(&dir.join(STATE_DB_FILE), &options)?;
+            }
             // Opening runs migrations and syncs the file: off the runtime's threads.
             let store =
                 tokio::task::spawn_blocking(move || SqliteStore::open_state_dir(&dir, options))
@@ -71,9 +85,33 @@ pub async fn open(
                 PostgresTlsMode::Disable => PostgresTls::Disable,
             };
             options.ca_file = config.state.postgres_ca_file.clone();
+            options.apply_migrations = migrations == Migrations::Apply;
             Ok(Arc::new(PostgresStore::open(options).await?))
         }
     }
+}
+
+/// The SQLite state file holds exactly this build's migrations (a missing file is version 0).
+fn require_current_sqlite(db: &Path, options: &SqliteOptions) -> Result<(), StoreError> {
+    let statuses = if db.exists() {
+        clawgate_store_sqlite::migration_status(db, options)?
+    } else {
+        Vec::new()
+    };
+    let found = statuses
+        .iter()
+        .filter(|m| m.applied_at.is_some())
+        .map(|m| m.version)
+        .max()
+        .unwrap_or(0);
+    if found < clawgate_store_sqlite::SCHEMA_VERSION {
+        return Err(StoreError::OlderSchema {
+            database: db.display().to_string(),
+            found,
+            needed: clawgate_store_sqlite::SCHEMA_VERSION,
+        });
+    }
+    Ok(())
 }
 
 /// This gateway's instance id on a shared database: created once, then read from

@@ -103,3 +103,67 @@ async fn a_schema_of_a_newer_build_is_refused() {
         "{error:?}"
     );
 }
+
+/// An open that may not migrate (an operator's command on a stopped state) refuses a missing
+/// or older schema without creating or changing anything, and opens a current one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_without_migrating_refuses_an_older_schema_and_changes_nothing() {
+    let schema = common::fresh_schema("read-only-open");
+    let reading = || {
+        let mut options = common::options(&schema, "operator");
+        options.apply_migrations = false;
+        PostgresStore::open(options)
+    };
+    let admin = common::admin().await;
+    let schema_exists = || async {
+        admin
+            .query_one(
+                "SELECT count(*) FROM pg_namespace WHERE nspname = $1",
+                &[&schema],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            == 1
+    };
+    let error = reading()
+        .await
+        .expect_err("an empty database is not current");
+    assert!(
+        matches!(error, StoreError::OlderSchema { found: 0, needed, .. } if needed == SCHEMA_VERSION),
+        "{error}"
+    );
+    assert!(error.to_string().contains("clawgate migrate"), "{error}");
+    assert!(!schema_exists().await, "nothing was created");
+
+    drop(common::open(&schema, "gw-a").await);
+    // As if this build's last migration had not been applied yet.
+    admin
+        .execute(
+            &format!(
+                "DELETE FROM {schema}.clawgate_schema_migrations WHERE version = {SCHEMA_VERSION}"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let error = reading().await.expect_err("one migration behind");
+    assert!(
+        matches!(error, StoreError::OlderSchema { found, .. } if found == SCHEMA_VERSION - 1),
+        "{error}"
+    );
+    let recorded: i64 = admin
+        .query_one(
+            &format!("SELECT count(*) FROM {schema}.clawgate_schema_migrations"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(recorded, SCHEMA_VERSION - 1, "the refusal applied nothing");
+
+    drop(common::open(&schema, "gw-a").await);
+    reading()
+        .await
+        .expect("a current schema opens without migrating");
+}

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use clawgate_awareness::SessionTools;
 use clawgate_store::Store;
-use clawgate_store_sqlite::{MigrationStatus, STATE_DB_FILE, SqliteOptions};
+use clawgate_store_sqlite::{MigrationStatus, STATE_DB_FILE};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -94,17 +94,16 @@ impl Backend {
             if !db.exists() {
                 return Err(CliError::NoDatabase(state.path().to_path_buf()));
             }
-            // Opening the store would migrate silently; an operator command should not.
-            let statuses = clawgate_store_sqlite::migration_status(&db, &SqliteOptions::default())?;
-            if statuses.iter().any(|m| m.applied_at.is_none()) {
-                return Err(CliError::NeedsMigration {
-                    path: db,
-                    found: applied_version(&statuses),
-                    needed: clawgate_store_sqlite::SCHEMA_VERSION,
-                });
-            }
         }
-        let store = crate::store::open(config, state.path(), None).await?;
+        // An operator's command never migrates silently: a schema that is not current is
+        // refused, on either backend, saying to run `clawgate migrate`.
+        let store = crate::store::open(
+            config,
+            state.path(),
+            crate::store::Migrations::RequireCurrent,
+            None,
+        )
+        .await?;
         let tools = views::offline_tools(store.clone());
         Ok(Backend::Stopped(Box::new(Local {
             state,

@@ -81,7 +81,8 @@ pub(super) async fn migrate(config: &Config, create: bool, json: bool) -> CliRes
 async fn migrate_shared(config: &Config, state: &StateDir, json: bool) -> CliResult<()> {
     use clawgate_types::clock::Clock as _;
     let started = clawgate_types::clock::SystemClock.now_ms();
-    let store = crate::store::open(config, state.path(), None).await?;
+    let store =
+        crate::store::open(config, state.path(), crate::store::Migrations::Apply, None).await?;
     eprintln!("state database {}", store.database());
     let after = store.migration_status().await?;
     let (now, earlier): (Vec<&MigrationStatus>, Vec<&MigrationStatus>) = after

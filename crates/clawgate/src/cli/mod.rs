@@ -88,15 +88,6 @@ pub enum CliError {
     #[error("no state database in {0} yet: `clawgate up` or `clawgate migrate` creates it")]
     NoDatabase(PathBuf),
     #[error(
-        "state database {path} is at schema version {found}, this build needs {needed}: run \
-         `clawgate migrate` first"
-    )]
-    NeedsMigration {
-        path: PathBuf,
-        found: i64,
-        needed: i64,
-    },
-    #[error(
         "the state directory {path} is locked (pid {pid}) but no gateway.json is published: a \
          gateway is starting or stopping, or another clawgate command holds it; retry in a moment"
     )]

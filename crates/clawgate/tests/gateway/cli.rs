@@ -370,6 +370,50 @@ fn migrate_creates_and_upgrades_a_state_database() {
     let status: views::StatusView = clawgate(&empty, &["status", "--json"]).json();
     assert_eq!(status.schema_version, SCHEMA_VERSION);
 
+    // One migration behind (a state written by the previous build): an operator's read
+    // refuses it and changes nothing; `migrate` brings it up.
+    let older = dir.path().join("older");
+    std::fs::create_dir(&older).expect("dir");
+    let db = older.join("state.db");
+    {
+        let conn = rusqlite::Connection::open(&db).expect("open");
+        conn.execute_batch(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, \
+             applied_at INTEGER NOT NULL) STRICT",
+        )
+        .expect("migrations table");
+        for m in &clawgate_store_sqlite::MIGRATIONS[..clawgate_store_sqlite::MIGRATIONS.len() - 1] {
+            conn.execute_batch(m.sql).expect("migration");
+            conn.execute(
+                "INSERT INTO schema_migrations VALUES (?1, ?2, 1)",
+                rusqlite::params![m.version, m.name],
+            )
+            .expect("recorded");
+        }
+    }
+    let recorded = |db: &Path| -> i64 {
+        rusqlite::Connection::open(db)
+            .expect("open")
+            .query_row("SELECT count(*) FROM schema_migrations", [], |r| r.get(0))
+            .expect("count")
+    };
+    for command in [&["status"][..], &["outbox", "list"]] {
+        clawgate(&older, command).failed_with(&format!(
+            "schema version {}, this build needs {SCHEMA_VERSION}: run `clawgate migrate` first",
+            SCHEMA_VERSION - 1
+        ));
+    }
+    assert_eq!(
+        recorded(&db),
+        SCHEMA_VERSION - 1,
+        "the refusal applied nothing"
+    );
+    let upgraded = clawgate(&older, &["migrate"]);
+    assert!(upgraded.ok, "{}", upgraded.stderr);
+    assert_eq!(recorded(&db), SCHEMA_VERSION);
+    let listed = clawgate(&older, &["outbox", "list"]);
+    assert!(listed.ok, "a current schema opens: {}", listed.stderr);
+
     let missing = dir.path().join("missing");
     clawgate(&missing, &["migrate"]).failed_with("--create");
     assert!(!missing.exists(), "nothing created without --create");

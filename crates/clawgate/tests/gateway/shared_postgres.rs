@@ -262,6 +262,17 @@ async fn postgres_migrate_creates_the_shared_schema_once_and_status_reads_it() {
     let env = [("E2E_PG_URL", url.as_str())];
     let this_build = clawgate_store_postgres::SCHEMA_VERSION;
 
+    // An operator's read of an unmigrated state is refused and creates nothing: the
+    // migration below still starts from version 0.
+    std::fs::create_dir(dir.path().join("a")).expect("state dir");
+    let (ok, _, stderr) = run_cli(&dir.path().join("a"), &config, &env, &["status"]);
+    assert!(!ok, "status on an unmigrated schema");
+    assert!(
+        stderr.contains(&format!(
+            "schema version 0, this build needs {this_build}: run `clawgate migrate` first"
+        )),
+        "{stderr}"
+    );
     let (ok, stdout, stderr) = run_cli(
         &dir.path().join("a"),
         &config,
