@@ -402,6 +402,7 @@ async fn a_bot_pair_over_its_limit_is_cut_off_when_bots_are_allowed() {
         max_messages: 2,
         window_ms: 60_000,
         cooldown_ms: 60_000,
+        ..clawgate_messages::BotLoopLimits::default()
     };
     let options = ReceiveOptions {
         allow_bots: true,
