@@ -123,6 +123,28 @@ token_env = "QA_TOKEN"
         assert_eq!(config.agent("coder").expect("agent").command[1], "--acp");
     }
 
+    /// Enum values are read in any case; a wrong one is still refused, naming the key.
+    #[test]
+    fn enum_values_are_case_insensitive() {
+        let config = Config::parse(
+            "[state]\nbackend = \"SQLite\"\npostgres_tls = \"REQUIRE\"\n\
+             [durability]\npolicy = \"Best_Effort\"\nsync = \"FULL\"\n\
+             [sessions]\nvisibility = \"TREE\"\n",
+            "clawgate.toml",
+        )
+        .expect("valid in any case");
+        assert_eq!(config.state.backend, StateBackend::Sqlite);
+        assert_eq!(config.state.postgres_tls, PostgresTlsMode::Require);
+        assert_eq!(config.durability.policy, DurabilityPolicy::BestEffort);
+        assert_eq!(config.durability.sync, crate::config::SyncMode::Full);
+        assert_eq!(config.sessions.visibility, SessionVisibility::Tree);
+        let wrong = error_of("[sessions]\nvisibility = \"TRE\"\n");
+        assert!(
+            wrong.contains("sessions.visibility") && wrong.contains("tree"),
+            "{wrong}"
+        );
+    }
+
     fn error_of(text: &str) -> String {
         Config::parse(text, "clawgate.toml")
             .expect_err("invalid")

@@ -4,7 +4,18 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clawgate_types::{AgentToAgentPolicy, MessageDurabilityPolicy, SessionVisibility};
-use serde::{Deserialize, Serialize};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// An enum value written in any case (`"TREE"`, `"Best_Effort"`): the spellings are lower
+/// case, and capitals an operator typed should not stop a start. Unknown values are still
+/// refused, naming the accepted ones.
+fn any_case<'de, D: Deserializer<'de>, T: DeserializeOwned>(value: D) -> Result<T, D::Error> {
+    let text = String::deserialize(value)?;
+    T::deserialize(serde::de::value::StrDeserializer::<D::Error>::new(
+        &text.to_ascii_lowercase(),
+    ))
+}
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,6 +55,7 @@ impl Default for Config {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StateSection {
+    #[serde(deserialize_with = "any_case")]
     pub backend: StateBackend,
     /// PostgreSQL: the environment variable holding the connection URL
     /// (`postgres://user:password@host:port/dbname`); the URL is never written in the file nor
@@ -56,6 +68,7 @@ pub struct StateSection {
     pub postgres_schema: Option<String>,
     /// PostgreSQL: TLS to the server. `auto`: none to a loopback host, `localhost` or a Unix
     /// socket, required and verified to any other host.
+    #[serde(deserialize_with = "any_case")]
     pub postgres_tls: PostgresTlsMode,
     /// PostgreSQL: a PEM file of CA certificates trusted besides Mozilla's roots (a private
     /// CA that signed the server's certificate).
@@ -126,8 +139,10 @@ impl Default for GatewaySection {
 #[serde(default, deny_unknown_fields)]
 pub struct DurabilitySection {
     /// `required` (fail closed), `best_effort` or `disabled`, for every reply.
+    #[serde(deserialize_with = "any_case")]
     pub policy: DurabilityPolicy,
     /// SQLite `synchronous`: `full` (survives power loss) or `normal` (survives a crash).
+    #[serde(deserialize_with = "any_case")]
     pub sync: SyncMode,
 }
 
@@ -225,6 +240,7 @@ impl Default for RetentionSection {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SessionsSection {
+    #[serde(deserialize_with = "any_case")]
     pub visibility: SessionVisibility,
     pub a2a: AgentToAgentPolicy,
 }
