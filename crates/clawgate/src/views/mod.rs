@@ -61,6 +61,10 @@ pub enum ViewError {
     /// A platform the gateway talks to failed.
     #[error("{0}")]
     Upstream(String),
+    /// The state database is busy or out of reach for now (a lock held, a server away): the
+    /// same request may succeed in a moment. Never reported as "not found" or "not visible".
+    #[error("{0}")]
+    Unavailable(String),
     // Boxed: these are large, and every view returns this error.
     #[error("state database: {0}")]
     Store(Box<StoreError>),
@@ -78,6 +82,7 @@ impl ViewError {
             ViewError::Conflict(_) => 409,
             ViewError::NeedsGateway(_) => 503,
             ViewError::Upstream(_) => 502,
+            ViewError::Unavailable(_) => 503,
             ViewError::Store(_) | ViewError::Sessions(_) | ViewError::Acpx(_) => 500,
         }
     }
@@ -94,6 +99,9 @@ impl From<StoreError> for ViewError {
             | StoreError::LeaseStateConflict { .. } => ViewError::Conflict(format!(
                 "{error}; look again (`clawgate outbox show`) and retry if it still applies"
             )),
+            transient if transient.is_transient() => {
+                ViewError::Unavailable(format!("{transient} (retry in a moment)"))
+            }
             other => ViewError::Store(Box::new(other)),
         }
     }
@@ -124,7 +132,8 @@ impl From<AcpxError> for ViewError {
 
 /// Every control API error: the status code says the kind (400 bad parameters, 401 no or
 /// wrong token, 404 unknown intent or session, 409 illegal transition or changed meanwhile,
-/// 502 a platform failed, 503 needs what is not there), `error` says what to do.
+/// 502 a platform failed, 503 needs what is not there or the state database is busy or out of
+/// reach for now), `error` says what to do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorBody {

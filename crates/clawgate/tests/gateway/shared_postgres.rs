@@ -314,3 +314,74 @@ async fn postgres_state_without_its_url_variable_stops_the_start_naming_the_vari
         "the error names the variable: {stderr}"
     );
 }
+
+/// A session tool whose read finds the state database busy (another connection holds a lock on
+/// the sessions table past the lock timeout) answers "busy, retry" with 503 — never the "does
+/// not exist or is not visible" of a hidden session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_state_database_is_not_reported_as_a_hidden_session() {
+    use clawgate::views::{self, SessionsHistoryParams, ViewError};
+    use clawgate_store::SessionStore as _;
+
+    let url = clawgate_store_postgres::testing::server_url();
+    let schema = clawgate_store_postgres::testing::fresh_schema("busy-tools");
+    let mut options = clawgate_store_postgres::PostgresOptions::new(
+        &url,
+        clawgate_types::GatewayInstanceId::parse("gw-busy").expect("instance id"),
+    );
+    options.schema = Some(schema.clone());
+    options.lock_timeout = Duration::from_millis(200);
+    let store = std::sync::Arc::new(
+        clawgate_store_postgres::PostgresStore::open(options)
+            .await
+            .expect("store"),
+    );
+    let key = clawgate_types::SessionKey::parse("agent:main:qa:dm-busy").expect("key");
+    store
+        .upsert_session(&clawgate_store::SessionRow {
+            session_key: key.clone(),
+            agent_id: "main".into(),
+            owner_session_key: None,
+            spawned_by: None,
+            parent_session_key: None,
+            label: None,
+            acp_owner: None,
+            lease_id: None,
+            created_at: 1,
+            updated_at: 1,
+            reset_at: None,
+            deleted_at: None,
+        })
+        .await
+        .expect("session row");
+    let tools = views::offline_tools(store);
+    let params = SessionsHistoryParams::default();
+    views::sessions_history(&tools, key.clone(), &params)
+        .await
+        .expect("the operator sees the session while nothing holds a lock");
+
+    let (mut admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("admin connection");
+    tokio::spawn(connection);
+    let lock = admin.transaction().await.expect("transaction");
+    lock.batch_execute(&format!(
+        "LOCK TABLE {schema}.sessions IN ACCESS EXCLUSIVE MODE"
+    ))
+    .await
+    .expect("table lock");
+    let error = views::sessions_history(&tools, key.clone(), &params)
+        .await
+        .expect_err("the read waits past its lock timeout");
+    let text = error.to_string();
+    assert!(
+        matches!(error, ViewError::Unavailable(_)) && error.http_status() == 503,
+        "busy is its own answer: {error:?}"
+    );
+    assert!(text.contains("busy") && text.contains("retry"), "{text}");
+    assert!(!text.contains("not visible"), "{text}");
+    lock.rollback().await.expect("unlock");
+    views::sessions_history(&tools, key, &params)
+        .await
+        .expect("after the lock the same request succeeds");
+}
