@@ -55,6 +55,7 @@ macro_rules! store_conformance_tests {
             signal_append_advances_head_and_dedupes, signal_events_since_is_bounded,
             signal_prune_keeps_heads_and_exact_gap, cursors_and_session_lifecycle,
             sessions_registry_round_trip, leases_round_trip_and_compare_and_set,
+            concurrent_lease_saves_are_not_lost,
             instance_id_is_stable, notices_open_once_and_consume_reopens_once,
             account_leases_have_one_holder_and_change_hands_only_when_expired
             $(, $extra)*);
@@ -1584,6 +1585,83 @@ pub async fn leases_round_trip_and_compare_and_set<S: Store>(
         store.list_leases(None, &[]).await.unwrap().len(),
         2,
         "open leases are never pruned"
+    );
+}
+
+/// Concurrent saves of many leases all commit; concurrent saves of one lease from the same
+/// state are compare-and-set: exactly one wins and is what is stored, the others are told of
+/// the conflict (none is silently overwritten).
+pub async fn concurrent_lease_saves_are_not_lost<S: Store + 'static>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = std::sync::Arc::new(open(dir));
+    for n in 0..40 {
+        store
+            .insert_lease(&lease(&format!("many-{n}"), "gw-a", n))
+            .await
+            .unwrap();
+    }
+    let tasks: Vec<_> = (0..40)
+        .map(|n| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut l = lease(&format!("many-{n}"), "gw-a", n);
+                l.state = LeaseState::Closing;
+                l.root_pid = Some(1_000 + u32::try_from(n).unwrap());
+                store.save_lease(&l, LeaseState::Open).await
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    for n in 0..40 {
+        let stored = store
+            .load_lease(&LeaseId::parse(&format!("many-{n}")).unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (stored.state, stored.root_pid),
+            (LeaseState::Closing, Some(1_000 + u32::try_from(n).unwrap())),
+            "lease many-{n}: its own save is stored"
+        );
+    }
+
+    store
+        .insert_lease(&lease("contended", "gw-a", 1))
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..20u32)
+        .map(|n| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut l = lease("contended", "gw-a", 1);
+                l.state = LeaseState::Closing;
+                l.root_pid = Some(5_000 + n);
+                (n, store.save_lease(&l, LeaseState::Open).await)
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            (n, Ok(())) => winners.push(n),
+            (_, Err(StoreError::LeaseStateConflict { .. })) => {}
+            (n, Err(other)) => panic!("save {n}: {other:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "one compare-and-set wins: {winners:?}");
+    let stored = store
+        .load_lease(&LeaseId::parse("contended").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored.root_pid,
+        Some(5_000 + winners[0]),
+        "the winner's save"
     );
 }
 
