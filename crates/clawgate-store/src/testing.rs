@@ -1618,7 +1618,7 @@ pub async fn concurrent_lease_saves_are_not_lost<S: Store + 'static>(
     }
     for n in 0..40 {
         let stored = store
-            .load_lease(&LeaseId::parse(&format!("many-{n}")).unwrap())
+            .load_lease(&LeaseId::parse(format!("many-{n}")).unwrap())
             .await
             .unwrap()
             .unwrap();
