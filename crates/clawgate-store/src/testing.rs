@@ -1438,7 +1438,8 @@ pub async fn cursors_and_session_lifecycle<S: Store>(
     );
 }
 
-fn session_row(k: &SessionKey, at: i64) -> SessionRow {
+/// A registry row for `k` (its agent from the key), created and updated at `at`.
+pub fn session_row(k: &SessionKey, at: i64) -> SessionRow {
     SessionRow {
         session_key: k.clone(),
         agent_id: k.agent_id().unwrap_or("main").to_owned(),

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use clawgate_store::{Store, StoreError};
+use clawgate_store::{MigrationStatus, Store, StoreError};
 use clawgate_store_postgres::{PostgresOptions, PostgresStore, PostgresTls};
 use clawgate_store_sqlite::{CommitHook, STATE_DB_FILE, SqliteOptions, SqliteStore, Synchronous};
 use clawgate_types::GatewayInstanceId;
@@ -98,12 +98,7 @@ fn require_current_sqlite(db: &Path, options: &SqliteOptions) -> Result<(), Stor
     } else {
         Vec::new()
     };
-    let found = statuses
-        .iter()
-        .filter(|m| m.applied_at.is_some())
-        .map(|m| m.version)
-        .max()
-        .unwrap_or(0);
+    let found = applied_version(&statuses);
     if found < clawgate_store_sqlite::SCHEMA_VERSION {
         return Err(StoreError::OlderSchema {
             database: db.display().to_string(),
@@ -112,6 +107,16 @@ fn require_current_sqlite(db: &Path, options: &SqliteOptions) -> Result<(), Stor
         });
     }
     Ok(())
+}
+
+/// The newest applied migration's version (0 when none is).
+pub(crate) fn applied_version(statuses: &[MigrationStatus]) -> i64 {
+    statuses
+        .iter()
+        .filter(|m| m.applied_at.is_some())
+        .map(|m| m.version)
+        .max()
+        .unwrap_or(0)
 }
 
 /// This gateway's instance id on a shared database: created once, then read from

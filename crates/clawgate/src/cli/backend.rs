@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use clawgate_awareness::SessionTools;
 use clawgate_store::Store;
-use clawgate_store_sqlite::{MigrationStatus, STATE_DB_FILE};
+use clawgate_store_sqlite::STATE_DB_FILE;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -119,15 +119,6 @@ impl Backend {
             Backend::Stopped(_) => Err(CliError::NeedsGateway(what)),
         }
     }
-}
-
-pub(crate) fn applied_version(statuses: &[MigrationStatus]) -> i64 {
-    statuses
-        .iter()
-        .filter(|m| m.applied_at.is_some())
-        .map(|m| m.version)
-        .max()
-        .unwrap_or(0)
 }
 
 /// The running gateway's control API.

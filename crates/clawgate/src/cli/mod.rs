@@ -33,7 +33,8 @@ mod output;
 mod sessions;
 mod status;
 
-pub(crate) use backend::{Backend, applied_version, lock_for_change, segment};
+pub(crate) use crate::store::applied_version;
+pub(crate) use backend::{Backend, lock_for_change, segment};
 pub use inbox::InboxCommand;
 pub use leases::LeasesCommand;
 pub use outbox::OutboxCommand;

@@ -338,20 +338,7 @@ async fn a_busy_state_database_is_not_reported_as_a_hidden_session() {
     );
     let key = clawgate_types::SessionKey::parse("agent:main:qa:dm-busy").expect("key");
     store
-        .upsert_session(&clawgate_store::SessionRow {
-            session_key: key.clone(),
-            agent_id: "main".into(),
-            owner_session_key: None,
-            spawned_by: None,
-            parent_session_key: None,
-            label: None,
-            acp_owner: None,
-            lease_id: None,
-            created_at: 1,
-            updated_at: 1,
-            reset_at: None,
-            deleted_at: None,
-        })
+        .upsert_session(&clawgate_store::testing::session_row(&key, 1))
         .await
         .expect("session row");
     let tools = views::offline_tools(store);
