@@ -449,15 +449,7 @@ fn open(root: &Path, name: &str, sync: Synchronous) -> anyhow::Result<Arc<Sqlite
 }
 
 fn store(root: &Path, backend: Backend) -> anyhow::Result<()> {
-    let sqlite = if backend.sqlite() {
-        Some(store_sqlite(root)?)
-    } else {
-        None
-    };
-    if backend.postgres() {
-        store_postgres(root, sqlite)?;
-    }
-    Ok(())
+    backend.run(|| store_sqlite(root), |sqlite| store_postgres(root, sqlite))
 }
 
 /// The SQLite figures of `bench store`; returns (append c64, send bookkeeping c64) for the

@@ -63,6 +63,20 @@ impl Backend {
         matches!(self, Backend::Postgres | Backend::Both)
     }
 
+    /// Runs a suite's SQLite part when asked, then its PostgreSQL part with the SQLite figures
+    /// (for the side-by-side table) when asked.
+    pub(crate) fn run<T>(
+        self,
+        sqlite: impl FnOnce() -> anyhow::Result<T>,
+        postgres: impl FnOnce(Option<T>) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let figures = if self.sqlite() { Some(sqlite()?) } else { None };
+        if self.postgres() {
+            postgres(figures)?;
+        }
+        Ok(())
+    }
+
     /// Without `--backend`: both when a server is given, else SQLite alone, saying why.
     pub(crate) fn default_for_machine() -> Backend {
         if std::env::var_os(URL_VAR).is_some() {

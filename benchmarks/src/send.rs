@@ -144,15 +144,7 @@ where
 }
 
 pub(super) fn run(root: &Path, backend: Backend) -> anyhow::Result<()> {
-    let sqlite = if backend.sqlite() {
-        Some(run_sqlite(root)?)
-    } else {
-        None
-    };
-    if backend.postgres() {
-        run_postgres(root, sqlite)?;
-    }
-    Ok(())
+    backend.run(|| run_sqlite(root), |sqlite| run_postgres(root, sqlite))
 }
 
 /// Today's SQLite figures; returns the medians at concurrency 64 and 512 for the side-by-side

@@ -443,6 +443,19 @@ async fn a_notice_is_consumed_exactly_once_by_two_gateways() {
     }
 }
 
+/// Appends a material event (a goal change by `u`) at `at` to the feed tests' session.
+async fn append_goal_change(store: &PostgresStore, at: i64) {
+    store
+        .append_event(&event(
+            HEAD_SESSION,
+            SessionStateEventKind::GoalChanged,
+            "u",
+            at,
+        ))
+        .await
+        .unwrap();
+}
+
 async fn changed_within(rx: &mut tokio::sync::watch::Receiver<u64>, wait: Duration) -> bool {
     tokio::time::timeout(wait, rx.changed())
         .await
@@ -460,28 +473,13 @@ async fn the_change_feed_hears_other_gateways_and_survives_a_lost_connection() {
     let mut feed = a.external_changes(Duration::from_millis(20)).unwrap();
     feed.borrow_and_update();
 
-    elsewhere
-        .append_event(&event(
-            HEAD_SESSION,
-            SessionStateEventKind::GoalChanged,
-            "u",
-            1,
-        ))
-        .await
-        .unwrap();
+    append_goal_change(&elsewhere, 1).await;
     assert!(
         !changed_within(&mut feed, Duration::from_millis(300)).await,
         "another schema's write is not this state's change"
     );
 
-    b.append_event(&event(
-        HEAD_SESSION,
-        SessionStateEventKind::GoalChanged,
-        "u",
-        2,
-    ))
-    .await
-    .unwrap();
+    append_goal_change(&b, 2).await;
     assert!(
         changed_within(&mut feed, Duration::from_secs(30)).await,
         "B's append is announced to A"
@@ -502,14 +500,7 @@ async fn the_change_feed_hears_other_gateways_and_survives_a_lost_connection() {
         "listening again is announced (what happened meanwhile is unknown)"
     );
     feed.borrow_and_update();
-    b.append_event(&event(
-        HEAD_SESSION,
-        SessionStateEventKind::GoalChanged,
-        "u",
-        3,
-    ))
-    .await
-    .unwrap();
+    append_goal_change(&b, 3).await;
     assert!(
         changed_within(&mut feed, Duration::from_secs(30)).await,
         "after reconnecting the feed hears writes again"
@@ -531,14 +522,7 @@ async fn the_send_path_is_not_announced() {
         !changed_within(&mut feed, Duration::from_millis(500)).await,
         "an intent write is not announced"
     );
-    b.append_event(&event(
-        HEAD_SESSION,
-        SessionStateEventKind::GoalChanged,
-        "u",
-        1,
-    ))
-    .await
-    .unwrap();
+    append_goal_change(&b, 1).await;
     assert!(
         changed_within(&mut feed, Duration::from_secs(30)).await,
         "a signal event still is"
