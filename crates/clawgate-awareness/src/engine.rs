@@ -253,8 +253,28 @@ impl Awareness {
     #[tracing::instrument(name = "awareness.consume", skip_all, fields(session = %watcher))]
     pub async fn consume_notices(&self, watcher: &SessionKey) -> Vec<Notice> {
         let taken = self.queue().take(watcher);
+        self.acknowledge(watcher, &taken).await;
+        taken
+    }
+
+    /// Acknowledges the notices `shown` to `watcher` (read with [`Awareness::pending_notices`]
+    /// and placed in a prompt the agent has received). A notice that changed or arrived since
+    /// it was read stays pending for the next turn: only what the agent saw is acknowledged.
+    /// Returns the notices acknowledged.
+    #[tracing::instrument(name = "awareness.acknowledge", skip_all, fields(session = %watcher))]
+    pub async fn acknowledge_notices(&self, watcher: &SessionKey, shown: &[Notice]) -> Vec<Notice> {
+        let (taken, remain) = self.queue().take_shown(watcher, shown);
+        self.acknowledge(watcher, &taken).await;
+        if remain && self.is_main_session(watcher) && self.queue().mark_woken(watcher) {
+            self.wake(vec![watcher.clone()]);
+        }
+        taken
+    }
+
+    /// The durable acks of notices taken from the queue.
+    async fn acknowledge(&self, watcher: &SessionKey, taken: &[Notice]) {
         let now = self.now();
-        for notice in &taken {
+        for notice in taken {
             match self
                 .store
                 .consume_notice(watcher, &notice.target, notice.changes_since, now)
@@ -274,7 +294,6 @@ impl Awareness {
             // Any rebuild that read the cursors before this ack is now stale.
             self.queue().consumed(notice);
         }
-        taken
     }
 
     /// Makes the queue match the durable cursors: after a restart, after another process's

@@ -41,6 +41,41 @@ impl Notice {
             self.changes_since
         )
     }
+
+    /// The control API address of the reconcile call: the target's status with the changes
+    /// since the acknowledged version, under `control_url` (the gateway's `http://host:port`).
+    pub fn status_url(&self, control_url: &str) -> String {
+        format!(
+            "{}/v1/sessions/{}?changesSince={}",
+            control_url.trim_end_matches('/'),
+            path_segment(self.target.as_str()),
+            self.changes_since
+        )
+    }
+
+    /// [`Notice::text`] followed by the [`Notice::status_url`] link when the control API's
+    /// address is known. Still byte-identical while pending: the address is fixed per run.
+    pub fn text_with_link(&self, control_url: Option<&str>) -> String {
+        match control_url {
+            Some(url) => format!("{} Status: {}", self.text(), self.status_url(url)),
+            None => self.text(),
+        }
+    }
+}
+
+/// `text` as one URL path segment: unreserved characters and `:` (which session keys are
+/// made of) stay, every other byte is percent-encoded, so a key with `/`, `?` or `#` in its
+/// conversation id still names the one session.
+fn path_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~:".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
 /// Called to wake a main session at once when a notice is queued for it.
@@ -107,6 +142,35 @@ impl NoticeQueue {
         self.consuming
             .extend(taken.iter().map(|n| (n.watcher.clone(), n.target.clone())));
         taken
+    }
+
+    /// Takes those of `watcher`'s notices that are still exactly as `shown` (a notice
+    /// replaced meanwhile stays: its newer text was not shown). Returns them and whether other
+    /// notices remain queued for the watcher.
+    pub(crate) fn take_shown(
+        &mut self,
+        watcher: &SessionKey,
+        shown: &[Notice],
+    ) -> (Vec<Notice>, bool) {
+        self.generation += 1;
+        let Some(queued) = self.by_watcher.get_mut(watcher) else {
+            return (Vec::new(), false);
+        };
+        let mut taken = Vec::new();
+        for notice in shown.iter().filter(|n| &n.watcher == watcher) {
+            if queued.get(&notice.target) == Some(notice) {
+                queued.remove(&notice.target);
+                taken.push(notice.clone());
+            }
+        }
+        let remain = !queued.is_empty();
+        if !remain {
+            self.by_watcher.remove(watcher);
+        }
+        self.woken.remove(watcher);
+        self.consuming
+            .extend(taken.iter().map(|n| (n.watcher.clone(), n.target.clone())));
+        (taken, remain)
     }
 
     pub(crate) fn forget_session(&mut self, session: &SessionKey, as_target: bool) {

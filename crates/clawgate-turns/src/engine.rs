@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use clawgate_acpx::{EnsureInput, LifecycleController};
-use clawgate_awareness::{Actor, Awareness, NewSession, StateChange};
+use clawgate_awareness::{Actor, Awareness, NewSession, Notice, StateChange};
 use clawgate_channel_sdk::NormalizedInbound;
 use clawgate_messages::{LiveOptions, Messenger, SendOptions, SendOutcome};
 use clawgate_store::Store;
@@ -97,6 +97,9 @@ pub struct Turns {
     pub(crate) durability: MessageDurabilityPolicy,
     pub(crate) counters: Arc<Counters>,
     stop: watch::Receiver<bool>,
+    /// The control API's `http://host:port`, once it listens: stale-state notices in a
+    /// prompt link to the changed session's status there.
+    control_url: std::sync::OnceLock<String>,
 }
 
 /// How many replies of one event may be abandoned before the event is given up.
@@ -134,7 +137,32 @@ impl Turns {
             durability,
             counters,
             stop,
+            control_url: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Where the control API listens (`http://host:port`): from now on the stale-state notices
+    /// placed in prompts link to the changed session's status. Set once; later calls are
+    /// ignored (the address is fixed for the run, so a pending notice's text stays the same).
+    pub fn set_control_url(&self, url: impl Into<String>) {
+        let _ = self.control_url.set(url.into());
+    }
+
+    /// The prompt of a turn: the watcher's pending stale-state notices, one line each, then the
+    /// message. The agent sees what changed in the sessions it watches before it acts.
+    fn prompt_with_notices(&self, notices: &[Notice], text: &str) -> String {
+        if notices.is_empty() {
+            return text.to_owned();
+        }
+        let url = self.control_url.get().map(String::as_str);
+        let mut prompt = String::new();
+        for notice in notices {
+            prompt.push_str(&notice.text_with_link(url));
+            prompt.push('\n');
+        }
+        prompt.push('\n');
+        prompt.push_str(text);
+        prompt
     }
 
     /// The counters this engine updates.
@@ -218,8 +246,20 @@ impl Turns {
         channel: &Channel,
         inbound: NormalizedInbound,
     ) -> Result<(), TurnError> {
+        self.turn_by(channel, inbound, None).await
+    }
+
+    /// [`Turns::turn`], with the message's author in the signal log given as `author` (an
+    /// agent session relaying through `sessions_send`: identified by its session key, so its
+    /// own message opens no notice for it) instead of the platform sender.
+    pub(crate) async fn turn_by(
+        &self,
+        channel: &Channel,
+        inbound: NormalizedInbound,
+        author: Option<Actor>,
+    ) -> Result<(), TurnError> {
         self.counters.turns_in_flight.fetch_add(1, Ordering::SeqCst);
-        let result = self.turn_inner(channel, inbound).await;
+        let result = self.turn_inner(channel, inbound, author).await;
         self.counters.turns_in_flight.fetch_sub(1, Ordering::SeqCst);
         match &result {
             Ok(()) => self
@@ -235,21 +275,26 @@ impl Turns {
         &self,
         channel: &Channel,
         inbound: NormalizedInbound,
+        author: Option<Actor>,
     ) -> Result<(), TurnError> {
         let conversation = inbound.message.target.id.clone();
         let session = session_key_for(&channel.agent_id, &channel.name, &conversation)?;
         self.register(&session, &channel.agent_id, &conversation)
             .await?;
-        let author = inbound
-            .message
-            .sender
-            .as_ref()
-            .map_or_else(|| "unknown".to_owned(), |s| s.id.clone());
+        let author = author.unwrap_or_else(|| {
+            Actor::human(
+                inbound
+                    .message
+                    .sender
+                    .as_ref()
+                    .map_or_else(|| "unknown".to_owned(), |s| s.id.clone()),
+            )
+        });
         // Best effort and deduplicated: a replayed turn logs the message once.
         self.awareness
             .record(
                 &session,
-                StateChange::human_direct_message(Actor::human(author), &channel.name)
+                StateChange::human_direct_message(author, &channel.name)
                     .with_dedupe_key(format!("inbound:{}:{}", channel.name, inbound.event_id)),
             )
             .await;
@@ -295,12 +340,16 @@ impl Turns {
             idempotency_key: Some(reply_key.clone()),
             time_to_live_ms: None,
         };
-        let prompt = inbound
+        let text = inbound
             .message
             .body
             .as_ref()
             .map(|b| b.text.clone())
             .unwrap_or_default();
+        // Notices are acknowledged only once the agent answered the prompt that carried them:
+        // a turn that dies first leaves them pending for the next one.
+        let notices = self.awareness.pending_notices(&session);
+        let prompt = self.prompt_with_notices(&notices, &text);
         // Previews need a durable intent (a preview must never be orphaned): without one the
         // reply is sent once, at the end.
         let mut live = match options.durability {
@@ -359,6 +408,14 @@ impl Turns {
         };
         if let Some(e) = preview_error {
             warn!(error = %e, "preview update failed; the final is still delivered");
+        }
+        if !notices.is_empty() {
+            let acknowledged = self.awareness.acknowledge_notices(&session, &notices).await;
+            info!(
+                shown = notices.len(),
+                acknowledged = acknowledged.len(),
+                "stale-state notices reached the agent"
+            );
         }
         let mut text = outcome.chunks.concat();
         if text.trim().is_empty() {

@@ -13,7 +13,12 @@
 //!   new generation starts;
 //! * the inbound event is completed only after its final's commit (or once an unknown outcome
 //!   is parked for an operator);
-//! * a dead-lettered event gets one failure notice, keyed by the event ([`failure_key`]).
+//! * a dead-lettered event gets one failure notice, keyed by the event ([`failure_key`]);
+//! * the session's pending stale-state notices open the prompt (one line each, linking to the
+//!   changed session's status once the host set its control URL) and are acknowledged only
+//!   after the agent answered: a turn that dies first shows them again;
+//! * a message an agent session relays (`sessions_send`) is logged as that session, so it
+//!   opens no notice for its own sender.
 //!
 //! The crate README's example composes the engine over a state directory and the SDK's
 //! in-memory channel.

@@ -53,10 +53,15 @@ impl Turns {
         relay.sender = Some(clawgate_types::MessageActor::new(author));
         relay.body = Some(MessageBody::new(text));
         let inbound = NormalizedInbound::new(key, relay);
+        // An agent session is logged as itself, so its own message opens no notice for it
+        // (self-suppression compares the actor with the watcher's key).
+        let actor = from
+            .is_agent_qualified()
+            .then(|| clawgate_awareness::Actor::agent(from));
         let turns = self.clone();
         let channel = channel.clone();
         tokio::spawn(async move {
-            if let Err(e) = turns.turn(&channel, inbound).await {
+            if let Err(e) = turns.turn_by(&channel, inbound, actor).await {
                 warn!(error = %e, "the turn for a session message failed");
             }
         });

@@ -26,6 +26,7 @@ pub async fn up(config: Config) -> Result<(), GatewayError> {
         source: e,
     })?;
     let url = format!("http://{addr}");
+    gateway.turns.set_control_url(&url);
     let token = random_token().map_err(GatewayError::Random)?;
     let app = app(&gateway, &token, addr.port());
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();

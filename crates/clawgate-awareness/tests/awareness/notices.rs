@@ -245,3 +245,65 @@ fn notice_text_is_the_pages_line() {
          session_status sessionKey \"agent:main:subagent:child\" changesSince 12."
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledging_what_was_shown_leaves_a_notice_that_arrived_since_pending() {
+    let h = Harness::new();
+    let main = h.create("agent:main:main").await;
+    let first = h
+        .spawn(&main, "agent:main:subagent:a")
+        .await
+        .row
+        .session_key;
+    let second = h
+        .spawn(&main, "agent:main:subagent:b")
+        .await
+        .row
+        .session_key;
+    h.human(&first).await;
+    // What the turn placed in its prompt.
+    let shown = h.awareness.pending_notices(&main);
+    assert_eq!(shown.len(), 1);
+    // A notice on another target arrives while the agent works.
+    h.human(&second).await;
+    let acknowledged = h.awareness.acknowledge_notices(&main, &shown).await;
+    assert_eq!(acknowledged, shown, "what the agent saw is acknowledged");
+    let cursor = h.store.load_cursor(&main, &first).await.unwrap().unwrap();
+    assert_eq!(cursor.notified_version, None, "durably acknowledged");
+    let left = h.awareness.pending_notices(&main);
+    assert_eq!(left.len(), 1, "the unseen notice stays: {left:?}");
+    assert_eq!(left[0].target, second);
+    let cursor = h.store.load_cursor(&main, &second).await.unwrap().unwrap();
+    assert!(cursor.notified_version.is_some(), "still pending durably");
+    // Acknowledging the same notices again changes nothing.
+    assert!(
+        h.awareness
+            .acknowledge_notices(&main, &shown)
+            .await
+            .is_empty()
+    );
+    assert_eq!(h.awareness.pending_notices(&main), left);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_notice_links_to_the_targets_status_since_the_acknowledged_version() {
+    let h = Harness::new();
+    let main = h.create("agent:main:main").await;
+    let spawned = h.spawn(&main, "agent:main:subagent:a/b?c#d").await;
+    h.human(&spawned.row.session_key).await;
+    let notice = h.awareness.pending_notices(&main).remove(0);
+    let since = spawned.creation_version.0;
+    assert_eq!(
+        notice.status_url("http://127.0.0.1:4010/"),
+        format!(
+            "http://127.0.0.1:4010/v1/sessions/agent:main:subagent:a%2Fb%3Fc%23d?changesSince={since}"
+        )
+    );
+    let linked = notice.text_with_link(Some("http://127.0.0.1:4010"));
+    assert!(linked.starts_with(&notice.text()), "{linked}");
+    assert!(linked.ends_with(&format!(
+        " Status: {}",
+        notice.status_url("http://127.0.0.1:4010")
+    )));
+    assert_eq!(notice.text_with_link(None), notice.text());
+}

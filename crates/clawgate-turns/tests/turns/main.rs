@@ -199,3 +199,45 @@ fn turn_errors_say_what_became_of_the_reply() {
         assert_eq!(error.to_string(), text, "{error:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_relaying_into_a_watched_session_gets_no_notice_of_its_own_message() {
+    let host = host().await;
+    let coordinator = session_key_for("main", "memory", "coord").expect("key");
+    let worker = session_key_for("main", "memory", "worker").expect("key");
+    for key in [&coordinator, &worker] {
+        host.awareness
+            .create_session(
+                clawgate_awareness::NewSession::new(key.clone()),
+                clawgate_awareness::Actor::system("test"),
+            )
+            .await
+            .expect("session");
+    }
+    assert!(host.awareness.watch(&coordinator, &worker).await);
+    let failed = &host.turns.counters().turns_failed;
+    let turns_done = |n: u64| async move {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while failed.load(Ordering::SeqCst) < n {
+            assert!(tokio::time::Instant::now() < deadline, "turn {n} never ran");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    host.turns
+        .deliver_to_session(&host.channel, "worker", &coordinator, "status?")
+        .await
+        .expect("delivered");
+    // The turn logs the message, then fails (no agent).
+    turns_done(1).await;
+    assert!(
+        host.awareness.pending_notices(&coordinator).is_empty(),
+        "its own message is not news to the coordinator"
+    );
+    let _ = host
+        .turns
+        .turn(&host.channel, inbound("u-9", "worker", "new plan"))
+        .await;
+    let notices = host.awareness.pending_notices(&coordinator);
+    assert_eq!(notices.len(), 1, "a person's message is: {notices:?}");
+    assert_eq!(notices[0].target, worker);
+}

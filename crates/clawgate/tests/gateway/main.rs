@@ -24,6 +24,7 @@ mod matrix;
 mod mattermost;
 mod nextcloud;
 mod nostr;
+mod notices;
 mod platform_faults;
 mod plugin_channel;
 mod qq;
