@@ -104,13 +104,16 @@ impl Default for ReceiveOptions {
     }
 }
 
-/// Why a dispatch did not finish its event. A plain `String` is a failure (it counts toward
-/// dead-lettering); [`DispatchError::interrupted`] is a stop under it (a clean shutdown), whose
-/// attempt is given back.
+/// Why a dispatch did not finish its event. A plain `String` is a retryable failure (it counts
+/// toward dead-lettering); [`DispatchError::interrupted`] is a stop under it (a clean
+/// shutdown), whose attempt is given back; [`DispatchError::permanent`] is a failure no retry
+/// can fix, dead-lettered at once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DispatchError {
     pub message: String,
     pub interrupted: bool,
+    /// Trying again cannot help (the event is dead-lettered at once).
+    pub permanent: bool,
 }
 
 impl DispatchError {
@@ -119,6 +122,18 @@ impl DispatchError {
         DispatchError {
             message: message.into(),
             interrupted: true,
+            permanent: false,
+        }
+    }
+
+    /// A failure that another attempt would only repeat (the reply was refused for good, the
+    /// event is unanswerable): dead-lettered at once, and a redelivery of it is not taken up
+    /// again.
+    pub fn permanent(message: impl Into<String>) -> DispatchError {
+        DispatchError {
+            message: message.into(),
+            interrupted: false,
+            permanent: true,
         }
     }
 }
@@ -128,6 +143,7 @@ impl From<String> for DispatchError {
         DispatchError {
             message,
             interrupted: false,
+            permanent: false,
         }
     }
 }
@@ -146,6 +162,9 @@ pub enum ReceiveOutcome {
     LoopGuarded,
     /// Seen and finished before (a webhook redelivery, a replayed poll).
     Duplicate { status: InboundStatus },
+    /// Delivered again while an attempt at it runs in this process: not dispatched a second
+    /// time (that attempt finishes the event).
+    InFlight,
     /// Recorded, dispatched and finished.
     Handled { record: InboundRecord },
     /// Dispatch failed; the event stays recorded for another attempt, or is dead-lettered.
@@ -189,6 +208,45 @@ pub struct Receiver {
     clock: Arc<dyn Clock>,
     options: ReceiveOptions,
     loop_guard: BotLoopGuard,
+    /// Events an attempt of this receiver is working on. A second delivery of one of them is
+    /// not dispatched, whatever the caller's ordering (lanes, webhook handlers, replays). Other
+    /// processes never work on this account's events: the account's ownership lease keeps it
+    /// to one gateway.
+    in_flight: Arc<Mutex<std::collections::HashSet<InboundKey>>>,
+}
+
+/// An attempt's hold on its event in [`Receiver::in_flight`]: released when the attempt ends
+/// (after its finishing write, so a redelivery then finds the finished record), or when it is
+/// dropped mid-way.
+struct Attempt {
+    in_flight: Arc<Mutex<std::collections::HashSet<InboundKey>>>,
+    key: InboundKey,
+}
+
+impl Attempt {
+    /// `None` when an attempt at `key` runs already.
+    fn start(
+        in_flight: &Arc<Mutex<std::collections::HashSet<InboundKey>>>,
+        key: &InboundKey,
+    ) -> Option<Attempt> {
+        let fresh = in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key.clone());
+        fresh.then(|| Attempt {
+            in_flight: in_flight.clone(),
+            key: key.clone(),
+        })
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.key);
+    }
 }
 
 impl std::fmt::Debug for Receiver {
@@ -216,6 +274,7 @@ impl Receiver {
             clock,
             options,
             loop_guard,
+            in_flight: Arc::default(),
         }
     }
 
@@ -374,6 +433,18 @@ impl Receiver {
             Ok(screened) => screened,
             Err(dropped) => return Ok(dropped.into()),
         };
+        // Held until this receive returns, i.e. after the attempt's finishing write.
+        let Some(_attempt) = Attempt::start(&self.in_flight, &key) else {
+            info!(event = %key.event_id, "delivered again while an attempt at it runs; not dispatched twice");
+            if policy == ReceiveAckPolicy::AfterDurableSend {
+                // The running attempt acks its own delivery once the reply is durable; this
+                // copy is refused so that the platform asks again if that attempt fails.
+                ack.nack("this event is being processed; deliver it again later");
+            } else {
+                ack.ack();
+            }
+            return Ok(ReceiveOutcome::InFlight);
+        };
         if inbound.is_bot_author {
             let author = inbound
                 .message
@@ -478,6 +549,7 @@ impl Receiver {
                 let DispatchError {
                     message: error,
                     interrupted,
+                    permanent,
                 } = error.into();
                 if interrupted {
                     // Not the event's failure: its attempt is given back and it stays
@@ -493,7 +565,7 @@ impl Receiver {
                         dead_lettered: false,
                     });
                 }
-                let dead = attempt >= self.options.max_attempts;
+                let dead = permanent || attempt >= self.options.max_attempts;
                 let status = if dead {
                     InboundStatus::DeadLettered
                 } else {

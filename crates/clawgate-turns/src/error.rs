@@ -52,6 +52,18 @@ pub enum TurnError {
     Stopping,
 }
 
+impl TurnError {
+    /// Whether another attempt at the event can only fail the same way: the reply failed for
+    /// good (its intent is `failed`, and a retry finds it so), every reply generation is used
+    /// up, or no agent answers this channel. Such an event is dead-lettered at once.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            TurnError::Undelivered(_) | TurnError::TooManyReplies(_) | TurnError::NoAgent(_)
+        )
+    }
+}
+
 impl From<clawgate_acpx::AcpxError> for TurnError {
     fn from(error: clawgate_acpx::AcpxError) -> TurnError {
         TurnError::Agent(Box::new(error))

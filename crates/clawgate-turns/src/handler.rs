@@ -65,6 +65,8 @@ impl EventHandler for TurnHandler {
                     gateway.turn(channel, inbound).await.map_err(|e| {
                         if gateway.stopping() {
                             DispatchError::interrupted(e.to_string())
+                        } else if e.is_permanent() {
+                            DispatchError::permanent(e.to_string())
                         } else {
                             DispatchError::from(e.to_string())
                         }

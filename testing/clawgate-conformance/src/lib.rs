@@ -35,8 +35,9 @@ pub use send::{
     unknown_outcome_is_reconcilable_when_declared,
 };
 pub use source::{
-    live_preview_is_removed_when_abandoned, polling_source_never_passes_an_unfinished_event,
-    pushed_redelivery_is_deduplicated, pushed_source_resumes_after_a_dropped_connection,
+    a_retried_event_keeps_its_conversations_order, live_preview_is_removed_when_abandoned,
+    polling_source_never_passes_an_unfinished_event, pushed_redelivery_is_deduplicated,
+    pushed_source_resumes_after_a_dropped_connection,
 };
 
 /// The async-trait macro [`ConformancePeer`] is declared with.
@@ -143,6 +144,7 @@ pub const CASES: &[&str] = &[
     "live_preview_is_removed_when_abandoned",
     "remote_attachments_are_delivered_when_declared",
     "polling_source_never_passes_an_unfinished_event",
+    "a_retried_event_keeps_its_conversations_order",
     "pushed_redelivery_is_deduplicated",
     "pushed_source_resumes_after_a_dropped_connection",
 ];
@@ -164,6 +166,7 @@ macro_rules! conformance_tests {
             live_preview_is_removed_when_abandoned,
             remote_attachments_are_delivered_when_declared,
             polling_source_never_passes_an_unfinished_event,
+            a_retried_event_keeps_its_conversations_order,
             pushed_redelivery_is_deduplicated,
             pushed_source_resumes_after_a_dropped_connection);
     };

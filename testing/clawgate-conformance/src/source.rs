@@ -27,6 +27,8 @@ struct Dispatches {
     failing: Mutex<Option<String>>,
     handed: Mutex<HashMap<String, u32>>,
     dispatched: Mutex<HashMap<String, u32>>,
+    /// The texts whose dispatch succeeded, in the order it did.
+    succeeded: Mutex<Vec<String>>,
 }
 
 fn text_of(raw: &serde_json::Value, plugin: &ChannelPlugin) -> String {
@@ -68,6 +70,7 @@ impl EventHandler for Handler {
                 if counts.failing.lock().unwrap().as_deref() == Some(text.as_str()) {
                     Err(format!("planned failure of {text:?}"))
                 } else {
+                    counts.succeeded.lock().unwrap().push(text);
                     Ok(())
                 }
             })
@@ -113,6 +116,7 @@ impl Running {
             failing: Mutex::new(failing.map(str::to_owned)),
             handed: Mutex::default(),
             dispatched: Mutex::default(),
+            succeeded: Mutex::default(),
         });
         let (stop, stopped) = watch::channel(false);
         let runner = SourceRunner::new(
@@ -229,6 +233,60 @@ pub async fn polling_source_never_passes_an_unfinished_event(
         "after the restart only the unfinished event runs again; the finished ones are below \
          the watermark or deduplicated by their durable records"
     );
+    Outcome::Passed
+}
+
+/// An event whose dispatch fails (retryably) is tried again before anything after it in its
+/// conversation: the next events wait, handed over but not dispatched, and run in order once it
+/// succeeded.
+pub async fn a_retried_event_keeps_its_conversations_order(peer: &impl ConformancePeer) -> Outcome {
+    let plugin = peer.plugin();
+    if matches!(plugin.source, InboundSource::None) {
+        return Outcome::skipped("the channel receives nothing");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = store_in(&dir);
+    let target = peer.target("order");
+    let running = Running::start(&plugin, &store, Some("order-1"));
+    peer.inject_inbound(&target, "order-1", false)
+        .await
+        .expect("a receiving channel's peer must be able to write into a conversation");
+    until("the first event tried", || {
+        running.dispatched("order-1") >= 1
+    })
+    .await;
+    for text in ["order-2", "order-3"] {
+        peer.inject_inbound(&target, text, false)
+            .await
+            .expect("a receiving channel's peer must be able to write into a conversation");
+    }
+    // Three more tries take over a second (the lane backs off 250 ms, 500 ms, …): the later
+    // events have reached the runner by then, and wait behind the failing one.
+    let tries = running.dispatched("order-1");
+    until("the first event tried again", || {
+        running.dispatched("order-1") >= tries + 3
+    })
+    .await;
+    assert_eq!(
+        (running.handed("order-2"), running.handed("order-3")),
+        (0, 0),
+        "the events after a failing one wait for it"
+    );
+    *running.counts.failing.lock().unwrap() = None;
+    until("every event succeeded", || {
+        running.counts.succeeded.lock().unwrap().len() >= 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let succeeded = running.counts.succeeded.lock().unwrap().clone();
+    running.stop().await;
+    // The retried event keeps its place; the two after it may reach the runner in either
+    // order (some platforms deliver concurrently), each once.
+    assert_eq!(succeeded.len(), 3, "each event once: {succeeded:?}");
+    assert_eq!(succeeded[0], "order-1", "{succeeded:?}");
+    let mut rest = succeeded[1..].to_vec();
+    rest.sort();
+    assert_eq!(rest, ["order-2", "order-3"], "{succeeded:?}");
     Outcome::Passed
 }
 

@@ -757,3 +757,143 @@ async fn an_attempt_interrupted_by_a_stop_is_given_back() {
         "still dispatched, not dead-lettered: {outcome:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_failure_is_dead_lettered_at_once_and_not_taken_up_again() {
+    let h = Harness::new().await;
+    let r = receiver(
+        &h,
+        h.store.clone(),
+        ReceiveAckPolicy::AfterDurableSend,
+        ReceiveOptions::default(),
+    );
+    let raw = inbound(&h, "room-1", "unanswerable", false, None);
+    let journal = Arc::new(Journal::default());
+    let ack = AckController::new(journal.clone());
+    let outcome = r
+        .receive(&raw, &ack, |_| async {
+            Err(clawgate_messages::DispatchError::permanent(
+                "the reply was refused for good",
+            ))
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        ReceiveOutcome::Failed {
+            error: "the reply was refused for good".into(),
+            attempts: 1,
+            dead_lettered: true,
+        },
+        "one attempt of the five allowed"
+    );
+    assert_eq!(ack.state(), AckState::Acked, "the platform may stop");
+    // A redelivery is not dispatched again.
+    let (outcome, state) = run(&r, &raw, &journal, Ok(())).await;
+    assert_eq!(
+        outcome,
+        ReceiveOutcome::Duplicate {
+            status: InboundStatus::DeadLettered
+        }
+    );
+    assert_eq!(state, AckState::Acked);
+    assert_eq!(
+        journal
+            .entries()
+            .iter()
+            .filter(|e| *e == "dispatch")
+            .count(),
+        0,
+        "never dispatched after the permanent failure"
+    );
+}
+
+/// A redelivery that arrives while the event's attempt runs is not dispatched a second time,
+/// and whichever of "the attempt completes" and "the copy arrives" happens first, the event
+/// is dispatched once and completed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redeliveries_racing_a_running_attempt_and_its_completion_dispatch_it_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let h = Harness::new().await;
+    let r = Arc::new(receiver(
+        &h,
+        h.store.clone(),
+        ReceiveAckPolicy::AfterRecord,
+        ReceiveOptions::default(),
+    ));
+    for round in 0..20 {
+        let raw = inbound(&h, "room-1", &format!("message {round}"), false, None);
+        let dispatches = Arc::new(AtomicUsize::new(0));
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let first = {
+            let (r, raw, dispatches) = (r.clone(), raw.clone(), dispatches.clone());
+            tokio::spawn(async move {
+                let ack = AckController::new(Arc::new(Journal::default()));
+                r.receive(&raw, &ack, |_| async move {
+                    dispatches.fetch_add(1, Ordering::SeqCst);
+                    let _ = released.await;
+                    Ok::<(), String>(())
+                })
+                .await
+                .unwrap()
+            })
+        };
+        // The attempt runs: a copy delivered now is not dispatched.
+        while dispatches.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let journal = Arc::new(Journal::default());
+        let (outcome, state) = run(&r, &raw, &journal, Ok(())).await;
+        assert_eq!(outcome, ReceiveOutcome::InFlight, "round {round}");
+        assert_eq!(state, AckState::Acked, "recorded, so acked (AfterRecord)");
+        // Copies race the completion: delivered one after another while the attempt
+        // finishes on the other worker thread, and once more after it finished.
+        release.send(()).unwrap();
+        let copy = || async {
+            let ack = AckController::new(Arc::new(Journal::default()));
+            let dispatches = dispatches.clone();
+            r.receive(&raw, &ack, |_| async move {
+                dispatches.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), String>(())
+            })
+            .await
+            .unwrap()
+        };
+        let mut outcomes = Vec::new();
+        while !first.is_finished() {
+            outcomes.push(copy().await);
+        }
+        outcomes.push(copy().await);
+        let first = first.await.unwrap();
+        let ReceiveOutcome::Handled { record } = first else {
+            panic!("{first:?}")
+        };
+        for outcome in outcomes {
+            assert!(
+                matches!(
+                    outcome,
+                    ReceiveOutcome::InFlight
+                        | ReceiveOutcome::Duplicate {
+                            status: InboundStatus::Completed
+                        }
+                ),
+                "round {round}: {outcome:?}"
+            );
+        }
+        assert_eq!(dispatches.load(Ordering::SeqCst), 1, "round {round}");
+        let key = clawgate_store::InboundKey {
+            channel: record.channel,
+            account_id: record.account_id,
+            event_id: record.event_id,
+        };
+        let record = clawgate_store::InboundStore::load_inbound(&*h.store, &key)
+            .await
+            .unwrap()
+            .expect("recorded");
+        assert_eq!(
+            (record.status, record.attempts),
+            (InboundStatus::Completed, 1),
+            "round {round}: completed once, one attempt counted"
+        );
+    }
+}

@@ -42,6 +42,7 @@ fn label(outcome: &ReceiveOutcome) -> &'static str {
         ReceiveOutcome::Duplicate { .. } => "duplicate",
         ReceiveOutcome::Handled { .. } => "handled",
         ReceiveOutcome::Failed { .. } => "failed",
+        ReceiveOutcome::InFlight => "in flight",
     }
 }
 

@@ -35,6 +35,7 @@ cases!(
     live_preview_is_removed_when_abandoned,
     remote_attachments_are_delivered_when_declared,
     polling_source_never_passes_an_unfinished_event,
+    a_retried_event_keeps_its_conversations_order,
     pushed_redelivery_is_deduplicated,
     pushed_source_resumes_after_a_dropped_connection,
 );

@@ -241,3 +241,23 @@ async fn a_session_relaying_into_a_watched_session_gets_no_notice_of_its_own_mes
     assert_eq!(notices.len(), 1, "a person's message is: {notices:?}");
     assert_eq!(notices[0].target, worker);
 }
+
+#[test]
+fn only_failures_a_retry_cannot_fix_are_permanent() {
+    let permanent = [
+        TurnError::Undelivered("chat not found".into()),
+        TurnError::TooManyReplies("e1".into()),
+        TurnError::NoAgent("main".into()),
+    ];
+    for error in &permanent {
+        assert!(error.is_permanent(), "{error}");
+    }
+    let retryable = [
+        TurnError::Session("busy".into()),
+        TurnError::Stopping,
+        TurnError::IntentGone(clawgate_types::IntentId::parse("i-1").expect("id")),
+    ];
+    for error in &retryable {
+        assert!(!error.is_permanent(), "{error}");
+    }
+}
