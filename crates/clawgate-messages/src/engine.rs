@@ -725,11 +725,14 @@ impl Inner {
         durable: bool,
     ) -> Result<SendOutcome, MessagesError> {
         let delivery = adapter.capabilities().delivery.clone().unwrap_or_default();
+        let asked = match intent.status {
+            IntentStatus::UnknownAfterSend => intent.reconciliations,
+            _ => 0,
+        };
         let asked_again =
             (delivery.reconcile_unknown_send || delivery.duplicates_acceptable).then(|| {
-                self.clock
-                    .now_ms()
-                    .saturating_add(self.policy.reconcile_delay_ms)
+                self.policy
+                    .next_reconciliation_at(self.clock.now_ms(), asked)
             });
         self.unknown_until(intent, error, asked_again, durable)
             .await
@@ -748,7 +751,11 @@ impl Inner {
         let now = self.clock.now_ms();
         let unknown_since = match (&intent.failure, intent.status) {
             (Some(previous), IntentStatus::UnknownAfterSend) => previous.at,
-            _ => now,
+            _ => {
+                // Unknown afresh: its reconciliations are counted from here.
+                intent.reconciliations = 0;
+                now
+            }
         };
         intent.failure = Some(failure(error, None, unknown_since));
         intent.next_attempt_at = next_attempt_at;

@@ -14,8 +14,13 @@ pub struct RetryPolicy {
     /// An intent older than this is failed with reason `expired` instead of delivered: a reply
     /// is not worth sending a week late.
     pub time_to_live_ms: i64,
-    /// Delay between reconciliations of an unresolved unknown outcome.
+    /// Delay before the second reconciliation of an unresolved unknown outcome; doubled for
+    /// each later one (up to `max_delay_ms`).
     pub reconcile_delay_ms: i64,
+    /// Reconciliations of one unknown outcome whose answers leave it unresolved (the platform
+    /// unreachable, or "cannot tell" inside the window) before the intent is failed with
+    /// `max_attempts_exceeded` — never resent. The last one is asked like any other.
+    pub max_reconciliations: u32,
     /// How long the platform may keep answering "cannot tell" about an unknown outcome before
     /// the intent is parked for an operator (`clawgate outbox`). Until then the conversation's
     /// later replies wait behind it; a platform that cannot be reached does not count towards
@@ -33,6 +38,7 @@ impl Default for RetryPolicy {
             max_delay_ms: 5 * 60_000,
             time_to_live_ms: 24 * 60 * 60_000,
             reconcile_delay_ms: 5_000,
+            max_reconciliations: 20,
             reconcile_window_ms: 10 * 60_000,
             claim_ttl_ms: 2 * 60_000,
         }
@@ -40,6 +46,17 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// When an unknown outcome asked about `asked` times already is asked again: the
+    /// reconciliation delay, doubled for each earlier reconciliation, at most `max_delay_ms`.
+    pub fn next_reconciliation_at(&self, now: UnixMillis, asked: u32) -> UnixMillis {
+        let exponent = asked.saturating_sub(1).min(30);
+        let delay = self
+            .reconcile_delay_ms
+            .saturating_mul(1_i64 << exponent)
+            .min(self.max_delay_ms.max(self.reconcile_delay_ms));
+        now.saturating_add(delay)
+    }
+
     /// When attempt number `attempt` (1-based) failing transiently may be tried again, honouring
     /// the platform's retry-after when it asks for longer.
     pub fn next_attempt_at(

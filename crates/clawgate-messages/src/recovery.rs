@@ -406,6 +406,35 @@ impl Inner {
             })
     }
 
+    /// The last reconciliation the budget allows left the outcome unknown: the intent fails
+    /// (never resent: it may have landed), so whoever waits on it learns it ended.
+    async fn reconciliations_spent(
+        &self,
+        intent: &mut DurableSendIntent,
+    ) -> Result<SendOutcome, MessagesError> {
+        let asked = intent.reconciliations;
+        warn!(
+            intent = %intent.id,
+            asked,
+            "the send's outcome is still unknown after its last reconciliation: failed, not resent"
+        );
+        let error = clawgate_channel_sdk::SendError::after_io(
+            clawgate_types::DeliveryFailureKind::Unknown,
+            format!(
+                "the send's outcome is still unknown after {asked} reconciliations (the platform \
+                 could not be reached or could not tell); it may have landed: check the \
+                 conversation before `clawgate outbox retry`"
+            ),
+        );
+        self.fail(
+            intent,
+            &error,
+            clawgate_types::FailureReason::MaxAttemptsExceeded,
+            true,
+        )
+        .await
+    }
+
     /// Asks the platform about every unit without a receipt, then commits what landed and resends
     /// only what the platform proved missing.
     async fn reconcile(
@@ -428,6 +457,8 @@ impl Inner {
             // Never replay blindly: park it where operators see it.
             return self.unknown_until(intent, &reason, None, true).await;
         }
+        // Counted before the platform is asked (saved with whatever the answers lead to).
+        intent.reconciliations = intent.reconciliations.saturating_add(1);
         let ctx = self.context(intent);
         let mut not_sent = 0;
         let mut unresolved = false;
@@ -465,6 +496,9 @@ impl Inner {
             // A platform that could not be reached has not answered: never parked for that.
             let waited_out = !unreachable && (undecidable || self.window_passed(intent));
             if !waited_out {
+                if intent.reconciliations >= self.policy.max_reconciliations {
+                    return self.reconciliations_spent(intent).await;
+                }
                 return self.unknown(adapter, intent, &reason, true).await;
             }
             if delivery.duplicates_acceptable {

@@ -125,6 +125,11 @@ impl std::fmt::Display for IntentStatus {
     }
 }
 
+/// Serde: a zero count is left out of the wire format (older records have none).
+fn is_zero(count: &u32) -> bool {
+    *count == 0
+}
+
 /// A visible outbound message the core decided must exist, recorded before any platform I/O.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -151,6 +156,10 @@ pub struct DurableSendIntent {
     pub status: IntentStatus,
     /// How many send attempts were made.
     pub attempt: u32,
+    /// How many times the platform was asked about the current unknown outcome (reset when an
+    /// outcome becomes unknown afresh); the retry policy's `max_reconciliations` bounds it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reconciliations: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// When the next attempt is due, for a pending intent.
     pub next_attempt_at: Option<UnixMillis>,
@@ -190,6 +199,7 @@ impl DurableSendIntent {
             live_state: None,
             status: IntentStatus::Pending,
             attempt: 0,
+            reconciliations: 0,
             next_attempt_at: None,
             expires_at: None,
             receipt: None,

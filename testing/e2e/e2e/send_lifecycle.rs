@@ -371,6 +371,104 @@ async fn an_outcome_the_platform_cannot_tell_is_parked_after_the_reconciliation_
     }
 }
 
+/// An unknown outcome whose reconciliations stay unresolved (the platform unreachable, or
+/// "cannot tell" inside the window) is asked about again after a doubling delay, each
+/// reconciliation counted on the intent; the last one the budget allows is asked like any other
+/// and then the intent fails (`max_attempts_exceeded`, never resent) — it does not wait out the
+/// time-to-live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unresolved_reconciliations_back_off_and_fail_at_their_budget() {
+    for unreachable in [true, false] {
+        let h = Harness::new().await;
+        let adapter = Counting::new(h.adapter());
+        let policy = clawgate_messages::RetryPolicy {
+            reconcile_delay_ms: 1_000,
+            max_reconciliations: 4,
+            ..clawgate_messages::RetryPolicy::default()
+        };
+        let messenger = clawgate_messages::Messenger::new(
+            h.store.clone(),
+            vec![adapter.clone()],
+            policy,
+            h.clock.clone(),
+            "test",
+        );
+        adapter.answer_reconciliations(if unreachable {
+            Err(clawgate_channel_sdk::SendError::after_io(
+                clawgate_types::DeliveryFailureKind::Transient,
+                "connection refused",
+            ))
+        } else {
+            Ok(clawgate_channel_sdk::Reconciliation::Unresolved)
+        });
+        h.platform.inject(Fault::drop_after_accept(1));
+        let report = messenger
+            .send(message("b", "asked four times"), opts())
+            .await
+            .unwrap();
+        let id = report.intent_id.unwrap();
+        let load = || async { h.store.load_intent(&id).await.unwrap().unwrap() };
+        let first = load().await;
+        assert_eq!(
+            (first.reconciliations, first.next_attempt_at),
+            (0, Some(START + 1_000)),
+            "unreachable: {unreachable}"
+        );
+        // Before it is due, nothing is asked.
+        h.clock.advance(999);
+        messenger.recover().await.unwrap();
+        assert_eq!(load().await.reconciliations, 0);
+        // Asked three times: each time counted, the next one 1 s, 2 s, 4 s later.
+        let mut due = START + 1_000;
+        for (asked, delay) in [(1, 1_000), (2, 2_000), (3, 4_000)] {
+            h.clock.set(due);
+            messenger.recover().await.unwrap();
+            let intent = load().await;
+            assert_eq!(
+                (intent.status, intent.reconciliations),
+                (IntentStatus::UnknownAfterSend, asked),
+                "unreachable: {unreachable}"
+            );
+            assert_eq!(intent.next_attempt_at, Some(due + delay), "backs off");
+            due += delay;
+        }
+        // The fourth is the last: still unresolved, the intent fails; nothing is resent.
+        h.clock.set(due);
+        messenger.recover().await.unwrap();
+        let intent = load().await;
+        assert_eq!(
+            (
+                intent.status,
+                intent.reconciliations,
+                intent.next_attempt_at
+            ),
+            (IntentStatus::Failed, 4, None),
+            "unreachable: {unreachable}"
+        );
+        let failure = intent.failure.expect("failure");
+        assert_eq!(
+            failure.reason,
+            Some(clawgate_types::FailureReason::MaxAttemptsExceeded)
+        );
+        assert!(
+            failure
+                .message
+                .contains("still unknown after 4 reconciliations"),
+            "{}",
+            failure.message
+        );
+        h.clock.advance(60 * 60_000);
+        messenger.recover().await.unwrap();
+        assert_eq!(load().await.status, IntentStatus::Failed, "not asked again");
+        assert_eq!(
+            h.platform.landed_with_text("asked four times"),
+            1,
+            "landed once (the answer was lost), never resent"
+        );
+        assert_eq!(adapter.hooks(), (0, 0), "never committed");
+    }
+}
+
 /// An adapter that knows the platform can never tell (`Undecidable`) gets its send parked at
 /// the first reconciliation, without waiting out the window; never resent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -185,6 +185,7 @@ pub(crate) fn durable_send_intent() -> DurableSendIntent {
         live_state: Some(live_state()),
         status: IntentStatus::UnknownAfterSend,
         attempt: 3,
+        reconciliations: 2,
         next_attempt_at: Some(1_700_000_060_000),
         expires_at: Some(1_700_003_600_000),
         receipt: Some(receipt()),

@@ -329,7 +329,8 @@ prop_compose! {
         account_id in opt_text(),
         message in channel_message(),
         (batch, live_state) in (maybe(batch()), maybe(live_state())),
-        (status, attempt) in (one_of(&clawgate_types::ALL_INTENT_STATUSES), any::<u32>()),
+        (status, attempt, reconciliations) in
+            (one_of(&clawgate_types::ALL_INTENT_STATUSES), any::<u32>(), any::<u32>()),
         (next_attempt_at, expires_at) in (maybe(any::<i64>()), maybe(any::<i64>())),
         (receipt, partial_receipt) in (maybe(receipt()), maybe(receipt())),
         failure in maybe(delivery_failure()),
@@ -337,8 +338,8 @@ prop_compose! {
     ) -> DurableSendIntent {
         DurableSendIntent {
             id, idempotency_key, channel, account_id, message, batch, live_state, status,
-            attempt, next_attempt_at, expires_at, receipt, partial_receipt, failure, created_at,
-            updated_at,
+            attempt, reconciliations, next_attempt_at, expires_at, receipt, partial_receipt,
+            failure, created_at, updated_at,
         }
     }
 }

@@ -128,7 +128,10 @@ impl Render for views::OutboxList {
             t.row([
                 i.id.to_string(),
                 status,
-                i.attempt.to_string(),
+                match i.reconciliations {
+                    0 => i.attempt.to_string(),
+                    asked => format!("{} (asked {asked}x)", i.attempt),
+                },
                 i.channel.clone(),
                 i.target.clone(),
                 fmt_time(i.updated_at),

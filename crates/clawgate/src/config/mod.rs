@@ -37,6 +37,7 @@ impl Config {
             time_to_live_ms: ms(self.retry.time_to_live_secs.saturating_mul(1_000)),
             reconcile_delay_ms: ms(self.retry.reconcile_delay_ms),
             reconcile_window_ms: ms(self.retry.reconcile_window_ms),
+            max_reconciliations: self.retry.max_reconciliations,
             // A dead gateway's claims are released at once (its pid and start time are in the
             // token); the time-to-live only has to outlast the longest live reply stream.
             claim_ttl_ms: 30 * 60_000,

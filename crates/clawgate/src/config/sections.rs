@@ -193,6 +193,9 @@ pub struct RetrySection {
     /// An unknown outcome the platform cannot settle within this long is parked for an
     /// operator, so the conversation's later replies stop waiting behind it.
     pub reconcile_window_ms: u64,
+    /// Reconciliations of one unknown outcome that leave it unresolved before it is failed
+    /// (never resent).
+    pub max_reconciliations: u32,
 }
 
 impl Default for RetrySection {
@@ -205,6 +208,7 @@ impl Default for RetrySection {
             time_to_live_secs: policy.time_to_live_ms.unsigned_abs() / 1_000,
             reconcile_delay_ms: policy.reconcile_delay_ms.unsigned_abs(),
             reconcile_window_ms: policy.reconcile_window_ms.unsigned_abs(),
+            max_reconciliations: policy.max_reconciliations,
         }
     }
 }

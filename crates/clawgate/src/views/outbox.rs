@@ -47,6 +47,9 @@ pub struct IntentSummary {
     pub idempotency_key: String,
     /// Send attempts so far.
     pub attempt: u32,
+    /// Times the platform was asked about the current unknown outcome.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reconciliations: u32,
     /// Class of the last failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_kind: Option<DeliveryFailureKind>,
@@ -68,6 +71,10 @@ pub struct IntentSummary {
     pub awaits_final: bool,
     /// The message text, whitespace collapsed, at most 80 characters.
     pub preview: String,
+}
+
+fn is_zero(count: &u32) -> bool {
+    *count == 0
 }
 
 impl IntentSummary {
@@ -92,6 +99,7 @@ impl IntentSummary {
             target: intent.message.target.id.clone(),
             idempotency_key: intent.idempotency_key.clone(),
             attempt: intent.attempt,
+            reconciliations: intent.reconciliations,
             failure_kind: failure.map(|f| f.kind),
             failure_reason: failure.and_then(|f| f.reason),
             failure_message: failure.map(|f| f.message.clone()),
@@ -221,6 +229,7 @@ pub async fn outbox_retry<S: IntentStore + ?Sized>(
     intent.expires_at = ttl.map(|ttl| now.saturating_add(ttl));
     intent.status = IntentStatus::Pending;
     intent.attempt = 0;
+    intent.reconciliations = 0;
     intent.next_attempt_at = Some(now);
     intent.updated_at = now;
     store.save_intent(&intent, previous, None).await?;
@@ -361,6 +370,7 @@ mod tests {
                 Cancelled => &[Cancelled],
             };
             let mut current = intent.clone();
+            current.reconciliations = 7;
             for next in path {
                 let before = current.status;
                 current.status = *next;
@@ -386,7 +396,11 @@ mod tests {
                     assert_eq!(stored.status, expected, "{case}: stored");
                     if expected == Pending {
                         assert_eq!(stored.next_attempt_at, Some(5_000), "{case}: due now");
-                        assert_eq!(stored.attempt, 0, "{case}: fresh budget");
+                        assert_eq!(
+                            (stored.attempt, stored.reconciliations),
+                            (0, 0),
+                            "{case}: fresh budget"
+                        );
                     } else {
                         let reason = stored.failure.and_then(|f| f.reason);
                         assert_eq!(reason, Some(FailureReason::OperatorCancelled), "{case}");
