@@ -204,7 +204,9 @@ impl LivePreview {
     /// it, coalesced so edits never exceed the platform's declared rate. Returns whether the
     /// platform was touched now.
     pub async fn update(&mut self, text: &str) -> Result<bool, MessagesError> {
-        if self.shown.as_deref() == Some(text) || !self.adapter.previews(&self.intent.message) {
+        if self.shown.as_deref() == Some(text)
+            || !previews_possible(&self.adapter, &self.intent.message)
+        {
             return Ok(false);
         }
         let now = self.inner().clock.now_ms();
@@ -814,6 +816,20 @@ pub(crate) async fn remove_stream_preview(
         },
     };
     remove_preview(adapter, ctx, &part, LiveCancelReason::Aborted).await
+}
+
+/// Whether a preview may be shown for `message`: the channel wants one, and it could always
+/// take it down again — the platform deletes (`live.delete`), and the preview can follow the
+/// text (`live.edit`, or a live adapter of the channel's own). Otherwise a preview the final
+/// cannot replace would stay beside it for good, so the reply is sent once, plainly, at the end.
+pub fn previews_possible(
+    adapter: &Arc<dyn ChannelMessageAdapter>,
+    message: &ChannelMessage,
+) -> bool {
+    let capabilities = adapter.capabilities();
+    capabilities.can_delete()
+        && (capabilities.can_edit() || adapter.live().is_some())
+        && adapter.previews(message)
 }
 
 /// Whether `preview` can become the final by an edit: the channel edits, and its live adapter
