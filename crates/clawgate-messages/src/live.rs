@@ -440,6 +440,9 @@ impl LivePreview {
     /// preview is removed (`reason`) and the final sent normally. Attachments already streamed
     /// ([`LivePreview::deliver_media`]) are dropped from the final; only the others can cancel
     /// the preview for carrying media.
+    ///
+    /// An edit into the preview whose answer was lost is an unknown outcome (`Unknown`), made
+    /// again by recovery, never followed by a fresh final.
     pub async fn finalize(
         mut self,
         mut final_message: ChannelMessage,
@@ -513,9 +516,28 @@ impl LivePreview {
                         outcome,
                     });
                 }
+                Err(error) if error.side_effect == SideEffect::Possible => {
+                    // The edit may have landed: the preview may show the final already, so it
+                    // stays recorded as the final's carrier and recovery makes the edit again
+                    // (an edit repeated cannot duplicate anything). A fresh final now could
+                    // stand beside it, or replace a final the user has already read.
+                    warn!(kind = ?error.kind, error = %error.message, "finalizing in place: outcome unknown; the edit is made again, never a second final");
+                    let again = inner
+                        .clock
+                        .now_ms()
+                        .saturating_add(inner.policy.reconcile_delay_ms);
+                    let outcome = inner
+                        .unknown_until(&mut self.intent, &error, Some(again), true)
+                        .await?;
+                    return Ok(SendReport {
+                        intent_id: Some(self.intent.id.clone()),
+                        durable: true,
+                        outcome,
+                    });
+                }
                 Err(error) => {
-                    // Whatever the preview shows now, it goes and the final is sent normally:
-                    // the user sees the final once either way.
+                    // Refused: the preview still shows its draft, so it goes and the final is
+                    // sent normally.
                     warn!(kind = ?error.kind, error = %error.message, "finalizing in place failed; sending a fresh final");
                     inner
                         .save(&mut self.intent, IntentStatus::Pending, true)

@@ -1,10 +1,10 @@
 //! Live previews on the SDK's in-memory platform over a real SQLite state directory: what a
-//! channel's capabilities allow.
+//! channel's capabilities allow, and an in-place final whose answer was lost.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use clawgate_channel_sdk::testing::{MemoryChannel, MemoryPlatform};
+use clawgate_channel_sdk::testing::{MemoryChannel, MemoryFault, MemoryPlatform};
 use clawgate_channel_sdk::{
     ChannelMessageAdapter, MessageLiveAdapter, MessageOriginAdapter, Reconciliation, SendContext,
     SendError,
@@ -12,11 +12,12 @@ use clawgate_channel_sdk::{
 use clawgate_messages::{
     LiveOptions, LivePreview, Messenger, RetryPolicy, SendOptions, SendOutcome,
 };
+use clawgate_store::IntentStore;
 use clawgate_store_sqlite::SqliteStore;
 use clawgate_types::clock::ManualClock;
 use clawgate_types::{
-    ChannelMessage, LiveCapabilities, MessageCapabilities, MessageReceiptPart, MessageTarget,
-    RenderedMessageUnit,
+    ChannelMessage, DurableSendIntent, IntentId, IntentStatus, LiveCapabilities,
+    MessageCapabilities, MessageReceiptPart, MessageTarget, RenderedMessageUnit,
 };
 
 const ROOM: &str = "room-1";
@@ -71,6 +72,16 @@ impl Harness {
             .expect("the live intent is recorded")
     }
 
+    async fn intent(&self, id: &IntentId) -> DurableSendIntent {
+        self.store
+            .load_intent(id)
+            .await
+            .expect("the store answers")
+            .expect("the intent is recorded")
+    }
+
+    /// The one intent of the test (a live intent is recorded before any report names it).
+
     fn texts(&self) -> Vec<String> {
         self.platform.texts(ROOM)
     }
@@ -78,6 +89,16 @@ impl Harness {
 
 fn reply(text: &str) -> ChannelMessage {
     ChannelMessage::outbound("out-1", "memory", MessageTarget::group(ROOM), text)
+}
+
+/// The recorded preview's platform message, if the live state holds one.
+fn recorded_preview(intent: &DurableSendIntent) -> Option<String> {
+    intent
+        .live_state
+        .as_ref()
+        .and_then(|s| s.receipt.as_ref())
+        .and_then(|r| r.parts.first())
+        .map(|p| p.platform_message_id.clone())
 }
 
 /// The memory channel declaring only `live` of the platform's abilities: an edit or a delete it
@@ -220,4 +241,64 @@ async fn a_channel_that_cannot_take_a_preview_down_shows_none_and_sends_one_plai
             );
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_edit_whose_answer_was_lost_is_edited_again_never_sent_beside_its_preview() {
+    let h = Harness::new();
+    let messenger = h.messenger(Arc::new(h.channel()));
+    // Stale by the time recovery comes: a recorded final beside a stale preview would
+    // otherwise be sent fresh.
+    let mut live = h.begin(&messenger, 10_000).await;
+    assert!(live.update("draft").await.expect("the update runs"));
+    let preview = h.platform.messages(ROOM)[0].id.clone();
+    // The edit into the final lands, its answer is lost; so is the answer to the next one.
+    h.platform.inject(MemoryFault::LoseAnswer, 2, 0);
+    let report = live
+        .finalize(reply("the answer"))
+        .await
+        .expect("the final is recorded");
+    let id = report.intent_id.clone().expect("a durable intent");
+    assert!(
+        matches!(report.outcome, SendOutcome::Unknown { .. }),
+        "{report:?}"
+    );
+    let stored = h.intent(&id).await;
+    assert_eq!(stored.status, IntentStatus::UnknownAfterSend);
+    assert_eq!(
+        recorded_preview(&stored).as_deref(),
+        Some(preview.as_str()),
+        "the preview stays recorded as the final's carrier"
+    );
+    assert!(stored.next_attempt_at.is_some(), "reconciled, not parked");
+    assert_eq!(h.texts(), ["the answer"], "the edit did land");
+
+    // Recovery edits again (an edit cannot duplicate); a lost answer again keeps it unknown.
+    h.clock.advance(60_000);
+    let first = messenger.recover().await.expect("a recovery pass");
+    assert_eq!(first.unknown, 1, "{first:?}");
+    assert_eq!(h.intent(&id).await.status, IntentStatus::UnknownAfterSend);
+    h.clock.advance(60_000);
+    let second = messenger.recover().await.expect("a recovery pass");
+    assert_eq!(second.committed, 1, "{second:?}");
+
+    let landed = h.platform.messages(ROOM);
+    assert_eq!(landed.len(), 1, "{landed:?}");
+    assert_eq!(
+        (landed[0].id.as_str(), landed[0].text.as_str()),
+        (preview.as_str(), "the answer")
+    );
+    assert_eq!(
+        h.platform.sends(),
+        1,
+        "the final was never sent as a message"
+    );
+    let sent = h.intent(&id).await;
+    assert_eq!(sent.status, IntentStatus::Sent);
+    assert_eq!(
+        sent.receipt
+            .as_ref()
+            .and_then(|r| r.primary_platform_message_id.as_deref()),
+        Some(preview.as_str())
+    );
 }
