@@ -272,13 +272,14 @@ impl Inner {
                 .and_then(|r| r.parts.first());
             if let Some(part) = preview {
                 let ctx = self.context(&intent);
-                if !crate::live::remove_preview(
+                if crate::live::remove_preview(
                     &adapter,
                     &ctx,
                     part,
                     clawgate_types::LiveCancelReason::Aborted,
                 )
                 .await
+                .is_err()
                 {
                     // Never a fresh final beside a preview still showing: try again later.
                     self.store

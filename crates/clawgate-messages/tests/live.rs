@@ -1,5 +1,6 @@
 //! Live previews on the SDK's in-memory platform over a real SQLite state directory: what a
-//! channel's capabilities allow, and an in-place final whose answer was lost.
+//! channel's capabilities allow, an in-place final whose answer was lost, and previews the
+//! platform will not remove when the final cannot go out.
 
 use std::sync::Arc;
 
@@ -10,14 +11,15 @@ use clawgate_channel_sdk::{
     SendError,
 };
 use clawgate_messages::{
-    LiveOptions, LivePreview, Messenger, RetryPolicy, SendOptions, SendOutcome,
+    LiveOptions, LivePreview, MessagesError, Messenger, RetryPolicy, SendOptions, SendOutcome,
 };
 use clawgate_store::IntentStore;
 use clawgate_store_sqlite::SqliteStore;
 use clawgate_types::clock::ManualClock;
 use clawgate_types::{
-    ChannelMessage, DurableSendIntent, IntentId, IntentStatus, LiveCapabilities,
-    MessageCapabilities, MessageReceiptPart, MessageTarget, RenderedMessageUnit,
+    ChannelMessage, DeliveryFailureKind, DurableSendIntent, IntentId, IntentStatus,
+    LiveCapabilities, MessageAttachment, MessageCapabilities, MessagePartKind, MessageReceiptPart,
+    MessageTarget, RenderedMessageUnit,
 };
 
 const ROOM: &str = "room-1";
@@ -81,6 +83,20 @@ impl Harness {
     }
 
     /// The one intent of the test (a live intent is recorded before any report names it).
+    async fn only_intent(&self) -> DurableSendIntent {
+        let all = self
+            .store
+            .list_intents(&clawgate_store::IntentFilter {
+                limit: 10,
+                ..clawgate_store::IntentFilter::default()
+            })
+            .await
+            .expect("the store answers");
+        let [one] = all.as_slice() else {
+            panic!("one intent expected: {all:?}")
+        };
+        one.clone()
+    }
 
     fn texts(&self) -> Vec<String> {
         self.platform.texts(ROOM)
@@ -301,4 +317,122 @@ async fn a_final_edit_whose_answer_was_lost_is_edited_again_never_sent_beside_it
             .and_then(|r| r.primary_platform_message_id.as_deref()),
         Some(preview.as_str())
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fallback_final_that_fails_leaves_no_preview_behind() {
+    let h = Harness::new();
+    let messenger = h.messenger(Arc::new(h.channel()));
+    let mut live = h.begin(&messenger, 1_000).await;
+    live.update("draft").await.expect("the update runs");
+    // Stale: the preview is removed and the final sent fresh, which the platform refuses.
+    h.clock.advance(5_000);
+    h.platform
+        .inject(MemoryFault::Refuse(DeliveryFailureKind::Auth), 1, 1);
+    let report = live
+        .finalize(reply("the answer"))
+        .await
+        .expect("the outcome is recorded");
+    assert!(
+        matches!(report.outcome, SendOutcome::Failed { .. }),
+        "{report:?}"
+    );
+    assert!(h.texts().is_empty(), "the preview is gone: {:?}", h.texts());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preview_that_will_not_go_keeps_the_edit_error_and_is_removed_by_recovery() {
+    let h = Harness::new();
+    let messenger = h.messenger(Arc::new(h.channel()));
+    let mut live = h.begin(&messenger, 10_000).await;
+    live.update("draft").await.expect("the update runs");
+    let preview = h.platform.messages(ROOM)[0].id.clone();
+    // The edit into the final is refused, and so is removing the preview.
+    h.platform.inject(
+        MemoryFault::Refuse(DeliveryFailureKind::InvalidPayload),
+        1,
+        0,
+    );
+    h.platform
+        .inject(MemoryFault::Refuse(DeliveryFailureKind::Transient), 1, 0);
+    let report = live
+        .finalize(reply("the answer"))
+        .await
+        .expect("the final is recorded");
+    let SendOutcome::RetryScheduled { failure, .. } = &report.outcome else {
+        panic!("{report:?}")
+    };
+    assert!(
+        failure.message.contains("(InvalidPayload)") && failure.message.contains("(Transient)"),
+        "the edit's error and the removal's: {}",
+        failure.message
+    );
+    let id = report.intent_id.clone().expect("a durable intent");
+    let stored = h.intent(&id).await;
+    assert_eq!(stored.status, IntentStatus::Pending);
+    assert_eq!(
+        recorded_preview(&stored).as_deref(),
+        Some(preview.as_str()),
+        "recorded for a later removal"
+    );
+    assert_eq!(
+        stored.failure.as_ref().map(|f| f.message.as_str()),
+        Some(failure.message.as_str())
+    );
+    assert_eq!(h.texts(), ["draft"], "no final beside the preview");
+
+    // Stale by now: recovery removes the preview, then delivers the final.
+    h.clock.advance(60_000);
+    let recovered = messenger.recover().await.expect("a recovery pass");
+    assert_eq!(recovered.committed, 1, "{recovered:?}");
+    assert_eq!(h.texts(), ["the answer"]);
+    assert!(h.platform.messages(ROOM).iter().all(|m| m.id != preview));
+    assert_eq!(h.intent(&id).await.status, IntentStatus::Sent);
+}
+
+fn image() -> MessageAttachment {
+    let mut image = MessageAttachment::new(MessagePartKind::Media);
+    image.url = Some("https://example.org/cat.png".into());
+    image
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_that_cannot_be_rendered_takes_its_preview_down_and_returns_its_error() {
+    // (case, removing the preview is refused once)
+    for (case, refused) in [("removed at once", false), ("removed by recovery", true)] {
+        let h = Harness::new();
+        let messenger = h.messenger(Arc::new(h.channel()));
+        let mut live = h.begin(&messenger, 60_000).await;
+        live.update("draft").await.expect("the update runs");
+        if refused {
+            h.platform
+                .inject(MemoryFault::Refuse(DeliveryFailureKind::Transient), 1, 0);
+        }
+        // The memory channel takes no attachments: the final cannot be rendered.
+        let error = live
+            .finalize(reply("the answer").with_attachment(image()))
+            .await
+            .expect_err("a final the channel cannot carry");
+        assert!(
+            matches!(error, MessagesError::Render { .. }),
+            "{case}: the render error, not the removal's: {error}"
+        );
+        let stored = h.only_intent().await;
+        if refused {
+            assert_eq!(h.texts(), ["draft"], "{case}");
+            assert!(
+                stored.awaits_final() && recorded_preview(&stored).is_some(),
+                "{case}: recorded for a later removal: {stored:?}"
+            );
+            h.clock.advance(1_000);
+            let recovered = messenger.recover().await.expect("a recovery pass");
+            assert_eq!(recovered.abandoned, 1, "{case}: {recovered:?}");
+        }
+        assert!(h.texts().is_empty(), "{case}: {:?}", h.texts());
+        assert_eq!(
+            h.intent(&stored.id).await.status,
+            IntentStatus::Cancelled,
+            "{case}: its turn replays"
+        );
+    }
 }
