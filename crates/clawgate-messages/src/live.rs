@@ -296,7 +296,9 @@ impl LivePreview {
 
     /// Delivers a completed block as its own message (block streaming). A preview still showing
     /// is removed first, so the same text is never shown by both; the final later skips what the
-    /// blocks delivered.
+    /// blocks delivered. When the platform refuses to remove it, nothing is delivered
+    /// ([`MessagesError::PreviewNotRemoved`]) and the preview stays recorded for the final,
+    /// [`LivePreview::abandon`] or recovery to remove.
     pub async fn deliver_block(&mut self, text: &str) -> Result<(), MessagesError> {
         let inner = self.messenger.inner.clone();
         let ctx = inner.context(&self.intent);
@@ -306,8 +308,13 @@ impl LivePreview {
             .clone()
             .unwrap_or_else(|| LiveMessageState::empty(LiveMode::Block));
         if state.mode != LiveMode::Block {
-            if let Some(part) = state.receipt.as_ref().and_then(|r| r.parts.first()) {
-                let _ = remove_preview(&self.adapter, &ctx, part, LiveCancelReason::Aborted).await;
+            if let Some(part) = state.receipt.as_ref().and_then(|r| r.parts.first())
+                && let Err(refused) =
+                    remove_preview(&self.adapter, &ctx, part, LiveCancelReason::Aborted).await
+            {
+                // The preview stays recorded, so whoever ends the stream removes it: a block
+                // beside it would show its text twice, and forgetting it would leave it for good.
+                return Err(MessagesError::PreviewNotRemoved(refused.message));
             }
             state.mode = LiveMode::Block;
             state.receipt = None;

@@ -436,3 +436,40 @@ async fn a_final_that_cannot_be_rendered_takes_its_preview_down_and_returns_its_
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_waits_while_the_preview_will_not_go_and_the_preview_stays_recorded() {
+    let h = Harness::new();
+    let messenger = h.messenger(Arc::new(h.channel()));
+    let mut live = h.begin(&messenger, 60_000).await;
+    live.update("draft").await.expect("the update runs");
+    h.platform
+        .inject(MemoryFault::Refuse(DeliveryFailureKind::Transient), 1, 0);
+    let error = live
+        .deliver_block("First.")
+        .await
+        .expect_err("no block beside a preview showing");
+    assert!(
+        matches!(error, MessagesError::PreviewNotRemoved(_)),
+        "{error}"
+    );
+    assert_eq!(h.texts(), ["draft"], "nothing delivered");
+    assert!(
+        recorded_preview(&h.only_intent().await).is_some(),
+        "the preview stays recorded"
+    );
+    // The platform allows it now: the block goes out after the preview is gone.
+    live.deliver_block("First.")
+        .await
+        .expect("the block is delivered");
+    assert_eq!(h.texts(), ["First."]);
+    let report = live
+        .finalize(reply("First."))
+        .await
+        .expect("the final is recorded");
+    assert!(
+        matches!(report.outcome, SendOutcome::Sent { .. }),
+        "{report:?}"
+    );
+    assert_eq!(h.texts(), ["First."], "the block was the whole final");
+}
