@@ -16,6 +16,12 @@ pub enum MessagesError {
         #[source]
         source: RenderError,
     },
+    /// Block streaming could not start: the platform refused to remove the preview showing.
+    #[error(
+        "block not delivered: the live preview could not be removed first ({0}); it stays \
+         recorded, and the final, abandon or send recovery removes it"
+    )]
+    PreviewNotRemoved(String),
     /// The store failed after the intent existed; the intent is safe and recovery resumes it.
     #[error("state store failed mid-send (the intent is kept; recovery resumes it): {0}")]
     Store(#[from] StoreError),

@@ -30,6 +30,7 @@ pub use engine::{Boundary, LifecycleProbe, Messenger, OutboundContext, SendOptio
 pub use error::MessagesError;
 pub use live::{
     LiveOptions, LivePreview, MEDIA_KEY_SUFFIX, PREVIEW_KEY_SUFFIX, intent_key_of_unit,
+    previews_possible,
 };
 pub use loop_guard::{BotLoopGuard, BotLoopLimits};
 pub use outcome::{RecoveryReport, SendOutcome, SendReport};

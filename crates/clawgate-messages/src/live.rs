@@ -204,7 +204,9 @@ impl LivePreview {
     /// it, coalesced so edits never exceed the platform's declared rate. Returns whether the
     /// platform was touched now.
     pub async fn update(&mut self, text: &str) -> Result<bool, MessagesError> {
-        if self.shown.as_deref() == Some(text) || !self.adapter.previews(&self.intent.message) {
+        if self.shown.as_deref() == Some(text)
+            || !previews_possible(&self.adapter, &self.intent.message)
+        {
             return Ok(false);
         }
         let now = self.inner().clock.now_ms();
@@ -294,7 +296,9 @@ impl LivePreview {
 
     /// Delivers a completed block as its own message (block streaming). A preview still showing
     /// is removed first, so the same text is never shown by both; the final later skips what the
-    /// blocks delivered.
+    /// blocks delivered. When the platform refuses to remove it, nothing is delivered
+    /// ([`MessagesError::PreviewNotRemoved`]) and the preview stays recorded for the final,
+    /// [`LivePreview::abandon`] or recovery to remove.
     pub async fn deliver_block(&mut self, text: &str) -> Result<(), MessagesError> {
         let inner = self.messenger.inner.clone();
         let ctx = inner.context(&self.intent);
@@ -304,8 +308,13 @@ impl LivePreview {
             .clone()
             .unwrap_or_else(|| LiveMessageState::empty(LiveMode::Block));
         if state.mode != LiveMode::Block {
-            if let Some(part) = state.receipt.as_ref().and_then(|r| r.parts.first()) {
-                let _ = remove_preview(&self.adapter, &ctx, part, LiveCancelReason::Aborted).await;
+            if let Some(part) = state.receipt.as_ref().and_then(|r| r.parts.first())
+                && let Err(refused) =
+                    remove_preview(&self.adapter, &ctx, part, LiveCancelReason::Aborted).await
+            {
+                // The preview stays recorded, so whoever ends the stream removes it: a block
+                // beside it would show its text twice, and forgetting it would leave it for good.
+                return Err(MessagesError::PreviewNotRemoved(refused.message));
             }
             state.mode = LiveMode::Block;
             state.receipt = None;
@@ -434,10 +443,24 @@ impl LivePreview {
         Ok(())
     }
 
+    /// Ends the stream without a final after `error`, which is returned whatever happens here:
+    /// the preview is removed and the intent cancelled — or, when the platform refuses, the
+    /// intent stays recorded with its preview (claim released) and recovery removes it.
+    async fn end_without_final(self, error: MessagesError) -> MessagesError {
+        if let Err(cleanup) = self.abandon().await {
+            warn!(%error, %cleanup, "the stream without a final could not be ended; recovery removes its preview");
+        }
+        error
+    }
+
     /// Delivers the final message: in place when the preview can become it, otherwise the
     /// preview is removed (`reason`) and the final sent normally. Attachments already streamed
     /// ([`LivePreview::deliver_media`]) are dropped from the final; only the others can cancel
     /// the preview for carrying media.
+    ///
+    /// An edit into the preview whose answer was lost is an unknown outcome (`Unknown`), made
+    /// again by recovery, never followed by a fresh final. A final that cannot be rendered ends
+    /// the stream as [`LivePreview::abandon`] does and its render error is returned.
     pub async fn finalize(
         mut self,
         mut final_message: ChannelMessage,
@@ -465,7 +488,12 @@ impl LivePreview {
         if nothing_to_send(&final_message) && !streamed.is_empty() {
             return self.finalize_streamed_only(final_message, &streamed).await;
         }
-        let batch = inner.render(&self.adapter, &final_message, &key)?;
+        let batch = match inner.render(&self.adapter, &final_message, &key) {
+            Ok(batch) => batch,
+            // No final can be recorded: the stream ends as a failed turn's does (its preview
+            // removed, or left recorded for recovery to remove), and the caller gets this error.
+            Err(error) => return Err(self.end_without_final(error).await),
+        };
         let reply_changed = final_message.relation != self.intent.message.relation;
         self.intent.message = final_message;
         self.intent.batch = Some(batch.clone());
@@ -488,6 +516,8 @@ impl LivePreview {
             .and_then(|s| s.receipt.as_ref())
             .and_then(|r| r.parts.first())
             .cloned();
+        // Why the preview could not become the final, when an edit was tried and refused.
+        let mut edit_refused = None;
         if let (Some(part), None) = (&preview, cancel) {
             // In place: the preview becomes the final.
             self.intent.attempt += 1;
@@ -511,20 +541,45 @@ impl LivePreview {
                         outcome,
                     });
                 }
+                Err(error) if error.side_effect == SideEffect::Possible => {
+                    // The edit may have landed: the preview may show the final already, so it
+                    // stays recorded as the final's carrier and recovery makes the edit again
+                    // (an edit repeated cannot duplicate anything). A fresh final now could
+                    // stand beside it, or replace a final the user has already read.
+                    warn!(kind = ?error.kind, error = %error.message, "finalizing in place: outcome unknown; the edit is made again, never a second final");
+                    let again = inner
+                        .clock
+                        .now_ms()
+                        .saturating_add(inner.policy.reconcile_delay_ms);
+                    let outcome = inner
+                        .unknown_until(&mut self.intent, &error, Some(again), true)
+                        .await?;
+                    return Ok(SendReport {
+                        intent_id: Some(self.intent.id.clone()),
+                        durable: true,
+                        outcome,
+                    });
+                }
                 Err(error) => {
-                    // Whatever the preview shows now, it goes and the final is sent normally:
-                    // the user sees the final once either way.
+                    // Refused: the preview still shows its draft, so it goes and the final is
+                    // sent normally.
                     warn!(kind = ?error.kind, error = %error.message, "finalizing in place failed; sending a fresh final");
                     inner
                         .save(&mut self.intent, IntentStatus::Pending, true)
                         .await?;
+                    edit_refused = Some(error);
                 }
             }
         }
         if let Some(part) = &preview {
             let reason = cancel.unwrap_or(LiveCancelReason::Error);
-            if !remove_preview(&self.adapter, &inner.context(&self.intent), part, reason).await {
-                return self.final_waits_for_preview_removal().await;
+            let ctx = inner.context(&self.intent);
+            if let Err(refused) = remove_preview(&self.adapter, &ctx, part, reason).await {
+                let why = match &edit_refused {
+                    Some(error) => format!("finalizing in place failed ({})", error.message),
+                    None => format!("the preview cannot become the final ({reason:?})"),
+                };
+                return self.final_waits_for_preview_removal(&why, &refused).await;
             }
         }
         self.intent.live_state = None;
@@ -569,19 +624,28 @@ impl LivePreview {
     /// The platform refused to remove the preview a fresh final would replace: the final is
     /// recorded (it is the intent's batch) and waits, `pending` with a retry scheduled and the
     /// preview still recorded, so recovery removes the preview first and then delivers the
-    /// final — never a fresh final beside a preview that may still show.
-    async fn final_waits_for_preview_removal(mut self) -> Result<SendReport, MessagesError> {
+    /// final — never a fresh final beside a preview that may still show. The recorded and
+    /// returned failure names both why the preview had to go (`why`) and the refusal.
+    async fn final_waits_for_preview_removal(
+        mut self,
+        why: &str,
+        refused: &SendError,
+    ) -> Result<SendReport, MessagesError> {
         let inner = self.messenger.inner.clone();
         let now = inner.clock.now_ms();
-        let next = inner
-            .policy
-            .next_attempt_at(now, self.intent.attempt.max(1), None);
+        let next =
+            inner
+                .policy
+                .next_attempt_at(now, self.intent.attempt.max(1), refused.retry_after_ms);
         let failure = clawgate_types::DeliveryFailure {
             kind: clawgate_types::DeliveryFailureKind::Transient,
-            message: "the preview could not be removed; the final waits until it is".into(),
+            message: format!(
+                "{why}; the preview could not be removed ({}); the final waits until it is",
+                refused.message
+            ),
             reason: None,
-            retry_after_ms: None,
-            platform_code: None,
+            retry_after_ms: refused.retry_after_ms,
+            platform_code: refused.platform_code.clone(),
             at: now,
         };
         self.intent.next_attempt_at = Some(next);
@@ -657,8 +721,15 @@ impl LivePreview {
             .cloned();
         if let Some(part) = &preview {
             let ctx = inner.context(&self.intent);
-            if !remove_preview(&self.adapter, &ctx, part, LiveCancelReason::Media).await {
-                return self.final_waits_for_preview_removal().await;
+            if let Err(refused) =
+                remove_preview(&self.adapter, &ctx, part, LiveCancelReason::Media).await
+            {
+                return self
+                    .final_waits_for_preview_removal(
+                        "the final is only media already streamed",
+                        &refused,
+                    )
+                    .await;
             }
         }
         self.intent.live_state = None;
@@ -813,7 +884,23 @@ pub(crate) async fn remove_stream_preview(
             PreviewProbe::Absent | PreviewProbe::Unknown => return true,
         },
     };
-    remove_preview(adapter, ctx, &part, LiveCancelReason::Aborted).await
+    remove_preview(adapter, ctx, &part, LiveCancelReason::Aborted)
+        .await
+        .is_ok()
+}
+
+/// Whether a preview may be shown for `message`: the channel wants one, and it could always
+/// take it down again — the platform deletes (`live.delete`), and the preview can follow the
+/// text (`live.edit`, or a live adapter of the channel's own). Otherwise a preview the final
+/// cannot replace would stay beside it for good, so the reply is sent once, plainly, at the end.
+pub fn previews_possible(
+    adapter: &Arc<dyn ChannelMessageAdapter>,
+    message: &ChannelMessage,
+) -> bool {
+    let capabilities = adapter.capabilities();
+    capabilities.can_delete()
+        && (capabilities.can_edit() || adapter.live().is_some())
+        && adapter.previews(message)
 }
 
 /// Whether `preview` can become the final by an edit: the channel edits, and its live adapter
@@ -866,14 +953,14 @@ pub(crate) async fn finalize_in_place(
     }
 }
 
-/// Removes a preview; `false` when the platform refused (it may still show). A preview
-/// already gone is fine.
+/// Removes a preview; the platform's refusal when it would not (the preview may still show).
+/// A preview already gone is fine.
 pub(crate) async fn remove_preview(
     adapter: &Arc<dyn ChannelMessageAdapter>,
     ctx: &clawgate_channel_sdk::SendContext,
     part: &clawgate_types::MessageReceiptPart,
     reason: LiveCancelReason,
-) -> bool {
+) -> Result<(), SendError> {
     let removed = match adapter.live() {
         Some(live) => live.remove(ctx, part, reason).await,
         None => adapter.delete(ctx, part).await,
@@ -881,12 +968,12 @@ pub(crate) async fn remove_preview(
     match removed {
         Ok(()) => {
             info!(?reason, "preview removed");
-            true
+            Ok(())
         }
-        Err(error) if error.kind == clawgate_types::DeliveryFailureKind::NotFound => true,
+        Err(error) if error.kind == clawgate_types::DeliveryFailureKind::NotFound => Ok(()),
         Err(error) => {
             warn!(?reason, error = %error.message, "preview could not be removed");
-            false
+            Err(error)
         }
     }
 }

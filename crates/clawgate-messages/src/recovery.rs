@@ -272,13 +272,14 @@ impl Inner {
                 .and_then(|r| r.parts.first());
             if let Some(part) = preview {
                 let ctx = self.context(&intent);
-                if !crate::live::remove_preview(
+                if crate::live::remove_preview(
                     &adapter,
                     &ctx,
                     part,
                     clawgate_types::LiveCancelReason::Aborted,
                 )
                 .await
+                .is_err()
                 {
                     // Never a fresh final beside a preview still showing: try again later.
                     self.store
@@ -314,9 +315,9 @@ impl Inner {
         Ok(())
     }
 
-    /// Finishes an in-place finalization a crash interrupted: the intent was `sending` its one
-    /// unit as an edit of the recorded preview (or is `pending` with a preview that is not
-    /// stale yet). `None`: not such an intent, or the platform refused the edit (the preview
+    /// Finishes an in-place finalization a crash interrupted or a lost answer left unknown: the
+    /// intent was `sending` its one unit as an edit of the recorded preview, or that edit is
+    /// `unknown_after_send` (or it is `pending` with a preview that is not stale yet). `None`: not such an intent, or the platform refused the edit (the preview
     /// is then removed and the final delivered normally by the caller).
     async fn resume_in_place(
         &self,
@@ -360,7 +361,9 @@ impl Inner {
             .as_ref()
             .is_some_and(|r| r.parts.iter().any(|p| p.index == 0));
         let resumable = match intent.status {
-            IntentStatus::Sending => true,
+            // An edit into the preview was under way (a crash) or its answer was lost: the
+            // preview may show the final already, stale or not, so the edit is made again.
+            IntentStatus::Sending | IntentStatus::UnknownAfterSend => true,
             IntentStatus::Pending => !state.is_stale(now),
             _ => false,
         };
@@ -386,8 +389,12 @@ impl Inner {
                 Ok(Some(self.commit(adapter, intent, true).await?))
             }
             Err(error) if error.side_effect == clawgate_channel_sdk::SideEffect::Possible => {
-                // Still an edit: it is tried again later, never turned into a second message.
-                Ok(Some(self.retry_or_fail(intent, &error, true).await?))
+                // Still an edit whose outcome is unknown: made again later, never turned into a
+                // second message (not even once the preview is stale, as `pending` would be).
+                // Past the reconciliation window it is parked for an operator.
+                let again = (!self.window_passed(intent))
+                    .then(|| now.saturating_add(self.policy.reconcile_delay_ms));
+                Ok(Some(self.unknown_until(intent, &error, again, true).await?))
             }
             Err(error) => {
                 warn!(intent = %intent.id, error = %error.message, "the preview cannot become the final; sending it fresh");

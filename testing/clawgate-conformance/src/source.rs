@@ -360,11 +360,14 @@ pub async fn pushed_source_resumes_after_a_dropped_connection(
 
 pub async fn live_preview_is_removed_when_abandoned(peer: &impl ConformancePeer) -> Outcome {
     let adapter = peer.plugin().sender;
-    if !adapter.capabilities().can_delete() {
-        return Outcome::skipped("the adapter does not declare live.delete");
+    let target = peer.target("abandon");
+    if !clawgate_messages::previews_possible(&adapter, &addressed(peer, &target, "abandon", "")) {
+        return Outcome::skipped(
+            "the engine shows no preview on this channel (it needs live.delete, and live.edit \
+             or a live adapter)",
+        );
     }
     let (_dir, messenger, _clock) = fresh_engine(peer);
-    let target = peer.target("abandon");
     let mut live = messenger
         .begin_live(
             addressed(peer, &target, "abandon", ""),
