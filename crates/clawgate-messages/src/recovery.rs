@@ -317,8 +317,9 @@ impl Inner {
 
     /// Finishes an in-place finalization a crash interrupted or a lost answer left unknown: the
     /// intent was `sending` its one unit as an edit of the recorded preview, or that edit is
-    /// `unknown_after_send` (or it is `pending` with a preview that is not stale yet). `None`: not such an intent, or the platform refused the edit (the preview
-    /// is then removed and the final delivered normally by the caller).
+    /// `unknown_after_send` (or it is `pending` with a preview that is not stale yet). `None`:
+    /// not such an intent, or the platform refused the edit (the preview is then removed and
+    /// the final delivered normally by the caller).
     async fn resume_in_place(
         &self,
         adapter: &Arc<dyn ChannelMessageAdapter>,
@@ -376,6 +377,10 @@ impl Inner {
             intent.attempt += 1;
             self.save(intent, IntentStatus::Sending, true).await?;
         }
+        if intent.status == IntentStatus::UnknownAfterSend {
+            // Editing again is how an unknown edit is settled: it counts as a reconciliation.
+            intent.reconciliations = intent.reconciliations.saturating_add(1);
+        }
         let ctx = self.context(intent);
         match crate::live::finalize_in_place(adapter, &ctx, &preview, &unit).await {
             Ok(mut edited) => {
@@ -391,9 +396,15 @@ impl Inner {
             Err(error) if error.side_effect == clawgate_channel_sdk::SideEffect::Possible => {
                 // Still an edit whose outcome is unknown: made again later, never turned into a
                 // second message (not even once the preview is stale, as `pending` would be).
-                // Past the reconciliation window it is parked for an operator.
-                let again = (!self.window_passed(intent))
-                    .then(|| now.saturating_add(self.policy.reconcile_delay_ms));
+                // Past the reconciliation window it is parked for an operator; at the
+                // reconciliation budget it fails.
+                if intent.reconciliations >= self.policy.max_reconciliations {
+                    return Ok(Some(self.reconciliations_spent(intent).await?));
+                }
+                let again = (!self.window_passed(intent)).then(|| {
+                    self.policy
+                        .next_reconciliation_at(now, intent.reconciliations)
+                });
                 Ok(Some(self.unknown_until(intent, &error, again, true).await?))
             }
             Err(error) => {

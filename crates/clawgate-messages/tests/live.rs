@@ -319,6 +319,51 @@ async fn a_final_edit_whose_answer_was_lost_is_edited_again_never_sent_beside_it
     );
 }
 
+/// An in-place final whose edits keep losing their answers is edited again with backoff, each
+/// edit counted as a reconciliation; at the budget it fails — never sent as a fresh message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_place_final_whose_edits_stay_unknown_fails_at_the_reconciliation_budget() {
+    let h = Harness::new();
+    let messenger = Messenger::new(
+        h.store.clone(),
+        vec![Arc::new(h.channel())],
+        RetryPolicy {
+            reconcile_delay_ms: 500,
+            max_reconciliations: 3,
+            ..RetryPolicy::default()
+        },
+        h.clock.clone(),
+        "test",
+    );
+    let mut live = h.begin(&messenger, 10_000).await;
+    live.update("draft").await.expect("the update runs");
+    h.platform.inject(MemoryFault::LoseAnswer, 100, 0);
+    let report = live
+        .finalize(reply("the answer"))
+        .await
+        .expect("the final is recorded");
+    let id = report.intent_id.clone().expect("a durable intent");
+    for asked in 1..=3 {
+        h.clock.advance(10_000);
+        messenger.recover().await.expect("a recovery pass");
+        let intent = h.intent(&id).await;
+        assert_eq!(intent.reconciliations, asked);
+        let expected = if asked < 3 {
+            IntentStatus::UnknownAfterSend
+        } else {
+            IntentStatus::Failed
+        };
+        assert_eq!(intent.status, expected, "after edit {asked}");
+    }
+    let failed = h.intent(&id).await;
+    assert_eq!(
+        failed.failure.and_then(|f| f.reason),
+        Some(clawgate_types::FailureReason::MaxAttemptsExceeded)
+    );
+    assert_eq!(h.platform.sends(), 1, "only the preview was ever sent");
+    assert_eq!(h.texts(), ["the answer"], "the edits landed in the preview");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fallback_final_that_fails_leaves_no_preview_behind() {
     let h = Harness::new();
