@@ -39,4 +39,5 @@ pub use polling::PollingWatermark;
 pub use receive::{
     AckController, AckState, DispatchError, ReceiveOptions, ReceiveOutcome, Receiver,
 };
+pub use recovery::RecoveryPace;
 pub use source::{EventHandler, SourceRunner, SourceStores};

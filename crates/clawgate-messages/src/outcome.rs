@@ -83,6 +83,12 @@ pub struct RecoveryReport {
     /// Replies whose stream never produced a final: preview removed, intent cancelled (their
     /// inbound events run their turns again).
     pub abandoned: u64,
+    /// Of `rescheduled`: the platform asked to slow down (rate limited). The channel's other
+    /// due intents wait for the next pass instead of meeting the same answer.
+    pub rate_limited: u64,
+    /// Due intents this pass left for the next one (its time budget ran out, or their
+    /// channel was rate limited): still due, not forgotten.
+    pub deferred: u64,
 }
 
 impl RecoveryReport {
@@ -98,5 +104,7 @@ impl RecoveryReport {
         self.unknown += other.unknown;
         self.failed += other.failed;
         self.expired += other.expired;
+        self.rate_limited += other.rate_limited;
+        self.deferred += other.deferred;
     }
 }

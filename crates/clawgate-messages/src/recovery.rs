@@ -1,7 +1,7 @@
 //! Recovery: resume every intent a crash, a restart or a failure left behind, oldest first,
 //! under the per-intent claim, reconciling unknown outcomes before any replay.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use clawgate_channel_sdk::{ChannelMessageAdapter, Reconciliation};
@@ -16,11 +16,41 @@ use crate::{MessagesError, Messenger, RecoveryReport, SendOutcome};
 /// the backlog page by page; it never loads everything).
 const RECOVERY_PAGE: u32 = 256;
 
+/// How a recovery pass paces itself, so a large backlog (after an outage, thousands of due
+/// replies) neither floods a platform nor holds the gateway up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryPace {
+    /// Intents of one channel worked on at once.
+    pub per_channel: usize,
+    /// After this long the pass takes no further intent; the rest stays due for the next pass.
+    pub time_budget: Option<std::time::Duration>,
+}
+
+impl Default for RecoveryPace {
+    fn default() -> Self {
+        RecoveryPace {
+            per_channel: 16,
+            time_budget: None,
+        }
+    }
+}
+
 impl Messenger {
-    /// One recovery pass over every due intent. Safe to run concurrently with sends and with
-    /// other passes, in this process or another one on the same database: claims keep each
-    /// intent with one worker.
+    /// One recovery pass over every due intent, paced by [`RecoveryPace::default`] without a
+    /// time budget. Safe to run concurrently with sends and with other passes, in this process
+    /// or another one on the same database: claims keep each intent with one worker.
     pub async fn recover(&self) -> Result<RecoveryReport, MessagesError> {
+        self.recover_paced(&RecoveryPace::default()).await
+    }
+
+    /// One recovery pass, paced: at most `pace.per_channel` intents of a channel at once; once
+    /// a channel answers "rate limited", its other due intents wait for the next pass (a
+    /// backlog meets one 429, not a storm of them); after `pace.time_budget` no further intent
+    /// is taken. What is left is counted in [`RecoveryReport::deferred`] and stays due.
+    pub async fn recover_paced(
+        &self,
+        pace: &RecoveryPace,
+    ) -> Result<RecoveryReport, MessagesError> {
         let inner = &self.inner;
         let mut report = RecoveryReport::default();
         // Claims of processes that died (a crash, a kill -9) would block their intents until
@@ -31,35 +61,77 @@ impl Messenger {
                 info!(holder = %holder.as_str(), held, released, "released the claims of a dead process");
             }
         }
+        let started = tokio::time::Instant::now();
+        let per_channel = pace.per_channel.max(1);
         // Due intents are read page by page, off the writer and the next page while this one is
         // worked on; each is taken by its first guarded write. Up to a page of intents is worked
         // on at once and the window is refilled as each one finishes, so group commit batches
         // their writes and neither a page's slowest intent nor the next read idles the writer.
         let window = RECOVERY_PAGE as usize;
         let mut queued: VecDeque<DurableSendIntent> = VecDeque::new();
+        // Read, but their channel had `per_channel` intents in flight.
+        let mut held: VecDeque<DurableSendIntent> = VecDeque::new();
+        let mut busy: HashMap<String, usize> = HashMap::new();
+        let mut slowed: HashSet<String> = HashSet::new();
         let mut next_page = Some(self.read_due_page(None));
         let mut tasks = tokio::task::JoinSet::new();
+        let mut out_of_time = false;
         loop {
             while tasks.len() < window {
-                if queued.is_empty() {
-                    let Some(page) = next_page.take() else {
-                        break;
-                    };
-                    let page = page.await.map_err(task_failed)??;
-                    if let Some(last) = page.last() {
-                        next_page = Some(self.read_due_page(Some(IntentCursor::of(last))));
-                    }
-                    queued.extend(page);
-                }
-                let Some(intent) = queued.pop_front() else {
+                if pace
+                    .time_budget
+                    .is_some_and(|budget| started.elapsed() >= budget)
+                {
+                    out_of_time = true;
                     break;
+                }
+                let ready = held.iter().position(|i| {
+                    slowed.contains(&i.channel)
+                        || busy.get(&i.channel).copied().unwrap_or(0) < per_channel
+                });
+                let intent = match ready.and_then(|at| held.remove(at)) {
+                    Some(intent) => intent,
+                    None => {
+                        // Every held intent waits for its channel: read no further ahead.
+                        if held.len() >= window {
+                            break;
+                        }
+                        if queued.is_empty() {
+                            let Some(page) = next_page.take() else {
+                                break;
+                            };
+                            let page = page.await.map_err(task_failed)??;
+                            if let Some(last) = page.last() {
+                                next_page = Some(self.read_due_page(Some(IntentCursor::of(last))));
+                            }
+                            queued.extend(page);
+                        }
+                        let Some(intent) = queued.pop_front() else {
+                            break;
+                        };
+                        intent
+                    }
                 };
+                if slowed.contains(&intent.channel) {
+                    report.deferred += 1;
+                    continue;
+                }
+                let in_flight = busy.entry(intent.channel.clone()).or_default();
+                if *in_flight >= per_channel {
+                    held.push_back(intent);
+                    continue;
+                }
+                *in_flight += 1;
                 let span = info_span!("recover", intent = %intent.id, status = %intent.status);
                 let inner = self.inner.clone();
                 tasks.spawn(
                     async move {
+                        let channel = intent.channel.clone();
                         let mut one = RecoveryReport::default();
-                        inner.recover_one(intent, &mut one).await.map(|()| one)
+                        inner
+                            .recover_one(intent, &mut one)
+                            .await
+                            .map(|()| (channel, one))
                     }
                     .instrument(span),
                 );
@@ -67,9 +139,24 @@ impl Messenger {
             let Some(done) = tasks.join_next().await else {
                 break;
             };
-            report.add(&done.map_err(task_failed)??);
+            let (channel, one) = done.map_err(task_failed)??;
+            if let Some(in_flight) = busy.get_mut(&channel) {
+                *in_flight = in_flight.saturating_sub(1);
+            }
+            if one.rate_limited > 0 && slowed.insert(channel.clone()) {
+                info!(%channel, "the platform asked to slow down: the channel's other due intents wait for the next pass");
+            }
+            report.add(&one);
         }
-        if report.examined > 0 {
+        // Read and not taken; pages not read yet stay due as well.
+        report.deferred += (held.len() + queued.len()) as u64;
+        if out_of_time {
+            info!(
+                deferred = report.deferred,
+                "recovery pass reached its time budget; the rest is left for the next pass"
+            );
+        }
+        if report.examined > 0 || report.deferred > 0 {
             info!(?report, "recovery pass finished");
         }
         Ok(report)
@@ -124,7 +211,12 @@ fn count(report: &mut RecoveryReport, outcome: &SendOutcome) {
         | SendOutcome::AlreadySent { .. } => {
             report.committed += 1;
         }
-        SendOutcome::RetryScheduled { .. } => report.rescheduled += 1,
+        SendOutcome::RetryScheduled { failure, .. } => {
+            report.rescheduled += 1;
+            if failure.kind == clawgate_types::DeliveryFailureKind::RateLimit {
+                report.rate_limited += 1;
+            }
+        }
         SendOutcome::Unknown { .. } => report.unknown += 1,
         SendOutcome::Failed { failure, .. } => {
             report.failed += 1;

@@ -3,10 +3,12 @@
 //! Start order matters for exactly-once replies after a crash:
 //! 1. the state directory is locked (one gateway per directory) and the store opened;
 //! 2. agent processes left by an earlier run are reaped from *this instance's* leases;
-//! 3. the send recovery pass runs (a preview without a final is removed, a recorded final is
-//!    delivered or reconciled) before any inbound is polled;
-//! 4. the receive loops poll from the durable watermark, so an update accepted but unfinished
-//!    before the crash is processed again — and its reply key finds the delivered reply.
+//! 3. the receive loops poll from the durable watermark, so an update accepted but unfinished
+//!    before the crash is processed again — and its reply key finds the reply an earlier
+//!    attempt delivered or recorded (a recorded final is finished by the turn itself, a preview
+//!    without a final removed first);
+//! 4. beside them, paced send recovery passes drain every other due intent (claims keep each
+//!    intent with one worker, so a turn and a pass never both send it).
 //!
 //! One turn: inbound event → receive context (dedupe, echo gate, durable inbound record) →
 //! session registry + signal log → agent prompt through the leased ACP runtime → live preview
@@ -29,7 +31,7 @@ use clawgate_turns::{AgentCommand, Counters, TurnHandler, Turns};
 use clawgate_types::UnixMillis;
 use clawgate_types::clock::SystemClock;
 use tokio::sync::watch;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 pub use crate::channels::Channel;
 use crate::config::{Config, ConfigError};
@@ -299,19 +301,10 @@ impl Gateway {
         }))
     }
 
-    /// Recovers pending sends, then runs the receive, recovery and retention loops until
-    /// [`Gateway::shutdown`].
+    /// Starts the receive loops and the maintenance loop (send recovery, retention) until
+    /// [`Gateway::shutdown`]. Pending sends are recovered by the maintenance loop's passes,
+    /// beside the receive loops: a backlog left by an outage never holds new messages back.
     pub async fn run(self: &Arc<Self>) {
-        match self.messenger.recover().await {
-            Ok(report) => {
-                info!(?report, "startup send recovery done");
-                if report.examined > 0 {
-                    // What the operator should know after a crash, each reply counted once.
-                    println!("{}", recovery_summary(&report));
-                }
-            }
-            Err(e) => error!(error = %e, "startup send recovery failed; retried in the loop"),
-        }
         match clawgate_store::InboundStore::list_unfinished_inbound(&*self.store, 100_000).await {
             Ok(unfinished) if !unfinished.is_empty() => println!(
                 "inbound: {} message(s) accepted before the restart and not answered yet; \
@@ -380,12 +373,23 @@ impl Gateway {
         let mut stop = self.stop.subscribe();
         let mut recovery = tokio::time::interval(Duration::from_secs(1));
         let mut retention = tokio::time::interval(Duration::from_secs(3600));
+        let mut first_pass = true;
         loop {
             tokio::select! {
                 _ = stop.changed() => return,
                 _ = recovery.tick() => {
-                    if let Err(e) = self.messenger.recover().await {
-                        warn!(error = %e, "send recovery pass failed");
+                    match self.messenger.recover_paced(&RECOVERY_PACE).await {
+                        Ok(report) if first_pass => {
+                            first_pass = false;
+                            info!(?report, "startup send recovery done");
+                            if report.examined + report.deferred > 0 {
+                                // What the operator should know after a crash, each reply
+                                // counted once.
+                                println!("{}", recovery_summary(&report));
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(e) => warn!(error = %e, "send recovery pass failed; the next pass tries again"),
                     }
                 }
                 _ = retention.tick() => self.apply_retention().await,
@@ -529,8 +533,22 @@ fn recovery_summary(report: &clawgate_messages::RecoveryReport) -> String {
          {} rescheduled, {} unknown outcome(s), {} failed",
         report.abandoned, report.rescheduled, report.unknown, report.failed
     ));
+    if report.deferred > 0 {
+        line.push_str(&format!(
+            "; {} more left for the next passes (paced; new messages are answered meanwhile)",
+            report.deferred
+        ));
+    }
     line
 }
+
+/// How each send recovery pass paces itself: a few intents per channel at once (a channel that
+/// answers "rate limited" is left for the next pass), and at most half a minute per pass, so a
+/// backlog drains over passes while replies to new messages go out beside it.
+const RECOVERY_PACE: clawgate_messages::RecoveryPace = clawgate_messages::RecoveryPace {
+    per_channel: 16,
+    time_budget: Some(Duration::from_secs(30)),
+};
 
 /// How long a stopping gateway waits for the turns its closed agent sessions cut short.
 const RECEIVE_SETTLE: Duration = Duration::from_secs(5);

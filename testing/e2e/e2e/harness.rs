@@ -105,6 +105,8 @@ pub struct Counting<A> {
     pub inner: A,
     pub renderer: Option<PartsRenderer>,
     pub after_commit: AtomicUsize,
+    /// Calls of `send_unit` (platform sends tried).
+    pub send_calls: AtomicUsize,
     /// The sends whose after_commit ran.
     committed: std::sync::Mutex<std::collections::HashSet<String>>,
     /// When set, every reconciliation gets this answer instead of asking the platform.
@@ -117,6 +119,7 @@ impl<A> Counting<A> {
             inner,
             renderer: None,
             after_commit: AtomicUsize::new(0),
+            send_calls: AtomicUsize::new(0),
             committed: std::sync::Mutex::default(),
             reconcile_answer: std::sync::Mutex::default(),
         })
@@ -128,6 +131,7 @@ impl<A> Counting<A> {
             inner,
             renderer: Some(PartsRenderer),
             after_commit: AtomicUsize::new(0),
+            send_calls: AtomicUsize::new(0),
             committed: std::sync::Mutex::default(),
             reconcile_answer: std::sync::Mutex::default(),
         })
@@ -167,6 +171,7 @@ impl<A: ChannelMessageAdapter> ChannelMessageAdapter for Counting<A> {
         ctx: &SendContext,
         unit: &RenderedMessageUnit,
     ) -> Result<MessageReceiptPart, SendError> {
+        self.send_calls.fetch_add(1, Ordering::SeqCst);
         self.inner.send_unit(ctx, unit).await
     }
     async fn edit(

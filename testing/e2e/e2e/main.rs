@@ -10,6 +10,7 @@ mod live;
 mod polling;
 mod receive;
 mod receive_crash;
+mod recovery_pace;
 mod send_crash;
 mod send_interleavings;
 mod send_lifecycle;
