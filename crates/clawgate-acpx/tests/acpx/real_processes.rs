@@ -214,6 +214,7 @@ async fn start_under_stand_in_gateway(
         started_at: 1,
         state: LeaseState::Open,
         ended_at: None,
+        survivors: Vec::new(),
     };
     store.insert_lease(&lease).await.unwrap();
     let mut sh = Command::new("sh")
