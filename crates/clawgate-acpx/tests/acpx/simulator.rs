@@ -189,11 +189,57 @@ fn rows() -> Vec<Row> {
                 // A stranger that joined a group with the same id but carries no lease mark.
                 w.table
                     .spawn(SimProcess::new(103, 1, A, 1_003, "/usr/bin/stranger"));
+                // One that carries a mark, but another lease's: a mark is not enough.
+                w.table.spawn(
+                    SimProcess::new(104, 1, A, 1_004, "/usr/bin/node")
+                        .env(LEASE_ENV, "lease-of-another"),
+                );
             },
             outcome: Outcome::Closed,
             signals: &[(G, 1_002, T), (W, 1_000, T)],
             state: LeaseState::Closed,
-            survivors: &[(103, 1_003)],
+            survivors: &[(103, 1_003), (104, 1_004)],
+        },
+        Row {
+            name: "a group member under our live adapter carrying another lease's mark",
+            op: Op::Close,
+            setup: |w| {
+                w.whole_tree();
+                // Reparented out of the chain, still in the adapter's group, marked for
+                // another lease: that lease's process, even while our adapter leads the group.
+                w.table.spawn(
+                    SimProcess::new(104, 1, A, 1_004, "/usr/bin/node")
+                        .env(LEASE_ENV, "lease-of-another"),
+                );
+            },
+            outcome: Outcome::Closed,
+            signals: &[(G, 1_002, T), (A, 1_001, T), (W, 1_000, T)],
+            state: LeaseState::Closed,
+            survivors: &[(104, 1_004)],
+        },
+        Row {
+            name: "a descendant carrying another lease's mark, and its unmarked child",
+            op: Op::Close,
+            setup: |w| {
+                w.whole_tree();
+                // The agent started another lease's process tree (a nested gateway's wrapper,
+                // its own group): it and everything below it belong to that lease.
+                w.table.spawn(
+                    SimProcess::new(104, A, 104, 1_004, "/usr/bin/nested-wrapper")
+                        .env(LEASE_ENV, "lease-of-another"),
+                );
+                w.table.spawn(SimProcess::new(
+                    105,
+                    104,
+                    104,
+                    1_005,
+                    "/usr/bin/nested-adapter",
+                ));
+            },
+            outcome: Outcome::Closed,
+            signals: &[(G, 1_002, T), (A, 1_001, T), (W, 1_000, T)],
+            state: LeaseState::Closed,
+            survivors: &[(104, 1_004), (105, 1_005)],
         },
         Row {
             name: "parent-death TERM fallback reaches KILL (everyone ignores TERM)",
