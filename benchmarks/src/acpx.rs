@@ -98,6 +98,7 @@ async fn start_tree(
         started_at: 1,
         state: LeaseState::Open,
         ended_at: None,
+        survivors: Vec::new(),
     };
     store.insert_lease(&lease).await?;
     Ok(Tree {

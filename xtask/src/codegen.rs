@@ -176,6 +176,7 @@ const SECTIONS: &[Section] = &[
         types: wire_types![
             AcpxProcessLease,
             LeaseState,
+            LeaseSurvivor,
             LeaseId,
             GatewayInstanceId,
             AcpBackend,

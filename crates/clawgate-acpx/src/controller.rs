@@ -9,7 +9,10 @@
 //!   the lease was resolved and the session dropped, so the caller can retry it once.
 //! * `cancel_turn`: `session/cancel` only — wrapper and adapter stay.
 //! * `close_session`: load the row and its lease, verify the live tree, then children first,
-//!   TERM, grace, re-verify, KILL; `closed`, or `lost` when the process was already gone.
+//!   TERM, grace, re-verify, KILL; `closed`, or `lost` when the process was already gone. A
+//!   process that outlives KILL keeps the lease `closing` with it listed as a survivor;
+//!   `recheck_survivors` (the maintenance loop), the startup reaper or another close closes it
+//!   once the survivors are gone.
 //! * `reap_startup_orphans`: this instance's open/closing leases only; descendants come from
 //!   the process table; then bounded retention of closed/lost leases.
 //!
@@ -26,7 +29,7 @@ use clawgate_store::{SessionRow, StoreError};
 use clawgate_types::clock::{Clock as _, SystemClock};
 use clawgate_types::{
     AcpBackend, AcpSessionOwner, AcpxProcessLease, GatewayInstanceId, LeaseId, LeaseState,
-    SessionKey, UnixMillis,
+    LeaseSurvivor, SessionKey, UnixMillis,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
@@ -37,7 +40,7 @@ use crate::acp::{AcpClient, AcpError, TurnOutcome};
 use crate::evidence::{INSTANCE_FLAG, LEASE_FLAG, command_hash};
 use crate::table::ProcessTable;
 use crate::terminate::{Termination, Timing, terminate_tree};
-use crate::verify::{CannotTell, Verdict, verify_owned_tree};
+use crate::verify::{CannotTell, NotOurs, Verdict, verify_owned_tree};
 
 /// The wrapper's report line prefix on stderr.
 pub const WRAPPER_REPORT_PREFIX: &str = "clawgate-acpx-wrapper ready ";
@@ -179,6 +182,10 @@ pub struct AcpRuntimeHandle {
 pub enum CloseOutcome {
     /// Verified and ended; the lease is `closed`.
     Closed(Termination),
+    /// Owned processes outlived KILL (`Termination::survivors`): the lease stays `closing` with
+    /// them recorded, and a later look ([`LifecycleController::recheck_survivors`], the startup
+    /// reaper, another close) closes it once they are gone.
+    Survived(Termination),
     /// The process was already gone; the lease is `lost`. No signal was sent.
     Lost(String),
     /// Nothing was signalled and the lease was left as it was (reason logged).
@@ -307,6 +314,7 @@ impl LifecycleController {
             started_at: input.now,
             state: LeaseState::Open,
             ended_at: None,
+            survivors: Vec::new(),
         };
         // Lease first: a crash after this line leaves an open lease the reaper resolves.
         self.store.insert_lease(&lease).await?;
@@ -701,7 +709,7 @@ impl LifecycleController {
                     lease.state = LeaseState::Closing;
                     self.store.save_lease(&lease, LeaseState::Open).await?;
                 }
-                let report = terminate_tree(
+                let mut report = terminate_tree(
                     self.table.as_ref(),
                     &lease,
                     &self.instance,
@@ -709,10 +717,32 @@ impl LifecycleController {
                     self.config.timing,
                 )
                 .await;
-                lease.state = LeaseState::Closed;
-                lease.ended_at = Some(now);
-                self.store.save_lease(&lease, LeaseState::Closing).await?;
-                Ok(CloseOutcome::Closed(report))
+                // Survivors of an earlier pass the fresh tree no longer reaches still count.
+                for earlier in self.still_alive(&lease) {
+                    if !report.survivors.contains(&earlier) {
+                        report.survivors.push(earlier);
+                    }
+                }
+                self.settle(lease, report, now).await
+            }
+            Verdict::CannotTell(reason) => {
+                tracing::warn!(%reason, "refused to signal: cannot verify ownership");
+                Ok(CloseOutcome::Refused(reason.to_string()))
+            }
+            Verdict::NotOurs(reason)
+                if !lease.survivors.is_empty()
+                    && !matches!(reason, NotOurs::ForeignLease { .. }) =>
+            {
+                // The root was KILLed by an earlier pass (and is gone or someone else's now):
+                // only the recorded survivors are left to wait for. Their KILL is pending
+                // already, so they are only looked at (by pid and start time), not signalled.
+                tracing::info!(%reason, survivors = ?lease.survivors,
+                    "root no longer verifies; looking at the recorded survivors");
+                let report = Termination {
+                    survivors: self.still_alive(&lease),
+                    ..Termination::default()
+                };
+                self.settle(lease, report, now).await
             }
             Verdict::NotOurs(reason) if reason.process_gone() => {
                 let expected = lease.state;
@@ -726,11 +756,79 @@ impl LifecycleController {
                 tracing::warn!(%reason, "refused to signal: live process is not this lease's");
                 Ok(CloseOutcome::Refused(reason.to_string()))
             }
-            Verdict::CannotTell(reason) => {
-                tracing::warn!(%reason, "refused to signal: cannot verify ownership");
-                Ok(CloseOutcome::Refused(reason.to_string()))
+        }
+    }
+
+    /// Records the end of a termination of a `closing` lease: `closed` when nothing owned
+    /// survived, otherwise still `closing` with the survivors listed for the next look.
+    async fn settle(
+        &self,
+        mut lease: AcpxProcessLease,
+        report: Termination,
+        now: UnixMillis,
+    ) -> Result<CloseOutcome, AcpxError> {
+        lease.survivors = report.survivors.clone();
+        if lease.survivors.is_empty() {
+            lease.state = LeaseState::Closed;
+            lease.ended_at = Some(now);
+            self.store.save_lease(&lease, LeaseState::Closing).await?;
+            return Ok(CloseOutcome::Closed(report));
+        }
+        tracing::error!(survivors = ?lease.survivors,
+            "owned processes outlived KILL: the lease stays closing and is looked at again");
+        self.store.save_lease(&lease, LeaseState::Closing).await?;
+        Ok(CloseOutcome::Survived(report))
+    }
+
+    /// The lease's recorded survivors that still exist: same boot, same pid, same start time,
+    /// not a zombie. What cannot be read counts as alive (gone needs evidence).
+    fn still_alive(&self, lease: &AcpxProcessLease) -> Vec<LeaseSurvivor> {
+        if lease.survivors.is_empty() {
+            return Vec::new();
+        }
+        if let (Ok(current), Some(recorded)) = (self.table.boot_id(), lease.boot_id.as_deref())
+            && current != recorded
+        {
+            return Vec::new();
+        }
+        lease
+            .survivors
+            .iter()
+            .copied()
+            .filter(|survivor| match self.table.open(survivor.pid) {
+                Ok(None) => false,
+                Err(_) => true,
+                Ok(Some(handle)) => match handle.stat() {
+                    Ok(Some(stat)) => !stat.zombie && stat.start_time == survivor.start_time,
+                    Ok(None) => false,
+                    Err(_) => true,
+                },
+            })
+            .collect()
+    }
+
+    /// Looks again at this instance's leases left `closing` with survivors (the maintenance
+    /// loop calls it): each is closed once its survivors are gone. A lease that cannot be
+    /// settled now is logged and left for the next call.
+    pub async fn recheck_survivors(
+        &self,
+        now: UnixMillis,
+    ) -> Result<Vec<(LeaseId, CloseOutcome)>, AcpxError> {
+        let leases = self
+            .store
+            .list_leases(Some(&self.instance), &[LeaseState::Closing])
+            .await?;
+        let mut outcomes = Vec::new();
+        for lease in leases.into_iter().filter(|l| !l.survivors.is_empty()) {
+            let lease_id = lease.lease_id.clone();
+            let span = tracing::info_span!("acpx_recheck", lease_id = %lease_id);
+            match self.end_lease(lease, now).instrument(span).await {
+                Ok(outcome) => outcomes.push((lease_id, outcome)),
+                Err(error) => tracing::warn!(lease_id = %lease_id, %error,
+                    "survivors not rechecked; the next pass tries again"),
             }
         }
+        Ok(outcomes)
     }
 
     /// Startup reaping: this instance's open and closing leases (never a scan for look-alike

@@ -36,6 +36,8 @@ pub struct SimProcess {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub on_term: OnTerm,
+    /// Stays after KILL (uninterruptible sleep, held by a tracer) until [`SimTable::exit`].
+    pub outlives_kill: bool,
 }
 
 impl SimProcess {
@@ -49,6 +51,7 @@ impl SimProcess {
             argv: vec![exe.to_owned()],
             env: Vec::new(),
             on_term: OnTerm::Exit,
+            outlives_kill: false,
         }
     }
 
@@ -64,6 +67,13 @@ impl SimProcess {
 
     pub fn on_term(mut self, on_term: OnTerm) -> SimProcess {
         self.on_term = on_term;
+        self
+    }
+
+    /// Neither TERM nor KILL ends it; only [`SimTable::exit`] does.
+    pub fn outlives_kill(mut self) -> SimProcess {
+        self.on_term = OnTerm::Ignore;
+        self.outlives_kill = true;
         self
     }
 }
@@ -252,6 +262,7 @@ impl ProcessHandle for SimHandle {
             sig,
         });
         match (sig, process.on_term) {
+            (Sig::Kill, _) if process.outlives_kill => {}
             (Sig::Kill, _) | (Sig::Term, OnTerm::Exit) => state.exit(self.pid),
             (Sig::Term, OnTerm::Ignore) => {}
             (Sig::Term, OnTerm::ExitAndReuse(next)) => {

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use clawgate_types::{AcpxProcessLease, GatewayInstanceId};
+use clawgate_types::{AcpxProcessLease, GatewayInstanceId, LeaseSurvivor};
 use tokio::time::Instant;
 
 use crate::table::{Delivery, ProcessHandle, ProcessTable, Sig};
@@ -20,8 +20,9 @@ use crate::verify::{OwnedProcess, OwnedTree, Verdict, verify_owned_tree};
 pub struct Termination {
     pub termed: Vec<u32>,
     pub killed: Vec<u32>,
-    /// Owned processes still alive at the end (e.g. uninterruptible sleep).
-    pub survivors: Vec<u32>,
+    /// Owned processes still alive after KILL (uninterruptible sleep, held by a tracer), by
+    /// pid and start time: the lease must not be closed while any is listed.
+    pub survivors: Vec<LeaseSurvivor>,
     /// Why the root was not killed after its identity changed during the grace.
     pub kill_refused: Option<String>,
 }
@@ -104,7 +105,12 @@ pub async fn terminate_tree(
             previous = tree
                 .descendants
                 .iter()
-                .filter(|old| !kill_set.iter().any(|new| new.stat == old.stat))
+                // Same process = same pid and start time: a reparented one has a new ppid.
+                .filter(|old| {
+                    !kill_set.iter().any(|new| {
+                        new.stat.pid == old.stat.pid && new.stat.start_time == old.stat.start_time
+                    })
+                })
                 .filter(|old| still_in_group(old, lease))
                 .collect();
         }
@@ -127,18 +133,26 @@ pub async fn terminate_tree(
     }
     // Children first: leftovers of the first pass, then the fresh tree (deepest first, root last).
     let kill_order: Vec<&OwnedProcess> = previous.into_iter().chain(kill_set.iter()).collect();
-    let mut killed_processes = Vec::new();
+    // Everything alive at KILL time is watched, also where the KILL could not be delivered: an
+    // owned process left alive is a survivor either way.
+    let mut watched = Vec::new();
     for process in kill_order {
-        if alive(process.handle.as_ref()) && send(process, Sig::Kill, lease) {
-            report.killed.push(process.stat.pid);
-            killed_processes.push(process);
+        if !alive(process.handle.as_ref()) {
+            continue;
         }
+        if send(process, Sig::Kill, lease) {
+            report.killed.push(process.stat.pid);
+        }
+        watched.push(process);
     }
-    if !wait_all_gone(&killed_processes, timing.kill_wait, timing.poll).await {
-        report.survivors = killed_processes
+    if !wait_all_gone(&watched, timing.kill_wait, timing.poll).await {
+        report.survivors = watched
             .iter()
             .filter(|p| alive(p.handle.as_ref()))
-            .map(|p| p.stat.pid)
+            .map(|p| LeaseSurvivor {
+                pid: p.stat.pid,
+                start_time: p.stat.start_time,
+            })
             .collect();
         tracing::error!(lease_id = %lease.lease_id, survivors = ?report.survivors,
             "owned processes survived KILL");

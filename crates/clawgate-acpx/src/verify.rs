@@ -6,7 +6,9 @@
 //! hash agreement. Descendants come from the process table: processes whose parent chain
 //! reaches the verified root, plus members of the lease's process group — all of them when the
 //! group leader is a live child of the root, otherwise only those whose environment carries
-//! this lease id (an adapter's grandchild outliving the adapter).
+//! this lease id (an adapter's grandchild outliving the adapter). A descendant whose
+//! environment carries *another* lease's id is that lease's, never ours, and so is everything
+//! below it.
 //!
 //! The answer is three-way; only [`Verdict::Owned`] ever leads to a signal.
 
@@ -309,6 +311,10 @@ fn descendants(
         }
     }
     let mut out = Vec::new();
+    // Processes whose environment names another lease: that lease's, not ours, and so is
+    // everything whose parent chain runs through them (an agent that started a nested
+    // gateway's wrapper, say).
+    let mut foreign = HashSet::new();
     for (stat, depth, needs_mark) in chosen {
         let Some(handle) = table.open(stat.pid)? else {
             continue;
@@ -323,6 +329,17 @@ fn descendants(
                 Some(Some(value)) if value == lease.lease_id.as_str() => {}
                 _ => continue,
             }
+        } else {
+            // The parent chain (or our live group leader) is the evidence here; an unreadable
+            // environment does not weaken it, but a mark of another lease contradicts it.
+            match handle.environ_var(LEASE_ENV) {
+                Ok(Some(Some(value))) if value != lease.lease_id.as_str() => {
+                    foreign.insert(stat.pid);
+                    continue;
+                }
+                Ok(None) => continue,
+                _ => {}
+            }
         }
         out.push(OwnedProcess {
             stat,
@@ -330,6 +347,32 @@ fn descendants(
             depth,
         });
     }
+    if !foreign.is_empty() {
+        out.retain(|p| !chain_passes(&by_pid, &p.stat, root.pid, &foreign));
+    }
     out.sort_by(|a, b| b.depth.cmp(&a.depth).then(a.stat.pid.cmp(&b.stat.pid)));
     Ok(out)
+}
+
+/// True when the parent chain from `start` up to `root` (exclusive) runs through one of
+/// `through`. Only called for chains already checked to reach the root (or for group members
+/// whose chain breaks off, which then simply ends).
+fn chain_passes(
+    by_pid: &HashMap<u32, &ProcStat>,
+    start: &ProcStat,
+    root: u32,
+    through: &HashSet<u32>,
+) -> bool {
+    let mut seen = HashSet::new();
+    let mut current = start.ppid;
+    while current != root && seen.insert(current) {
+        if through.contains(&current) {
+            return true;
+        }
+        match by_pid.get(&current) {
+            Some(parent) => current = parent.ppid,
+            None => return false,
+        }
+    }
+    false
 }

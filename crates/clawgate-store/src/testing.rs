@@ -15,9 +15,10 @@ use std::collections::BTreeSet;
 
 use clawgate_types::{
     AcpxProcessLease, ActorType, BatchAtomicity, ChannelMessage, DurableSendIntent,
-    GatewayInstanceId, IntentId, IntentStatus, LeaseId, LeaseState, MessageBody, MessageOrigin,
-    MessagePartKind, MessageReceipt, MessageReceiptPart, MessageTarget, RenderedMessageBatch,
-    RenderedMessageUnit, RunOutcome, SessionKey, SessionStateEventKind, StateVersion,
+    GatewayInstanceId, IntentId, IntentStatus, LeaseId, LeaseState, LeaseSurvivor, MessageBody,
+    MessageOrigin, MessagePartKind, MessageReceipt, MessageReceiptPart, MessageTarget,
+    RenderedMessageBatch, RenderedMessageUnit, RunOutcome, SessionKey, SessionStateEventKind,
+    StateVersion,
 };
 
 use crate::{
@@ -1524,6 +1525,7 @@ fn lease(id: &str, instance: &str, started_at: i64) -> AcpxProcessLease {
         started_at,
         state: LeaseState::Open,
         ended_at: None,
+        survivors: Vec::new(),
     }
 }
 
@@ -1566,9 +1568,37 @@ pub async fn leases_round_trip_and_compare_and_set<S: Store>(
         vec!["lease-1", "lease-3"],
         "only this instance's open leases"
     );
+    // Processes that outlived KILL keep the lease `closing`, listed with their identities.
+    mine.state = LeaseState::Closing;
+    mine.survivors = vec![
+        LeaseSurvivor {
+            pid: 4243,
+            start_time: 77,
+        },
+        LeaseSurvivor {
+            pid: 4250,
+            start_time: u64::MAX,
+        },
+    ];
+    store.save_lease(&mine, LeaseState::Open).await.unwrap();
+    let closing: Vec<AcpxProcessLease> = store
+        .list_leases(Some(&gw_a), &[LeaseState::Closing])
+        .await
+        .unwrap();
+    assert_eq!(
+        closing,
+        vec![mine.clone()],
+        "survivors are stored with the lease"
+    );
     mine.state = LeaseState::Closed;
     mine.ended_at = Some(100);
-    store.save_lease(&mine, LeaseState::Open).await.unwrap();
+    mine.survivors.clear();
+    store.save_lease(&mine, LeaseState::Closing).await.unwrap();
+    assert_eq!(
+        store.load_lease(&mine.lease_id).await.unwrap(),
+        Some(mine.clone()),
+        "a cleared survivor list is stored as cleared"
+    );
     match store.save_lease(&mine, LeaseState::Open).await {
         Err(StoreError::LeaseStateConflict {
             actual: LeaseState::Closed,

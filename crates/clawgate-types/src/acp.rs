@@ -46,7 +46,8 @@ pub struct AcpSessionOwner {
 pub enum LeaseState {
     /// Written before the wrapper starts; the process tree may be alive.
     Open,
-    /// A verified close is in progress.
+    /// A verified close is in progress, or owned processes outlived KILL (listed in the
+    /// lease's `survivors`): looked at again until they are gone.
     Closing,
     /// The owned tree was verified and ended.
     Closed,
@@ -126,4 +127,20 @@ pub struct AcpxProcessLease {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// When the lease was closed or found lost.
     pub ended_at: Option<UnixMillis>,
+    /// Owned processes still alive after the last KILL (uninterruptible sleep, a tracer holding
+    /// them): while any is listed the lease stays `closing` and is looked at again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub survivors: Vec<LeaseSurvivor>,
+}
+
+/// One owned process that outlived KILL, named by pid and start time (in the lease's boot), so
+/// a later look never mistakes a process that reused the pid for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseSurvivor {
+    /// Its pid.
+    pub pid: u32,
+    /// Its start time (clock ticks since boot, `/proc/PID/stat` field 22).
+    pub start_time: u64,
 }

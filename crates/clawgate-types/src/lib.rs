@@ -149,7 +149,7 @@ mod session;
 mod visibility;
 mod wire;
 
-pub use acp::{AcpBackend, AcpSessionOwner, AcpxProcessLease, LeaseState};
+pub use acp::{AcpBackend, AcpSessionOwner, AcpxProcessLease, LeaseState, LeaseSurvivor};
 pub use batch::{
     BatchAtomicity, MessagePartKind, RenderedMessageBatch, RenderedMessageUnit,
     unit_idempotency_key,

@@ -156,11 +156,18 @@ impl Gateway {
             let count =
                 |of: fn(&Outcome) -> bool| report.outcomes.iter().filter(|(_, o)| of(o)).count();
             let reaped = count(|o| matches!(o, Outcome::Closed(_)));
+            let survived = count(|o| matches!(o, Outcome::Survived(_)));
             let gone = count(|o| matches!(o, Outcome::Lost(_) | Outcome::AlreadyFinished(_)));
             let refused = count(|o| matches!(o, Outcome::Refused(_)));
             let mut line = format!(
                 "agent leases of an earlier run: {reaped} reaped (processes ended), {gone} already gone"
             );
+            if survived > 0 {
+                line.push_str(&format!(
+                    ", {survived} still closing (processes outlived KILL; `clawgate leases list` \
+                     names them, and they are looked at again)"
+                ));
+            }
             if refused > 0 {
                 line.push_str(&format!(
                     ", {refused} left alone (not verifiably ours; the log says why)"
@@ -374,9 +381,11 @@ impl Gateway {
         let mut recovery = tokio::time::interval(Duration::from_secs(1));
         let mut retention = tokio::time::interval(Duration::from_secs(3600));
         let mut first_pass = true;
+        let mut survivors = tokio::time::interval(SURVIVOR_RECHECK);
         loop {
             tokio::select! {
                 _ = stop.changed() => return,
+                _ = survivors.tick() => self.recheck_survivors().await,
                 _ = recovery.tick() => {
                     match self.messenger.recover_paced(&RECOVERY_PACE).await {
                         Ok(report) if first_pass => {
@@ -394,6 +403,18 @@ impl Gateway {
                 }
                 _ = retention.tick() => self.apply_retention().await,
             }
+        }
+    }
+
+    /// Closes the leases whose processes outlived KILL once those are gone.
+    async fn recheck_survivors(&self) {
+        match self.acpx.recheck_survivors(now_ms()).await {
+            Ok(outcomes) => {
+                for (lease, outcome) in outcomes {
+                    info!(%lease, ?outcome, "lease with processes that outlived KILL looked at again");
+                }
+            }
+            Err(e) => warn!(error = %e, "survivor recheck failed"),
         }
     }
 
@@ -555,6 +576,9 @@ const RECEIVE_SETTLE: Duration = Duration::from_secs(5);
 
 /// How many rows one retention write removes.
 const PRUNE_SLICE: u32 = 500;
+/// How often leases left `closing` by processes that outlived KILL are looked at again (such a
+/// process is usually in an uninterruptible sleep that ends within seconds).
+const SURVIVOR_RECHECK: Duration = Duration::from_secs(10);
 
 /// The instant `days` days ago.
 fn days_before(days: u64) -> i64 {

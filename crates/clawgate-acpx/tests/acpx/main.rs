@@ -15,3 +15,5 @@ mod pid_reuse;
 mod real_processes;
 #[cfg(target_os = "linux")]
 mod shared_postgres;
+#[cfg(target_os = "linux")]
+mod survivors;

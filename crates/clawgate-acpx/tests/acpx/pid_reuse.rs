@@ -86,6 +86,7 @@ async fn inside_namespace() {
             started_at: 1,
             state: LeaseState::Open,
             ended_at: None,
+            survivors: Vec::new(),
         };
         store.insert_lease(&lease).await.unwrap();
         store

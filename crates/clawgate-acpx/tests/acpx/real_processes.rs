@@ -187,10 +187,25 @@ async fn start_under_stand_in_gateway(
     wrapper_grace_ms: u64,
 ) -> DeadGateway {
     // Adapter and grandchild both ignore TERM: only a KILL ends them.
-    let adapter: Vec<String> = ["sh", "-c", "trap '' TERM; sleep 600 & exec sleep 601"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    start_script_under_stand_in_gateway(
+        gateway,
+        store,
+        name,
+        wrapper_grace_ms,
+        "trap '' TERM; sleep 600 & exec sleep 601",
+    )
+    .await
+}
+
+/// As [`start_under_stand_in_gateway`], with `script` (run by `sh -c`) as the adapter.
+async fn start_script_under_stand_in_gateway(
+    gateway: &Controller,
+    store: &Arc<clawgate_store_sqlite::SqliteStore>,
+    name: &str,
+    wrapper_grace_ms: u64,
+    script: &str,
+) -> DeadGateway {
+    let adapter: Vec<String> = ["sh", "-c", script].iter().map(|s| s.to_string()).collect();
     let lease_id = LeaseId::parse(format!("lease-{name}")).unwrap();
     let mut argv = gateway.wrapper_argv(&lease_id, &adapter);
     let grace_at = argv
@@ -214,6 +229,7 @@ async fn start_under_stand_in_gateway(
         started_at: 1,
         state: LeaseState::Open,
         ended_at: None,
+        survivors: Vec::new(),
     };
     store.insert_lease(&lease).await.unwrap();
     let mut sh = Command::new("sh")
@@ -343,4 +359,89 @@ async fn kill_9_of_the_gateway_the_wrapper_cleans_its_group_and_the_reaper_marks
         .unwrap()
         .unwrap();
     assert_eq!(lease.state, LeaseState::Lost);
+}
+
+/// A grandchild whose environment names another lease (as a process tree of another gateway
+/// the agent started would) is not ours: the verified tree leaves it out and the close never
+/// signals it, while our wrapper and adapter are ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_descendant_marked_for_another_lease_is_never_signalled() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = store(dir.path());
+    let gateway = controller(store.clone(), system_table(), &wrapper_bin(), real_timing()).await;
+    let mut dead = start_script_under_stand_in_gateway(
+        &gateway,
+        &store,
+        "foreign-mark",
+        60_000,
+        // In a session of its own, as another wrapper's adapter would be: the group signals
+        // of our wrapper do not reach it, only a verification mistake could.
+        "CLAWGATE_ACPX_LEASE_ID=lease-of-another exec setsid sleep 600 & exec sleep 601",
+    )
+    .await;
+    let adapter = dead.adapter_pid;
+    let root = dead.lease.root_pid.expect("root pid");
+    let mut foreign = None;
+    eventually(
+        Duration::from_secs(5),
+        "the foreign-marked grandchild",
+        || {
+            foreign = system_table()
+                .list()
+                .expect("process list")
+                .into_iter()
+                .find(|s| s.ppid == adapter && !s.zombie)
+                .map(|s| s.pid)
+                .filter(|&pid| {
+                    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                        env.split(|b| *b == 0)
+                            .any(|e| e == b"CLAWGATE_ACPX_LEASE_ID=lease-of-another")
+                    })
+                });
+            foreign.is_some()
+        },
+    )
+    .await;
+    let foreign = foreign.expect("foreign pid");
+    let tree = match verify_owned_tree(system_table().as_ref(), &dead.lease, gateway.instance_id())
+    {
+        Verdict::Owned(tree) => tree,
+        other => panic!("expected an owned tree, got {other:?}"),
+    };
+    let mut pids = tree.pids();
+    pids.sort();
+    assert_eq!(
+        pids,
+        vec![root, adapter],
+        "only the wrapper and our adapter"
+    );
+    drop(tree);
+
+    dead.sh.kill().expect("kill the stand-in gateway");
+    dead.sh.wait().expect("reap the stand-in gateway");
+    let report = gateway.reap_startup_orphans(5).await.expect("reap");
+    let (_, outcome) = report
+        .outcomes
+        .iter()
+        .find(|(id, _)| *id == dead.lease.lease_id)
+        .expect("the lease was reaped");
+    let CloseOutcome::Closed(termination) = outcome else {
+        panic!("expected our tree closed: {outcome:?}");
+    };
+    assert!(
+        !termination.termed.contains(&foreign) && !termination.killed.contains(&foreign),
+        "{termination:?}"
+    );
+    for pid in [root, adapter] {
+        eventually(Duration::from_secs(5), "our process gone", || !alive(pid)).await;
+    }
+    assert!(alive(foreign), "the other lease's process was signalled");
+    // Clean up through a handle bound to it.
+    let handle = system_table()
+        .open(foreign)
+        .expect("proc readable")
+        .expect("still there");
+    handle
+        .signal(clawgate_acpx::Sig::Kill)
+        .expect("kill the foreign process");
 }

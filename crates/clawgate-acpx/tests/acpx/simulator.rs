@@ -32,6 +32,8 @@ enum Op {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
     Closed,
+    /// Signalled, but something outlived KILL: the lease stays `closing`.
+    Survived,
     Lost,
     Refused,
     /// The reaper did not even look at the lease.
@@ -187,11 +189,57 @@ fn rows() -> Vec<Row> {
                 // A stranger that joined a group with the same id but carries no lease mark.
                 w.table
                     .spawn(SimProcess::new(103, 1, A, 1_003, "/usr/bin/stranger"));
+                // One that carries a mark, but another lease's: a mark is not enough.
+                w.table.spawn(
+                    SimProcess::new(104, 1, A, 1_004, "/usr/bin/node")
+                        .env(LEASE_ENV, "lease-of-another"),
+                );
             },
             outcome: Outcome::Closed,
             signals: &[(G, 1_002, T), (W, 1_000, T)],
             state: LeaseState::Closed,
-            survivors: &[(103, 1_003)],
+            survivors: &[(103, 1_003), (104, 1_004)],
+        },
+        Row {
+            name: "a group member under our live adapter carrying another lease's mark",
+            op: Op::Close,
+            setup: |w| {
+                w.whole_tree();
+                // Reparented out of the chain, still in the adapter's group, marked for
+                // another lease: that lease's process, even while our adapter leads the group.
+                w.table.spawn(
+                    SimProcess::new(104, 1, A, 1_004, "/usr/bin/node")
+                        .env(LEASE_ENV, "lease-of-another"),
+                );
+            },
+            outcome: Outcome::Closed,
+            signals: &[(G, 1_002, T), (A, 1_001, T), (W, 1_000, T)],
+            state: LeaseState::Closed,
+            survivors: &[(104, 1_004)],
+        },
+        Row {
+            name: "a descendant carrying another lease's mark, and its unmarked child",
+            op: Op::Close,
+            setup: |w| {
+                w.whole_tree();
+                // The agent started another lease's process tree (a nested gateway's wrapper,
+                // its own group): it and everything below it belong to that lease.
+                w.table.spawn(
+                    SimProcess::new(104, A, 104, 1_004, "/usr/bin/nested-wrapper")
+                        .env(LEASE_ENV, "lease-of-another"),
+                );
+                w.table.spawn(SimProcess::new(
+                    105,
+                    104,
+                    104,
+                    1_005,
+                    "/usr/bin/nested-adapter",
+                ));
+            },
+            outcome: Outcome::Closed,
+            signals: &[(G, 1_002, T), (A, 1_001, T), (W, 1_000, T)],
+            state: LeaseState::Closed,
+            survivors: &[(104, 1_004), (105, 1_005)],
         },
         Row {
             name: "parent-death TERM fallback reaches KILL (everyone ignores TERM)",
@@ -212,6 +260,19 @@ fn rows() -> Vec<Row> {
             ],
             state: LeaseState::Closed,
             survivors: &[],
+        },
+        Row {
+            name: "a grandchild outlives KILL: survivor recorded, lease stays closing",
+            op: Op::Close,
+            setup: |w| {
+                w.table.spawn(w.wrapper());
+                w.table.spawn(w.adapter());
+                w.table.spawn(w.grandchild().outlives_kill());
+            },
+            outcome: Outcome::Survived,
+            signals: &[(G, 1_002, T), (A, 1_001, T), (W, 1_000, T), (G, 1_002, K)],
+            state: LeaseState::Closing,
+            survivors: &[(G, 1_002)],
         },
         Row {
             name: "process list unavailable",
@@ -255,6 +316,31 @@ fn rows() -> Vec<Row> {
             signals: &[],
             state: LeaseState::Open,
             survivors: &[(W, 1_000)],
+        },
+        Row {
+            name: "wrapper gone, the adapter's pid (its group's number) reused by a stranger",
+            op: Op::Close,
+            setup: |w| {
+                w.table
+                    .spawn(SimProcess::new(A, 1, A, 9_500, "/usr/bin/vim"))
+            },
+            outcome: Outcome::Lost,
+            signals: &[],
+            state: LeaseState::Lost,
+            survivors: &[(A, 9_500)],
+        },
+        Row {
+            name: "wrapper gone, the adapter's pid reused by a decoy carrying our lease's mark",
+            op: Op::Reap,
+            setup: |w| {
+                let decoy = SimProcess::new(A, 1, A, 9_600, "/usr/bin/node")
+                    .env(LEASE_ENV, w.lease.lease_id.as_str());
+                w.table.spawn(decoy);
+            },
+            outcome: Outcome::Lost,
+            signals: &[],
+            state: LeaseState::Lost,
+            survivors: &[(A, 9_600)],
         },
         Row {
             name: "stale lease whose process is gone",
@@ -410,6 +496,7 @@ async fn process_lifecycle_simulator() {
             started_at: 1,
             state: LeaseState::Open,
             ended_at: None,
+            survivors: Vec::new(),
         };
         let mut world = World {
             table: &table,
@@ -443,6 +530,7 @@ async fn process_lifecycle_simulator() {
         let kind = match &outcome {
             None => Outcome::Untouched,
             Some(CloseOutcome::Closed(_)) => Outcome::Closed,
+            Some(CloseOutcome::Survived(_)) => Outcome::Survived,
             Some(CloseOutcome::Lost(_)) => Outcome::Lost,
             Some(CloseOutcome::Refused(_)) => Outcome::Refused,
             Some(CloseOutcome::AlreadyFinished(_)) => panic!("{}: already finished", row.name),
@@ -460,6 +548,21 @@ async fn process_lifecycle_simulator() {
         assert_eq!(table.delivered(), expected, "{}: signals", row.name);
         let stored = store.load_lease(&lease_id).await.unwrap().unwrap();
         assert_eq!(stored.state, row.state, "{}: lease state", row.name);
+        let recorded: Vec<(u32, u64)> = stored
+            .survivors
+            .iter()
+            .map(|s| (s.pid, s.start_time))
+            .collect();
+        let expected_survivors: &[(u32, u64)] = if row.outcome == Outcome::Survived {
+            row.survivors
+        } else {
+            &[]
+        };
+        assert_eq!(
+            recorded, expected_survivors,
+            "{}: recorded survivors",
+            row.name
+        );
         table.set_unavailable(false);
         for &(pid, start) in row.survivors {
             assert!(
@@ -534,6 +637,7 @@ async fn retention_prunes_only_old_finished_leases() {
             started_at: 1,
             state,
             ended_at: ended,
+            survivors: Vec::new(),
         };
         store.insert_lease(&lease).await.unwrap();
     }
@@ -559,4 +663,112 @@ async fn retention_prunes_only_old_finished_leases() {
             .unwrap()
             .is_some()
     );
+}
+
+/// A lease left `closing` with a survivor is closed by a later look once the survivor is gone —
+/// also when its pid now names another process (told apart by start time, never signalled) —
+/// and not before.
+#[tokio::test]
+async fn a_later_look_closes_the_lease_once_its_survivors_are_gone() {
+    for reused in [false, true] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = store(dir.path());
+        let table = SimTable::new(BOOT);
+        let controller = controller(
+            store.clone(),
+            Arc::new(table.clone()),
+            Path::new(WRAPPER),
+            fast_timing(),
+        )
+        .await;
+        let lease_id = LeaseId::parse("lease-survivor").expect("lease id");
+        let adapter: Vec<String> = ADAPTER.iter().map(|s| s.to_string()).collect();
+        let argv = controller.wrapper_argv(&lease_id, &adapter);
+        let lease = AcpxProcessLease {
+            lease_id: lease_id.clone(),
+            gateway_instance_id: controller.instance_id().clone(),
+            session_key: key("agent:codex:acp:survivor"),
+            wrapper_root: ROOT.into(),
+            wrapper_path: WRAPPER.into(),
+            root_pid: Some(W),
+            root_start_time: Some(1_000),
+            boot_id: Some(BOOT.into()),
+            process_group_id: Some(A),
+            command_hash: command_hash(&argv),
+            started_at: 1,
+            state: LeaseState::Open,
+            ended_at: None,
+            survivors: Vec::new(),
+        };
+        let world = World {
+            table: &table,
+            lease: &mut lease.clone(),
+            argv,
+            instance: controller.instance_id().clone(),
+        };
+        table.spawn(world.wrapper());
+        table.spawn(world.adapter());
+        table.spawn(world.grandchild().outlives_kill());
+        store.insert_lease(&lease).await.expect("insert lease");
+        store
+            .upsert_session(&session_row(&lease.session_key, Some(lease_id.clone())))
+            .await
+            .expect("upsert session");
+
+        let outcome = controller
+            .close_session(&lease.session_key, "test", 2)
+            .await
+            .expect("close");
+        assert!(matches!(outcome, CloseOutcome::Survived(_)), "{outcome:?}");
+        // Still there: a later look keeps the lease closing, signals nothing new.
+        let signals = table.delivered().len();
+        let again = controller.recheck_survivors(3).await.expect("recheck");
+        assert!(
+            matches!(again.as_slice(), [(id, CloseOutcome::Survived(t))]
+                if *id == lease_id && t.survivors.iter().map(|s| s.pid).eq([G])),
+            "{again:?}"
+        );
+        let stored = store
+            .load_lease(&lease_id)
+            .await
+            .expect("load")
+            .expect("lease");
+        assert_eq!((stored.state, stored.ended_at), (LeaseState::Closing, None));
+        assert_eq!(
+            table.delivered().len(),
+            signals,
+            "survivors are only looked at"
+        );
+
+        table.exit(G);
+        if reused {
+            table.spawn(SimProcess::new(G, 1, G, 9_000, "/usr/bin/vim"));
+        }
+        let last = controller.recheck_survivors(4).await.expect("recheck");
+        assert!(
+            matches!(last.as_slice(), [(id, CloseOutcome::Closed(_))] if *id == lease_id),
+            "reused {reused}: {last:?}"
+        );
+        let stored = store
+            .load_lease(&lease_id)
+            .await
+            .expect("load")
+            .expect("lease");
+        assert_eq!(stored.state, LeaseState::Closed, "reused {reused}");
+        assert_eq!(stored.ended_at, Some(4));
+        assert!(stored.survivors.is_empty());
+        assert_eq!(
+            table.delivered().len(),
+            signals,
+            "reused {reused}: no new signal"
+        );
+        assert!(
+            controller
+                .recheck_survivors(5)
+                .await
+                .expect("recheck")
+                .is_empty(),
+            "a closed lease is not looked at again"
+        );
+    }
 }

@@ -4,8 +4,8 @@ use clawgate_types::{
     AcpBackend, AcpSessionOwner, AcpxProcessLease, ActorType, AgentToAgentPolicy,
     AttachmentCapabilities, BatchAtomicity, ChannelMessage, DeliveryCapabilities, DeliveryFailure,
     DeliveryFailureKind, DurableSendIntent, FailureReason, GatewayFailureCode, GatewayInstanceId,
-    IntentId, IntentStatus, LeaseId, LeaseState, LiveCapabilities, LiveMessageState, LiveMode,
-    MessageActor, MessageAttachment, MessageBody, MessageCapabilities, MessageOrigin,
+    IntentId, IntentStatus, LeaseId, LeaseState, LeaseSurvivor, LiveCapabilities, LiveMessageState,
+    LiveMode, MessageActor, MessageAttachment, MessageBody, MessageCapabilities, MessageOrigin,
     MessagePartKind, MessageQuote, MessageReceipt, MessageReceiptPart, MessageRelation,
     MessageTarget, RenderedMessageBatch, RenderedMessageUnit, RunOutcome, SessionKey,
     SessionStateEvent, SessionStateEventKind, SessionVisibility, SessionVisibilityInput,
@@ -290,6 +290,10 @@ pub(crate) fn acpx_lease() -> AcpxProcessLease {
         started_at: 1_700_000_000_000,
         state: LeaseState::Closing,
         ended_at: Some(1_700_000_100_000),
+        survivors: vec![LeaseSurvivor {
+            pid: 31_340,
+            start_time: 987_700,
+        }],
     }
 }
 

@@ -4,8 +4,8 @@
 use clawgate_types::{
     AcpSessionOwner, AcpxProcessLease, AgentToAgentPolicy, AttachmentCapabilities, ChannelMessage,
     DeliveryCapabilities, DeliveryFailure, DurableSendIntent, GatewayInstanceId, GatewayOrigin,
-    IntentId, LeaseId, LiveCapabilities, LiveMessageState, LiveMessageUpdate, MessageActor,
-    MessageAttachment, MessageBody, MessageCapabilities, MessageOrigin, MessageQuote,
+    IntentId, LeaseId, LeaseSurvivor, LiveCapabilities, LiveMessageState, LiveMessageUpdate,
+    MessageActor, MessageAttachment, MessageBody, MessageCapabilities, MessageOrigin, MessageQuote,
     MessageReceipt, MessageReceiptPart, MessageRelation, MessageTarget, ReceiveAckPolicy,
     RenderedMessageBatch, RenderedMessageUnit, SessionKey, SessionStateEvent,
     SessionVisibilityInput, StateVersion, TextCapabilities, ThreadCapabilities, VisibilityRow,
@@ -435,10 +435,16 @@ prop_compose! {
         (boot_id, process_group_id) in (opt_text(), maybe(any::<u32>())),
         (command_hash, started_at) in (text(), any::<i64>()),
         (state, ended_at) in (one_of(LEASE_STATES), maybe(any::<i64>())),
+        survivors in vec((any::<u32>(), any::<u64>()), 0..3),
     ) -> AcpxProcessLease {
+        let survivors = survivors
+            .into_iter()
+            .map(|(pid, start_time)| LeaseSurvivor { pid, start_time })
+            .collect();
         AcpxProcessLease {
             lease_id, gateway_instance_id, session_key, wrapper_root, wrapper_path, root_pid,
             root_start_time, boot_id, process_group_id, command_hash, started_at, state, ended_at,
+            survivors,
         }
     }
 }

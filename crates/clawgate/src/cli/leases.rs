@@ -89,7 +89,14 @@ impl Render for views::LeaseList {
             return "no leases match\n".to_owned();
         }
         let mut t = Table::new(&[
-            "LEASE", "STATE", "SESSION", "PID", "PGID", "STARTED", "ENDED",
+            "LEASE",
+            "STATE",
+            "SESSION",
+            "PID",
+            "PGID",
+            "STARTED",
+            "ENDED",
+            "SURVIVORS",
         ]);
         for l in &self.leases {
             t.row([
@@ -100,10 +107,22 @@ impl Render for views::LeaseList {
                 opt(l.process_group_id),
                 fmt_time(l.started_at),
                 opt_time(l.ended_at),
+                survivors(&l.survivors),
             ]);
         }
         t.render() + more_note(self.more)
     }
+}
+
+/// The pids that outlived KILL (`-` for none).
+fn survivors(list: &[clawgate_types::LeaseSurvivor]) -> String {
+    if list.is_empty() {
+        return "-".to_owned();
+    }
+    list.iter()
+        .map(|s| s.pid.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 impl Render for views::ReapSummary {
@@ -122,5 +141,73 @@ impl Render for views::ReapSummary {
             self.pruned
         ));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clawgate_acpx::{CloseOutcome, Termination};
+    use clawgate_types::{AcpxProcessLease, GatewayInstanceId, LeaseId, LeaseSurvivor, SessionKey};
+
+    use super::*;
+
+    /// A lease whose processes outlived KILL shows as `closing` with their pids, in the table,
+    /// the JSON of `/v1/leases`, and the reap result.
+    #[test]
+    fn survivors_are_shown_to_the_operator() {
+        let survivor = LeaseSurvivor {
+            pid: 4243,
+            start_time: 77,
+        };
+        let lease = AcpxProcessLease {
+            lease_id: LeaseId::parse("lease-held").expect("id"),
+            gateway_instance_id: GatewayInstanceId::parse("gw-a").expect("instance"),
+            session_key: SessionKey::parse("agent:main:qa:room-7").expect("key"),
+            wrapper_root: "/opt/clawgate".into(),
+            wrapper_path: "/opt/clawgate/clawgate".into(),
+            root_pid: Some(4240),
+            root_start_time: Some(70),
+            boot_id: Some("boot".into()),
+            process_group_id: Some(4241),
+            command_hash: "sha256:0".into(),
+            started_at: 1,
+            state: LeaseState::Closing,
+            ended_at: None,
+            survivors: vec![survivor],
+        };
+        let list = views::LeaseList {
+            leases: vec![views::LeaseSummary::of(&lease)],
+            more: false,
+        };
+        let table = list.table();
+        let row = table.lines().nth(1).expect("one row");
+        assert!(
+            row.contains("closing") && row.trim_end().ends_with("4243"),
+            "{table}"
+        );
+        let json = serde_json::to_value(&list).expect("json");
+        assert_eq!(
+            json["leases"][0]["survivors"],
+            serde_json::json!([{"pid": 4243, "startTime": 77}])
+        );
+
+        let reap = views::ReapSummary {
+            outcomes: vec![views::ReapOutcome::of(
+                lease.lease_id.clone(),
+                &CloseOutcome::Survived(Termination {
+                    termed: vec![4243, 4241, 4240],
+                    killed: vec![4243, 4240],
+                    survivors: vec![survivor],
+                    kill_refused: None,
+                }),
+            )],
+            pruned: 0,
+        };
+        assert_eq!(reap.outcomes[0].result, views::ReapResult::Survived);
+        let text = reap.table();
+        assert!(
+            text.contains("survived") && text.contains("survived KILL [4243]"),
+            "{text}"
+        );
     }
 }

@@ -2,7 +2,9 @@
 
 use clawgate_acpx::{CloseOutcome, LifecycleController};
 use clawgate_store::LeaseStore;
-use clawgate_types::{AcpxProcessLease, LeaseId, LeaseState, SessionKey, UnixMillis};
+use clawgate_types::{
+    AcpxProcessLease, LeaseId, LeaseState, LeaseSurvivor, SessionKey, UnixMillis,
+};
 use serde::{Deserialize, Serialize};
 
 use super::{ViewError, limit_of};
@@ -42,6 +44,10 @@ pub struct LeaseSummary {
     pub started_at: UnixMillis,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<UnixMillis>,
+    /// Owned processes that outlived KILL: the lease stays `closing` until they are gone
+    /// (the gateway looks again every few seconds, and at start).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub survivors: Vec<LeaseSurvivor>,
 }
 
 impl LeaseSummary {
@@ -54,6 +60,7 @@ impl LeaseSummary {
             process_group_id: lease.process_group_id,
             started_at: lease.started_at,
             ended_at: lease.ended_at,
+            survivors: lease.survivors.clone(),
         }
     }
 }
@@ -126,6 +133,9 @@ pub struct ReapOutcome {
 pub enum ReapResult {
     /// Verified as this instance's and ended; the lease is `closed`.
     Closed,
+    /// Verified and signalled, but processes outlived KILL (listed in the detail): the lease
+    /// stays `closing` and is looked at again until they are gone.
+    Survived,
     /// The process was already gone; the lease is `lost`. Nothing was signalled.
     Lost,
     /// Ownership could not be verified: nothing was signalled, the lease is unchanged.
@@ -135,21 +145,10 @@ pub enum ReapResult {
 }
 
 impl ReapOutcome {
-    fn of(lease_id: LeaseId, outcome: &CloseOutcome) -> ReapOutcome {
+    pub fn of(lease_id: LeaseId, outcome: &CloseOutcome) -> ReapOutcome {
         let (result, detail) = match outcome {
-            CloseOutcome::Closed(t) => (
-                ReapResult::Closed,
-                format!(
-                    "TERM {:?}, KILL {:?}{}",
-                    t.termed,
-                    t.killed,
-                    if t.survivors.is_empty() {
-                        String::new()
-                    } else {
-                        format!(", survivors {:?}", t.survivors)
-                    }
-                ),
-            ),
+            CloseOutcome::Closed(t) => (ReapResult::Closed, termination_detail(t)),
+            CloseOutcome::Survived(t) => (ReapResult::Survived, termination_detail(t)),
             CloseOutcome::Lost(why) => (ReapResult::Lost, why.clone()),
             CloseOutcome::Refused(why) => (ReapResult::Refused, why.clone()),
             CloseOutcome::AlreadyFinished(state) => {
@@ -162,6 +161,15 @@ impl ReapOutcome {
             detail,
         }
     }
+}
+
+fn termination_detail(t: &clawgate_acpx::Termination) -> String {
+    let mut detail = format!("TERM {:?}, KILL {:?}", t.termed, t.killed);
+    if !t.survivors.is_empty() {
+        let pids: Vec<u32> = t.survivors.iter().map(|s| s.pid).collect();
+        detail.push_str(&format!(", survived KILL {pids:?}"));
+    }
+    detail
 }
 
 /// Ends the agent processes of this instance's unfinished leases that no live session of

@@ -268,6 +268,7 @@ fn stopped_inbox_leases_and_status_read_the_state_directory() {
             started_at: 30,
             state: LeaseState::Open,
             ended_at: None,
+            survivors: Vec::new(),
         };
         store.insert_lease(&lease).await.expect("lease");
         lease.lease_id
