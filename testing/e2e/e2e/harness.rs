@@ -111,6 +111,9 @@ pub struct Counting<A> {
     committed: std::sync::Mutex<std::collections::HashSet<String>>,
     /// When set, every reconciliation gets this answer instead of asking the platform.
     reconcile_answer: std::sync::Mutex<Option<Result<Reconciliation, SendError>>>,
+    /// When set, each post-send hook reads its intent here: what the store held then.
+    pub store_at_hook: Option<Arc<dyn clawgate_store::IntentStore>>,
+    pub statuses_at_hook: std::sync::Mutex<Vec<Option<clawgate_types::IntentStatus>>>,
 }
 
 impl<A> Counting<A> {
@@ -122,6 +125,22 @@ impl<A> Counting<A> {
             send_calls: AtomicUsize::new(0),
             committed: std::sync::Mutex::default(),
             reconcile_answer: std::sync::Mutex::default(),
+            store_at_hook: None,
+            statuses_at_hook: std::sync::Mutex::default(),
+        })
+    }
+
+    /// [`Counting::new`], whose post-send hooks read their intent's status in `store`.
+    pub fn observing(inner: A, store: Arc<dyn clawgate_store::IntentStore>) -> Arc<Counting<A>> {
+        Arc::new(Counting {
+            inner,
+            renderer: None,
+            after_commit: AtomicUsize::new(0),
+            send_calls: AtomicUsize::new(0),
+            committed: std::sync::Mutex::default(),
+            reconcile_answer: std::sync::Mutex::default(),
+            store_at_hook: Some(store),
+            statuses_at_hook: std::sync::Mutex::default(),
         })
     }
 
@@ -134,6 +153,8 @@ impl<A> Counting<A> {
             send_calls: AtomicUsize::new(0),
             committed: std::sync::Mutex::default(),
             reconcile_answer: std::sync::Mutex::default(),
+            store_at_hook: None,
+            statuses_at_hook: std::sync::Mutex::default(),
         })
     }
 
@@ -208,6 +229,18 @@ impl<A: ChannelMessageAdapter> ChannelMessageAdapter for Counting<A> {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(ctx.idempotency_key.clone());
         assert!(first, "after_commit of {} runs once", ctx.idempotency_key);
+        if let (Some(store), Some(id)) = (&self.store_at_hook, &ctx.intent_id) {
+            let status = store
+                .load_intent(id)
+                .await
+                .ok()
+                .flatten()
+                .map(|intent| intent.status);
+            self.statuses_at_hook
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(status);
+        }
         self.after_commit.fetch_add(1, Ordering::SeqCst);
         self.inner.after_commit(ctx, receipt).await;
     }

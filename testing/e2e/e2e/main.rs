@@ -5,6 +5,7 @@
 
 mod awareness_cross_process;
 mod channel_turn;
+mod commit_order;
 mod harness;
 mod live;
 mod polling;
