@@ -58,6 +58,8 @@ impl std::fmt::Debug for SourceStores {
 
 /// Runs one channel account's inbound source until the stop signal.
 pub struct SourceRunner {
+    /// Conversation lanes alive now (each a task); see [`SourceRunner::lanes`].
+    live_lanes: Arc<AtomicUsize>,
     key: WatermarkKey,
     source: InboundSource,
     normalizer: Arc<dyn MessageReceiveAdapter>,
@@ -109,6 +111,7 @@ impl SourceRunner {
         stop: watch::Receiver<bool>,
     ) -> SourceRunner {
         SourceRunner {
+            live_lanes: Arc::default(),
             key,
             source,
             normalizer,
@@ -117,6 +120,12 @@ impl SourceRunner {
             handler,
             stop,
         }
+    }
+
+    /// How many conversation lanes (one task each) are alive: one per conversation with events
+    /// queued or in work — never one per conversation ever seen.
+    pub fn lanes(&self) -> Arc<AtomicUsize> {
+        self.live_lanes.clone()
     }
 
     /// Runs until the stop signal.
@@ -172,7 +181,7 @@ impl SourceRunner {
             }
         };
         let in_flight = Arc::new(InFlight::default());
-        let mut lanes = Lanes::default();
+        let lanes = Lanes::default();
         let mut failures = 0u32;
         let mut stop = self.stop.clone();
         while !self.stopped() {
@@ -247,7 +256,7 @@ impl SourceRunner {
     }
 
     async fn run_pushed(self: Arc<Self>, feed: Arc<dyn PushedFeed>) {
-        let lanes = Arc::new(Mutex::new(Lanes::default()));
+        let lanes = Lanes::default();
         self.replay_unfinished(&lanes).await;
         let sink: Arc<dyn EventSink> = Arc::new(Sink {
             runner: self.clone(),
@@ -271,7 +280,7 @@ impl SourceRunner {
 
     /// A pushed event recorded before a restart and never finished is worked on again from
     /// the platform payload its normalized message keeps (`ChannelMessage::raw`).
-    async fn replay_unfinished(self: &Arc<Self>, lanes: &Arc<Mutex<Lanes>>) {
+    async fn replay_unfinished(self: &Arc<Self>, lanes: &Lanes) {
         let records = match self.stores.inbound.list_unfinished_inbound(100_000).await {
             Ok(records) => records,
             Err(e) => {
@@ -291,8 +300,6 @@ impl SourceRunner {
             replayed += 1;
             let lane = self.lane_of(&raw);
             lanes
-                .lock()
-                .await
                 .send(
                     self,
                     lane,
@@ -310,8 +317,17 @@ impl SourceRunner {
         }
     }
 
-    /// One conversation's events, in order, each until finished.
-    async fn lane(self: Arc<Self>, mut queue: mpsc::UnboundedReceiver<(Queued, Option<Polled>)>) {
+    /// One conversation's events, in order, each until finished. Once none is queued or in
+    /// work, the lane takes itself out of `lanes` and ends; the conversation's next event opens
+    /// a new one.
+    async fn lane(
+        self: Arc<Self>,
+        key: String,
+        mut queue: mpsc::UnboundedReceiver<(Queued, Option<Polled>)>,
+        pending: Arc<AtomicUsize>,
+        lanes: Lanes,
+    ) {
+        self.live_lanes.fetch_add(1, Ordering::SeqCst);
         while let Some((event, polled)) = queue.recv().await {
             let mut attempt = 0u32;
             let finished = loop {
@@ -343,40 +359,74 @@ impl SourceRunner {
                 in_flight.count.fetch_sub(1, Ordering::SeqCst);
                 in_flight.finished.notify_one();
             }
+            // Done with it (finished, or left for a restart): the lane may be idle now.
+            if pending.fetch_sub(1, Ordering::SeqCst) == 1 {
+                lanes.close_if_idle(&key, &pending).await;
+            }
         }
+        self.live_lanes.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 type Polled = (Arc<Mutex<PollingWatermark>>, Arc<InFlight>);
 
-/// The per-conversation queues.
-#[derive(Default)]
-struct Lanes {
-    lanes: HashMap<String, mpsc::UnboundedSender<(Queued, Option<Polled>)>>,
+/// One conversation's queue, and how many of its events are queued or in work.
+struct Lane {
+    sender: mpsc::UnboundedSender<(Queued, Option<Polled>)>,
+    pending: Arc<AtomicUsize>,
 }
+
+/// The per-conversation queues, shared by whoever hands events over and the lanes themselves.
+/// A lane exists only while its conversation has events queued or in work: the lanes held are
+/// the busy ones, however many conversations were ever seen.
+#[derive(Clone, Default)]
+struct Lanes(Arc<Mutex<HashMap<String, Lane>>>);
 
 impl Lanes {
     async fn send(
-        &mut self,
+        &self,
         runner: &Arc<SourceRunner>,
-        lane: String,
+        key: String,
         event: Queued,
         polled: Option<Polled>,
     ) {
-        let sender = self.lanes.entry(lane).or_insert_with(|| {
+        let mut lanes = self.0.lock().await;
+        let lane = lanes.entry(key.clone()).or_insert_with(|| {
             let (sender, queue) = mpsc::unbounded_channel();
-            tokio::spawn(runner.clone().lane(queue));
-            sender
+            let pending = Arc::new(AtomicUsize::new(0));
+            tokio::spawn(
+                runner
+                    .clone()
+                    .lane(key, queue, pending.clone(), self.clone()),
+            );
+            Lane { sender, pending }
         });
-        // The lane lives as long as its sender is held here.
-        let _ = sender.send((event, polled));
+        // Counted under the lock, so a lane that finds itself idle (under the same lock) has
+        // nothing queued that it would drop.
+        lane.pending.fetch_add(1, Ordering::SeqCst);
+        if lane.sender.send((event, polled)).is_err() {
+            lane.pending.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Drops the lane of `key` if it is the one `pending` counts for and it is still idle: its
+    /// sender goes, and its task ends at its next receive.
+    async fn close_if_idle(&self, key: &str, pending: &Arc<AtomicUsize>) {
+        let mut lanes = self.0.lock().await;
+        if pending.load(Ordering::SeqCst) == 0
+            && lanes
+                .get(key)
+                .is_some_and(|lane| Arc::ptr_eq(&lane.pending, pending))
+        {
+            lanes.remove(key);
+        }
     }
 }
 
 /// The engine's side of a pushed feed.
 struct Sink {
     runner: Arc<SourceRunner>,
-    lanes: Arc<Mutex<Lanes>>,
+    lanes: Lanes,
 }
 
 #[async_trait]
@@ -393,8 +443,6 @@ impl EventSink for Sink {
         self.runner.handler.accept(&event.raw, &ack).await;
         let lane = self.runner.lane_of(&event.raw);
         self.lanes
-            .lock()
-            .await
             .send(
                 &self.runner,
                 lane,
