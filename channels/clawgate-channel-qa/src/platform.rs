@@ -424,6 +424,45 @@ fn dropped_connection() -> Response {
     Response::new(Body::from_stream(stream))
 }
 
+/// The control routes' guard: the platform's bearer token.
+async fn require_token(
+    State(shared): State<Arc<Shared>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if authorized(&shared, request.headers()) {
+        next.run(request).await
+    } else {
+        error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token",
+        )
+    }
+}
+
+/// Every route: the request must name this platform by a loopback name (it runs on the
+/// user's machine, where a web page could otherwise reach it through DNS rebinding).
+async fn loopback_only(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+    port: u16,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok());
+    if clawgate_channel_sdk::loopback::is_loopback_host(host, port) {
+        next.run(request).await
+    } else {
+        error(
+            StatusCode::MISDIRECTED_REQUEST,
+            "misdirected",
+            clawgate_channel_sdk::loopback::NOT_LOOPBACK,
+        )
+    }
+}
+
 fn authorized(shared: &Shared, headers: &HeaderMap) -> bool {
     headers
         .get(header::AUTHORIZATION)
@@ -902,14 +941,28 @@ impl QaPlatform {
             )
             .route("/api/messages/by-key/{key}", get(lookup_by_key))
             .route("/api/updates", get(get_updates))
-            .route("/control/webhook", post(set_webhook))
-            .route("/control/faults", post(add_faults))
-            .route(
-                "/control/conversations/{conv}/inbound",
-                post(inject_inbound),
+            .merge(
+                // What only the platform's operator may do (write as anyone, read every
+                // conversation, point the webhook anywhere): the same bearer token as the API.
+                Router::new()
+                    .route("/control/webhook", post(set_webhook))
+                    .route("/control/faults", post(add_faults))
+                    .route(
+                        "/control/conversations/{conv}/inbound",
+                        post(inject_inbound),
+                    )
+                    .route("/control/log", get(read_log))
+                    .route_layer(axum::middleware::from_fn_with_state(
+                        shared.clone(),
+                        require_token,
+                    )),
             )
-            .route("/control/log", get(read_log))
-            .with_state(shared.clone());
+            .with_state(shared.clone())
+            .layer(axum::middleware::from_fn(
+                move |request: axum::extract::Request, next: axum::middleware::Next| async move {
+                    loopback_only(request, next, addr.port()).await
+                },
+            ));
         let (shutdown, stopped) = oneshot::channel::<()>();
         let server = tokio::spawn(async move {
             let serve = axum::serve(listener, app).with_graceful_shutdown(async {

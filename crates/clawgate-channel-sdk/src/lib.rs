@@ -78,6 +78,7 @@ struct ReadmeExample;
 
 mod adapter;
 mod error;
+pub mod loopback;
 mod plugin;
 mod receive;
 mod render;

@@ -50,6 +50,10 @@ pub async fn up(config: Config) -> Result<(), GatewayError> {
                 name: channel.name.clone(),
                 platform_url: channel.plugin.platform_url.clone().unwrap_or_default(),
                 embedded: channel.plugin.embedded,
+                #[cfg(feature = "channel-qa")]
+                platform_token: crate::qa::embedded_platform_token(channel),
+                #[cfg(not(feature = "channel-qa"))]
+                platform_token: None,
             })
             .collect(),
     })?;
@@ -104,20 +108,14 @@ pub fn app(gateway: &Arc<Gateway>, token: &str, port: u16) -> axum::Router {
     .with_state(gateway.clone())
 }
 
-/// Whether the request names this server by a loopback name. A web page elsewhere that
-/// rebinds its own domain to 127.0.0.1 (DNS rebinding) sends its domain as `Host` and is
-/// refused, so it can neither read the chat nor reach the control API.
+/// Whether the request names this server by a loopback name (see
+/// [`clawgate_channel_sdk::loopback`]: DNS rebinding is refused).
 fn loopback_host(request: &axum::extract::Request, port: u16) -> bool {
-    let Some(host) = request
+    let host = request
         .headers()
         .get(axum::http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-    else {
-        return false;
-    };
-    ["127.0.0.1", "localhost", "[::1]"]
-        .iter()
-        .any(|name| host == format!("{name}:{port}") || host == *name)
+        .and_then(|h| h.to_str().ok());
+    clawgate_channel_sdk::loopback::is_loopback_host(host, port)
 }
 
 fn misdirected() -> axum::response::Response {

@@ -51,7 +51,8 @@ pub struct StateLock {
 }
 
 /// What a running gateway publishes for the CLI (mode 0600: it carries the control token).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `Debug` leaves the tokens out.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeInfo {
     pub pid: u32,
@@ -66,7 +67,7 @@ pub struct RuntimeInfo {
 }
 
 /// Where one channel's platform answers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChannelInfo {
     /// The channel name messages carry (`qa`, `qa-<account>`).
@@ -76,6 +77,36 @@ pub struct ChannelInfo {
     pub platform_url: String,
     /// Whether the gateway runs this platform in-process (its state in the state directory).
     pub embedded: bool,
+    /// The bearer token an embedded platform's `/api` and `/control` routes require (this
+    /// file is the user's alone, mode 0600). Absent for a platform the gateway does not run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform_token: Option<String>,
+}
+
+impl std::fmt::Debug for RuntimeInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeInfo")
+            .field("pid", &self.pid)
+            .field("url", &self.url)
+            .field("control_token", &"<redacted>")
+            .field("started_at", &self.started_at)
+            .field("channels", &self.channels)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for ChannelInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelInfo")
+            .field("name", &self.name)
+            .field("platform_url", &self.platform_url)
+            .field("embedded", &self.embedded)
+            .field(
+                "platform_token",
+                &self.platform_token.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
 }
 
 impl StateDir {
@@ -213,9 +244,15 @@ mod tests {
                 name: "qa".into(),
                 platform_url: "http://127.0.0.1:2".into(),
                 embedded: true,
+                platform_token: Some("platform-secret".into()),
             }],
         };
         state.write_runtime(&info).expect("write");
+        let printed = format!("{info:?}");
+        assert!(
+            !printed.contains("secret"),
+            "Debug leaves the tokens out: {printed}"
+        );
         let mode = std::fs::metadata(dir.path().join(RUNTIME_FILE))
             .expect("meta")
             .permissions()

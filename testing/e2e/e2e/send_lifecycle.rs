@@ -964,6 +964,7 @@ async fn replies_land_in_the_thread_of_an_inbound_message() {
             "{}/control/conversations/room-1/inbound",
             h.platform.base_url()
         ))
+        .bearer_auth(h.platform.token())
         .json(&serde_json::json!({ "text": "question?", "authorId": "alice", "threadId": "t-1" }))
         .send()
         .await

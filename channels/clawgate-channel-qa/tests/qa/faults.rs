@@ -10,6 +10,7 @@ async fn a_fault_with_a_misspelt_field_is_refused() {
     let http = reqwest::Client::new();
     let post = |body: serde_json::Value| {
         http.post(format!("{}/control/faults", platform.base_url()))
+            .bearer_auth(platform.token())
             .json(&body)
             .send()
     };

@@ -39,6 +39,13 @@ pub fn qa_handle(channel: &Channel) -> Result<Arc<QaHandle>, String> {
     })
 }
 
+/// The bearer token of the platform `channel` runs embedded (none for another kind, or a QA
+/// channel on an external platform).
+pub fn embedded_platform_token(channel: &Channel) -> Option<String> {
+    let handle = qa_handle(channel).ok()?;
+    handle.platform.as_ref().map(|p| p.token().to_owned())
+}
+
 /// Whether any configured channel is a QA channel (the chat page and `/v1/qa` are mounted
 /// only then).
 pub fn has_qa_channel(channels: &[Arc<Channel>]) -> bool {

@@ -20,7 +20,7 @@ mod views;
 
 pub use api::ROUTES;
 pub use chat::WEB_AUTHOR;
-pub use delivery::{has_qa_channel, inject, qa_handle};
+pub use delivery::{embedded_platform_token, has_qa_channel, inject, qa_handle};
 pub use views::{
     QaConversation, QaMessage, QaMessageState, QaMessagesParams, QaSendBody, pick_channel,
     qa_messages, qa_send,

@@ -29,6 +29,7 @@ mod notices;
 mod platform_faults;
 mod plugin_channel;
 mod qq;
+mod security;
 mod shared_postgres;
 mod signal;
 mod slack;

@@ -503,8 +503,8 @@ pub(crate) fn bot_texts(platform: &QaPlatform, conversation: &str) -> Vec<String
         .collect()
 }
 
-/// `gateway.json`'s URL of a channel's platform (written before the gateway prints its URL).
-pub(crate) fn platform_url(state: &Path, channel: &str) -> String {
+/// `gateway.json`'s entry of a channel's platform (written before the gateway prints its URL).
+fn platform_entry(state: &Path, channel: &str) -> serde_json::Value {
     let runtime: serde_json::Value = serde_json::from_slice(
         &std::fs::read(state.join("gateway.json")).expect("gateway.json while running"),
     )
@@ -514,8 +514,23 @@ pub(crate) fn platform_url(state: &Path, channel: &str) -> String {
         .into_iter()
         .flatten()
         .find(|c| c["name"] == channel)
-        .and_then(|c| c["platformUrl"].as_str())
+        .cloned()
         .unwrap_or_else(|| panic!("gateway.json names no platform for {channel}: {runtime}"))
+}
+
+/// `gateway.json`'s URL of a channel's platform.
+pub(crate) fn platform_url(state: &Path, channel: &str) -> String {
+    platform_entry(state, channel)["platformUrl"]
+        .as_str()
+        .expect("platformUrl")
+        .to_owned()
+}
+
+/// `gateway.json`'s bearer token of a channel's embedded platform.
+pub(crate) fn platform_token(state: &Path, channel: &str) -> String {
+    platform_entry(state, channel)["platformToken"]
+        .as_str()
+        .expect("an embedded platform's token")
         .to_owned()
 }
 
@@ -523,6 +538,7 @@ pub(crate) fn platform_url(state: &Path, channel: &str) -> String {
 pub(crate) async fn inject_faults(state: &Path, channel: &str, faults: &[Fault]) {
     let response = reqwest::Client::new()
         .post(format!("{}/control/faults", platform_url(state, channel)))
+        .bearer_auth(platform_token(state, channel))
         .json(faults)
         .send()
         .await
