@@ -214,6 +214,29 @@ pub(crate) fn bad_request(rejection: impl std::fmt::Display) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, rejection.to_string())
 }
 
+/// The largest request body any route of the gateway's listener takes (the longest message a
+/// channel accepts is far smaller).
+pub const MAX_REQUEST_BODY: usize = 256 * 1024;
+
+/// `413` with the limit named.
+pub(crate) fn too_large() -> ApiError {
+    ApiError(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!(
+            "the request body is larger than {MAX_REQUEST_BODY} bytes, the limit of every route"
+        ),
+    )
+}
+
+/// A JSON body that could not be taken: `413` when it was over the limit, else `400`.
+pub(crate) fn body_rejected(rejection: JsonRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        too_large()
+    } else {
+        bad_request(rejection)
+    }
+}
+
 pub(crate) type Answer<T> = Result<Json<T>, ApiError>;
 pub(crate) type QueryOf<T> = Result<Query<T>, QueryRejection>;
 pub(crate) type BodyOf<T> = Result<Json<T>, JsonRejection>;
@@ -353,7 +376,7 @@ async fn sessions_send(
     body: BodyOf<views::SessionsSendBody>,
 ) -> Answer<views::SessionsSendResult> {
     let key = session_key(key)?;
-    let Json(body) = body.map_err(bad_request)?;
+    let Json(body) = body.map_err(body_rejected)?;
     Ok(Json(
         views::sessions_send(
             &tools(&gateway, delivery),

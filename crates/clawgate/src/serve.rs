@@ -96,13 +96,20 @@ pub fn app(gateway: &Arc<Gateway>, token: &str, port: u16) -> axum::Router {
     if crate::qa::has_qa_channel(&gateway.channels) {
         app = app.merge(crate::qa::routes(shared_token));
     }
-    app.layer(axum::middleware::from_fn(
+    // One body limit for every route: a declared length over it is refused before anything is
+    // read; a chunked body is cut off at it (the extractor then answers 413 too).
+    app.layer(axum::extract::DefaultBodyLimit::max(
+        crate::control::MAX_REQUEST_BODY,
+    ))
+    .layer(axum::middleware::from_fn(
         move |request: axum::extract::Request, next: axum::middleware::Next| async move {
-            if loopback_host(&request, port) {
-                next.run(request).await
-            } else {
-                misdirected()
+            if !loopback_host(&request, port) {
+                return misdirected();
             }
+            if declared_length(&request).is_some_and(|n| n > crate::control::MAX_REQUEST_BODY) {
+                return axum::response::IntoResponse::into_response(crate::control::too_large());
+            }
+            next.run(request).await
         },
     ))
     .with_state(gateway.clone())
@@ -116,6 +123,15 @@ fn loopback_host(request: &axum::extract::Request, port: u16) -> bool {
         .get(axum::http::header::HOST)
         .and_then(|h| h.to_str().ok());
     clawgate_channel_sdk::loopback::is_loopback_host(host, port)
+}
+
+/// The request's `Content-Length`, when it declares one.
+fn declared_length(request: &axum::extract::Request) -> Option<usize> {
+    request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
 }
 
 fn misdirected() -> axum::response::Response {

@@ -49,7 +49,7 @@ pub(super) async fn messages(
 }
 
 async fn send(State(gateway): State<Arc<Gateway>>, body: BodyOf<QaSendBody>) -> Answer<QaMessage> {
-    let Json(body) = body.map_err(bad_request)?;
+    let Json(body) = body.map_err(control::body_rejected)?;
     let channel = views::pick_channel(&gateway.channels, body.channel.as_deref())?;
     Ok(Json(views::qa_send(channel, &body).await?))
 }

@@ -29,7 +29,15 @@ pub(super) fn routes() -> Router<Arc<Gateway>> {
 }
 
 /// As `POST /v1/qa/send`, always as the page's person.
-async fn send(State(gateway): State<Arc<Gateway>>, Json(body): Json<QaSendBody>) -> Response {
+async fn send(
+    State(gateway): State<Arc<Gateway>>,
+    body: crate::control::BodyOf<QaSendBody>,
+) -> Response {
+    // Refused as the control API refuses: JSON, 400 (or 413), never a plain-text 422.
+    let body = match body {
+        Ok(Json(body)) => body,
+        Err(rejection) => return crate::control::body_rejected(rejection).into_response(),
+    };
     let answer = async {
         let channel = views::pick_channel(&gateway.channels, body.channel.as_deref())?;
         let body = QaSendBody {

@@ -63,3 +63,93 @@ async fn the_embedded_platform_refuses_other_hosts_and_callers_without_its_token
         .expect("answered");
     assert!(log.status().is_success(), "{}", log.status());
 }
+
+/// The gateway's listener takes no body over its one limit, on any route, authenticated or
+/// not: a declared length over it is answered 413 before anything is read, a chunked body is
+/// cut off at it (413 as well); refusals are JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_refuses_a_body_over_the_limit_with_413() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let config = config_file(dir.path(), None, &[]);
+    let gateway = GatewayProcess::start(&state, &config);
+    let info: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("gateway.json")).expect("gateway.json"))
+            .expect("json");
+    let token = info["controlToken"].as_str().expect("token").to_owned();
+    let addr = gateway.url.trim_start_matches("http://").to_owned();
+
+    // 50 MB announced, nothing sent: the answer comes without the body.
+    for (path, auth) in [
+        ("/v1/qa/send", format!("Authorization: Bearer {token}\r\n")),
+        ("/chat/api/send", String::new()),
+        (
+            "/v1/sessions/agent:main:qa:x/send",
+            format!("Authorization: Bearer {token}\r\n"),
+        ),
+    ] {
+        let mut stream = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connect");
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\n\
+             Content-Length: 52428800\r\nConnection: close\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.expect("head");
+        let mut answer = Vec::new();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            stream.read_to_end(&mut answer),
+        )
+        .await
+        .expect("answered without waiting for the body")
+        .expect("read");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{path}: {answer}");
+        assert!(
+            answer.contains("the limit of every route"),
+            "{path}: {answer}"
+        );
+    }
+
+    // Chunked, no length declared: cut off at the limit.
+    let mut stream = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /v1/qa/send HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.expect("head");
+    let chunk = "x".repeat(64 * 1024);
+    let mut framed = format!("{:x}\r\n{{\"text\": \"{chunk}\r\n", chunk.len() + 10);
+    for _ in 0..8 {
+        // The server may answer and close before every chunk is written.
+        if stream.write_all(framed.as_bytes()).await.is_err() {
+            break;
+        }
+        framed = format!("{:x}\r\n{chunk}\r\n", chunk.len());
+    }
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        stream.read_to_end(&mut answer),
+    )
+    .await
+    .expect("answered");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("\"error\""), "a JSON error: {answer}");
+
+    // The chat page refuses a malformed body as the control API does: JSON, 400.
+    let answer = reqwest::Client::new()
+        .post(format!("{}/chat/api/send", gateway.url))
+        .json(&serde_json::json!({ "conversation": "c", "text": 5 }))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), reqwest::StatusCode::BAD_REQUEST);
+    let body: serde_json::Value = answer.json().await.expect("a JSON error");
+    assert!(body["error"].is_string(), "{body}");
+}
