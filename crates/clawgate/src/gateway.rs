@@ -65,6 +65,12 @@ pub enum GatewayError {
     #[error("channel configuration: {0}")]
     Channel(SetupError),
     #[error(
+        "will not listen on {0}: it is not a loopback address, and the control API (with the \
+         operator's token) and the chat page are served on 127.0.0.1 or ::1 only; pass \
+         --listen 127.0.0.1:<port> (0 for any free port)"
+    )]
+    NotLoopback(std::net::SocketAddr),
+    #[error(
         "cannot listen on {addr}: {source}; set [gateway] listen in the configuration or pass \
          --listen 127.0.0.1:0 for a free port"
     )]

@@ -13,6 +13,11 @@ use crate::state::{ChannelInfo, RuntimeInfo};
 /// Runs a gateway until a stop signal. Prints where it listens and where the state lives.
 pub async fn up(config: Config) -> Result<(), GatewayError> {
     let listen = config.gateway.listen;
+    // Whatever set it (the file is checked when read; `--listen` is not): the listener carries
+    // the operator's token and every conversation, so it never leaves this machine.
+    if !listen.ip().is_loopback() {
+        return Err(GatewayError::NotLoopback(listen));
+    }
     let gateway = Gateway::start(config).await?;
     let listener =
         tokio::net::TcpListener::bind(listen)

@@ -153,3 +153,32 @@ async fn every_route_refuses_a_body_over_the_limit_with_413() {
     let body: serde_json::Value = answer.json().await.expect("a JSON error");
     assert!(body["error"].is_string(), "{body}");
 }
+
+/// `up --listen` follows the configuration file's rule: never a non-loopback address.
+#[test]
+fn up_refuses_a_non_loopback_listen_address_from_the_command_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let config = config_file(dir.path(), None, &[]);
+    for listen in ["0.0.0.0:0", "[::]:0", "192.0.2.1:8640"] {
+        let output = std::process::Command::new(crate::support::BIN)
+            .arg("--config")
+            .arg(&config)
+            .arg("--state-dir")
+            .arg(&state)
+            .args(["up", "--listen", listen])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("clawgate runs");
+        assert!(!output.status.success(), "{listen}: refused");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("is not a loopback address") && stderr.contains("--listen 127.0.0.1"),
+            "{listen}: says why and what to do: {stderr}"
+        );
+        assert!(
+            !state.join("gateway.json").exists(),
+            "{listen}: nothing started"
+        );
+    }
+}
