@@ -864,7 +864,10 @@ impl LifecycleController {
 
     /// Bounded retention: forgets closed/lost leases that ended more than `retention` ago.
     pub async fn prune_finished(&self, now: UnixMillis) -> Result<u64, AcpxError> {
-        let cutoff = now.saturating_sub(self.config.retention.as_millis() as i64);
+        // Saturating: a retention too long to count in milliseconds keeps everything (a
+        // wrapped conversion would put the cutoff in the future and forget every lease).
+        let retention = i64::try_from(self.config.retention.as_millis()).unwrap_or(i64::MAX);
+        let cutoff = now.saturating_sub(retention);
         Ok(self.store.prune_finished_leases(cutoff).await?)
     }
 }

@@ -6,10 +6,11 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clawgate_acpx::evidence::{LEASE_ENV, command_hash, shell_split};
 use clawgate_acpx::sim::{Delivered, OnTerm, SimProcess, SimTable};
-use clawgate_acpx::{CloseOutcome, Sig};
+use clawgate_acpx::{CloseOutcome, ControllerConfig, LifecycleController, Sig};
 use clawgate_store::{LeaseStore, SessionStore};
 use clawgate_types::{AcpxProcessLease, GatewayInstanceId, LeaseId, LeaseState};
 
@@ -602,6 +603,39 @@ async fn legacy_record_without_lease_id_fails_closed() {
     let outcome = controller.close_session(&key, "test", 2).await.unwrap();
     assert!(matches!(outcome, CloseOutcome::Refused(ref why) if why.contains("legacy")));
     assert!(table.delivered().is_empty());
+}
+
+/// A retention too long to count in milliseconds (`retention.lease_days =
+/// 213503982334601`) keeps every lease; it never wraps into a cutoff after now.
+#[tokio::test]
+async fn an_enormous_retention_keeps_every_finished_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let mut config = ControllerConfig::new(Path::new(WRAPPER).to_path_buf());
+    config.retention = Duration::from_secs(213_503_982_334_601u64.saturating_mul(86_400));
+    let controller = LifecycleController::new(store.clone(), Arc::new(SimTable::new(BOOT)), config)
+        .await
+        .unwrap();
+    let now = 1_767_225_600_000;
+    let lease = AcpxProcessLease {
+        lease_id: LeaseId::parse("closed-yesterday").unwrap(),
+        gateway_instance_id: controller.instance_id().clone(),
+        session_key: key("agent:codex:acp:r"),
+        wrapper_root: ROOT.into(),
+        wrapper_path: WRAPPER.into(),
+        root_pid: None,
+        root_start_time: None,
+        boot_id: None,
+        process_group_id: None,
+        command_hash: "sha256:0".into(),
+        started_at: 1,
+        state: LeaseState::Closed,
+        ended_at: Some(now - 86_400_000),
+        survivors: Vec::new(),
+    };
+    store.insert_lease(&lease).await.unwrap();
+    assert_eq!(controller.prune_finished(now).await.unwrap(), 0);
+    assert!(store.load_lease(&lease.lease_id).await.unwrap().is_some());
 }
 
 #[tokio::test]
