@@ -206,12 +206,12 @@ impl Awareness {
     async fn new_row(&self, mut new: NewSession) -> AwarenessResult<SessionRow> {
         // Under global scope every agent's session is called `global`: the agent id given with
         // it says whose, so two agents' global sessions are two sessions.
-        if new.key.is_global() && new.key.global_agent().is_none()
+        if new.key.is_global()
+            && new.key.global_agent().is_none()
             && let Some(agent) = new.agent_id.as_deref().filter(|a| !a.trim().is_empty())
         {
-            new.key = SessionKey::global_of(agent).map_err(|e| {
-                AwarenessError::InvalidInput(format!("global-scope session: {e}"))
-            })?;
+            new.key = SessionKey::global_of(agent)
+                .map_err(|e| AwarenessError::InvalidInput(format!("global-scope session: {e}")))?;
         }
         if self.session(&new.key).await?.is_some() {
             return Err(AwarenessError::AlreadyExists { key: new.key });

@@ -302,7 +302,10 @@ impl SessionTools {
         req: &Requester,
         params: &SessionsHistoryParams,
     ) -> AwarenessResult<SessionsHistoryResult> {
-        let key = self.visible_row(req, &params.session_key).await?.session_key;
+        let key = self
+            .visible_row(req, &params.session_key)
+            .await?
+            .session_key;
         let cap = self.awareness.config().changes_limit;
         let limit = params.limit.unwrap_or(cap).min(cap);
         let head = self.store().session_head(&key).await?;
@@ -335,7 +338,10 @@ impl SessionTools {
         req: &Requester,
         params: &SessionsSendParams,
     ) -> AwarenessResult<SessionsSendResult> {
-        let key = self.visible_row(req, &params.session_key).await?.session_key;
+        let key = self
+            .visible_row(req, &params.session_key)
+            .await?
+            .session_key;
         let received_by = self
             .delivery
             .deliver(&req.session_key, &key, &params.message)

@@ -10,9 +10,9 @@ use serde::{Serialize, de::DeserializeOwned};
 use super::SqliteStore;
 use super::errors::DbResult;
 use super::signals::{cursors, head, i64_of};
-use clawgate_store::{SessionRow, WatchCursor};
 use clawgate_store::{AccountClaim, AccountLease, AccountLeaseStore};
 use clawgate_store::{InstanceStore, LeaseStore, SessionStore};
+use clawgate_store::{SessionRow, WatchCursor};
 use clawgate_store::{StoreError, StoreResult};
 
 use clawgate_store::codec::{self, ROW_FORMAT};

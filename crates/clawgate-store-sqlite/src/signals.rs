@@ -338,7 +338,12 @@ impl WatchCursorStore for SqliteStore {
                 c.created_at,
                 c.updated_at,
             ])?;
-            load_cursor(conn, &c.watcher_key.storage_key(), &c.target_key.storage_key())?.ok_or_else(|| {
+            load_cursor(
+                conn,
+                &c.watcher_key.storage_key(),
+                &c.target_key.storage_key(),
+            )?
+            .ok_or_else(|| {
                 StoreError::NotFound {
                     what: "watch cursor",
                     id: c.watcher_key.to_string(),

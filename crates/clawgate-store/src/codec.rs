@@ -103,13 +103,12 @@ fn session_row_keys_mut(row: &mut SessionRow) -> [Option<&mut SessionKey>; 8] {
 /// (and a child it owns) reads back as that agent's, not as a bare `global`.
 pub fn encode_session(row: &SessionRow) -> StoreResult<String> {
     let id = row.session_key.storage_key();
-    let mut value: serde_json::Value = from_json(&encode("session", &id, row)?).map_err(
-        |source| StoreError::Decode {
+    let mut value: serde_json::Value =
+        from_json(&encode("session", &id, row)?).map_err(|source| StoreError::Decode {
             what: "session",
             id: id.to_string(),
             source,
-        },
-    )?;
+        })?;
     for (pointer, key) in SESSION_ROW_KEYS.iter().zip(session_row_keys(row)) {
         if let (Some(key), Some(slot)) = (key, value.pointer_mut(pointer)) {
             *slot = serde_json::Value::String(key.storage_key().into_owned());
@@ -120,8 +119,13 @@ pub fn encode_session(row: &SessionRow) -> StoreResult<String> {
 
 /// A stored session row; `stored_key` is its key column, which is the row's key.
 pub fn decode_session(stored_key: &str, format: i64, payload: &str) -> StoreResult<SessionRow> {
-    let mut value: serde_json::Value =
-        decode("session", stored_key.to_owned(), format, ROW_FORMAT, payload)?;
+    let mut value: serde_json::Value = decode(
+        "session",
+        stored_key.to_owned(),
+        format,
+        ROW_FORMAT,
+        payload,
+    )?;
     // Storage spellings are no wire keys: read them apart, put them back after decoding.
     let mut stored = [const { None }; 8];
     for (slot, pointer) in stored.iter_mut().zip(SESSION_ROW_KEYS) {

@@ -2052,7 +2052,11 @@ pub async fn global_sessions_of_two_agents_are_independent<S: Store>(
         StateVersion(1)
     );
     assert_eq!(
-        store.session_head(&SessionKey::global()).await.unwrap().state_version,
+        store
+            .session_head(&SessionKey::global())
+            .await
+            .unwrap()
+            .state_version,
         StateVersion(0),
         "a bare `global` is neither agent's"
     );
@@ -2063,7 +2067,10 @@ pub async fn global_sessions_of_two_agents_are_independent<S: Store>(
     assert_eq!(since_b.events[0].created_at, Some(20));
 
     let loaded = store.load_session(&b).await.unwrap().unwrap();
-    assert_eq!((loaded.session_key, loaded.agent_id.as_str()), (b.clone(), "beta"));
+    assert_eq!(
+        (loaded.session_key, loaded.agent_id.as_str()),
+        (b.clone(), "beta")
+    );
     let listed: Vec<SessionKey> = store
         .list_sessions()
         .await
@@ -2090,11 +2097,22 @@ pub async fn global_sessions_of_two_agents_are_independent<S: Store>(
         vec![cursor.clone()]
     );
     assert!(store.cursors_on_target(&b).await.unwrap().is_empty());
-    let opened = store.append_event_opening_notices(&at(&b, 31)).await.unwrap();
+    let opened = store
+        .append_event_opening_notices(&at(&b, 31))
+        .await
+        .unwrap();
     assert!(opened.opened.is_empty(), "beta's change is not alpha's");
 
     store.delete_session(&a, "operator", 40).await.unwrap();
-    assert!(store.load_session(&b).await.unwrap().unwrap().deleted_at.is_none());
+    assert!(
+        store
+            .load_session(&b)
+            .await
+            .unwrap()
+            .unwrap()
+            .deleted_at
+            .is_none()
+    );
     assert!(store.cursors_on_target(&b).await.unwrap().is_empty());
 }
 
@@ -2112,7 +2130,10 @@ pub async fn deleting_a_watched_session_leaves_each_watcher_one_deletion_notice<
         key("agent:ops:main"),
         key("agent:main:janitor"),
     );
-    store.upsert_session(&session_row(&target, 1)).await.unwrap();
+    store
+        .upsert_session(&session_row(&target, 1))
+        .await
+        .unwrap();
     for watcher in [&parent, &peer, &deleter] {
         store
             .ensure_cursor(&WatchCursor {
@@ -2130,7 +2151,11 @@ pub async fn deleting_a_watched_session_leaves_each_watcher_one_deletion_notice<
             .unwrap();
     }
     // The parent has a change notice pending when the target goes.
-    let change = event(target.as_str(), SessionStateEventKind::HumanDirectMessage, 5);
+    let change = event(
+        target.as_str(),
+        SessionStateEventKind::HumanDirectMessage,
+        5,
+    );
     let opened = store.append_event_opening_notices(&change).await.unwrap();
     assert_eq!(opened.opened.len(), 3);
     for watcher in [&peer, &deleter] {
@@ -2160,7 +2185,14 @@ pub async fn deleting_a_watched_session_leaves_each_watcher_one_deletion_notice<
     // Later events on the dead key open nothing; an ack of the earlier change notice does not
     // swallow the deletion notice.
     let late = event(target.as_str(), SessionStateEventKind::GoalChanged, 11);
-    assert!(store.append_event_opening_notices(&late).await.unwrap().opened.is_empty());
+    assert!(
+        store
+            .append_event_opening_notices(&late)
+            .await
+            .unwrap()
+            .opened
+            .is_empty()
+    );
     let ack = store
         .consume_notice(&parent, &target, StateVersion(0), 12)
         .await
@@ -2168,14 +2200,25 @@ pub async fn deleting_a_watched_session_leaves_each_watcher_one_deletion_notice<
     assert!(!ack.acked && !ack.reopened);
     assert_eq!(store.cursors_with_pending_notice().await.unwrap(), notified);
 
-    assert!(store.consume_deletion_notice(&parent, &target).await.unwrap());
     assert!(
-        !store.consume_deletion_notice(&parent, &target).await.unwrap(),
+        store
+            .consume_deletion_notice(&parent, &target)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .consume_deletion_notice(&parent, &target)
+            .await
+            .unwrap(),
         "consumed once"
     );
     assert_eq!(store.load_cursor(&parent, &target).await.unwrap(), None);
     assert!(
-        !store.consume_deletion_notice(&key("agent:x:y"), &target).await.unwrap(),
+        !store
+            .consume_deletion_notice(&key("agent:x:y"), &target)
+            .await
+            .unwrap(),
         "no cursor, nothing consumed"
     );
     assert_eq!(

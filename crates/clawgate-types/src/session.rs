@@ -47,10 +47,11 @@ pub const GLOBAL_SESSION_KEY: &str = "global";
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SessionKey {
     raw: String,
-    /// Byte range of the agent id inside `raw`, for agent-qualified keys.
-    agent: Option<(usize, usize)>,
+    /// Byte range of the agent id inside `raw`, for agent-qualified keys (keys are at most 512
+    /// bytes; small offsets keep the key, and every error carrying one, small).
+    agent: Option<(u16, u16)>,
     /// The agent owning a global-scope session (`global_of`); never set for other shapes.
-    global_agent: Option<String>,
+    global_agent: Option<Box<str>>,
 }
 
 /// How the store spells an agent's global session: `global::<agentId>`. The empty segment
@@ -75,7 +76,7 @@ impl SessionKey {
         }
         let agent = match text.strip_prefix("agent:") {
             Some(rest) => match rest.find(':') {
-                Some(end) => Some((6, 6 + end)),
+                Some(end) => Some((6, u16::try_from(6 + end).unwrap_or(u16::MAX))),
                 // `agent:main` names an agent but no session within it.
                 None => return Err(SessionKeyError::EmptySegment(text.to_owned())),
             },
@@ -116,7 +117,7 @@ impl SessionKey {
         Ok(SessionKey {
             raw: GLOBAL_SESSION_KEY.to_owned(),
             agent: None,
-            global_agent: Some(agent_id.to_owned()),
+            global_agent: Some(agent_id.into()),
         })
     }
 
@@ -149,13 +150,14 @@ impl SessionKey {
 
     /// The agent id of an agent-qualified key.
     pub fn agent_id(&self) -> Option<&str> {
-        self.agent.map(|(start, end)| &self.raw[start..end])
+        self.agent
+            .map(|(start, end)| &self.raw[usize::from(start)..usize::from(end)])
     }
 
     /// The part after `agent:<agentId>:`.
     pub fn rest(&self) -> &str {
         match self.agent {
-            Some((_, end)) => &self.raw[end + 1..],
+            Some((_, end)) => &self.raw[usize::from(end) + 1..],
             None => &self.raw,
         }
     }

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use clawgate_awareness::{
-    Actor, AwarenessConfig, AwarenessError, NewSession, SessionStatusParams,
-    SessionsHistoryParams, StateChange,
+    Actor, AwarenessConfig, AwarenessError, NewSession, SessionStatusParams, SessionsHistoryParams,
+    StateChange,
 };
 use clawgate_store::WatchCursorStore;
 use clawgate_types::{SessionKey, SessionVisibility, StateVersion};
@@ -69,7 +69,11 @@ async fn two_agents_global_sessions_have_their_own_rows_logs_and_history() {
         assert_eq!(status.agent_id, agent);
         assert_eq!(status.state_version, StateVersion(changes));
         assert_eq!(
-            status.state_changes.expect("asked for changes").events.len(),
+            status
+                .state_changes
+                .expect("asked for changes")
+                .events
+                .len(),
             changes as usize,
             "created + the human messages of {agent} only"
         );
@@ -132,7 +136,10 @@ async fn deleting_a_watched_session_tells_each_watcher_once_but_not_the_deleter(
     assert_eq!(h.texts(&main), vec![DELETED], "replaces the change notice");
     assert_eq!(h.texts(&peer), vec![DELETED]);
     assert!(h.texts(&janitor).is_empty(), "no notice for the deleter");
-    assert_eq!(h.store.load_cursor(&janitor, &child).await.expect("read"), None);
+    assert_eq!(
+        h.store.load_cursor(&janitor, &child).await.expect("read"),
+        None
+    );
 
     // Later events on the deleted key change nothing: still one, byte-identical notice.
     h.human(&child).await;
@@ -158,7 +165,10 @@ async fn deleting_a_watched_session_tells_each_watcher_once_but_not_the_deleter(
     assert!(h.texts(&main).is_empty(), "told once");
     assert_eq!(h.texts(&peer), vec![DELETED], "the peer's is still pending");
     h.human(&child).await;
-    assert!(h.texts(&main).is_empty(), "no further notices for that target");
+    assert!(
+        h.texts(&main).is_empty(),
+        "no further notices for that target"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
