@@ -207,7 +207,7 @@ impl Awareness {
     }
 
     /// Queues the notices of cursors that have one pending, waking main sessions (once).
-    fn queue_cursors(&self, cursors: &[WatchCursor]) {
+    pub(crate) fn queue_cursors(&self, cursors: &[WatchCursor]) {
         let notices: Vec<Notice> = cursors
             .iter()
             .filter(|c| (self.serves)(&c.watcher_key))
@@ -275,6 +275,19 @@ impl Awareness {
     async fn acknowledge(&self, watcher: &SessionKey, taken: &[Notice]) {
         let now = self.now();
         for notice in taken {
+            if notice.deleted_by.is_some() {
+                // The target's last notice: consuming it removes the cursor.
+                if let Err(error) = self
+                    .store
+                    .consume_deletion_notice(watcher, &notice.target)
+                    .await
+                {
+                    warn!(target_session = %notice.target, %error, "could not acknowledge a deletion notice");
+                    self.queue().insert(notice.clone());
+                }
+                self.queue().consumed(notice);
+                continue;
+            }
             match self
                 .store
                 .consume_notice(watcher, &notice.target, notice.changes_since, now)

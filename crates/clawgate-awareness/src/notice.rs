@@ -20,6 +20,10 @@ pub struct Notice {
     pub target: SessionKey,
     /// The version the watcher last acknowledged: where its reconcile call starts.
     pub changes_since: StateVersion,
+    /// Set when the target was deleted: who deleted it. This is the watcher's last notice on
+    /// the target; consuming it ends the watch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted_by: Option<String>,
 }
 
 impl Notice {
@@ -29,12 +33,21 @@ impl Notice {
             watcher: cursor.watcher_key.clone(),
             target: cursor.target_key.clone(),
             changes_since: cursor.acked_version,
+            deleted_by: cursor.target_deleted_by.clone(),
         })
     }
 
-    /// The line placed in the watcher's prompt: names the target and the exact reconcile call.
+    /// The line placed in the watcher's prompt: names the target and the exact reconcile call
+    /// (or, for a deleted target, who deleted it). Depends only on the durable cursor, so it is
+    /// byte-identical while pending, after a restart too.
     pub fn text(&self) -> String {
         let target = &self.target;
+        if let Some(by) = &self.deleted_by {
+            return format!(
+                "Session \"{target}\" was deleted (by {by}). Its watch has ended: do not wait on \
+                 it or send to it."
+            );
+        }
         format!(
             "Session \"{target}\" changed (another actor). Reconcile before acting: \
              session_status sessionKey \"{target}\" changesSince {}.",

@@ -152,6 +152,7 @@ impl Awareness {
             acked_version: from,
             notified_version: None,
             material_version: from,
+            target_deleted_by: None,
             source,
             created_at: now,
             updated_at: now,
@@ -174,11 +175,22 @@ impl Awareness {
         Ok(())
     }
 
-    /// Deletes the session and every cursor where it is watcher or target.
+    /// Deletes the session: the watches it holds end, and each session watching it gets one
+    /// last notice saying it was deleted and by whom (`actor`'s id, else its type) — except
+    /// the deleter itself, whose watch just ends. Consuming that notice ends the watch.
     #[tracing::instrument(name = "awareness.delete", skip_all, fields(session = %key))]
-    pub async fn delete_session(&self, key: &SessionKey) -> AwarenessResult<()> {
-        self.store.delete_session(key, self.now()).await?;
+    pub async fn delete_session(&self, key: &SessionKey, actor: Actor) -> AwarenessResult<()> {
+        let deleted_by = actor
+            .id
+            .unwrap_or_else(|| clawgate_store::codec::enum_text(&actor.actor_type));
+        let notified = self
+            .store
+            .delete_session(key, &deleted_by, self.now())
+            .await?;
+        // Its change notices (as target or watcher) are superseded; the deletion notices come
+        // from the store's answer, as a rebuild would find them.
         self.forget_session(key, true);
+        self.queue_cursors(&notified);
         Ok(())
     }
 
@@ -191,11 +203,20 @@ impl Awareness {
             .filter(|row| row.deleted_at.is_none()))
     }
 
-    async fn new_row(&self, new: NewSession) -> AwarenessResult<SessionRow> {
+    async fn new_row(&self, mut new: NewSession) -> AwarenessResult<SessionRow> {
+        // Under global scope every agent's session is called `global`: the agent id given with
+        // it says whose, so two agents' global sessions are two sessions.
+        if new.key.is_global()
+            && new.key.global_agent().is_none()
+            && let Some(agent) = new.agent_id.as_deref().filter(|a| !a.trim().is_empty())
+        {
+            new.key = SessionKey::global_of(agent)
+                .map_err(|e| AwarenessError::InvalidInput(format!("global-scope session: {e}")))?;
+        }
         if self.session(&new.key).await?.is_some() {
             return Err(AwarenessError::AlreadyExists { key: new.key });
         }
-        let agent_id = match (new.key.agent_id(), new.agent_id) {
+        let agent_id = match (new.key.agent_id().or(new.key.global_agent()), new.agent_id) {
             (Some(from_key), Some(given)) if from_key != given => {
                 return Err(AwarenessError::InvalidInput(format!(
                     "session {} belongs to agent {from_key:?}, not {given:?}",

@@ -240,9 +240,21 @@ impl SessionTools {
         self.awareness.store().as_ref()
     }
 
-    /// The row of `key` if the requester may see it; one error for missing and hidden.
+    /// The row of `key` if the requester may see it; one error for missing and hidden. A bare
+    /// `global` (as the wire spells every agent's global-scope session) means the requester's
+    /// own agent's: each agent's is its own session.
     async fn visible_row(&self, req: &Requester, key: &SessionKey) -> AwarenessResult<SessionRow> {
-        match self.awareness.session(key).await? {
+        let requester_agent = req
+            .session_key
+            .global_agent()
+            .or(req.session_key.agent_id());
+        let resolved = match requester_agent {
+            Some(agent) if key.is_global() && key.global_agent().is_none() => {
+                SessionKey::global_of(agent).unwrap_or_else(|_| key.clone())
+            }
+            _ => key.clone(),
+        };
+        match self.awareness.session(&resolved).await? {
             Some(row) if req.can_see(&row) => Ok(row),
             _ => Err(AwarenessError::NotVisible {
                 key: key.clone(),
@@ -290,10 +302,13 @@ impl SessionTools {
         req: &Requester,
         params: &SessionsHistoryParams,
     ) -> AwarenessResult<SessionsHistoryResult> {
-        self.visible_row(req, &params.session_key).await?;
+        let key = self
+            .visible_row(req, &params.session_key)
+            .await?
+            .session_key;
         let cap = self.awareness.config().changes_limit;
         let limit = params.limit.unwrap_or(cap).min(cap);
-        let head = self.store().session_head(&params.session_key).await?;
+        let head = self.store().session_head(&key).await?;
         // Sequences are contiguous per session and pruning removes a prefix, so the newest
         // `limit` retained events start here.
         let since = head
@@ -303,10 +318,10 @@ impl SessionTools {
             .max(head.pruned_through);
         let changes = self
             .store()
-            .events_since(&params.session_key, StateVersion(since), limit)
+            .events_since(&key, StateVersion(since), limit)
             .await?;
         Ok(SessionsHistoryResult {
-            session_key: params.session_key.clone(),
+            session_key: key,
             state_version: changes.state_version,
             events: changes.events,
             truncated: since > head.pruned_through,
@@ -323,15 +338,15 @@ impl SessionTools {
         req: &Requester,
         params: &SessionsSendParams,
     ) -> AwarenessResult<SessionsSendResult> {
-        self.visible_row(req, &params.session_key).await?;
+        let key = self
+            .visible_row(req, &params.session_key)
+            .await?
+            .session_key;
         let received_by = self
             .delivery
-            .deliver(&req.session_key, &params.session_key, &params.message)
+            .deliver(&req.session_key, &key, &params.message)
             .await
-            .map_err(|source| AwarenessError::Delivery {
-                key: params.session_key.clone(),
-                source,
-            })?;
+            .map_err(|source| AwarenessError::Delivery { key, source })?;
         let watched = match params.watch {
             Some(true) => Some(self.watch_receiver(req, &received_by).await),
             Some(false) => Some(false),
@@ -372,7 +387,7 @@ impl SessionTools {
                 let changes = self
                     .store()
                     .events_since(
-                        &params.session_key,
+                        &row.session_key,
                         since,
                         self.awareness.config().changes_limit,
                     )
@@ -388,7 +403,7 @@ impl SessionTools {
             }
             None => (
                 self.store()
-                    .session_head(&params.session_key)
+                    .session_head(&row.session_key)
                     .await?
                     .state_version,
                 None,

@@ -44,10 +44,15 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "quiet_send_path",
         sql: include_str!("../migrations/0003_quiet_send_path.sql"),
     },
+    Migration {
+        version: 4,
+        name: "agent_global_sessions",
+        sql: include_str!("../migrations/0004_agent_global_sessions.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS clawgate_schema_migrations (
     version    BIGINT PRIMARY KEY,

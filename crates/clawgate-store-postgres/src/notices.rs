@@ -115,7 +115,7 @@ impl NoticeCursorStore for PostgresStore {
             } else {
                 open_notices(
                     tx,
-                    event.session_key.as_str(),
+                    &event.session_key.storage_key(),
                     i64_of(appended.event.sequence),
                     event.actor_id.as_deref(),
                     event.created_at,
@@ -133,7 +133,26 @@ impl NoticeCursorStore for PostgresStore {
         seen: StateVersion,
         now: UnixMillis,
     ) -> StoreResult<ConsumedNotice> {
-        let (w, t) = (watcher.as_str(), target.as_str());
+        let (w, t) = (watcher.storage_key(), target.storage_key());
+        let (w, t) = (w.as_ref(), t.as_ref());
         transaction!(self, |tx| { consume(tx, w, t, seen, now).await })
+    }
+
+    async fn consume_deletion_notice(
+        &self,
+        watcher: &SessionKey,
+        target: &SessionKey,
+    ) -> StoreResult<bool> {
+        let (w, t) = (watcher.storage_key(), target.storage_key());
+        let (w, t) = (w.as_ref(), t.as_ref());
+        run!(self, |conn| {
+            let stmt = conn
+                .prepare_cached(
+                    "DELETE FROM session_watch_cursors
+                     WHERE watcher_key = $1 AND target_key = $2 AND target_deleted_by IS NOT NULL",
+                )
+                .await?;
+            Ok(conn.execute(&stmt, &[&w, &t]).await? > 0)
+        })
     }
 }

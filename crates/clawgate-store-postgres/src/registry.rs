@@ -14,7 +14,9 @@ use tokio_postgres::types::ToSql;
 use crate::PostgresStore;
 use crate::errors::DbResult;
 
-use clawgate_store::codec::{ROW_FORMAT, encode};
+use crate::signals::cursors;
+use clawgate_store::WatchCursor;
+use clawgate_store::codec::{self, ROW_FORMAT, encode};
 
 fn decode<T: DeserializeOwned>(
     what: &'static str,
@@ -38,9 +40,8 @@ async fn load_session<C: GenericClient>(
     );
     let stmt = conn.prepare_cached(&sql).await?;
     match conn.query_opt(&stmt, &[&key]).await? {
-        Some(row) => Ok(Some(decode(
-            "session",
-            key.to_owned(),
+        Some(row) => Ok(Some(codec::decode_session(
+            key,
             row.try_get(0)?,
             row.try_get(1)?,
         )?)),
@@ -49,8 +50,9 @@ async fn load_session<C: GenericClient>(
 }
 
 async fn write_session<C: GenericClient>(conn: &C, row: &SessionRow) -> DbResult<()> {
-    let key = row.session_key.as_str();
-    let payload = encode("session", key, row)?;
+    let key = row.session_key.storage_key();
+    let key = key.as_ref();
+    let payload = codec::encode_session(row)?;
     let stmt = conn
         .prepare_cached(
             "INSERT INTO sessions (session_key, agent_id, deleted_at, format_version, payload)
@@ -68,14 +70,15 @@ async fn write_session<C: GenericClient>(conn: &C, row: &SessionRow) -> DbResult
     Ok(())
 }
 
-/// Marks the row (reset or deleted, by `mark`) and deletes the cursors `cursors` names, in one
-/// transaction with the session row locked.
+/// Marks the row (reset or deleted, by `mark`) and deletes the cursors `cursors` names (`$1`
+/// the key, `$2` `arg`), in one transaction with the session row locked.
 async fn mark_session<C: GenericClient>(
     conn: &C,
     key: &str,
     now: UnixMillis,
     mark: fn(&mut SessionRow, UnixMillis),
     cursors: &str,
+    arg: &str,
 ) -> DbResult<()> {
     let mut row = load_session(conn, key, true)
         .await?
@@ -91,7 +94,11 @@ async fn mark_session<C: GenericClient>(
             "DELETE FROM session_watch_cursors WHERE {cursors}"
         ))
         .await?;
-    conn.execute(&stmt, &[&key]).await?;
+    if cursors.contains("$2") {
+        conn.execute(&stmt, &[&key, &arg]).await?;
+    } else {
+        conn.execute(&stmt, &[&key]).await?;
+    }
     Ok(())
 }
 
@@ -102,7 +109,8 @@ impl SessionStore for PostgresStore {
     }
 
     async fn load_session(&self, key: &SessionKey) -> StoreResult<Option<SessionRow>> {
-        let key = key.as_str();
+        let key = key.storage_key();
+        let key = key.as_ref();
         run!(self, |conn| { load_session(conn, key, false).await })
     }
 
@@ -117,13 +125,20 @@ impl SessionStore for PostgresStore {
             conn.query(&stmt, &[])
                 .await?
                 .iter()
-                .map(|r| decode("session", r.try_get(0)?, r.try_get(1)?, r.try_get(2)?))
+                .map(|r| {
+                    Ok(codec::decode_session(
+                        r.try_get(0)?,
+                        r.try_get(1)?,
+                        r.try_get(2)?,
+                    )?)
+                })
                 .collect()
         })
     }
 
     async fn reset_session(&self, key: &SessionKey, now: UnixMillis) -> StoreResult<()> {
-        let key = key.as_str();
+        let key = key.storage_key();
+        let key = key.as_ref();
         transaction!(self, |tx| {
             (mark_session(
                 tx,
@@ -131,21 +146,47 @@ impl SessionStore for PostgresStore {
                 now,
                 |row, now| row.reset_at = Some(now),
                 "watcher_key = $1",
+                "",
             ))
             .await
         })
     }
 
-    async fn delete_session(&self, key: &SessionKey, now: UnixMillis) -> StoreResult<()> {
-        let key = key.as_str();
+    async fn delete_session(
+        &self,
+        key: &SessionKey,
+        deleted_by: &str,
+        now: UnixMillis,
+    ) -> StoreResult<Vec<WatchCursor>> {
+        let key = key.storage_key();
+        let key = key.as_ref();
         transaction!(self, |tx| {
+            // The deleter's own cursor goes with its watches: nobody is told of their own act.
             (mark_session(
                 tx,
                 key,
                 now,
                 |row, now| row.deleted_at = Some(now),
-                "watcher_key = $1 OR target_key = $1",
+                "watcher_key = $1 OR (target_key = $1 AND watcher_key = $2)",
+                deleted_by,
             ))
+            .await?;
+            let stmt = tx
+                .prepare_cached(
+                    "UPDATE session_watch_cursors
+                     SET target_deleted_by = $2,
+                         notified_version = GREATEST(acked_version,
+                             COALESCE((SELECT head FROM session_heads WHERE session_key = $1), 0)),
+                         updated_at = $3
+                     WHERE target_key = $1 AND target_deleted_by IS NULL",
+                )
+                .await?;
+            tx.execute(&stmt, &[&key, &deleted_by, &now]).await?;
+            cursors(
+                tx,
+                "WHERE target_key = $1 AND target_deleted_by IS NOT NULL",
+                Some(key),
+            )
             .await
         })
     }

@@ -68,7 +68,8 @@ pub(crate) async fn append<C: GenericClient>(
     conn: &C,
     event: &NewSessionEvent,
 ) -> DbResult<AppendedEvent> {
-    let key = event.session_key.as_str();
+    let key = event.session_key.storage_key();
+    let key = key.as_ref();
     if let Some(dedupe) = &event.dedupe_key {
         let stmt = conn
             .prepare_cached(&format!(
@@ -86,7 +87,8 @@ pub(crate) async fn append<C: GenericClient>(
     let kind = enum_text(&event.kind);
     let actor = enum_text(&event.actor_type);
     let outcome = event.outcome.as_ref().map(enum_text);
-    let child = event.child_session_key.as_ref().map(SessionKey::as_str);
+    let child = event.child_session_key.as_ref().map(|k| k.storage_key());
+    let child = child.as_deref();
     // Head and event in one statement: one round trip for the hot write.
     let stmt = conn
         .prepare_cached(
@@ -175,7 +177,8 @@ impl SignalLogStore for PostgresStore {
     }
 
     async fn session_head(&self, key: &SessionKey) -> StoreResult<SessionHead> {
-        let key = key.as_str();
+        let key = key.storage_key();
+        let key = key.as_ref();
         run!(self, |conn| { head(conn, key).await })
     }
 
@@ -185,7 +188,8 @@ impl SignalLogStore for PostgresStore {
         since: StateVersion,
         limit: u32,
     ) -> StoreResult<ChangesSince> {
-        let key = key.as_str();
+        let key = key.storage_key();
+        let key = key.as_ref();
         let since_at = i64_of(since.0);
         let fetch = i64::from(limit) + 1;
         // One statement, one snapshot: the head and the events agree.
@@ -259,7 +263,8 @@ impl SignalLogStore for PostgresStore {
 }
 
 pub(crate) const CURSOR_COLUMNS: &str = "watcher_key, target_key, acked_version, notified_version, \
-                                         material_version, source, created_at, updated_at";
+                                         material_version, source, created_at, updated_at, \
+                                         target_deleted_by";
 
 pub(crate) fn decode_cursor(row: &Row) -> DbResult<WatchCursor> {
     let watcher: &str = row.try_get(0)?;
@@ -272,6 +277,7 @@ pub(crate) fn decode_cursor(row: &Row) -> DbResult<WatchCursor> {
         acked_version: StateVersion(u64_of(row.try_get(2)?)),
         notified_version: notified.map(|n| StateVersion(u64_of(n))),
         material_version: StateVersion(u64_of(row.try_get(4)?)),
+        target_deleted_by: row.try_get(8)?,
         source: WatchSource::parse(source).ok_or_else(|| {
             StoreError::InvalidInput(format!("watch cursor has unknown source {source:?}"))
         })?,
@@ -300,7 +306,7 @@ pub(crate) async fn load_cursor<C: GenericClient>(
         .transpose()
 }
 
-async fn cursors<C: GenericClient>(
+pub(crate) async fn cursors<C: GenericClient>(
     conn: &C,
     filter: &str,
     arg: Option<&str>,
@@ -323,11 +329,13 @@ impl WatchCursorStore for PostgresStore {
     async fn ensure_cursor(&self, cursor: &WatchCursor) -> StoreResult<WatchCursor> {
         check_watcher(cursor)?;
         let c = cursor;
+        let (watcher, target) = (c.watcher_key.storage_key(), c.target_key.storage_key());
+        let (watcher, target) = (watcher.as_ref(), target.as_ref());
         run!(self, |conn| {
             let stmt = conn
                 .prepare_cached(&format!(
                     "INSERT INTO session_watch_cursors ({CURSOR_COLUMNS})
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                          ON CONFLICT (watcher_key, target_key) DO NOTHING"
                 ))
                 .await?;
@@ -335,21 +343,22 @@ impl WatchCursorStore for PostgresStore {
                 .execute(
                     &stmt,
                     &[
-                        &c.watcher_key.as_str(),
-                        &c.target_key.as_str(),
+                        &watcher,
+                        &target,
                         &i64_of(c.acked_version.0),
                         &c.notified_version.map(|v| i64_of(v.0)),
                         &i64_of(c.material_version.0),
                         &c.source.as_str(),
                         &c.created_at,
                         &c.updated_at,
+                        &c.target_deleted_by,
                     ],
                 )
                 .await?;
             if inserted == 1 {
                 return Ok(c.clone());
             }
-            load_cursor(conn, c.watcher_key.as_str(), c.target_key.as_str(), false)
+            load_cursor(conn, watcher, target, false)
                 .await?
                 .ok_or_else(|| {
                     StoreError::NotFound {
@@ -363,6 +372,8 @@ impl WatchCursorStore for PostgresStore {
 
     async fn save_cursor(&self, cursor: &WatchCursor) -> StoreResult<()> {
         let c = cursor;
+        let (watcher, target) = (c.watcher_key.storage_key(), c.target_key.storage_key());
+        let (watcher, target) = (watcher.as_ref(), target.as_ref());
         run!(self, |conn| {
             let stmt = conn
                 .prepare_cached(
@@ -375,8 +386,8 @@ impl WatchCursorStore for PostgresStore {
                 .execute(
                     &stmt,
                     &[
-                        &c.watcher_key.as_str(),
-                        &c.target_key.as_str(),
+                        &watcher,
+                        &target,
                         &i64_of(c.acked_version.0),
                         &c.notified_version.map(|v| i64_of(v.0)),
                         &i64_of(c.material_version.0),
@@ -400,19 +411,22 @@ impl WatchCursorStore for PostgresStore {
         watcher: &SessionKey,
         target: &SessionKey,
     ) -> StoreResult<Option<WatchCursor>> {
-        let (w, t) = (watcher.as_str(), target.as_str());
+        let (w, t) = (watcher.storage_key(), target.storage_key());
+        let (w, t) = (w.as_ref(), t.as_ref());
         run!(self, |conn| { load_cursor(conn, w, t, false).await })
     }
 
     async fn cursors_on_target(&self, target: &SessionKey) -> StoreResult<Vec<WatchCursor>> {
-        let t = target.as_str();
+        let t = target.storage_key();
+        let t = t.as_ref();
         run!(self, |conn| {
             cursors(conn, "WHERE target_key = $1", Some(t)).await
         })
     }
 
     async fn cursors_of_watcher(&self, watcher: &SessionKey) -> StoreResult<Vec<WatchCursor>> {
-        let w = watcher.as_str();
+        let w = watcher.storage_key();
+        let w = w.as_ref();
         run!(self, |conn| {
             cursors(conn, "WHERE watcher_key = $1", Some(w)).await
         })

@@ -42,10 +42,15 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "account_leases",
         sql: include_str!("../migrations/0005_account_leases.sql"),
     },
+    Migration {
+        version: 6,
+        name: "agent_global_sessions",
+        sql: include_str!("../migrations/0006_agent_global_sessions.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 pub use clawgate_store::MigrationStatus;
 

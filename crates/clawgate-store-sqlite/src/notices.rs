@@ -34,7 +34,7 @@ fn open_notices(
          WHERE target_key = ?1 AND notified_version IS NULL AND acked_version < ?2
            AND watcher_key IS NOT ?3
          RETURNING watcher_key, target_key, acked_version, notified_version, material_version,
-             source, created_at, updated_at",
+             source, created_at, updated_at, target_deleted_by",
     )?;
     let rows = stmt.query_map(params![target, sequence, actor, now], cursor_row)?;
     let raw: Vec<RawCursor> = rows.collect::<rusqlite::Result<_>>()?;
@@ -114,7 +114,7 @@ impl NoticeCursorStore for SqliteStore {
             } else {
                 open_notices(
                     conn,
-                    event.session_key.as_str(),
+                    &event.session_key.storage_key(),
                     i64_of(appended.event.sequence),
                     event.actor_id.as_deref(),
                     event.created_at,
@@ -132,12 +132,36 @@ impl NoticeCursorStore for SqliteStore {
         seen: StateVersion,
         now: UnixMillis,
     ) -> StoreResult<ConsumedNotice> {
-        let (w, t) = (watcher.as_str().to_owned(), target.as_str().to_owned());
+        let (w, t) = (
+            watcher.storage_key().into_owned(),
+            target.storage_key().into_owned(),
+        );
         // In the writer: the check of the log and the cursor update are one transaction, so an
         // event appended by another process lands either before (and reopens) or after (and
         // opens a fresh notice) — never in between.
         self.write(move |conn| consume(conn, &w, &t, seen, now))
             .await
+    }
+
+    async fn consume_deletion_notice(
+        &self,
+        watcher: &SessionKey,
+        target: &SessionKey,
+    ) -> StoreResult<bool> {
+        let (w, t) = (
+            watcher.storage_key().into_owned(),
+            target.storage_key().into_owned(),
+        );
+        self.write(move |conn| {
+            let deleted = conn
+                .prepare_cached(
+                    "DELETE FROM session_watch_cursors
+                     WHERE watcher_key = ?1 AND target_key = ?2 AND target_deleted_by IS NOT NULL",
+                )?
+                .execute([&w, &t])?;
+            Ok(deleted > 0)
+        })
+        .await
     }
 }
 

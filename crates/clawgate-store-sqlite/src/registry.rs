@@ -9,9 +9,10 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use super::SqliteStore;
 use super::errors::DbResult;
-use clawgate_store::SessionRow;
+use super::signals::{cursors, head, i64_of};
 use clawgate_store::{AccountClaim, AccountLease, AccountLeaseStore};
 use clawgate_store::{InstanceStore, LeaseStore, SessionStore};
+use clawgate_store::{SessionRow, WatchCursor};
 use clawgate_store::{StoreError, StoreResult};
 
 use clawgate_store::codec::{self, ROW_FORMAT};
@@ -34,12 +35,12 @@ fn load_session(conn: &Connection, key: &str) -> DbResult<Option<SessionRow>> {
         .prepare_cached("SELECT format_version, payload FROM sessions WHERE session_key = ?1")?
         .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
-    raw.map(|(format, payload)| decode("session", key.to_owned(), format, &payload))
+    raw.map(|(format, payload)| Ok(codec::decode_session(key, format, &payload)?))
         .transpose()
 }
 
 fn write_session(conn: &Connection, row: &SessionRow) -> DbResult<()> {
-    let key = row.session_key.as_str();
+    let key = row.session_key.storage_key();
     conn.prepare_cached(
         "INSERT INTO sessions (session_key, agent_id, deleted_at, format_version, payload)
          VALUES (?1, ?2, ?3, ?4, ?5)
@@ -52,7 +53,7 @@ fn write_session(conn: &Connection, row: &SessionRow) -> DbResult<()> {
         row.agent_id,
         row.deleted_at,
         ROW_FORMAT,
-        encode("session", key, row)?
+        codec::encode_session(row)?
     ])?;
     Ok(())
 }
@@ -75,7 +76,7 @@ impl SessionStore for SqliteStore {
     }
 
     async fn load_session(&self, key: &SessionKey) -> StoreResult<Option<SessionRow>> {
-        let key = key.as_str().to_owned();
+        let key = key.storage_key().into_owned();
         self.read(move |conn| load_session(conn, &key)).await
     }
 
@@ -89,8 +90,8 @@ impl SessionStore for SqliteStore {
                 stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, String>(2)?)))?;
             let mut out = Vec::new();
             for row in rows {
-                let (key, format, payload) = row?;
-                out.push(decode("session", key, format, &payload)?);
+                let (key, format, payload): (String, i64, String) = row?;
+                out.push(codec::decode_session(&key, format, &payload)?);
             }
             Ok(out)
         })
@@ -98,7 +99,7 @@ impl SessionStore for SqliteStore {
     }
 
     async fn reset_session(&self, key: &SessionKey, now: UnixMillis) -> StoreResult<()> {
-        let key = key.as_str().to_owned();
+        let key = key.storage_key().into_owned();
         self.write(move |conn| {
             let mut row = required_session(conn, &key)?;
             row.reset_at = Some(now);
@@ -111,18 +112,38 @@ impl SessionStore for SqliteStore {
         .await
     }
 
-    async fn delete_session(&self, key: &SessionKey, now: UnixMillis) -> StoreResult<()> {
-        let key = key.as_str().to_owned();
+    async fn delete_session(
+        &self,
+        key: &SessionKey,
+        deleted_by: &str,
+        now: UnixMillis,
+    ) -> StoreResult<Vec<WatchCursor>> {
+        let key = key.storage_key().into_owned();
+        let deleted_by = deleted_by.to_owned();
         self.write(move |conn| {
             let mut row = required_session(conn, &key)?;
             row.deleted_at = Some(now);
             row.updated_at = now;
             write_session(conn, &row)?;
+            // The deleter's own cursor goes with its watches: nobody is told of their own act.
             conn.prepare_cached(
-                "DELETE FROM session_watch_cursors WHERE watcher_key = ?1 OR target_key = ?1",
+                "DELETE FROM session_watch_cursors
+                 WHERE watcher_key = ?1 OR (target_key = ?1 AND watcher_key = ?2)",
             )?
-            .execute([&key])?;
-            Ok(())
+            .execute([&key, &deleted_by])?;
+            let head = i64_of(head(conn, &key)?.state_version.0);
+            let mut stmt = conn.prepare_cached(
+                "UPDATE session_watch_cursors
+                 SET target_deleted_by = ?2, notified_version = MAX(acked_version, ?3),
+                     updated_at = ?4
+                 WHERE target_key = ?1 AND target_deleted_by IS NULL",
+            )?;
+            stmt.execute(params![key, deleted_by, head, now])?;
+            cursors(
+                conn,
+                "WHERE target_key = ?1 AND target_deleted_by IS NOT NULL",
+                &[&key],
+            )
         })
         .await
     }

@@ -87,7 +87,7 @@ pub(super) fn head(conn: &Connection, key: &str) -> DbResult<SessionHead> {
 }
 
 pub(super) fn append(conn: &Connection, event: &NewSessionEvent) -> DbResult<AppendedEvent> {
-    let key = event.session_key.as_str();
+    let key = event.session_key.storage_key();
     if let Some(dedupe) = &event.dedupe_key {
         let existing = conn
             .prepare_cached(&format!(
@@ -123,7 +123,7 @@ pub(super) fn append(conn: &Connection, event: &NewSessionEvent) -> DbResult<App
         event.actor_id,
         event.summary,
         event.outcome.as_ref().map(enum_text),
-        event.child_session_key.as_ref().map(SessionKey::as_str),
+        event.child_session_key.as_ref().map(|k| k.storage_key()),
         event.dedupe_key,
         event.created_at,
     ])?;
@@ -171,7 +171,7 @@ impl SignalLogStore for SqliteStore {
     }
 
     async fn session_head(&self, key: &SessionKey) -> StoreResult<SessionHead> {
-        let key = key.as_str().to_owned();
+        let key = key.storage_key().into_owned();
         self.read(move |conn| head(conn, &key)).await
     }
 
@@ -181,7 +181,7 @@ impl SignalLogStore for SqliteStore {
         since: StateVersion,
         limit: u32,
     ) -> StoreResult<ChangesSince> {
-        let key = key.as_str().to_owned();
+        let key = key.storage_key().into_owned();
         self.read(move |conn| {
             let head = head(conn, &key)?;
             let mut stmt = conn.prepare_cached(&format!(
@@ -238,9 +238,19 @@ impl SignalLogStore for SqliteStore {
 }
 
 const SELECT_CURSOR: &str = "SELECT watcher_key, target_key, acked_version, notified_version,
-    material_version, source, created_at, updated_at FROM session_watch_cursors";
+    material_version, source, created_at, updated_at, target_deleted_by FROM session_watch_cursors";
 
-pub(super) type RawCursor = (String, String, i64, Option<i64>, i64, String, i64, i64);
+pub(super) type RawCursor = (
+    String,
+    String,
+    i64,
+    Option<i64>,
+    i64,
+    String,
+    i64,
+    i64,
+    Option<String>,
+);
 
 pub(super) fn cursor_row(r: &Row<'_>) -> rusqlite::Result<RawCursor> {
     Ok((
@@ -252,11 +262,12 @@ pub(super) fn cursor_row(r: &Row<'_>) -> rusqlite::Result<RawCursor> {
         r.get(5)?,
         r.get(6)?,
         r.get(7)?,
+        r.get(8)?,
     ))
 }
 
 pub(super) fn decode_cursor(
-    (watcher, target, acked, notified, material, source, created_at, updated_at): RawCursor,
+    (watcher, target, acked, notified, material, source, created_at, updated_at, deleted_by): RawCursor,
 ) -> DbResult<WatchCursor> {
     Ok(WatchCursor {
         watcher_key: parse_key(&watcher)?,
@@ -264,6 +275,7 @@ pub(super) fn decode_cursor(
         acked_version: StateVersion(u64_of(acked)),
         notified_version: notified.map(|n| StateVersion(u64_of(n))),
         material_version: StateVersion(u64_of(material)),
+        target_deleted_by: deleted_by,
         source: WatchSource::parse(&source).ok_or_else(|| {
             StoreError::InvalidInput(format!("watch cursor has unknown source {source:?}"))
         })?,
@@ -272,7 +284,7 @@ pub(super) fn decode_cursor(
     })
 }
 
-fn cursors(
+pub(super) fn cursors(
     conn: &Connection,
     filter: &str,
     args: &[&dyn rusqlite::ToSql],
@@ -317,8 +329,8 @@ impl WatchCursorStore for SqliteStore {
                  ON CONFLICT (watcher_key, target_key) DO NOTHING",
             )?
             .execute(params![
-                c.watcher_key.as_str(),
-                c.target_key.as_str(),
+                c.watcher_key.storage_key(),
+                c.target_key.storage_key(),
                 i64_of(c.acked_version.0),
                 c.notified_version.map(|v| i64_of(v.0)),
                 i64_of(c.material_version.0),
@@ -326,7 +338,12 @@ impl WatchCursorStore for SqliteStore {
                 c.created_at,
                 c.updated_at,
             ])?;
-            load_cursor(conn, c.watcher_key.as_str(), c.target_key.as_str())?.ok_or_else(|| {
+            load_cursor(
+                conn,
+                &c.watcher_key.storage_key(),
+                &c.target_key.storage_key(),
+            )?
+            .ok_or_else(|| {
                 StoreError::NotFound {
                     what: "watch cursor",
                     id: c.watcher_key.to_string(),
@@ -347,8 +364,8 @@ impl WatchCursorStore for SqliteStore {
                      WHERE watcher_key = ?1 AND target_key = ?2",
                 )?
                 .execute(params![
-                    c.watcher_key.as_str(),
-                    c.target_key.as_str(),
+                    c.watcher_key.storage_key(),
+                    c.target_key.storage_key(),
                     i64_of(c.acked_version.0),
                     c.notified_version.map(|v| i64_of(v.0)),
                     i64_of(c.material_version.0),
@@ -371,18 +388,21 @@ impl WatchCursorStore for SqliteStore {
         watcher: &SessionKey,
         target: &SessionKey,
     ) -> StoreResult<Option<WatchCursor>> {
-        let (w, t) = (watcher.as_str().to_owned(), target.as_str().to_owned());
+        let (w, t) = (
+            watcher.storage_key().into_owned(),
+            target.storage_key().into_owned(),
+        );
         self.read(move |conn| load_cursor(conn, &w, &t)).await
     }
 
     async fn cursors_on_target(&self, target: &SessionKey) -> StoreResult<Vec<WatchCursor>> {
-        let t = target.as_str().to_owned();
+        let t = target.storage_key().into_owned();
         self.read(move |conn| cursors(conn, "WHERE target_key = ?1", &[&t]))
             .await
     }
 
     async fn cursors_of_watcher(&self, watcher: &SessionKey) -> StoreResult<Vec<WatchCursor>> {
-        let w = watcher.as_str().to_owned();
+        let w = watcher.storage_key().into_owned();
         self.read(move |conn| cursors(conn, "WHERE watcher_key = ?1", &[&w]))
             .await
     }

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::model::{
-    Claim, ConsumedNotice, InboundRecord, InboundStatus, NewSessionEvent, WatchCursor,
+    Claim, ConsumedNotice, InboundRecord, InboundStatus, NewSessionEvent, SessionRow, WatchCursor,
 };
 use crate::{StoreError, StoreResult};
 
@@ -48,6 +48,115 @@ pub fn decode<T: DeserializeOwned>(
         });
     }
     from_json(payload).map_err(|source| StoreError::Decode { what, id, source })
+}
+
+/// Where a session row's payload holds session keys. The wire spelling of an agent's global
+/// session is `global` (no agent), so these are written in their storage spelling instead.
+const SESSION_ROW_KEYS: [&str; 8] = [
+    "/sessionKey",
+    "/ownerSessionKey",
+    "/spawnedBy",
+    "/parentSessionKey",
+    "/acpOwner/sessionKey",
+    "/acpOwner/ownerSessionKey",
+    "/acpOwner/spawnedBy",
+    "/acpOwner/parentSessionKey",
+];
+
+fn session_row_keys(row: &SessionRow) -> [Option<&SessionKey>; 8] {
+    let acp = row.acp_owner.as_ref();
+    [
+        Some(&row.session_key),
+        row.owner_session_key.as_ref(),
+        row.spawned_by.as_ref(),
+        row.parent_session_key.as_ref(),
+        acp.map(|a| &a.session_key),
+        acp.map(|a| &a.owner_session_key),
+        acp.and_then(|a| a.spawned_by.as_ref()),
+        acp.and_then(|a| a.parent_session_key.as_ref()),
+    ]
+}
+
+fn session_row_keys_mut(row: &mut SessionRow) -> [Option<&mut SessionKey>; 8] {
+    let (acp_key, acp_owner, acp_spawned, acp_parent) = match row.acp_owner.as_mut() {
+        Some(a) => (
+            Some(&mut a.session_key),
+            Some(&mut a.owner_session_key),
+            a.spawned_by.as_mut(),
+            a.parent_session_key.as_mut(),
+        ),
+        None => (None, None, None, None),
+    };
+    [
+        Some(&mut row.session_key),
+        row.owner_session_key.as_mut(),
+        row.spawned_by.as_mut(),
+        row.parent_session_key.as_mut(),
+        acp_key,
+        acp_owner,
+        acp_spawned,
+        acp_parent,
+    ]
+}
+
+/// A session row as stored: its keys in their storage spelling, so an agent's global session
+/// (and a child it owns) reads back as that agent's, not as a bare `global`.
+pub fn encode_session(row: &SessionRow) -> StoreResult<String> {
+    let id = row.session_key.storage_key();
+    let mut value: serde_json::Value =
+        from_json(&encode("session", &id, row)?).map_err(|source| StoreError::Decode {
+            what: "session",
+            id: id.to_string(),
+            source,
+        })?;
+    for (pointer, key) in SESSION_ROW_KEYS.iter().zip(session_row_keys(row)) {
+        if let (Some(key), Some(slot)) = (key, value.pointer_mut(pointer)) {
+            *slot = serde_json::Value::String(key.storage_key().into_owned());
+        }
+    }
+    encode("session", &id, &value)
+}
+
+/// A stored session row; `stored_key` is its key column, which is the row's key.
+pub fn decode_session(stored_key: &str, format: i64, payload: &str) -> StoreResult<SessionRow> {
+    let mut value: serde_json::Value = decode(
+        "session",
+        stored_key.to_owned(),
+        format,
+        ROW_FORMAT,
+        payload,
+    )?;
+    // Storage spellings are no wire keys: read them apart, put them back after decoding.
+    let mut stored = [const { None }; 8];
+    for (slot, pointer) in stored.iter_mut().zip(SESSION_ROW_KEYS) {
+        if let Some(field) = value.pointer_mut(pointer)
+            && let Some(text) = field.as_str()
+        {
+            *slot = Some(parse_key(text)?);
+            *field = serde_json::Value::String(clawgate_types::GLOBAL_SESSION_KEY.to_owned());
+        }
+    }
+    let mut row: SessionRow =
+        from_json(&value.to_string()).map_err(|source| StoreError::Decode {
+            what: "session",
+            id: stored_key.to_owned(),
+            source,
+        })?;
+    for (field, key) in session_row_keys_mut(&mut row).into_iter().zip(stored) {
+        if let (Some(field), Some(key)) = (field, key) {
+            *field = key;
+        }
+    }
+    // The key column is the truth: a row stored as the one `global` before agents were told
+    // apart (its payload says `global`) is its agent's global session after the migration.
+    let key = parse_key(stored_key)?;
+    if let Some(acp) = row.acp_owner.as_mut()
+        && acp.session_key.storage_key() == row.session_key.storage_key()
+    {
+        acp.session_key = key.clone();
+    }
+    row.session_key = key;
+    Ok(row)
 }
 
 /// A send intent as stored.
@@ -96,9 +205,9 @@ pub fn enum_parse<T: DeserializeOwned>(what: &'static str, text: &str) -> StoreR
     })
 }
 
-/// A stored session key.
+/// A stored session key (as [`SessionKey::storage_key`] wrote it).
 pub fn parse_key(text: &str) -> StoreResult<SessionKey> {
-    SessionKey::parse(text).map_err(|e| {
+    SessionKey::from_storage(text).map_err(|e| {
         StoreError::InvalidInput(format!("stored session key {text:?} is invalid: {e}"))
     })
 }
@@ -305,6 +414,8 @@ pub fn notice_to_ack(cursor: Option<WatchCursor>, seen: StateVersion) -> NoticeT
         })
     };
     match cursor {
+        // A deletion notice is consumed only as such (`consume_deletion_notice`).
+        Some(cursor) if cursor.target_deleted_by.is_some() => unchanged(Some(cursor)),
         Some(cursor) => match cursor.notified_version {
             Some(frozen) if cursor.acked_version == seen => NoticeToAck::Pending { cursor, frozen },
             _ => unchanged(Some(cursor)),
@@ -366,6 +477,7 @@ mod tests {
             acked_version: StateVersion(acked),
             notified_version: notified.map(StateVersion),
             material_version: StateVersion(notified.unwrap_or(acked)),
+            target_deleted_by: None,
             source: WatchSource::Spawn,
             created_at: 1,
             updated_at: 1,
@@ -390,6 +502,14 @@ mod tests {
             "consumed elsewhere"
         );
         assert!(pending(cursor(5, None), 5).is_none(), "nothing pending");
+        let deleted = WatchCursor {
+            target_deleted_by: Some("human:user-1".into()),
+            ..cursor(2, Some(5))
+        };
+        assert!(
+            pending(deleted, 2).is_none(),
+            "a deletion notice is not consumed as a change notice"
+        );
         assert!(matches!(
             notice_to_ack(None, StateVersion(0)),
             NoticeToAck::Nothing(ConsumedNotice { cursor: None, .. })

@@ -226,6 +226,11 @@ pub struct WatchCursor {
     pub notified_version: Option<StateVersion>,
     /// Highest notifying event observed on the target.
     pub material_version: StateVersion,
+    /// Set when the target was deleted: who deleted it. The cursor then carries one pending
+    /// deletion notice (`notified_version` set, so no change notice opens on it), and goes
+    /// away when that notice is consumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_deleted_by: Option<String>,
     pub source: WatchSource,
     pub created_at: UnixMillis,
     pub updated_at: UnixMillis,

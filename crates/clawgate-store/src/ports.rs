@@ -303,8 +303,18 @@ pub trait SessionStore: Send + Sync {
     /// Marks a reset and removes the cursors the session holds as a watcher, in one write.
     async fn reset_session(&self, key: &SessionKey, now: UnixMillis) -> StoreResult<()>;
 
-    /// Marks the row deleted and deletes every cursor where it is watcher or target, in one write.
-    async fn delete_session(&self, key: &SessionKey, now: UnixMillis) -> StoreResult<()>;
+    /// In one write: marks the row deleted, removes the cursors it holds as a watcher, and
+    /// turns every cursor on it into a pending deletion notice (`target_deleted_by` =
+    /// `deleted_by`, `notified_version` frozen at the head) — except the deleter's own cursor
+    /// (a watcher whose key is `deleted_by`), which is removed: nobody is told of their own
+    /// deletion. A cursor already carrying a deletion notice keeps it. Returns the cursors
+    /// that carry a deletion notice now, by watcher.
+    async fn delete_session(
+        &self,
+        key: &SessionKey,
+        deleted_by: &str,
+        now: UnixMillis,
+    ) -> StoreResult<Vec<WatchCursor>>;
 }
 
 /// ACPX process leases.
@@ -437,6 +447,10 @@ pub trait NoticeCursorStore: Send + Sync {
     /// `seen` (what the consumed notice text said): `acked_version` moves to the frozen
     /// watermark. If a notifying event by another actor lies after the watermark — or history
     /// after it was pruned, so nobody can tell — exactly one new notice opens at the newest.
+    ///
+    /// A cursor carrying a deletion notice is left as it is (`acked: false`): only
+    /// [`Self::consume_deletion_notice`] consumes that one, so an ack of a change notice shown
+    /// before the deletion never swallows it.
     async fn consume_notice(
         &self,
         watcher: &SessionKey,
@@ -444,6 +458,15 @@ pub trait NoticeCursorStore: Send + Sync {
         seen: StateVersion,
         now: UnixMillis,
     ) -> StoreResult<ConsumedNotice>;
+
+    /// Consumes the deletion notice of `watcher` on `target`: the cursor goes away, so that
+    /// target never notifies the watcher again. False when there was none (consumed
+    /// elsewhere, or the target was not deleted).
+    async fn consume_deletion_notice(
+        &self,
+        watcher: &SessionKey,
+        target: &SessionKey,
+    ) -> StoreResult<bool>;
 }
 
 /// Announces commits made to the same database through other connections — other gateway

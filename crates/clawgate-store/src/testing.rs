@@ -58,6 +58,8 @@ macro_rules! store_conformance_tests {
             sessions_registry_round_trip, leases_round_trip_and_compare_and_set,
             concurrent_lease_saves_are_not_lost,
             instance_id_is_stable, notices_open_once_and_consume_reopens_once,
+            global_sessions_of_two_agents_are_independent,
+            deleting_a_watched_session_leaves_each_watcher_one_deletion_notice,
             account_leases_have_one_holder_and_change_hands_only_when_expired
             $(, $extra)*);
     };
@@ -1359,6 +1361,7 @@ pub async fn cursors_and_session_lifecycle<S: Store>(
         acked_version: StateVersion(3),
         notified_version: None,
         material_version: StateVersion(3),
+        target_deleted_by: None,
         source: WatchSource::Spawn,
         created_at: at,
         updated_at: at,
@@ -1417,10 +1420,19 @@ pub async fn cursors_and_session_lifecycle<S: Store>(
         2,
         "cursors on the reset session stay"
     );
-    store.delete_session(&child, 40).await.unwrap();
+    let notified = store
+        .delete_session(&child, parent.as_str(), 40)
+        .await
+        .unwrap();
+    assert_eq!(
+        notified.iter().map(|c| &c.watcher_key).collect::<Vec<_>>(),
+        vec![&other],
+        "the deleter's own watch ends silently; the other watcher keeps a deletion notice"
+    );
+    assert!(store.consume_deletion_notice(&other, &child).await.unwrap());
     assert!(
         store.cursors_on_target(&child).await.unwrap().is_empty(),
-        "deleted with the target"
+        "a consumed deletion notice ends the watch"
     );
     let report = store.prune_signal_log(1_000, 1_000).await.unwrap();
     assert_eq!(report.cursors_deleted, 0, "no cursor was left to expire");
@@ -1486,7 +1498,7 @@ pub async fn sessions_registry_round_trip<S: Store>(
             .as_deref(),
         Some("coder")
     );
-    store.delete_session(&child, 9).await.unwrap();
+    store.delete_session(&child, "operator", 9).await.unwrap();
     let listed: Vec<SessionKey> = store
         .list_sessions()
         .await
@@ -1892,6 +1904,7 @@ pub async fn notices_open_once_and_consume_reopens_once<S: Store + crate::Notice
                 acked_version: StateVersion(0),
                 notified_version: None,
                 material_version: StateVersion(0),
+                target_deleted_by: None,
                 source: WatchSource::Spawn,
                 created_at: 1,
                 updated_at: 1,
@@ -1996,4 +2009,221 @@ pub async fn external_changes_are_announced<S: Store + crate::ChangeFeed>(
         .expect("the feed announces another connection's commit within the deadline")
         .unwrap();
     assert_ne!(*changes.borrow(), before);
+}
+
+/// Under `session.scope = "global"` every agent's session is called `global`; each agent's is
+/// its own: row, head, log, `changesSince` and cursors never mix.
+pub async fn global_sessions_of_two_agents_are_independent<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let a = SessionKey::global_of("alpha").unwrap();
+    let b = SessionKey::global_of("beta").unwrap();
+    let watcher = key("agent:ops:main");
+    for (k, agent) in [(&a, "alpha"), (&b, "beta")] {
+        let mut row = session_row(k, 1);
+        row.agent_id = agent.into();
+        store.upsert_session(&row).await.unwrap();
+    }
+    // A child owned by alpha's global session keeps naming alpha's, not a bare `global`.
+    let child = key("agent:alpha:subagent:1");
+    let mut child_row = session_row(&child, 2);
+    child_row.owner_session_key = Some(a.clone());
+    child_row.spawned_by = Some(a.clone());
+    store.upsert_session(&child_row).await.unwrap();
+    assert_eq!(store.load_session(&child).await.unwrap(), Some(child_row));
+
+    let at = |k: &SessionKey, n: i64| NewSessionEvent {
+        session_key: k.clone(),
+        ..event("global", SessionStateEventKind::HumanDirectMessage, n)
+    };
+    for n in 0..3 {
+        store.append_event(&at(&a, 10 + n)).await.unwrap();
+    }
+    let first_b = store.append_event(&at(&b, 20)).await.unwrap();
+    assert_eq!(first_b.event.sequence, 1, "beta's log starts at 1");
+    assert_eq!(
+        store.session_head(&a).await.unwrap().state_version,
+        StateVersion(3)
+    );
+    assert_eq!(
+        store.session_head(&b).await.unwrap().state_version,
+        StateVersion(1)
+    );
+    assert_eq!(
+        store
+            .session_head(&SessionKey::global())
+            .await
+            .unwrap()
+            .state_version,
+        StateVersion(0),
+        "a bare `global` is neither agent's"
+    );
+    let since_a = store.events_since(&a, StateVersion(0), 10).await.unwrap();
+    let since_b = store.events_since(&b, StateVersion(0), 10).await.unwrap();
+    assert_eq!(since_a.events.len(), 3);
+    assert_eq!(since_b.events.len(), 1);
+    assert_eq!(since_b.events[0].created_at, Some(20));
+
+    let loaded = store.load_session(&b).await.unwrap().unwrap();
+    assert_eq!(
+        (loaded.session_key, loaded.agent_id.as_str()),
+        (b.clone(), "beta")
+    );
+    let listed: Vec<SessionKey> = store
+        .list_sessions()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.session_key)
+        .collect();
+    assert!(listed.contains(&a) && listed.contains(&b), "{listed:?}");
+
+    let cursor = WatchCursor {
+        watcher_key: watcher.clone(),
+        target_key: a.clone(),
+        acked_version: StateVersion(3),
+        notified_version: None,
+        material_version: StateVersion(3),
+        target_deleted_by: None,
+        source: WatchSource::Explicit,
+        created_at: 30,
+        updated_at: 30,
+    };
+    store.ensure_cursor(&cursor).await.unwrap();
+    assert_eq!(
+        store.cursors_on_target(&a).await.unwrap(),
+        vec![cursor.clone()]
+    );
+    assert!(store.cursors_on_target(&b).await.unwrap().is_empty());
+    let opened = store
+        .append_event_opening_notices(&at(&b, 31))
+        .await
+        .unwrap();
+    assert!(opened.opened.is_empty(), "beta's change is not alpha's");
+
+    store.delete_session(&a, "operator", 40).await.unwrap();
+    assert!(
+        store
+            .load_session(&b)
+            .await
+            .unwrap()
+            .unwrap()
+            .deleted_at
+            .is_none()
+    );
+    assert!(store.cursors_on_target(&b).await.unwrap().is_empty());
+}
+
+/// Deleting a watched session leaves each of its watchers one deletion notice (none for the
+/// deleter): pending through every read, untouched by later events and by change-notice acks,
+/// consumed once, and then the watch is gone.
+pub async fn deleting_a_watched_session_leaves_each_watcher_one_deletion_notice<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let target = key("agent:main:subagent:child");
+    let (parent, peer, deleter) = (
+        key("agent:main:main"),
+        key("agent:ops:main"),
+        key("agent:main:janitor"),
+    );
+    store
+        .upsert_session(&session_row(&target, 1))
+        .await
+        .unwrap();
+    for watcher in [&parent, &peer, &deleter] {
+        store
+            .ensure_cursor(&WatchCursor {
+                watcher_key: watcher.clone(),
+                target_key: target.clone(),
+                acked_version: StateVersion(0),
+                notified_version: None,
+                material_version: StateVersion(0),
+                target_deleted_by: None,
+                source: WatchSource::Spawn,
+                created_at: 1,
+                updated_at: 1,
+            })
+            .await
+            .unwrap();
+    }
+    // The parent has a change notice pending when the target goes.
+    let change = event(
+        target.as_str(),
+        SessionStateEventKind::HumanDirectMessage,
+        5,
+    );
+    let opened = store.append_event_opening_notices(&change).await.unwrap();
+    assert_eq!(opened.opened.len(), 3);
+    for watcher in [&peer, &deleter] {
+        store
+            .consume_notice(watcher, &target, StateVersion(0), 6)
+            .await
+            .unwrap();
+    }
+
+    let notified = store
+        .delete_session(&target, deleter.as_str(), 10)
+        .await
+        .unwrap();
+    let watchers: Vec<&SessionKey> = notified.iter().map(|c| &c.watcher_key).collect();
+    assert_eq!(watchers, vec![&parent, &peer], "no notice for the deleter");
+    for cursor in &notified {
+        assert_eq!(cursor.target_deleted_by.as_deref(), Some(deleter.as_str()));
+        assert!(cursor.notified_version.is_some(), "pending");
+    }
+    assert_eq!(store.load_cursor(&deleter, &target).await.unwrap(), None);
+    assert_eq!(
+        store.cursors_with_pending_notice().await.unwrap(),
+        notified,
+        "what a rebuild after a restart finds"
+    );
+
+    // Later events on the dead key open nothing; an ack of the earlier change notice does not
+    // swallow the deletion notice.
+    let late = event(target.as_str(), SessionStateEventKind::GoalChanged, 11);
+    assert!(
+        store
+            .append_event_opening_notices(&late)
+            .await
+            .unwrap()
+            .opened
+            .is_empty()
+    );
+    let ack = store
+        .consume_notice(&parent, &target, StateVersion(0), 12)
+        .await
+        .unwrap();
+    assert!(!ack.acked && !ack.reopened);
+    assert_eq!(store.cursors_with_pending_notice().await.unwrap(), notified);
+
+    assert!(
+        store
+            .consume_deletion_notice(&parent, &target)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .consume_deletion_notice(&parent, &target)
+            .await
+            .unwrap(),
+        "consumed once"
+    );
+    assert_eq!(store.load_cursor(&parent, &target).await.unwrap(), None);
+    assert!(
+        !store
+            .consume_deletion_notice(&key("agent:x:y"), &target)
+            .await
+            .unwrap(),
+        "no cursor, nothing consumed"
+    );
+    assert_eq!(
+        store.cursors_with_pending_notice().await.unwrap(),
+        vec![notified[1].clone()],
+        "the peer's notice is still pending"
+    );
 }

@@ -21,6 +21,12 @@ pub enum SessionKeyError {
     /// The text is longer than 512 bytes.
     #[error("session key {0:?} is longer than 512 bytes")]
     TooLong(String),
+    /// The agent id of a global-scope session is not one key segment.
+    #[error(
+        "agent id {0:?} cannot own a global-scope session: it must be non-empty, without \
+         whitespace, control characters or `:`"
+    )]
+    BadAgentId(String),
 }
 
 /// The shared key of `session.scope = "global"`: ambiguous between agents.
@@ -30,12 +36,28 @@ pub const GLOBAL_SESSION_KEY: &str = "global";
 ///
 /// Three shapes exist: agent-qualified keys (`agent:<agentId>:<rest>`), the global-scope key
 /// (`global`), and unqualified legacy keys. Only agent-qualified keys may act as watchers.
+///
+/// Under `session.scope = "global"` every agent's session is called `global`, yet each agent's
+/// is its own session (own registry row, signal log, history). [`SessionKey::global_of`] keeps
+/// the agent beside the text: the key still reads, prints and serializes as `global` (the wire
+/// and the spec speak of `global` plus the row's agent id), while equality, ordering and the
+/// store's [`SessionKey::storage_key`] tell two agents' global sessions apart. A bare
+/// [`SessionKey::global`] (parsed from text, or stored before agents were told apart) names no
+/// agent and is a session of its own.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SessionKey {
     raw: String,
-    /// Byte range of the agent id inside `raw`, for agent-qualified keys.
-    agent: Option<(usize, usize)>,
+    /// Byte range of the agent id inside `raw`, for agent-qualified keys (keys are at most 512
+    /// bytes; small offsets keep the key, and every error carrying one, small).
+    agent: Option<(u16, u16)>,
+    /// The agent owning a global-scope session (`global_of`); never set for other shapes.
+    global_agent: Option<Box<str>>,
 }
+
+/// How the store spells an agent's global session: `global::<agentId>`. The empty segment
+/// makes it text [`SessionKey::parse`] rejects, so it can never collide with a real key (a
+/// legacy key `global@main` stays a different session).
+const GLOBAL_STORAGE_PREFIX: &str = "global::";
 
 impl SessionKey {
     /// Parses and validates a key.
@@ -54,7 +76,7 @@ impl SessionKey {
         }
         let agent = match text.strip_prefix("agent:") {
             Some(rest) => match rest.find(':') {
-                Some(end) => Some((6, 6 + end)),
+                Some(end) => Some((6, u16::try_from(6 + end).unwrap_or(u16::MAX))),
                 // `agent:main` names an agent but no session within it.
                 None => return Err(SessionKeyError::EmptySegment(text.to_owned())),
             },
@@ -63,6 +85,7 @@ impl SessionKey {
         Ok(SessionKey {
             raw: text.to_owned(),
             agent,
+            global_agent: None,
         })
     }
 
@@ -71,11 +94,52 @@ impl SessionKey {
         SessionKey::parse(&format!("agent:{agent_id}:{rest}"))
     }
 
-    /// The global-scope key.
+    /// The global-scope key naming no agent (as parsed from the text `global`).
     pub fn global() -> SessionKey {
         SessionKey {
             raw: GLOBAL_SESSION_KEY.to_owned(),
             agent: None,
+            global_agent: None,
+        }
+    }
+
+    /// Agent `agent_id`'s global-scope session: reads as `global`, distinct from every other
+    /// agent's. The agent id must be one key segment (non-empty, no whitespace, no `:`).
+    pub fn global_of(agent_id: &str) -> Result<SessionKey, SessionKeyError> {
+        let valid = !agent_id.is_empty()
+            && agent_id.len() <= 256
+            && !agent_id
+                .chars()
+                .any(|c| c == ':' || c.is_whitespace() || c.is_control());
+        if !valid {
+            return Err(SessionKeyError::BadAgentId(agent_id.to_owned()));
+        }
+        Ok(SessionKey {
+            raw: GLOBAL_SESSION_KEY.to_owned(),
+            agent: None,
+            global_agent: Some(agent_id.into()),
+        })
+    }
+
+    /// The agent owning this global-scope session, when the key names one.
+    pub fn global_agent(&self) -> Option<&str> {
+        self.global_agent.as_deref()
+    }
+
+    /// The text a store keys this session by: the key itself, but `global::<agentId>` for an
+    /// agent's global session, so two agents' global sessions never share a row or a log.
+    pub fn storage_key(&self) -> std::borrow::Cow<'_, str> {
+        match &self.global_agent {
+            Some(agent) => format!("{GLOBAL_STORAGE_PREFIX}{agent}").into(),
+            None => self.raw.as_str().into(),
+        }
+    }
+
+    /// Reads a [`SessionKey::storage_key`] back.
+    pub fn from_storage(text: &str) -> Result<SessionKey, SessionKeyError> {
+        match text.strip_prefix(GLOBAL_STORAGE_PREFIX) {
+            Some(agent) => SessionKey::global_of(agent),
+            None => SessionKey::parse(text),
         }
     }
 
@@ -86,13 +150,14 @@ impl SessionKey {
 
     /// The agent id of an agent-qualified key.
     pub fn agent_id(&self) -> Option<&str> {
-        self.agent.map(|(start, end)| &self.raw[start..end])
+        self.agent
+            .map(|(start, end)| &self.raw[usize::from(start)..usize::from(end)])
     }
 
     /// The part after `agent:<agentId>:`.
     pub fn rest(&self) -> &str {
         match self.agent {
-            Some((_, end)) => &self.raw[end + 1..],
+            Some((_, end)) => &self.raw[usize::from(end) + 1..],
             None => &self.raw,
         }
     }
@@ -121,7 +186,10 @@ impl fmt::Display for SessionKey {
 
 impl fmt::Debug for SessionKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SessionKey({:?})", self.raw)
+        match &self.global_agent {
+            Some(agent) => write!(f, "SessionKey({:?} of agent {agent:?})", self.raw),
+            None => write!(f, "SessionKey({:?})", self.raw),
+        }
     }
 }
 

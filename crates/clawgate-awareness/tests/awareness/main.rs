@@ -7,6 +7,7 @@ mod notices;
 mod reconcile;
 mod restart;
 mod retention;
+mod sessions;
 mod signal_log;
 mod visibility;
 mod watchers;

@@ -238,6 +238,7 @@ fn notice_text_is_the_pages_line() {
         watcher: key("agent:main:main"),
         target: key("agent:main:subagent:child"),
         changes_since: StateVersion(12),
+        deleted_by: None,
     };
     assert_eq!(
         notice.text(),

@@ -96,8 +96,14 @@ async fn reset_removes_the_watchers_cursors_and_delete_removes_both_sides() {
         "the reset watcher's notices are gone"
     );
     assert_eq!(h.texts(&main).len(), 1, "cursors on the reset session stay");
-    h.awareness.delete_session(&child).await.unwrap();
+    h.awareness
+        .delete_session(&child, clawgate_awareness::Actor::agent(&main))
+        .await
+        .unwrap();
     assert!(h.store.cursors_on_target(&child).await.unwrap().is_empty());
-    assert!(h.texts(&main).is_empty(), "deleted with the target");
+    assert!(
+        h.texts(&main).is_empty(),
+        "the deleter's own watch ends without a notice"
+    );
     assert!(h.awareness.session(&child).await.unwrap().is_none());
 }

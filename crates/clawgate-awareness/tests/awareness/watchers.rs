@@ -181,17 +181,21 @@ async fn no_watch_without_the_flag_and_none_after_a_failed_send() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn global_scope_gets_the_log_and_changes_since_but_no_notices() {
     let h = Harness::new();
-    let global = SessionKey::global();
-    h.awareness
+    // The registered key is agent main's global session (it still reads `global`).
+    let global = h
+        .awareness
         .create_session(
             NewSession {
                 agent_id: Some("main".into()),
-                ..NewSession::new(global.clone())
+                ..NewSession::new(SessionKey::global())
             },
             Actor::system("test"),
         )
         .await
-        .unwrap();
+        .unwrap()
+        .row
+        .session_key;
+    assert_eq!(global.as_str(), "global");
     let worker = h.create("agent:main:worker").await;
     let req = requester(&global, SessionVisibility::All);
     let req = clawgate_awareness::Requester {
@@ -228,7 +232,8 @@ async fn global_scope_gets_the_log_and_changes_since_but_no_notices() {
         .session_status(
             &req,
             &SessionStatusParams {
-                session_key: global.clone(),
+                // As the wire says it: the requester's own agent's global session.
+                session_key: SessionKey::global(),
                 changes_since: Some(StateVersion(0)),
             },
         )

@@ -121,6 +121,43 @@ fn global_key() {
 }
 
 #[test]
+fn global_sessions_of_two_agents_are_distinct_keys_that_read_global() {
+    let a = SessionKey::global_of("alpha").expect("a valid agent id");
+    let b = SessionKey::global_of("beta").expect("a valid agent id");
+    assert_ne!(a, b);
+    assert_ne!(a, SessionKey::global(), "a bare `global` names no agent");
+    for (key, agent) in [(&a, "alpha"), (&b, "beta")] {
+        assert_eq!(key.as_str(), "global");
+        assert_eq!(key.to_string(), "global");
+        assert!(key.is_global());
+        assert!(!key.can_watch(), "global-scope sessions never watch");
+        assert_eq!(key.agent_id(), None);
+        assert_eq!(key.global_agent(), Some(agent));
+        assert_eq!(to_json(key).expect("serializes"), "\"global\"");
+        assert_eq!(key.storage_key(), format!("global::{agent}"));
+        assert_eq!(
+            SessionKey::from_storage(&key.storage_key()).expect("reads back"),
+            *key
+        );
+    }
+    // The storage spelling is no key `parse` accepts, so it cannot collide with one.
+    assert!(SessionKey::parse("global::alpha").is_err());
+    let legacy = SessionKey::parse("global@alpha").expect("a legacy key");
+    assert_eq!(legacy.storage_key(), "global@alpha");
+    assert_eq!(SessionKey::global().storage_key(), "global");
+    assert_eq!(
+        SessionKey::from_storage("global").expect("bare global"),
+        SessionKey::global()
+    );
+    for bad in ["", "a:b", "a b", "a\u{7}"] {
+        assert_eq!(
+            SessionKey::global_of(bad),
+            Err(SessionKeyError::BadAgentId(bad.to_owned()))
+        );
+    }
+}
+
+#[test]
 fn for_agent_builds_qualified_keys() {
     let key = SessionKey::for_agent("main", "subagent:child").unwrap();
     assert_eq!(key, SessionKey::parse("agent:main:subagent:child").unwrap());
