@@ -529,7 +529,7 @@ impl Receiver {
                     self.clock.now_ms(),
                 )
                 .await?;
-            warn!(event = %key.event_id, attempts = attempt - 1, "inbound event dead-lettered");
+            warn!(event = %key.event_id, attempts = attempt - 1, %error, "inbound event dead-lettered");
             ack.ack();
             return Ok(ReceiveOutcome::Failed {
                 error,

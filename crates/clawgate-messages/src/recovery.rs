@@ -12,6 +12,10 @@ use tracing::{Instrument as _, info, info_span, warn};
 use crate::engine::Inner;
 use crate::{MessagesError, Messenger, RecoveryReport, SendOutcome};
 
+/// How long [`Messenger::recover_intent`] waits for a pass of the same engine to finish the
+/// intent (one intent's recovery: a few platform calls).
+const IN_PROCESS_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Due intents read per round trip to the store and worked on concurrently (recovery streams
 /// the backlog page by page; it never loads everything).
 const RECOVERY_PAGE: u32 = 256;
@@ -174,6 +178,13 @@ impl Messenger {
         id: &IntentId,
     ) -> Result<Option<DurableSendIntent>, MessagesError> {
         let inner = &self.inner;
+        // A recovery pass of this engine may be working on it right now (passes run beside the
+        // turns): its outcome is what the caller needs, so wait for it rather than report the
+        // intent as it was before the pass (a stream about to be ended would look still open).
+        let deadline = tokio::time::Instant::now() + IN_PROCESS_WAIT;
+        while self.recovering(id) && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
         let Some(intent) = inner.store.load_intent(id).await? else {
             return Ok(None);
         };
@@ -182,6 +193,15 @@ impl Messenger {
             inner.recover_one(intent, &mut report).await?;
         }
         Ok(inner.store.load_intent(id).await?)
+    }
+
+    /// Whether a recovery pass of this engine is working on `id`.
+    fn recovering(&self, id: &IntentId) -> bool {
+        self.inner
+            .recovering
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(id)
     }
 
     /// Starts reading the page of due intents after `after`.

@@ -211,6 +211,40 @@ async fn a_preview_left_by_a_crash_is_cleaned_by_recovery() {
     );
 }
 
+/// A turn asking about its stream while a recovery pass of the same engine is ending it (the
+/// passes run beside the turns) gets the pass's outcome — the stream ended — not the intent as
+/// it was before the pass, which would look still open and fail the turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_asking_while_a_pass_ends_its_stream_sees_it_ended() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    let mut live = messenger
+        .begin_live(message("p", ""), opts(), LiveOptions::default())
+        .await
+        .unwrap();
+    live.update("half an ans").await.unwrap();
+    drop(live); // The process dies mid-stream.
+    let id = h.intents().await.remove(0).id;
+    let restarted = h.messenger(Arc::new(h.adapter()));
+    h.clock.advance(3 * 60_000);
+    // Removing the preview takes the platform a while: the pass holds the intent meanwhile.
+    h.platform
+        .inject(clawgate_channel_qa::Fault::delay_after_accept(1, 500));
+    let pass = {
+        let restarted = restarted.clone();
+        tokio::spawn(async move { restarted.recover().await.unwrap() })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    let seen = restarted.recover_intent(&id).await.unwrap().unwrap();
+    assert_eq!(
+        seen.status,
+        IntentStatus::Cancelled,
+        "the turn sees the stream ended by the pass"
+    );
+    assert_eq!(pass.await.unwrap().abandoned, 1);
+    assert!(h.platform.messages("room-1").is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn block_streaming_and_preview_streaming_never_deliver_the_same_text() {
     let h = Harness::new().await;
