@@ -63,8 +63,12 @@ fn run(plugin: &ChannelPlugin, ack: bool) -> (Arc<Recorder>, tokio::task::JoinHa
         panic!("the Tlon source is pushed");
     };
     let sink: Arc<dyn EventSink> = recorder.clone();
+    // As the gateway's source runner does: a feed that ends with an error (a request that
+    // timed out on a loaded machine) is started again.
     let task = tokio::spawn(async move {
-        let _ = feed.run(sink).await;
+        while feed.run(sink.clone()).await.is_err() {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
     });
     (recorder, task)
 }
