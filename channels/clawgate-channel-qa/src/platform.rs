@@ -150,7 +150,7 @@ impl PlatformState {
         // surviving power loss is not worth an fsync per request on a QA platform.
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
-        std::fs::write(&tmp, serde_json::to_vec(&snapshot)?)
+        write_private(FsPath::new(&tmp), &serde_json::to_vec(&snapshot)?)
             .and_then(|()| std::fs::rename(&tmp, path))
             .map_err(|e| {
                 let message = format!("cannot write QA platform state {}: {e}", path.display());
@@ -373,6 +373,19 @@ fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response
 
 /// Saves the state before `answer` acknowledges a change. When the save fails the client hears
 /// a 500 instead: the platform never confirms what a restart could forget.
+/// Writes `bytes` to `path`, readable by its owner only (0600): the snapshot holds every
+/// conversation of the platform.
+fn write_private(path: &FsPath, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)
+}
+
 fn saved(state: &PlatformState, answer: Response) -> Response {
     match state.save() {
         Ok(()) => answer,

@@ -133,6 +133,7 @@ impl SqliteStore {
             busy_timeout_ms: u64::try_from(options.busy_timeout.as_millis()).unwrap_or(u64::MAX),
         };
         check_file_writable(path)?;
+        create_private(path);
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -350,6 +351,19 @@ pub fn migration_status(path: &Path, options: &SqliteOptions) -> StoreResult<Vec
 
 /// Refuses a database file whose permission bits forbid writing, even for root: an operator
 /// who marked the state read-only meant it.
+/// A new database file is created readable by its owner only (0600) before SQLite opens it:
+/// SQLite gives its WAL and shared-memory files the database file's permissions, and the
+/// database holds every conversation. An existing file is left as it is; a failure here is
+/// left to SQLite's own open to report.
+fn create_private(path: &Path) {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let _ = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path);
+}
+
 fn check_file_writable(path: &Path) -> StoreResult<()> {
     match std::fs::metadata(path) {
         Ok(meta) if meta.permissions().readonly() => Err(StoreError::ReadOnly {

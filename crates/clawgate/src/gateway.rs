@@ -137,6 +137,10 @@ impl Gateway {
         program: PathBuf,
     ) -> Result<Arc<Gateway>, GatewayError> {
         let state = StateDir::create(&config.state_dir)?;
+        for change in state.make_private()? {
+            warn!("{change}");
+            println!("warning: {change}");
+        }
         let lock = state.lock_exclusive()?;
         let store = crate::store::open(
             &config,

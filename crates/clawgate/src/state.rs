@@ -110,12 +110,18 @@ impl std::fmt::Debug for ChannelInfo {
 }
 
 impl StateDir {
-    /// Creates the directory if needed.
+    /// Creates the directory if needed, readable by this user only (0700): it holds every
+    /// conversation.
     pub fn create(path: &Path) -> Result<StateDir, StateError> {
-        std::fs::create_dir_all(path).map_err(|source| StateError::Create {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        use std::os::unix::fs::DirBuilderExt as _;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(path)
+            .map_err(|source| StateError::Create {
+                path: path.to_path_buf(),
+                source,
+            })?;
         let path = std::fs::canonicalize(path).map_err(|source| StateError::Create {
             path: path.to_path_buf(),
             source,
@@ -133,6 +139,45 @@ impl StateDir {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Takes away what other accounts on this machine may do with the directory (to 0700) and
+    /// with the state files in it (to 0600): a directory made by hand, or by an earlier build,
+    /// may be wider. Returns one line per change, for the operator.
+    pub fn make_private(&self) -> Result<Vec<String>, StateError> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mut changed = Vec::new();
+        let mut narrow = |path: &Path, mode: u32| -> Result<(), StateError> {
+            let Ok(meta) = std::fs::metadata(path) else {
+                return Ok(());
+            };
+            let was = meta.permissions().mode() & 0o777;
+            if was & 0o077 == 0 {
+                return Ok(());
+            }
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(
+                |source| StateError::Write {
+                    path: path.to_path_buf(),
+                    source,
+                },
+            )?;
+            changed.push(format!(
+                "{} was readable by other accounts ({was:04o}); now {mode:04o}",
+                path.display()
+            ));
+            Ok(())
+        };
+        narrow(&self.path, 0o700)?;
+        let entries = std::fs::read_dir(&self.path).map_err(|source| StateError::Write {
+            path: self.path.clone(),
+            source,
+        })?;
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_file()) {
+                narrow(&entry.path(), 0o600)?;
+            }
+        }
+        Ok(changed)
     }
 
     /// Takes the directory's gateway lock, or says which process holds it.

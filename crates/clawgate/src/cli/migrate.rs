@@ -47,6 +47,16 @@ pub(super) async fn migrate(config: &Config, create: bool, json: bool) -> CliRes
     let options = crate::store::sqlite_options(config);
     let before = clawgate_store_sqlite::migration_status(&db, &options)?;
     let from_version = applied_version(&before);
+    if from_version > clawgate_store_sqlite::SCHEMA_VERSION {
+        // Written by a newer build: there is nothing to apply, and nothing this build may
+        // touch; saying "up to date" would hide that it cannot run on it.
+        return Err(clawgate_store::StoreError::NewerSchema {
+            database: db.display().to_string(),
+            found: from_version,
+            supported: clawgate_store_sqlite::SCHEMA_VERSION,
+        }
+        .into());
+    }
     let pending: Vec<&MigrationStatus> = before.iter().filter(|m| m.applied_at.is_none()).collect();
     // A running gateway migrated when it started; a stopped one is locked while migrating.
     let _lock = if state.is_locked() || pending.is_empty() {

@@ -38,7 +38,9 @@ pub(crate) use backend::{Backend, lock_for_change, segment};
 pub use inbox::InboxCommand;
 pub use leases::LeasesCommand;
 pub use outbox::OutboxCommand;
-pub(crate) use output::{Render, compact, emit, more_note, opt, opt_time, pretty, print, wire};
+pub(crate) use output::{
+    Render, compact, emit, more_note, opt, opt_time, pretty, print, terminal_safe, wire,
+};
 pub use output::{Table, fmt_time};
 pub use sessions::SessionsCommand;
 

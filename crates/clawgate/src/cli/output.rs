@@ -9,6 +9,26 @@ use super::CliResult;
 // ---------------------------------------------------------------------------------------------
 // Output
 
+/// `text` made harmless for a terminal: every control character (ESC, BEL, CR, line breaks,
+/// DEL, the C1 set) is shown escaped (`\u{1b}`, `\r`, `\n`), so what a chat participant wrote
+/// can neither move the cursor nor rewrite the operator's screen, and a line stays one line.
+/// The JSON output is exact instead (its encoding escapes them).
+pub(crate) fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    text.chars()
+        .map(|ch| {
+            if ch.is_control() {
+                ch.escape_default().collect::<String>()
+            } else {
+                ch.to_string()
+            }
+        })
+        .collect::<String>()
+        .into()
+}
+
 /// Writes to stdout; a closed pipe (`| head`) ends quietly instead of panicking.
 pub(crate) fn print(text: &str) -> CliResult<()> {
     let mut out = std::io::stdout().lock();
@@ -83,16 +103,25 @@ impl Table {
         Table::default()
     }
 
-    /// Adds a row; line breaks and other control characters in cells become spaces, so a row
-    /// stays one line.
+    /// Adds a row; line breaks and tabs in cells become spaces (a row stays one line), and any
+    /// other control character is shown escaped ([`terminal_safe`]): a cell cannot drive the
+    /// terminal.
     pub fn row<S: AsRef<str>>(&mut self, cells: impl IntoIterator<Item = S>) {
         let cells = cells
             .into_iter()
             .map(|c| {
-                c.as_ref()
+                let spaced: String = c
+                    .as_ref()
                     .chars()
-                    .map(|ch| if ch.is_control() { ' ' } else { ch })
-                    .collect()
+                    .map(|ch| {
+                        if matches!(ch, '\n' | '\r' | '\t') {
+                            ' '
+                        } else {
+                            ch
+                        }
+                    })
+                    .collect();
+                terminal_safe(&spaced).into_owned()
             })
             .collect();
         self.rows.push(cells);
@@ -160,6 +189,30 @@ mod tests {
             "ID       STATUS              TEXT\n\
              a        failed              hello world\n\
              long-id  unknown_after_send\n"
+        );
+    }
+
+    #[test]
+    fn control_characters_are_shown_escaped_never_sent_to_the_terminal() {
+        let hostile = "ok\u{1b}[2J\u{1b}]0;title\u{7}\rback\ttab\u{7f}\u{9b}31m";
+        let safe = super::terminal_safe(hostile);
+        assert!(!safe.chars().any(char::is_control), "{safe}");
+        assert_eq!(
+            safe,
+            "ok\\u{1b}[2J\\u{1b}]0;title\\u{7}\\rback\\ttab\\u{7f}\\u{9b}31m"
+        );
+        assert_eq!(
+            super::terminal_safe("plain text, ünïcode"),
+            "plain text, ünïcode"
+        );
+        let mut t = Table::new(&["TEXT"]);
+        t.row([hostile]);
+        let rendered = t.render();
+        assert_eq!(rendered.lines().count(), 2, "one line per row: {rendered}");
+        assert_eq!(
+            rendered.chars().filter(|c| c.is_control()).count(),
+            2,
+            "only the line ends: {rendered:?}"
         );
     }
 

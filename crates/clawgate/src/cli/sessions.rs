@@ -7,7 +7,7 @@ use crate::views;
 
 use super::{
     Backend, CliResult, FOLLOW_INTERVAL, Render, Table, compact, emit, fmt_time, opt, opt_time,
-    print, segment, wire,
+    print, segment, terminal_safe, wire,
 };
 
 #[derive(Debug, Subcommand)]
@@ -161,11 +161,12 @@ fn event_line(event: &SessionStateEvent, json: bool) -> String {
         None => wire(&event.actor_type),
     };
     format!(
-        "#{} {} {} [{actor}] {}\n",
+        "#{} {} {} [{}] {}\n",
         event.sequence,
         event.created_at.map_or_else(|| "-".to_owned(), fmt_time),
         wire(&event.kind),
-        event.summary
+        terminal_safe(&actor),
+        terminal_safe(&event.summary)
     )
 }
 

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use clap::Subcommand;
 
 use super::views::{QaConversation, QaMessage, QaMessagesParams, QaSendBody};
-use crate::cli::{Backend, CliError, FOLLOW_INTERVAL, Render, compact, emit, print, wire};
+use crate::cli::{
+    Backend, CliError, FOLLOW_INTERVAL, Render, compact, emit, print, terminal_safe, wire,
+};
 use crate::config::Config;
 
 #[derive(Debug, Subcommand)]
@@ -110,7 +112,12 @@ fn qa_line(message: &QaMessage, json: bool) -> String {
     } else {
         format!(" ({})", marks.join(", "))
     };
-    format!("[{}] {author}{marks}: {}\n", message.id, message.text)
+    format!(
+        "[{}] {}{marks}: {}\n",
+        terminal_safe(&message.id),
+        terminal_safe(&author),
+        terminal_safe(&message.text)
+    )
 }
 
 impl Render for QaMessage {
@@ -123,6 +130,33 @@ impl Render for QaMessage {
 mod tests {
     use super::*;
     use crate::qa::QaMessageState;
+
+    #[test]
+    fn a_qa_line_cannot_drive_the_terminal() {
+        let message = QaMessage {
+            id: "m-9".into(),
+            seq: 9,
+            author_id: Some("mallory\u{1b}[2J".into()),
+            from_agent: false,
+            text: "hi\u{1b}]0;owned\u{7}\rclear\n".into(),
+            edits: 0,
+            state: QaMessageState::Final,
+        };
+        let line = qa_line(&message, false);
+        assert_eq!(
+            line,
+            "[m-9] mallory\\u{1b}[2J: hi\\u{1b}]0;owned\\u{7}\\rclear\\n\n"
+        );
+        assert_eq!(
+            line.chars().filter(|c| c.is_control()).count(),
+            1,
+            "only the line end"
+        );
+        // The JSON line stays exact.
+        let json: serde_json::Value =
+            serde_json::from_str(qa_line(&message, true).trim()).expect("one JSON object");
+        assert_eq!(json["text"], "hi\u{1b}]0;owned\u{7}\rclear\n");
+    }
 
     #[test]
     fn qa_lines_mark_agent_state_and_edits() {

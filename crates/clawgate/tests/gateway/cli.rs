@@ -415,6 +415,22 @@ fn migrate_creates_and_upgrades_a_state_database() {
     let listed = clawgate(&older, &["outbox", "list"]);
     assert!(listed.ok, "a current schema opens: {}", listed.stderr);
 
+    // Written by a newer build: `migrate` refuses as `up` does, and changes nothing.
+    let newer = dir.path().join("newer");
+    std::fs::create_dir(&newer).expect("dir");
+    std::fs::copy(empty.join("state.db"), newer.join("state.db")).expect("copy");
+    rusqlite::Connection::open(newer.join("state.db"))
+        .expect("open")
+        .execute(
+            "INSERT INTO schema_migrations VALUES (99, 'from the future', 1)",
+            [],
+        )
+        .expect("a newer migration");
+    clawgate(&newer, &["migrate"]).failed_with(&format!(
+        "has schema version 99, newer than the {SCHEMA_VERSION} this build knows"
+    ));
+    assert_eq!(recorded(&newer.join("state.db")), SCHEMA_VERSION + 1);
+
     let missing = dir.path().join("missing");
     clawgate(&missing, &["migrate"]).failed_with("--create");
     assert!(!missing.exists(), "nothing created without --create");

@@ -182,3 +182,54 @@ fn up_refuses_a_non_loopback_listen_address_from_the_command_line() {
         );
     }
 }
+
+/// The state directory is this user's alone: created 0700 with its files 0600 (the database,
+/// its WAL and shared memory, the embedded platform's snapshot, gateway.json); one made wider
+/// (by hand, or by an earlier build) is narrowed at start, and the operator is told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_directory_and_its_files_are_private_to_the_user() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let config = config_file(dir.path(), None, &[]);
+    let gateway = GatewayProcess::start(&state, &config);
+    gateway.say("c1", "hello").await;
+    crate::support::eventually(std::time::Duration::from_secs(30), "a reply", || async {
+        (gateway.chat("c1").await.len() >= 2).then_some(())
+    })
+    .await;
+    assert_eq!(mode(&state), 0o700, "the state directory");
+    for file in [
+        "state.db",
+        "state.db-wal",
+        "state.db-shm",
+        "qa-platform.json",
+        "gateway.json",
+    ] {
+        assert_eq!(mode(&state.join(file)), 0o600, "{file}");
+    }
+    assert!(gateway.interrupt().success());
+
+    // Widened by hand: narrowed at the next start, and said so.
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::set_permissions(
+        state.join("state.db"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .expect("chmod");
+    let gateway = GatewayProcess::start(&state, &config);
+    assert_eq!(mode(&state), 0o700);
+    assert_eq!(mode(&state.join("state.db")), 0o600);
+    assert!(
+        gateway.printed("was readable by other accounts (0755); now 0700"),
+        "the operator is told"
+    );
+    assert!(gateway.interrupt().success());
+}
