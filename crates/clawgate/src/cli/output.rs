@@ -104,7 +104,7 @@ impl Table {
     }
 
     /// Adds a row; line breaks and tabs in cells become spaces (a row stays one line), and any
-    /// other control character is shown escaped ([`terminal_safe`]): a cell cannot drive the
+    /// other control character is shown escaped (as `terminal_safe` does): a cell cannot drive the
     /// terminal.
     pub fn row<S: AsRef<str>>(&mut self, cells: impl IntoIterator<Item = S>) {
         let cells = cells
