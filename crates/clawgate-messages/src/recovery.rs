@@ -55,16 +55,8 @@ impl Messenger {
         &self,
         pace: &RecoveryPace,
     ) -> Result<RecoveryReport, MessagesError> {
-        let inner = &self.inner;
         let mut report = RecoveryReport::default();
-        // Claims of processes that died (a crash, a kill -9) would block their intents until
-        // the claims expire: release them now. A live peer's claims are left alone.
-        for (holder, held) in inner.store.claim_holders().await? {
-            if holder != inner.worker && crate::liveness::holder_is_dead(holder.as_str()) {
-                let released = inner.store.release_claims_held_by(&holder).await?;
-                info!(holder = %holder.as_str(), held, released, "released the claims of a dead process");
-            }
-        }
+        self.release_dead_claims().await?;
         let started = tokio::time::Instant::now();
         let per_channel = pace.per_channel.max(1);
         // Due intents are read page by page, off the writer and the next page while this one is
@@ -168,6 +160,19 @@ impl Messenger {
 }
 
 impl Messenger {
+    /// Releases the claims of processes that died (a crash, a kill -9): they would block
+    /// their intents until the claims expire. A live peer's claims are left alone.
+    async fn release_dead_claims(&self) -> Result<(), MessagesError> {
+        let inner = &self.inner;
+        for (holder, held) in inner.store.claim_holders().await? {
+            if holder != inner.worker && crate::liveness::holder_is_dead(holder.as_str()) {
+                let released = inner.store.release_claims_held_by(&holder).await?;
+                info!(holder = %holder.as_str(), held, released, "released the claims of a dead process");
+            }
+        }
+        Ok(())
+    }
+
     /// Works on one intent now, as a recovery pass would when it is due and free (a reply
     /// without a final is ended, a recorded final delivered or reconciled), and returns it as
     /// stored afterwards. A turn uses it to finish what an earlier attempt of the same turn
@@ -191,6 +196,19 @@ impl Messenger {
         if is_due(&intent, inner.clock.now_ms()) {
             let mut report = RecoveryReport::default();
             inner.recover_one(intent, &mut report).await?;
+            if report.contended > 0 {
+                // Held by another worker. After a restart that is usually the killed process,
+                // whose claims this engine's first pass has not released yet: release them
+                // and try once more rather than have the turn wait for the next pass.
+                self.release_dead_claims().await?;
+                if let Some(fresh) = inner.store.load_intent(id).await?
+                    && is_due(&fresh, inner.clock.now_ms())
+                {
+                    inner
+                        .recover_one(fresh, &mut RecoveryReport::default())
+                        .await?;
+                }
+            }
         }
         Ok(inner.store.load_intent(id).await?)
     }

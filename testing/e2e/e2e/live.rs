@@ -245,6 +245,59 @@ async fn a_turn_asking_while_a_pass_ends_its_stream_sees_it_ended() {
     assert!(h.platform.messages("room-1").is_empty());
 }
 
+/// The claim token of a process that has exited, on this machine: `worker`'s token with the
+/// pid and start time of a child that is gone.
+fn token_of_a_dead_process(worker: &clawgate_store::ClaimToken) -> clawgate_store::ClaimToken {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    let fields: Vec<&str> = worker.as_str().rsplitn(5, '/').collect();
+    let [unique, _ticks, _pid, machine, name] = fields[..] else {
+        panic!("a token has five fields: {}", worker.as_str())
+    };
+    clawgate_store::ClaimToken(format!("{name}/{machine}/{pid}/12345/{unique}-dead"))
+}
+
+/// Right after a restart, a replayed turn asks about its stream while the killed process's
+/// claim still holds it (the first recovery pass, running beside the turns, has not released
+/// it yet): the turn's own look releases the dead holder's claim and ends the stream, rather
+/// than failing the turn as "still streaming elsewhere" until the next pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_asking_about_a_stream_a_dead_process_holds_ends_it() {
+    let h = Harness::new().await;
+    let messenger = h.messenger(Arc::new(h.adapter()));
+    let mut live = messenger
+        .begin_live(message("d", ""), opts(), LiveOptions::default())
+        .await
+        .unwrap();
+    live.update("half an ans").await.unwrap();
+    drop(live); // The process dies mid-stream...
+    let id = h.intents().await.remove(0).id;
+    // ...holding the intent's claim, which has not expired.
+    h.store
+        .release_claims_held_by(messenger.worker())
+        .await
+        .unwrap();
+    let dead = token_of_a_dead_process(messenger.worker());
+    let claim = clawgate_store::Claim {
+        token: dead,
+        now: clawgate_types::clock::Clock::now_ms(&*h.clock),
+        ttl_ms: 120_000,
+    };
+    assert!(h.store.claim_intent(&id, &claim).await.unwrap().is_some());
+    let restarted = h.messenger(Arc::new(h.adapter()));
+    let seen = restarted.recover_intent(&id).await.unwrap().unwrap();
+    assert_eq!(
+        seen.status,
+        IntentStatus::Cancelled,
+        "the stream the dead process left is ended at once"
+    );
+    assert!(
+        h.platform.messages("room-1").is_empty(),
+        "its preview is gone"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn block_streaming_and_preview_streaming_never_deliver_the_same_text() {
     let h = Harness::new().await;

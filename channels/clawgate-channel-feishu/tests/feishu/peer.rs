@@ -18,15 +18,6 @@ pub(crate) struct Peer {
     _state: tempfile::TempDir,
 }
 
-/// A free loopback port (bound, then released for the listener to take).
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Quick re-pushes.
 pub(crate) fn quick() -> SimulatorConfig {
     SimulatorConfig {
@@ -80,7 +71,7 @@ impl Peer {
     pub(crate) async fn with(config: SimulatorConfig, settings: Value) -> Peer {
         let sim = FeishuSimulator::start(config).await.unwrap();
         let state = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let port = clawgate_conformance::ports::reserve_loopback_port();
         let callback_url = format!("http://127.0.0.1:{port}/feishu/events");
         let plugin = build(&sim, state.path(), port, &settings, secrets(&sim))
             .await
@@ -100,7 +91,7 @@ impl Peer {
         build(
             &self.sim,
             self._state.path(),
-            free_port(),
+            clawgate_conformance::ports::reserve_loopback_port(),
             settings,
             secrets(&self.sim),
         )

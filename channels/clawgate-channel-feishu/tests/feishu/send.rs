@@ -437,7 +437,7 @@ async fn a_refused_app_secret_stops_the_start_naming_its_setting() {
     let error = crate::peer::build(
         &peer.sim,
         dir.path(),
-        crate::peer::free_port(),
+        clawgate_conformance::ports::reserve_loopback_port(),
         &json!({}),
         secrets,
     )
@@ -455,7 +455,7 @@ async fn a_refused_app_secret_stops_the_start_naming_its_setting() {
     let unknown = crate::peer::build(
         &peer.sim,
         dir.path(),
-        crate::peer::free_port(),
+        clawgate_conformance::ports::reserve_loopback_port(),
         &json!({ "answer_deadline_ms": 3000 }),
         crate::peer::secrets(&peer.sim),
     )

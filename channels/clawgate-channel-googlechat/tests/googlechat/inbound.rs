@@ -383,7 +383,7 @@ async fn marked_echoes_from_bots_drop_in_rooms_before_allow_bots_and_unmarked_on
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_that_cannot_be_fetched_answer_503_so_the_event_comes_again() {
-    let closed = crate::peer::free_port();
+    let closed = clawgate_conformance::ports::reserve_loopback_port();
     let peer = Peer::with(
         crate::peer::quiet(),
         json!({ "certs_url": format!("http://127.0.0.1:{closed}/jwks") }),

@@ -26,15 +26,6 @@ pub(crate) const SERVICE_ACCOUNT: &str = "clawgate-app@clawgate-simulator.iam.gs
 /// The variable its settings name (the key is handed over directly in these tests).
 pub(crate) const KEY_ENV: &str = "GOOGLE_CHAT_SERVICE_ACCOUNT_KEY";
 
-/// A free loopback port (bound, then released for the listener to take).
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// No write quota (the contract cases send bursts; the quota has tests of its own), quick
 /// event retries.
 pub(crate) fn quiet() -> SimulatorConfig {
@@ -80,7 +71,7 @@ impl Peer {
         settings: Value,
     ) -> Peer {
         let state = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let port = clawgate_conformance::ports::reserve_loopback_port();
         let events_url = format!("http://127.0.0.1:{port}/googlechat/events");
         let mut merged = json!({
             "token_env": "UNUSED_IN_TESTS",

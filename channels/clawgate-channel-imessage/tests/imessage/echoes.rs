@@ -18,7 +18,7 @@ use clawgate_messages::{Messenger, RetryPolicy, SendOptions, SendOutcome};
 use clawgate_types::clock::ManualClock;
 use serde_json::{Value, json};
 
-use crate::peer::{TOKEN, build, free_port, listening, settings};
+use crate::peer::{TOKEN, build, listening, settings};
 
 /// What the source hands on (each event acked: recorded).
 #[derive(Default)]
@@ -143,7 +143,7 @@ impl ChannelMessageAdapter for DiedBeforeTheRequest {
 
 async fn started(config: SimulatorConfig) -> (BlueBubblesSimulator, u16) {
     let sim = BlueBubblesSimulator::start(config).await.unwrap();
-    let port = free_port();
+    let port = clawgate_conformance::ports::reserve_loopback_port();
     sim.set_webhook(Some(&format!(
         "http://127.0.0.1:{port}/bluebubbles/webhook?token={TOKEN}"
     )));

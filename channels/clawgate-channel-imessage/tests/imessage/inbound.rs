@@ -10,7 +10,7 @@ use clawgate_channel_sdk::prelude::*;
 use serde_json::json;
 
 use crate::echoes::Run;
-use crate::peer::{TOKEN, free_port, quick};
+use crate::peer::{TOKEN, quick};
 
 async fn post(url: &str, body: &str) -> u16 {
     reqwest::Client::new()
@@ -29,7 +29,7 @@ async fn a_post_without_the_right_token_is_refused_before_it_is_read() {
     let sim = clawgate_channel_imessage::simulator::BlueBubblesSimulator::start(quick())
         .await
         .unwrap();
-    let port = free_port();
+    let port = clawgate_conformance::ports::reserve_loopback_port();
     let state = tempfile::tempdir().unwrap();
     let run = Run::open(&sim, state.path(), port, json!({})).await;
     let chat = sim.dm("+15550005555");
@@ -66,7 +66,7 @@ async fn only_new_messages_from_people_are_handed_on() {
     })
     .await
     .unwrap();
-    let port = free_port();
+    let port = clawgate_conformance::ports::reserve_loopback_port();
     sim.set_webhook(Some(&format!(
         "http://127.0.0.1:{port}/bluebubbles/webhook?token={TOKEN}"
     )));

@@ -29,15 +29,6 @@ pub(crate) struct Peer {
     pub(crate) state: tempfile::TempDir,
 }
 
-/// A free loopback port (bound, then released for the listener to take).
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A quick server: echoes 50 ms after the row.
 pub(crate) fn quick() -> SimulatorConfig {
     SimulatorConfig {
@@ -150,7 +141,7 @@ impl Peer {
     pub(crate) async fn with(config: SimulatorConfig, extra: Value) -> Peer {
         let sim = BlueBubblesSimulator::start(config).await.unwrap();
         let state = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let port = clawgate_conformance::ports::reserve_loopback_port();
         let webhook_url = format!("http://127.0.0.1:{port}/bluebubbles/webhook?token={TOKEN}");
         sim.set_webhook(Some(&webhook_url));
         let settings = settings(&sim, port, &extra);

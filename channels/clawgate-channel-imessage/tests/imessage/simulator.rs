@@ -10,8 +10,6 @@ use clawgate_channel_imessage::simulator::{
 };
 use serde_json::{Value, json};
 
-use crate::peer::free_port;
-
 async fn call(
     sim: &BlueBubblesSimulator,
     path: &str,
@@ -242,7 +240,10 @@ async fn webhooks_are_posted_once_even_when_they_fail() {
     let chat = sim.dm("+15551230002");
     sim.person_writes(&chat, "+15551230002", "once");
     // Nobody listens here: the POST fails, and is not tried again.
-    sim.set_webhook(Some(&format!("http://127.0.0.1:{}/hook", free_port())));
+    sim.set_webhook(Some(&format!(
+        "http://127.0.0.1:{}/hook",
+        clawgate_conformance::ports::reserve_loopback_port()
+    )));
     sim.person_writes(&chat, "+15551230002", "into the void");
     assert!(sim.deliveries_settled(Duration::from_secs(10)).await);
     let statuses: Vec<u16> = sim.deliveries().iter().map(|d| d.status).collect();

@@ -20,15 +20,6 @@ pub(crate) struct Peer {
     _state: tempfile::TempDir,
 }
 
-/// A free loopback port (bound, then released for the listener to take).
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Quick redeliveries.
 pub(crate) fn quick() -> SimulatorConfig {
     SimulatorConfig {
@@ -81,7 +72,7 @@ impl Peer {
         build(
             &self.sim,
             self._state.path(),
-            free_port(),
+            clawgate_conformance::ports::reserve_loopback_port(),
             settings,
             &self.sim.access_token(),
         )
@@ -97,7 +88,7 @@ impl Peer {
     pub(crate) async fn with(config: SimulatorConfig, settings: Value) -> Peer {
         let sim = LineSimulator::start(config).await.unwrap();
         let state = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let port = clawgate_conformance::ports::reserve_loopback_port();
         let webhook_url = format!("http://127.0.0.1:{port}/line/webhook");
         let plugin = build(&sim, state.path(), port, &settings, &sim.access_token())
             .await

@@ -360,7 +360,7 @@ async fn a_wrong_token_stops_the_start_naming_the_setting_and_no_edits_are_decla
     let error = crate::peer::build(
         &peer.sim,
         state.path(),
-        crate::peer::free_port(),
+        clawgate_conformance::ports::reserve_loopback_port(),
         &json!({}),
         "wrong",
     )

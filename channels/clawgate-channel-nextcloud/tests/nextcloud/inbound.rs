@@ -12,7 +12,7 @@ use clawgate_channel_nextcloud::{WebhookConfig, WebhookSource, sign};
 use clawgate_channel_sdk::prelude::*;
 use serde_json::{Value, json};
 
-use crate::peer::{BotPeer, UserPeer, free_port, listening};
+use crate::peer::{BotPeer, UserPeer, listening};
 
 /// What a recording sink does with an event.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -52,7 +52,7 @@ async fn listener(
     deadline: Duration,
     answer: Answer,
 ) -> (String, Arc<Recorder>, tokio::task::JoinHandle<()>) {
-    let port = free_port();
+    let port = clawgate_conformance::ports::reserve_loopback_port();
     let source = WebhookSource::new(WebhookConfig {
         listen: format!("127.0.0.1:{port}").parse().unwrap(),
         path: "/hook".into(),

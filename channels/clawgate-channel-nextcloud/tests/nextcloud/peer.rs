@@ -16,15 +16,6 @@ use clawgate_channel_nextcloud::{NextcloudFactory, NextcloudSecret};
 use clawgate_channel_sdk::prelude::*;
 use serde_json::{Value, json};
 
-/// A free loopback port (bound, then released for the listener to take).
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The event sink of whichever case is listening now.
 #[derive(Default)]
 pub(crate) struct Relay {
@@ -93,7 +84,7 @@ impl BotPeer {
     pub(crate) async fn with(config: SimulatorConfig, settings: Value) -> BotPeer {
         let sim = NextcloudSimulator::start(config).await.unwrap();
         let state = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let port = clawgate_conformance::ports::reserve_loopback_port();
         let webhook_url = format!("http://127.0.0.1:{port}/nextcloud/webhook");
         sim.set_bot_url(Some(&webhook_url));
         let merged = merge(

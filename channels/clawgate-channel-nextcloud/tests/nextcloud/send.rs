@@ -72,7 +72,7 @@ async fn a_bot_with_the_wrong_secret_is_refused_as_auth_and_nothing_lands() {
         "nextcloud",
         "default",
         json!({ "base_url": peer.sim.base_url(), "mode": "bot", "bot_secret_env": "X",
-            "webhook_listen": format!("127.0.0.1:{}", crate::peer::free_port()) }),
+            "webhook_listen": format!("127.0.0.1:{}", clawgate_conformance::ports::reserve_loopback_port()) }),
         state.path(),
     );
     let wrong = clawgate_channel_nextcloud::NextcloudFactory

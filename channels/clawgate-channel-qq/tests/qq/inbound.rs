@@ -8,7 +8,7 @@ use clawgate_channel_qq::signature;
 use clawgate_channel_sdk::prelude::*;
 use serde_json::{Value, json};
 
-use crate::peer::{Peer, build, free_port, quick, settings};
+use crate::peer::{Peer, build, quick, settings};
 
 /// A sink that records what it is handed and acks (or nacks) it.
 #[derive(Default)]
@@ -147,7 +147,7 @@ async fn the_url_validation_is_answered_with_our_signature_of_the_token() {
     peer.sim.validate_url(&peer.callback_url).await.unwrap();
     // A listener holding another secret signs with another key: QQ would refuse the URL, and
     // the validation request itself is refused (its signature does not verify).
-    let port = free_port();
+    let port = clawgate_conformance::ports::reserve_loopback_port();
     let other = build(
         tempfile::tempdir().unwrap().path(),
         settings(

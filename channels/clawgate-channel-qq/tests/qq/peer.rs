@@ -29,15 +29,6 @@ pub(crate) struct Peer {
     pub(crate) state: tempfile::TempDir,
 }
 
-/// A free loopback port (bound, then released for the listener to take).
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Quick re-pushes (QQ's schedule, compressed), so a dispatch nobody took is tried again at
 /// once.
 pub(crate) fn quick() -> SimulatorConfig {
@@ -129,7 +120,7 @@ impl Peer {
     pub(crate) async fn with(config: SimulatorConfig, overrides: Value) -> Peer {
         let sim = QqSimulator::start(config).await.unwrap();
         let state = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let port = clawgate_conformance::ports::reserve_loopback_port();
         let callback_url = format!("http://127.0.0.1:{port}/qq/callback");
         let plugin = build(
             state.path(),

@@ -149,7 +149,11 @@ async fn a_lost_active_answer_is_parked_also_after_a_restart_and_never_sent_twic
     // A second process on the same state directory (a restart).
     let restarted = build(
         peer.state.path(),
-        settings(&peer.sim, crate::peer::free_port(), &json!({})),
+        settings(
+            &peer.sim,
+            clawgate_conformance::ports::reserve_loopback_port(),
+            &json!({}),
+        ),
         &peer.sim.secret(),
     )
     .await
@@ -348,7 +352,11 @@ async fn a_wrong_secret_stops_the_build_naming_secret_env_and_no_secret_prints()
     let peer = Peer::start().await;
     let error = build(
         tempfile::tempdir().unwrap().path(),
-        settings(&peer.sim, crate::peer::free_port(), &json!({})),
+        settings(
+            &peer.sim,
+            clawgate_conformance::ports::reserve_loopback_port(),
+            &json!({}),
+        ),
         "not-the-bot-secret",
     )
     .await
@@ -401,7 +409,11 @@ async fn a_reply_target_chosen_at_send_time_is_journaled_so_a_restart_settles_th
     // After a restart the chat's latest message is forgotten; the journal still names it.
     let restarted = build(
         peer.state.path(),
-        settings(&peer.sim, crate::peer::free_port(), &json!({})),
+        settings(
+            &peer.sim,
+            clawgate_conformance::ports::reserve_loopback_port(),
+            &json!({}),
+        ),
         &peer.sim.secret(),
     )
     .await

@@ -21,15 +21,6 @@ pub(crate) struct Peer {
     _state: tempfile::TempDir,
 }
 
-/// A free loopback port (bound, then released for the listener to take).
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// No posting limit (the contract cases send bursts; the limit has tests of its own), quick
 /// event retries.
 pub(crate) fn quiet() -> SimulatorConfig {
@@ -50,7 +41,7 @@ impl Peer {
     pub(crate) async fn with(config: SimulatorConfig, settings: Value) -> Peer {
         let sim = SlackSimulator::start(config).await.unwrap();
         let state = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let port = clawgate_conformance::ports::reserve_loopback_port();
         let events_url = format!("http://127.0.0.1:{port}/slack/events");
         let mut merged = json!({
             "token_env": "UNUSED_IN_TESTS",

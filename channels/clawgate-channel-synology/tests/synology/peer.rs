@@ -32,15 +32,6 @@ pub(crate) struct Peer {
     _state: tempfile::TempDir,
 }
 
-/// A free loopback port (bound, then released for the listener to take).
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A quick platform: 20 ms between posts of a token (the channel keeps 25).
 pub(crate) fn quick() -> SimulatorConfig {
     SimulatorConfig {
@@ -116,7 +107,7 @@ impl Peer {
     pub(crate) async fn with(config: SimulatorConfig, settings: Value) -> Peer {
         let sim = SynologySimulator::start(config).await.unwrap();
         let state = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let port = clawgate_conformance::ports::reserve_loopback_port();
         let webhook_url = format!("http://127.0.0.1:{port}/synology/webhook");
         let channel = sim.add_channel("general", HOOK_NAME);
         let outgoing = sim

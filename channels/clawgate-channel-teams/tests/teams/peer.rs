@@ -22,15 +22,6 @@ pub(crate) struct Peer {
     pub(crate) state: tempfile::TempDir,
 }
 
-/// A free loopback port (bound, then released for the listener to take).
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// No send limits (the contract cases send bursts; the limits have tests of their own), quick
 /// redeliveries.
 pub(crate) fn quiet() -> SimulatorConfig {
@@ -60,7 +51,7 @@ impl Peer {
     pub(crate) async fn with(config: SimulatorConfig, settings: Value) -> Peer {
         let sim = TeamsSimulator::start(config).await.unwrap();
         let state = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let port = clawgate_conformance::ports::reserve_loopback_port();
         let endpoint = format!("http://127.0.0.1:{port}/api/messages");
         let mut merged = json!({
             "app_id": sim.app_id(),

@@ -9,7 +9,7 @@ use clawgate_channel_telegram::SECRET_HEADER;
 use clawgate_channel_telegram::simulator::{BotApiSimulator, SimUser, WriteOptions};
 use serde_json::json;
 
-use crate::peer::{Peer, build, free_port, quiet};
+use crate::peer::{Peer, build, quiet};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_token_stops_the_start_naming_the_setting() {
@@ -141,7 +141,7 @@ async fn polling_confirms_only_what_the_watermark_passed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_request_without_the_secret_is_refused_and_reaches_nobody() {
-    let port = free_port();
+    let port = clawgate_conformance::ports::reserve_loopback_port();
     let url = format!("http://127.0.0.1:{port}/telegram");
     let peer = Peer::start(
         quiet(),

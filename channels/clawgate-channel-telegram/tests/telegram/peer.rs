@@ -26,15 +26,6 @@ pub(crate) struct Peer {
     _state: tempfile::TempDir,
 }
 
-/// A free loopback port (bound, then released for the listener to take).
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Peer {
     /// A polling channel on a simulator without flood control (the contract cases send bursts;
     /// the 429 behaviour has tests of its own).
@@ -44,7 +35,7 @@ impl Peer {
 
     /// A webhook channel on a simulator that retries deliveries quickly.
     pub(crate) async fn webhook() -> Peer {
-        let port = free_port();
+        let port = clawgate_conformance::ports::reserve_loopback_port();
         let url = format!("http://127.0.0.1:{port}/telegram");
         Peer::start(
             quiet(),

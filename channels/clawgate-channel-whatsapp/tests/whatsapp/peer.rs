@@ -30,15 +30,6 @@ pub(crate) struct Peer {
     _state: tempfile::TempDir,
 }
 
-/// A free loopback port (bound, then released for the listener to take).
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Quick redeliveries, so a delivery nobody took is tried again at once.
 pub(crate) fn quick() -> SimulatorConfig {
     SimulatorConfig {
@@ -100,7 +91,7 @@ impl Peer {
     pub(crate) async fn with(config: SimulatorConfig, settings: Value) -> Peer {
         let sim = WhatsAppSimulator::start(config).await.unwrap();
         let state = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let port = clawgate_conformance::ports::reserve_loopback_port();
         let webhook_url = format!("http://127.0.0.1:{port}/whatsapp/webhook");
         let mut merged = json!({
             "token_env": "UNUSED_IN_TESTS",

@@ -11,7 +11,7 @@ use clawgate_channel_zalo::signature;
 use clawgate_channel_zalo::simulator::ZaloSimulator;
 use serde_json::{Value, json};
 
-use crate::peer::{build, free_port, quick, settings};
+use crate::peer::{build, quick, settings};
 use crate::send::reply;
 
 /// What the source hands on; `ack` decides whether each event counts as recorded.
@@ -48,7 +48,7 @@ struct Listening {
 async fn listening() -> Listening {
     let sim = ZaloSimulator::start(quick()).await.unwrap();
     let state = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = clawgate_conformance::ports::reserve_loopback_port();
     let plugin = build(
         &sim,
         state.path(),

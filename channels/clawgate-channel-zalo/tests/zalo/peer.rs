@@ -27,15 +27,6 @@ pub(crate) struct Peer {
     _state: tempfile::TempDir,
 }
 
-/// A free loopback port (bound, then released for the listener to take).
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Quick redeliveries (Zalo's 30 s … 1 h schedule, compressed), so a delivery nobody took is
 /// tried again at once.
 pub(crate) fn quick() -> SimulatorConfig {
@@ -135,7 +126,7 @@ impl Peer {
     pub(crate) async fn with(config: SimulatorConfig, overrides: Value) -> Peer {
         let sim = ZaloSimulator::start(config).await.unwrap();
         let state = tempfile::tempdir().unwrap();
-        let port = free_port();
+        let port = clawgate_conformance::ports::reserve_loopback_port();
         let webhook_url = format!("http://127.0.0.1:{port}/zalo/webhook");
         let refresh = sim.authorize();
         let plugin = build(

@@ -11,7 +11,7 @@ use clawgate_channel_zalo::TOKEN_FILE;
 use clawgate_channel_zalo::simulator::{SimulatorConfig, ZaloSimulator};
 use serde_json::json;
 
-use crate::peer::{build, free_port, quick, settings};
+use crate::peer::{build, quick, settings};
 use crate::send::reply;
 
 fn refreshes(sim: &ZaloSimulator) -> usize {
@@ -38,7 +38,11 @@ async fn an_expired_access_token_is_refreshed_once_and_the_rotated_token_survive
     let sim = ZaloSimulator::start(quick()).await.unwrap();
     let state = tempfile::tempdir().unwrap();
     let configured = sim.authorize();
-    let config = settings(&sim, free_port(), &json!({}));
+    let config = settings(
+        &sim,
+        clawgate_conformance::ports::reserve_loopback_port(),
+        &json!({}),
+    );
     let plugin = build(&sim, state.path(), config.clone(), &configured)
         .await
         .unwrap();
@@ -79,7 +83,11 @@ async fn an_expired_access_token_is_refreshed_once_and_the_rotated_token_survive
     let error = build(
         &sim,
         fresh_state.path(),
-        settings(&sim, free_port(), &json!({})),
+        settings(
+            &sim,
+            clawgate_conformance::ports::reserve_loopback_port(),
+            &json!({}),
+        ),
         &configured,
     )
     .await
@@ -111,7 +119,11 @@ async fn a_refresh_lost_between_rotation_and_the_write_is_reported_and_a_reautho
     .await
     .unwrap();
     let state = tempfile::tempdir().unwrap();
-    let config = settings(&sim, free_port(), &json!({ "refresh_ahead_ms": 7_200_000 }));
+    let config = settings(
+        &sim,
+        clawgate_conformance::ports::reserve_loopback_port(),
+        &json!({ "refresh_ahead_ms": 7_200_000 }),
+    );
     let configured = sim.authorize();
     let plugin = build(&sim, state.path(), config.clone(), &configured)
         .await
@@ -166,7 +178,11 @@ async fn a_start_after_the_access_token_was_revoked_refreshes_instead_of_failing
     let sim = ZaloSimulator::start(quick()).await.unwrap();
     let state = tempfile::tempdir().unwrap();
     let configured = sim.authorize();
-    let config = settings(&sim, free_port(), &json!({}));
+    let config = settings(
+        &sim,
+        clawgate_conformance::ports::reserve_loopback_port(),
+        &json!({}),
+    );
     drop(
         build(&sim, state.path(), config.clone(), &configured)
             .await
@@ -197,7 +213,11 @@ async fn a_refused_refresh_spends_nothing_and_is_never_mistaken_for_a_lost_one()
     let sim = ZaloSimulator::start(quick()).await.unwrap();
     let state = tempfile::tempdir().unwrap();
     let configured = sim.authorize();
-    let config = settings(&sim, free_port(), &json!({}));
+    let config = settings(
+        &sim,
+        clawgate_conformance::ports::reserve_loopback_port(),
+        &json!({}),
+    );
     for _ in 0..2 {
         let setup = ChannelSetup::new(0, "zalo", "default", config.clone(), state.path());
         let error = clawgate_channel_zalo::ZaloFactory

@@ -53,10 +53,7 @@ impl App {
         })
         .await
         .expect("simulator starts");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = clawgate_conformance::ports::reserve_loopback_port();
         sim.set_endpoint_url(Some(&format!("http://127.0.0.1:{port}/googlechat/events")));
         let dir = tempfile::tempdir().expect("tempdir");
         let config = config_file(dir.path(), &sim, port, agent_args);

@@ -58,10 +58,7 @@ impl App {
         let sim = NextcloudSimulator::start(SimulatorConfig::default())
             .await
             .expect("simulator starts");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = clawgate_conformance::ports::reserve_loopback_port();
         let rooms: Vec<SimRoom> = (0..3)
             .map(|n| sim.add_conversation(&format!("room {n}"), RoomType::Group))
             .collect();

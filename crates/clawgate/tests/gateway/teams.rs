@@ -56,10 +56,7 @@ impl Bot {
         })
         .await
         .expect("simulator starts");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = clawgate_conformance::ports::reserve_loopback_port();
         sim.set_endpoint(Some(&format!("http://127.0.0.1:{port}/api/messages")));
         let dir = tempfile::tempdir().expect("tempdir");
         let settings = format!(

@@ -100,10 +100,7 @@ fn config_file(dir: &Path, sim: &BotApiSimulator, mode: Mode, agent_args: &[&str
     let source = match mode {
         Mode::Polling => String::new(),
         Mode::Webhook => {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-                .port();
+            let port = clawgate_conformance::ports::reserve_loopback_port();
             format!(
                 ", mode = \"webhook\", webhook_listen = \"127.0.0.1:{port}\", \
                  webhook_url = \"http://127.0.0.1:{port}/telegram\", \

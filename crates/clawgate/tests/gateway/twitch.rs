@@ -223,6 +223,28 @@ async fn recorded(bot: &Bot, asked: &[Asked], wait: Duration) {
     }
 }
 
+/// How long until the latest retry a pending reply is scheduled for, if one lies ahead.
+fn latest_scheduled_retry(bot: &Bot) -> Option<Duration> {
+    let state = bot.state();
+    if !state.join("state.db").exists() {
+        return None;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_millis();
+    state_pairs(
+        &state,
+        "SELECT id, CAST(next_attempt_at AS TEXT) FROM send_intents \
+         WHERE status = 'pending' AND next_attempt_at IS NOT NULL",
+    )
+    .into_iter()
+    .filter_map(|(_, at)| at.parse::<u128>().ok())
+    .max()
+    .filter(|at| *at > now)
+    .map(|at| Duration::from_millis(u64::try_from(at - now).unwrap_or(u64::MAX)))
+}
+
 /// Waits until every message is settled (or `quiet` passes with nothing new).
 async fn settle(bot: &Bot, asked: &[Asked], quiet: Duration) {
     let start = Instant::now();
@@ -237,6 +259,11 @@ async fn settle(bot: &Bot, asked: &[Asked], quiet: Duration) {
         let seen = bot.sim.attempts().len();
         if seen != last.0 {
             last = (seen, Instant::now());
+        }
+        // A reply waiting for a slot of Twitch's 30 s chat limit is not stuck: quiet counts
+        // from its retry, not from the last message the simulator saw.
+        if let Some(wait) = latest_scheduled_retry(bot) {
+            last.1 = last.1.max(Instant::now() + wait);
         }
         if last.1.elapsed() > quiet || start.elapsed() > Duration::from_secs(150) {
             return;

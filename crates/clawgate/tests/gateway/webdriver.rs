@@ -84,12 +84,8 @@ impl Chromedriver {
     /// else `chromedriver` on PATH) and waits until `/status` reports ready.
     pub(crate) async fn start() -> anyhow::Result<Chromedriver> {
         let exe = find_chromedriver()?;
-        // Bind-then-release: chromedriver needs a port number up front. The window
-        // in which another process could take it is tiny, and it fails loudly.
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .context("picking a free port for chromedriver")?
-            .port();
+        // Chromedriver needs a port number up front: one reserved for this process.
+        let port = clawgate_conformance::ports::reserve_loopback_port();
         let dir = tempfile::Builder::new()
             .prefix("clawgate-chromedriver-")
             .tempdir()

@@ -55,10 +55,7 @@ impl Oa {
         })
         .await
         .expect("simulator starts");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = clawgate_conformance::ports::reserve_loopback_port();
         let webhook_url = format!("http://127.0.0.1:{port}/zalo/webhook");
         let dir = tempfile::tempdir().expect("tempdir");
         let settings = format!(
