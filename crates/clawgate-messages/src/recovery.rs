@@ -183,31 +183,37 @@ impl Messenger {
         id: &IntentId,
     ) -> Result<Option<DurableSendIntent>, MessagesError> {
         let inner = &self.inner;
-        // A recovery pass of this engine may be working on it right now (passes run beside the
-        // turns): its outcome is what the caller needs, so wait for it rather than report the
-        // intent as it was before the pass (a stream about to be ended would look still open).
         let deadline = tokio::time::Instant::now() + IN_PROCESS_WAIT;
-        while self.recovering(id) && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        let Some(intent) = inner.store.load_intent(id).await? else {
-            return Ok(None);
-        };
-        if is_due(&intent, inner.clock.now_ms()) {
+        let mut released_dead_claims = false;
+        loop {
+            // A recovery pass of this engine may be working on it right now (passes run beside
+            // the turns): its outcome is what the caller needs, so wait for it rather than
+            // report the intent as it was before the pass (a stream about to be ended would
+            // look still open).
+            while self.recovering(id) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            let Some(intent) = inner.store.load_intent(id).await? else {
+                return Ok(None);
+            };
+            if !is_due(&intent, inner.clock.now_ms()) {
+                return Ok(Some(intent));
+            }
             let mut report = RecoveryReport::default();
             inner.recover_one(intent, &mut report).await?;
-            if report.contended > 0 {
-                // Held by another worker. After a restart that is usually the killed process,
-                // whose claims this engine's first pass has not released yet: release them
-                // and try once more rather than have the turn wait for the next pass.
+            if report.contended == 0 || tokio::time::Instant::now() >= deadline {
+                break;
+            }
+            // Held elsewhere. A pass of this engine may have taken it between the wait and
+            // the try: wait for that one again. After a restart it is often the killed
+            // process, whose claims this engine's first pass has not released yet: release
+            // them (once) and try again rather than have the turn wait for the next pass. A
+            // live worker's claim is left to it.
+            if !released_dead_claims {
                 self.release_dead_claims().await?;
-                if let Some(fresh) = inner.store.load_intent(id).await?
-                    && is_due(&fresh, inner.clock.now_ms())
-                {
-                    inner
-                        .recover_one(fresh, &mut RecoveryReport::default())
-                        .await?;
-                }
+                released_dead_claims = true;
+            } else if !self.recovering(id) {
+                break;
             }
         }
         Ok(inner.store.load_intent(id).await?)
