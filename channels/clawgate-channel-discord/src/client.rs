@@ -370,7 +370,7 @@ impl Rest {
         timeout: Duration,
         limiter: LimiterConfig,
     ) -> Rest {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .user_agent(concat!(
                 "DiscordBot (https://github.com/clawgate/clawgate, ",

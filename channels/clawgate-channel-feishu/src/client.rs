@@ -168,7 +168,7 @@ impl OpenApi {
     /// Calls to `base` (`https://open.feishu.cn`, `https://open.larksuite.com`, the simulator);
     /// each call may take `timeout` before its outcome counts as unknown.
     pub(crate) fn new(base: &str, app_id: &str, app_secret: Secret, timeout: Duration) -> OpenApi {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .build()
             .unwrap_or_default();

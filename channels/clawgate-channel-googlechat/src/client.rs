@@ -170,7 +170,7 @@ impl std::fmt::Debug for ChatApi {
 
 /// One HTTP client for the API and the token endpoint.
 pub(crate) fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
+    clawgate_channel_sdk::http::client_builder()
         .connect_timeout(Duration::from_secs(5))
         .build()
         .unwrap_or_default()

@@ -97,7 +97,7 @@ impl std::fmt::Debug for EventsSource {
 impl EventsSource {
     /// A listener set up by `config`.
     pub fn new(config: EventsConfig) -> EventsSource {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(10))
             .build()

@@ -94,7 +94,7 @@ impl BlueBubbles {
     /// `password`; a call may take `timeout` before its outcome counts as unknown (a text send
     /// is answered only once its chat.db row exists: up to 2 minutes).
     pub(crate) fn new(base: &str, password: Secret, timeout: Duration) -> BlueBubbles {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .build()
             .unwrap_or_default();

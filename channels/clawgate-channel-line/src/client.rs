@@ -197,7 +197,7 @@ impl MessagingApi {
     /// Calls to `base` (`https://api.line.me`, the simulator) with `token`; each call may take
     /// `timeout` before its outcome counts as unknown.
     pub(crate) fn new(base: &str, token: Secret, timeout: Duration) -> MessagingApi {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .build()
             .unwrap_or_default();

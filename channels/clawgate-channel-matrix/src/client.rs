@@ -164,7 +164,7 @@ impl MatrixApi {
     /// Calls to the homeserver at `base` with `token`; each call may take `timeout` before its
     /// outcome counts as unknown.
     pub(crate) fn new(base: &str, token: Secret, timeout: Duration) -> MatrixApi {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .build()
             .unwrap_or_default();

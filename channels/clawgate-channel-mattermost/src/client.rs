@@ -144,7 +144,7 @@ fn header_secs(headers: &reqwest::header::HeaderMap, name: &str) -> Option<u64> 
 impl Api {
     /// Calls to `server` (`https://chat.example.com`) with `token`.
     pub(crate) fn new(server: &str, token: Secret, timeout: Duration, max_wait: Duration) -> Api {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .user_agent(concat!("clawgate/", env!("CARGO_PKG_VERSION")))
             .build()

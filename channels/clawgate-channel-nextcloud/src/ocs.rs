@@ -139,7 +139,7 @@ pub(crate) const SPREED: &str = "/ocs/v2.php/apps/spreed/api";
 impl TalkApi {
     /// Calls to `base`; each call may take `timeout` before its outcome counts as unknown.
     pub(crate) fn new(base: &str, timeout: Duration, auth: Option<(String, Secret)>) -> TalkApi {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .build()
             .unwrap_or_default();

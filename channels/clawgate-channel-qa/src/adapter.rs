@@ -72,7 +72,7 @@ impl QaAdapter {
     }
 
     fn build(base_url: &str, token: &str, idempotent: bool, timeout: Duration) -> QaAdapter {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::loopback_client_builder()
             .timeout(timeout)
             .connect_timeout(Duration::from_secs(2))
             .build()

@@ -934,7 +934,7 @@ impl QaPlatform {
             new_update: tokio::sync::Notify::new(),
             webhook: Mutex::new(None),
             webhook_attempts: Mutex::new(HashMap::new()),
-            http: reqwest::Client::builder()
+            http: clawgate_channel_sdk::http::loopback_client_builder()
                 .timeout(Duration::from_secs(5))
                 .build()
                 .unwrap_or_default(),

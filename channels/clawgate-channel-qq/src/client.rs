@@ -235,7 +235,7 @@ impl OpenApi {
         timeout: Duration,
         refresh_ahead: Duration,
     ) -> OpenApi {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .build()
             .unwrap_or_default();

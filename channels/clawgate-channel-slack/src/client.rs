@@ -143,7 +143,7 @@ impl WebApi {
     /// Calls to `base` (`https://slack.com/api/`, the simulator) with `token`; each call may take
     /// `timeout` before its outcome counts as unknown.
     pub(crate) fn new(base: &str, token: Secret, timeout: Duration) -> WebApi {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .build()
             .unwrap_or_default();

@@ -132,7 +132,7 @@ impl ChatApi {
     /// Calls to `base` (`https://nas:5001`, the simulator); each call may take `timeout`
     /// before its outcome counts as unknown.
     pub(crate) fn new(base: &str, timeout: Duration) -> ChatApi {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .build()
             .unwrap_or_default();

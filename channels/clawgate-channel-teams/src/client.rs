@@ -146,7 +146,7 @@ fn hint(status: u16, code: &str) -> &'static str {
 
 /// One HTTP client for the connector, the token endpoint and the OpenID metadata.
 pub(crate) fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
+    clawgate_channel_sdk::http::client_builder()
         .connect_timeout(Duration::from_secs(5))
         .build()
         .unwrap_or_default()

@@ -110,7 +110,7 @@ impl std::fmt::Debug for MessagesEndpoint {
 
 impl MessagesEndpoint {
     pub(crate) fn new(config: EndpointConfig, references: References) -> MessagesEndpoint {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(10))
             .build()

@@ -129,7 +129,7 @@ impl BotApi {
     /// Calls to `base` (`https://api.telegram.org`, a local Bot API server, the simulator) with
     /// `token`; each call may take `timeout` before its outcome counts as unknown.
     pub(crate) fn new(base: &str, token: Secret, timeout: Duration) -> BotApi {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .build()
             .unwrap_or_default();

@@ -117,7 +117,7 @@ impl Eyre {
     /// A client of ship `our` at `base` (`http://localhost:8080`) logging in with `code`; each
     /// request may take `timeout` (the event stream is exempt).
     pub fn new(base: &str, our: &str, code: Secret, timeout: Duration) -> Eyre {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(timeout)
             .build()
             .unwrap_or_default();

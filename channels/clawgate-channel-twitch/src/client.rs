@@ -132,7 +132,7 @@ impl std::fmt::Debug for Helix {
 
 impl Helix {
     pub(crate) fn new(base: &str, client_id: &str, token: Secret, timeout: Duration) -> Helix {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .build()
             .unwrap_or_default();

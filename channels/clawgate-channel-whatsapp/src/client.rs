@@ -191,7 +191,7 @@ impl GraphApi {
         token: Secret,
         timeout: Duration,
     ) -> GraphApi {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .build()
             .unwrap_or_default();

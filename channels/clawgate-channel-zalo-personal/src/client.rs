@@ -184,7 +184,7 @@ fn first_host(map: &Value, service: &str) -> Option<String> {
 impl WebClient {
     /// A client logging in at `login_base` (`https://wpa.chat.zalo.me`, or a simulator).
     pub fn new(login_base: &str, credentials: Credentials, timeout: Duration) -> WebClient {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::client_builder()
             .timeout(timeout)
             .connect_timeout(timeout)
             .build()

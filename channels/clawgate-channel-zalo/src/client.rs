@@ -196,7 +196,7 @@ impl OaApi {
         app_secret: Secret,
         timeout: Duration,
     ) -> OaApi {
-        let http = reqwest::Client::builder()
+        let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .build()
             .unwrap_or_default();

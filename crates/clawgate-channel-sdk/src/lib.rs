@@ -78,6 +78,8 @@ struct ReadmeExample;
 
 mod adapter;
 mod error;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod loopback;
 mod plugin;
 mod receive;

@@ -81,7 +81,9 @@ impl Backend {
             };
             return Ok(Backend::Running {
                 api: ControlClient {
-                    http: reqwest::Client::new(),
+                    http: clawgate_channel_sdk::http::loopback_client_builder()
+                        .build()
+                        .unwrap_or_default(),
                     base: info.url.clone(),
                     token: info.control_token,
                 },

@@ -28,6 +28,7 @@ mod nostr;
 mod notices;
 mod platform_faults;
 mod plugin_channel;
+mod proxy;
 mod qq;
 mod security;
 mod shared_postgres;
