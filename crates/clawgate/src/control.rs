@@ -174,11 +174,17 @@ pub(crate) fn require_token(
             let token = token.clone();
             async move {
                 let expected = format!("Bearer {token}");
-                let given = request
+                // Exactly one header: with two, which one a proxy or a framework in front
+                // would honour is anyone's guess.
+                let mut given = request
                     .headers()
-                    .get(axum::http::header::AUTHORIZATION)
-                    .and_then(|v| v.to_str().ok());
-                if given != Some(expected.as_str()) {
+                    .get_all(axum::http::header::AUTHORIZATION)
+                    .iter();
+                let only = match (given.next(), given.next()) {
+                    (Some(value), None) => value.to_str().ok(),
+                    _ => None,
+                };
+                if only != Some(expected.as_str()) {
                     return ApiError(
                         StatusCode::UNAUTHORIZED,
                         "missing or wrong bearer token (see gateway.json in the state directory)"

@@ -28,6 +28,7 @@ mod nostr;
 mod notices;
 mod platform_faults;
 mod plugin_channel;
+mod probes;
 mod proxy;
 mod qq;
 mod security;
