@@ -38,6 +38,7 @@ use tracing::Instrument;
 
 use crate::acp::{AcpClient, AcpError, TurnOutcome};
 use crate::evidence::{INSTANCE_FLAG, LEASE_FLAG, command_hash};
+use crate::pool::{AgentLimits, PoolFigures, Pools, SessionUse, Ticket, Usage};
 use crate::table::ProcessTable;
 use crate::terminate::{Termination, Timing, terminate_tree};
 use crate::verify::{CannotTell, NotOurs, Verdict, verify_owned_tree};
@@ -175,6 +176,21 @@ pub struct AcpRuntimeHandle {
     pub acp_session_id: String,
     pub root_pid: u32,
     pub process_group_id: u32,
+    /// How the ACP session began on this process.
+    pub start: SessionStart,
+}
+
+/// How a session's ACP session began when its process started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionStart {
+    /// The session's first process: `session/new`.
+    New,
+    /// An earlier process served it (closed for idleness, or the gateway restarted): the agent
+    /// resumed that ACP session with `session/load`.
+    Loaded,
+    /// An earlier process served it, and its ACP session could not be resumed (`why`): a fresh
+    /// one began, without the agent's memory of the conversation.
+    Fresh { previous: String, why: String },
 }
 
 /// What a close or a reap did with one lease.
@@ -205,6 +221,8 @@ pub struct ReapReport {
 #[derive(Debug)]
 struct LiveSession {
     handle: AcpRuntimeHandle,
+    agent_id: String,
+    usage: Arc<Usage>,
     client: Arc<AcpClient>,
     child: Option<std::process::Child>,
 }
@@ -233,6 +251,7 @@ pub struct LifecycleController {
     instance: GatewayInstanceId,
     config: ControllerConfig,
     live: Mutex<HashMap<SessionKey, LiveSession>>,
+    pools: Arc<Pools>,
 }
 
 impl LifecycleController {
@@ -249,6 +268,7 @@ impl LifecycleController {
             instance,
             config,
             live: Mutex::new(HashMap::new()),
+            pools: Arc::new(Pools::default()),
         })
     }
 
@@ -319,7 +339,7 @@ impl LifecycleController {
         // Lease first: a crash after this line leaves an open lease the reaper resolves.
         self.store.insert_lease(&lease).await?;
         match self.record_session_and_spawn(input, &lease_id, &argv).await {
-            Ok(child) => self.started(input, lease, child).await,
+            Ok((child, previous)) => self.started(input, lease, child, previous).await,
             Err(error) => {
                 // No process was started: the lease is provably without one.
                 tracing::warn!(%error, "start failed before the wrapper ran; lease lost");
@@ -335,7 +355,7 @@ impl LifecycleController {
         input: &EnsureInput,
         lease_id: &LeaseId,
         argv: &[String],
-    ) -> Result<std::process::Child, AcpxError> {
+    ) -> Result<(std::process::Child, Option<String>), AcpxError> {
         let mut row = self
             .store
             .load_session(&input.session_key)
@@ -349,6 +369,7 @@ impl LifecycleController {
                 label: None,
                 acp_owner: None,
                 lease_id: None,
+                acp_session_id: None,
                 created_at: input.now,
                 updated_at: input.now,
                 reset_at: None,
@@ -367,13 +388,14 @@ impl LifecycleController {
         row.lease_id = Some(lease_id.clone());
         row.updated_at = input.now;
         self.store.upsert_session(&row).await?;
-        spawn_wrapper(argv)
+        let child = spawn_wrapper(argv)
             .await
             .map_err(|source| AcpxError::Spawn {
                 path: self.config.wrapper_path.clone(),
                 lease_id: lease_id.clone(),
                 source,
-            })
+            })?;
+        Ok((child, row.acp_session_id))
     }
 
     /// Marks the lease of a start whose process is provably gone — never started, or our own
@@ -395,6 +417,7 @@ impl LifecycleController {
         input: &EnsureInput,
         mut lease: AcpxProcessLease,
         mut child: std::process::Child,
+        previous: Option<String>,
     ) -> Result<(LiveSession, AcpRuntimeHandle), AcpxError> {
         let lease_id = lease.lease_id.clone();
         let pid = child.id();
@@ -437,29 +460,25 @@ impl LifecycleController {
                         session: input.session_key.clone(),
                         source,
                     })?;
-            let acp_session_id =
-                client
-                    .new_session(&input.cwd)
-                    .await
-                    .map_err(|source| AcpxError::Acp {
-                        session: input.session_key.clone(),
-                        source,
-                    })?;
-            Ok::<_, AcpxError>((pgid, client, acp_session_id))
+            let (acp_session_id, start) = self.begin_acp_session(&client, input, previous).await?;
+            Ok::<_, AcpxError>((pgid, client, acp_session_id, start))
         }
         .await;
         match started {
-            Ok((pgid, client, acp_session_id)) => {
+            Ok((pgid, client, acp_session_id, start)) => {
                 let handle = AcpRuntimeHandle {
                     session_key: input.session_key.clone(),
                     lease_id,
                     acp_session_id,
                     root_pid: pid,
                     process_group_id: pgid,
+                    start,
                 };
                 Ok((
                     LiveSession {
                         handle: handle.clone(),
+                        agent_id: input.agent_id.clone(),
+                        usage: Usage::new(),
                         client: Arc::new(client),
                         child: Some(child),
                     },
@@ -475,6 +494,210 @@ impl LifecycleController {
                 self.lose_lease(&lease, input.now).await;
                 Err(error)
             }
+        }
+    }
+
+    /// The ACP session of a process that just started: the session's earlier one resumed
+    /// with `session/load` when there was one and the agent can, else `session/new`. The id is
+    /// kept on the session row for the next process.
+    async fn begin_acp_session(
+        &self,
+        client: &AcpClient,
+        input: &EnsureInput,
+        previous: Option<String>,
+    ) -> Result<(String, SessionStart), AcpxError> {
+        let acp = |source| AcpxError::Acp {
+            session: input.session_key.clone(),
+            source,
+        };
+        let (id, start) = match previous {
+            None => (
+                client.new_session(&input.cwd).await.map_err(acp)?,
+                SessionStart::New,
+            ),
+            Some(previous) => match client.load_session(&previous, &input.cwd).await {
+                Ok(Some(_history)) => (previous, SessionStart::Loaded),
+                outcome => {
+                    let why = match outcome {
+                        Err(error) => format!("session/load failed: {error}"),
+                        _ => "the agent does not advertise loadSession".to_owned(),
+                    };
+                    let id = client.new_session(&input.cwd).await.map_err(acp)?;
+                    (id, SessionStart::Fresh { previous, why })
+                }
+            },
+        };
+        tracing::info!(acp_session = %id, ?start, "ACP session begun");
+        if let Some(mut row) = self.store.load_session(&input.session_key).await?
+            && row.acp_session_id.as_deref() != Some(id.as_str())
+        {
+            row.acp_session_id = Some(id.clone());
+            row.updated_at = SystemClock.now_ms();
+            self.store.upsert_session(&row).await?;
+        }
+        Ok((id, start))
+    }
+
+    /// Sets the limits of `agent`'s sessions (the cap on live processes, the idle close).
+    pub fn set_limits(&self, agent: &str, limits: AgentLimits) {
+        self.pools.set_limits(agent, limits);
+    }
+
+    /// A live session of `input.session_key` for one turn, starting its process if none runs
+    /// (as [`LifecycleController::ensure_session`]) under the agent's [`AgentLimits`]: at the
+    /// cap the least recently used idle session of the agent is closed to make room; when every
+    /// one is in use, the turn waits its turn (first come, first served). The session is in use
+    /// until the returned [`SessionUse`] is dropped.
+    pub async fn checkout(&self, input: EnsureInput) -> Result<SessionUse, AcpxError> {
+        let agent = input.agent_id.clone();
+        let mut ticket = Ticket {
+            pools: &self.pools,
+            agent: &agent,
+            ticket: None,
+        };
+        loop {
+            let changed = self.pools.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the state is looked at: a change after the look wakes it.
+            changed.as_mut().enable();
+            let limits = self.pools.limits(&agent);
+            let mut evict: Option<(SessionKey, LiveSession, &'static str)> = None;
+            {
+                let mut live = self.live.lock().await;
+                if let Some(session) = live.get_mut(&input.session_key) {
+                    match session.gone() {
+                        None if session.usage.in_use()
+                            || !self.pools.others_waiting(&agent, ticket.ticket) =>
+                        {
+                            let session_use = SessionUse::new(
+                                session.handle.clone(),
+                                session.usage.clone(),
+                                self.pools.clone(),
+                            );
+                            return Ok(session_use);
+                        }
+                        None => {
+                            // Idle while turns of other conversations wait for a slot: the
+                            // slot goes to the first of them, this turn queues behind.
+                            if let Some(own) = live.remove(&input.session_key) {
+                                evict = Some((
+                                    input.session_key.clone(),
+                                    own,
+                                    "its slot went to a waiting turn",
+                                ));
+                            }
+                        }
+                        Some(why) => {
+                            if let Some(dead) = live.remove(&input.session_key) {
+                                self.retire(dead, &why, input.now).await;
+                            }
+                        }
+                    }
+                }
+                if evict.is_none() && self.pools.is_first(&agent, ticket.ticket) {
+                    let running = live.values().filter(|s| s.agent_id == agent).count();
+                    if limits.max_live.is_none_or(|max| running < max) {
+                        self.pools.leave(&agent, ticket.ticket.take());
+                        let lease_id = LeaseId::parse(clawgate_store::ids::new_id())?;
+                        let span = tracing::info_span!("acpx_lease", lease_id = %lease_id,
+                            session = %input.session_key);
+                        let (session, handle) =
+                            self.start(&input, lease_id).instrument(span).await?;
+                        let session_use =
+                            SessionUse::new(handle, session.usage.clone(), self.pools.clone());
+                        live.insert(input.session_key.clone(), session);
+                        return Ok(session_use);
+                    }
+                    // At the cap: the least recently used idle session makes room.
+                    let idlest = live
+                        .iter()
+                        .filter(|(_, s)| s.agent_id == agent && !s.usage.in_use())
+                        .min_by_key(|(_, s)| s.usage.idle_since())
+                        .map(|(key, _)| key.clone());
+                    if let Some(key) = idlest
+                        && let Some(session) = live.remove(&key)
+                    {
+                        evict = Some((
+                            key,
+                            session,
+                            "the least recently used idle session made room under max_live",
+                        ));
+                    }
+                }
+            }
+            if let Some((key, session, why)) = evict {
+                self.pools
+                    .evictions
+                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if let Err(error) = self
+                    .close_removed(&key, Some(session), why, input.now)
+                    .await
+                {
+                    tracing::warn!(session = %key, %error, "evicted session not closed cleanly");
+                }
+                if key == input.session_key && ticket.ticket.is_none() {
+                    ticket.ticket = Some(self.pools.enqueue(&agent));
+                }
+                continue;
+            }
+            if ticket.ticket.is_none() {
+                ticket.ticket = Some(self.pools.enqueue(&agent));
+                tracing::info!(session = %input.session_key, agent = %agent,
+                    "every agent session is in use at max_live: the turn waits for a slot");
+                continue;
+            }
+            changed.await;
+        }
+    }
+
+    /// Closes the sessions idle longer than their agent's `idle_close` (verified, lease
+    /// `closed`); returns how many. Their next turn starts a process again.
+    pub async fn close_idle(&self, now: UnixMillis) -> usize {
+        let idle: Vec<(SessionKey, LiveSession)> = {
+            let mut live = self.live.lock().await;
+            let due: Vec<SessionKey> = live
+                .iter()
+                .filter(|(_, s)| {
+                    !s.usage.in_use()
+                        && self
+                            .pools
+                            .limits(&s.agent_id)
+                            .idle_close
+                            .is_some_and(|after| s.usage.idle_since().elapsed() >= after)
+                })
+                .map(|(key, _)| key.clone())
+                .collect();
+            due.into_iter()
+                .filter_map(|key| live.remove(&key).map(|s| (key, s)))
+                .collect()
+        };
+        let closed = idle.len();
+        for (key, session) in idle {
+            self.pools
+                .idle_closes
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if let Err(error) = self.close_removed(&key, Some(session), "idle", now).await {
+                tracing::warn!(session = %key, %error, "idle session not closed cleanly");
+            }
+        }
+        closed
+    }
+
+    /// Live sessions, turns in them and waiting for them, and the closes so far.
+    pub async fn figures(&self) -> PoolFigures {
+        let live = self.live.lock().await;
+        PoolFigures {
+            live: live.len(),
+            in_use: live.values().filter(|s| s.usage.in_use()).count(),
+            queued: self.pools.queued(),
+            idle_closes: self
+                .pools
+                .idle_closes
+                .load(std::sync::atomic::Ordering::SeqCst),
+            evictions: self
+                .pools
+                .evictions
+                .load(std::sync::atomic::Ordering::SeqCst),
         }
     }
 
@@ -618,6 +841,7 @@ impl LifecycleController {
             if let Some(child) = session.child {
                 reap_child_later(child);
             }
+            self.pools.changed.notify_waiters();
         }
         .instrument(span)
         .await
@@ -640,13 +864,44 @@ impl LifecycleController {
         reason: &str,
         now: UnixMillis,
     ) -> Result<CloseOutcome, AcpxError> {
-        let row = self
-            .store
-            .load_session(key)
-            .await?
-            .ok_or_else(|| AcpxError::UnknownSession(key.clone()))?;
+        if self.store.load_session(key).await?.is_none() {
+            return Err(AcpxError::UnknownSession(key.clone()));
+        }
         let live = self.live.lock().await.remove(key);
-        let Some(lease_id) = row.lease_id.clone() else {
+        self.close_removed(key, live, reason, now).await
+    }
+
+    /// Closes a session already taken out of the live set (`live`, when it had a runtime
+    /// here): its lease is the live session's, else the row's.
+    async fn close_removed(
+        &self,
+        key: &SessionKey,
+        live: Option<LiveSession>,
+        reason: &str,
+        now: UnixMillis,
+    ) -> Result<CloseOutcome, AcpxError> {
+        let closed = self.close_lease_of(key, live, reason, now).await;
+        // A slot came free (or may have).
+        self.pools.changed.notify_waiters();
+        closed
+    }
+
+    async fn close_lease_of(
+        &self,
+        key: &SessionKey,
+        live: Option<LiveSession>,
+        reason: &str,
+        now: UnixMillis,
+    ) -> Result<CloseOutcome, AcpxError> {
+        let row_lease = match &live {
+            Some(session) => Some(session.handle.lease_id.clone()),
+            None => self
+                .store
+                .load_session(key)
+                .await?
+                .and_then(|row| row.lease_id),
+        };
+        let Some(lease_id) = row_lease else {
             let why = "legacy session record without a lease id: no live evidence can be \
                        matched, so nothing is signalled (fail closed)";
             tracing::warn!(session = %key, reason, "close refused: {why}");

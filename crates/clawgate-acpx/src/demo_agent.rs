@@ -6,8 +6,11 @@
 //! * `session/prompt` → the reply `echo: <prompt text>` streamed word by word as
 //!   `agent_message_chunk` updates, `--chunk-ms` (default 40) apart; a `session/cancel`
 //!   between chunks ends the turn with stopReason `cancelled`, otherwise `end_turn`;
-//! * `session/load` (advertised as `loadSession`) → replays the session's earlier replies as
-//!   `agent_message_chunk` updates, then answers `{}`; an unknown session is error -32002;
+//! * `session/load` (advertised as `loadSession`, unless `--no-load-session`) → replays the
+//!   session's earlier replies as `agent_message_chunk` updates, then answers `{}`; an unknown
+//!   session is error -32002. With `--sessions-dir DIR` each session's replies are kept in
+//!   `DIR/<session id>.json`, so a later process loads a session an earlier one began (ids are
+//!   then `sess-<pid>-N`, unique across processes); each load is reported on stderr;
 //! * `session/close` → `{}`; stdin EOF → exit 0.
 //!
 //! `--words N` pads the reply to at least N words; `--grandchild` starts `sleep 600` (and
@@ -27,6 +30,8 @@ struct Options {
     words: usize,
     grandchild: Option<&'static str>,
     pid_file: Option<String>,
+    sessions_dir: Option<std::path::PathBuf>,
+    load_session: bool,
     help: bool,
 }
 
@@ -46,6 +51,11 @@ Options:
                   crashes in; 0 sends the whole reply at once
   --words N       pad the reply with w1 w2 … to at least N words (default: no padding), so
                   the reply is `echo: <prompt words> w1 … wK`
+  --sessions-dir DIR
+                  keep each session's replies in DIR, so that a later process resumes it
+                  with session/load (after the gateway closed an idle session, or restarted)
+  --no-load-session
+                  do not advertise loadSession: every process begins fresh sessions
   --grandchild, --stubborn-grandchild, --grandchild-pid-file PATH
                   start `sleep 600` in the agent's process group (the stubborn one ignores
                   TERM) and write its pid to PATH: for process-tree tests
@@ -58,6 +68,8 @@ fn options(args: impl IntoIterator<Item = String>) -> Options {
         words: 0,
         grandchild: None,
         pid_file: None,
+        sessions_dir: None,
+        load_session: true,
         help: false,
     };
     let mut args = args.into_iter();
@@ -71,6 +83,8 @@ fn options(args: impl IntoIterator<Item = String>) -> Options {
             "--grandchild" => options.grandchild = Some("exec sleep 600"),
             "--stubborn-grandchild" => options.grandchild = Some("trap '' TERM; exec sleep 600"),
             "--grandchild-pid-file" => options.pid_file = args.next(),
+            "--sessions-dir" => options.sessions_dir = args.next().map(Into::into),
+            "--no-load-session" => options.load_session = false,
             "-h" | "--help" => options.help = true,
             other => eprintln!("test agent: ignoring unknown argument {other:?}"),
         }
@@ -161,21 +175,30 @@ fn handle(
             out,
             &json!({"jsonrpc": "2.0", "id": id, "result": {
                 "protocolVersion": 1,
-                "agentCapabilities": {"loadSession": true, "sessionCapabilities": {"close": {}}},
+                "agentCapabilities": {"loadSession": options.load_session, "sessionCapabilities": {"close": {}}},
                 "authMethods": [],
                 "agentInfo": {"name": "clawgate-acp-test-agent", "version": "0.1.0"}
             }}),
         ),
         ("session/new", Some(id)) => {
             *sessions += 1;
+            let session = match &options.sessions_dir {
+                Some(_) => format!("sess-{}-{sessions}", std::process::id()),
+                None => format!("sess-{sessions}"),
+            };
             send(
                 out,
-                &json!({"jsonrpc": "2.0", "id": id, "result": {"sessionId": format!("sess-{sessions}")}}),
+                &json!({"jsonrpc": "2.0", "id": id, "result": {"sessionId": session}}),
             );
-            transcripts.insert(format!("sess-{sessions}"), Vec::new());
+            transcripts.insert(session, Vec::new());
         }
         ("session/load", Some(id)) => {
             let session = session_of(&params).unwrap_or_default();
+            if !transcripts.contains_key(&session)
+                && let Some(kept) = kept_transcript(options, &session)
+            {
+                transcripts.insert(session.clone(), kept);
+            }
             let Some(replies) = transcripts.get(&session) else {
                 send(
                     out,
@@ -183,6 +206,10 @@ fn handle(
                 );
                 return;
             };
+            eprintln!(
+                "demo-agent: session/load {session}: {} earlier replies",
+                replies.len()
+            );
             for reply in replies {
                 send(
                     out,
@@ -257,10 +284,9 @@ fn handle(
             }
             cancelled.remove(&session);
             if stop == "end_turn" {
-                transcripts
-                    .entry(session.clone())
-                    .or_default()
-                    .push(words.join(" "));
+                let replies = transcripts.entry(session.clone()).or_default();
+                replies.push(words.join(" "));
+                keep_transcript(options, &session, replies);
             }
             send(
                 out,
@@ -272,5 +298,33 @@ fn handle(
             &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": format!("method not found: {method}")}}),
         ),
         (_, None) => {}
+    }
+}
+
+/// Where `session`'s replies are kept under `--sessions-dir` (None without one, or for an id
+/// that is not a plain name).
+fn transcript_path(options: &Options, session: &str) -> Option<std::path::PathBuf> {
+    let dir = options.sessions_dir.as_ref()?;
+    let plain = !session.is_empty()
+        && session
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    plain.then(|| dir.join(format!("{session}.json")))
+}
+
+fn kept_transcript(options: &Options, session: &str) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(transcript_path(options, session)?).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn keep_transcript(options: &Options, session: &str, replies: &[String]) {
+    let Some(path) = transcript_path(options, session) else {
+        return;
+    };
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    if let Err(error) = std::fs::write(&path, json!(replies).to_string()) {
+        eprintln!("demo-agent: cannot keep {}: {error}", path.display());
     }
 }

@@ -24,6 +24,7 @@ pub mod controller;
 #[cfg(feature = "demo-agent")]
 pub mod demo_agent;
 pub mod evidence;
+pub mod pool;
 #[cfg(feature = "testing")]
 pub mod sim;
 pub mod table;
@@ -32,6 +33,7 @@ pub mod verify;
 
 pub use acp::{AcpClient, AcpError, TurnOutcome};
 pub use controller::*;
+pub use pool::{AgentLimits, PoolFigures, SessionUse};
 pub use table::{ProcessHandle, ProcessTable, Sig, TableError, system_table};
 pub use terminate::{Termination, Timing, terminate_tree};
 pub use verify::{CannotTell, NotOurs, OwnedTree, Verdict, verify_owned_tree};

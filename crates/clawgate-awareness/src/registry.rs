@@ -250,6 +250,7 @@ impl Awareness {
             label: new.label,
             acp_owner: new.acp_owner,
             lease_id: new.lease_id,
+            acp_session_id: None,
             created_at: now,
             updated_at: now,
             reset_at: None,

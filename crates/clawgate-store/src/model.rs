@@ -256,6 +256,10 @@ pub struct SessionRow {
     /// The lease of the ACPX process tree serving this session, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_id: Option<LeaseId>,
+    /// The ACP session id the agent gave this session last (`session/new`), for `session/load`
+    /// when a process starts for it again (after an idle close or a restart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acp_session_id: Option<String>,
     pub created_at: UnixMillis,
     pub updated_at: UnixMillis,
     #[serde(default, skip_serializing_if = "Option::is_none")]

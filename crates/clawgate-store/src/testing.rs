@@ -1462,6 +1462,7 @@ pub fn session_row(k: &SessionKey, at: i64) -> SessionRow {
         label: None,
         acp_owner: None,
         lease_id: None,
+        acp_session_id: None,
         created_at: at,
         updated_at: at,
         reset_at: None,

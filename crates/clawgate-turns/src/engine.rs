@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use clawgate_acpx::{EnsureInput, LifecycleController};
+use clawgate_acpx::{EnsureInput, LifecycleController, SessionStart, SessionUse};
 use clawgate_awareness::{Actor, Awareness, NewSession, Notice, StateChange};
 use clawgate_channel_sdk::NormalizedInbound;
 use clawgate_messages::{LiveOptions, Messenger, SendOptions, SendOutcome};
@@ -16,7 +16,7 @@ use clawgate_types::{IntentId, IntentStatus, MessageDurabilityPolicy, SessionKey
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
-use crate::keys::{failure_key, reply_key, reply_message, session_key_for};
+use crate::keys::{busy_key, failure_key, reply_key, reply_message, session_key_for};
 use crate::{Channel, TurnError};
 
 /// Now, in the clock every durable record uses.
@@ -46,7 +46,13 @@ pub struct AgentCommand {
     pub argv: Vec<String>,
     /// The directory it runs in.
     pub cwd: PathBuf,
+    /// A turn that waits this long for an agent session (every one busy at the agent's
+    /// `max_live`) tells the person once that the message is queued.
+    pub busy_notice_after: Duration,
 }
+
+/// How long a turn waits for a busy agent before the person is told, by default.
+pub const DEFAULT_BUSY_NOTICE_AFTER: Duration = Duration::from_secs(30);
 
 impl AgentCommand {
     /// The adapter `argv`, run in `cwd`.
@@ -54,7 +60,15 @@ impl AgentCommand {
         AgentCommand {
             argv,
             cwd: cwd.into(),
+            busy_notice_after: DEFAULT_BUSY_NOTICE_AFTER,
         }
+    }
+
+    /// As [`AgentCommand::new`], telling a person whose turn waits `after` for a busy agent.
+    #[must_use]
+    pub fn with_busy_notice_after(mut self, after: Duration) -> AgentCommand {
+        self.busy_notice_after = after;
+        self
     }
 }
 
@@ -312,7 +326,11 @@ impl Turns {
                 return self.await_reply(&id).await;
             }
         };
-        let AgentCommand { argv, cwd } = self
+        let AgentCommand {
+            argv,
+            cwd,
+            busy_notice_after,
+        } = self
             .agents
             .get(&channel.agent_id)
             .cloned()
@@ -321,18 +339,38 @@ impl Turns {
         if self.stopping() {
             return Err(TurnError::Stopping);
         }
-        let handle = self
-            .acpx
-            .ensure_session(EnsureInput {
-                session_key: session.clone(),
-                agent_id: channel.agent_id.clone(),
-                owner_session_key: session.clone(),
-                spawned_by: None,
-                adapter: argv,
-                cwd,
-                now: now_ms(),
-            })
+        let session_use = self
+            .agent_session(
+                channel,
+                &inbound,
+                EnsureInput {
+                    session_key: session.clone(),
+                    agent_id: channel.agent_id.clone(),
+                    owner_session_key: session.clone(),
+                    spawned_by: None,
+                    adapter: argv,
+                    cwd,
+                    now: now_ms(),
+                },
+                busy_notice_after,
+            )
             .await?;
+        let handle = session_use.handle().clone();
+        if let SessionStart::Fresh { why, .. } = &handle.start {
+            // The agent's memory of the conversation is gone: say so where watchers look.
+            self.awareness
+                .record(
+                    &session,
+                    StateChange::compacted(
+                        Actor::system("gateway"),
+                        format!(
+                            "the agent session began afresh without its earlier history ({why})"
+                        ),
+                    )
+                    .with_dedupe_key(format!("fresh-session:{}", handle.lease_id)),
+                )
+                .await;
+        }
 
         let reply = reply_message(channel, &inbound, &reply_key, "");
         let options = SendOptions {
@@ -372,10 +410,12 @@ impl Turns {
         // live context to the platform's rate).
         let (text_tx, mut text_rx) = mpsc::unbounded_channel::<String>();
         let mut so_far = String::new();
-        let prompt_turn = self.acpx.prompt(&handle, &prompt, move |chunk| {
-            so_far.push_str(chunk);
-            let _ = text_tx.send(so_far.clone());
-        });
+        let prompt_turn = self
+            .acpx
+            .prompt(session_use.handle(), &prompt, move |chunk| {
+                so_far.push_str(chunk);
+                let _ = text_tx.send(so_far.clone());
+            });
         let preview = async {
             let mut error = None;
             while let Some(mut text) = text_rx.recv().await {
@@ -451,6 +491,63 @@ impl Turns {
             )
             .await;
         Ok(())
+    }
+
+    /// A live agent session for the turn (see `LifecycleController::checkout`): when it waits
+    /// `busy_after` for a slot, the person is told once that the message is queued; a stop
+    /// ends the wait.
+    async fn agent_session(
+        &self,
+        channel: &Channel,
+        inbound: &NormalizedInbound,
+        input: EnsureInput,
+        busy_after: Duration,
+    ) -> Result<SessionUse, TurnError> {
+        let checkout = self.acpx.checkout(input);
+        tokio::pin!(checkout);
+        let mut stop = self.stop.clone();
+        let stopped = async move {
+            while !*stop.borrow() {
+                if stop.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::pin!(stopped);
+        let mut told = false;
+        loop {
+            tokio::select! {
+                got = &mut checkout => return Ok(got?),
+                () = &mut stopped => return Err(TurnError::Stopping),
+                () = tokio::time::sleep(busy_after), if !told => {
+                    told = true;
+                    self.tell_busy(channel, inbound).await;
+                }
+            }
+        }
+    }
+
+    /// Tells the person their message waits for a free agent: once per event (keyed).
+    async fn tell_busy(&self, channel: &Channel, inbound: &NormalizedInbound) {
+        let key = busy_key(&channel.name, &inbound.event_id);
+        let notice = reply_message(
+            channel,
+            inbound,
+            &key,
+            "All agent sessions are busy right now; your message is queued and will be \
+             answered as soon as one is free.",
+        );
+        let options = SendOptions {
+            durability: self.durability,
+            idempotency_key: Some(key),
+            time_to_live_ms: None,
+        };
+        match self.messenger.send(notice, options).await {
+            Ok(_) => {
+                info!(event = %inbound.event_id, "the turn waits for a busy agent; the person was told")
+            }
+            Err(e) => warn!(error = %e, "the busy notice could not be sent"),
+        }
     }
 
     /// Creates the session row on first contact.

@@ -37,6 +37,11 @@ pub fn failure_key(channel: &str, event_id: &str) -> String {
     format!("{channel}:failure:{event_id}")
 }
 
+/// The idempotency key of the one "agents are busy, your message is queued" notice of `event_id`.
+pub fn busy_key(channel: &str, event_id: &str) -> String {
+    format!("{channel}:busy:{event_id}")
+}
+
 /// The outbound message answering `inbound` on `channel` under `reply_key`, with `text`.
 pub fn reply_message(
     channel: &Channel,

@@ -38,7 +38,7 @@ mod keys;
 mod relay;
 
 pub use channel::Channel;
-pub use engine::{AgentCommand, Counters, Turns};
+pub use engine::{AgentCommand, Counters, DEFAULT_BUSY_NOTICE_AFTER, Turns};
 pub use error::{RelayError, TurnError};
 pub use handler::TurnHandler;
-pub use keys::{failure_key, reply_key, reply_message, session_key_for};
+pub use keys::{busy_key, failure_key, reply_key, reply_message, session_key_for};

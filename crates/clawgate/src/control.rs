@@ -259,6 +259,7 @@ async fn status(State(gateway): State<Arc<Gateway>>) -> Answer<views::StatusView
         .map(|info| info.url)
         .unwrap_or_default();
     let counters = &gateway.counters;
+    let pools = gateway.acpx.figures().await;
     let info = views::GatewayInfo {
         pid: std::process::id(),
         url,
@@ -266,6 +267,11 @@ async fn status(State(gateway): State<Arc<Gateway>>) -> Answer<views::StatusView
         turns_in_flight: counters.turns_in_flight.load(Ordering::Relaxed) as u64,
         turns_completed: counters.turns_completed.load(Ordering::Relaxed),
         turns_failed: counters.turns_failed.load(Ordering::Relaxed),
+        agent_sessions_live: pools.live as u64,
+        agent_sessions_in_use: pools.in_use as u64,
+        turns_queued: pools.queued as u64,
+        idle_closes: pools.idle_closes,
+        evictions: pools.evictions,
     };
     Ok(Json(
         views::status(&*gateway.store, gateway.state.path(), Some(info)).await?,

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use clawgate_acpx::{ControllerConfig, LifecycleController, system_table};
+use clawgate_acpx::{AgentLimits, ControllerConfig, LifecycleController, system_table};
 use clawgate_awareness::{Awareness, AwarenessConfig, RetentionPolicy};
 use clawgate_channel_sdk::{ChannelRegistry, ChannelSetup, SetupError};
 use clawgate_messages::{Messenger, ReceiveOptions, Receiver, SourceRunner, SourceStores};
@@ -221,7 +221,19 @@ impl Gateway {
                 Some(dir) => dir.clone(),
                 None => std::env::current_dir().map_err(GatewayError::WorkingDir)?,
             };
-            agents.insert(agent.id.clone(), AgentCommand::new(argv, cwd));
+            agents.insert(
+                agent.id.clone(),
+                AgentCommand::new(argv, cwd)
+                    .with_busy_notice_after(Duration::from_secs(agent.busy_notice_secs)),
+            );
+            acpx.set_limits(
+                &agent.id,
+                AgentLimits {
+                    max_live: Some(agent.max_live_or_default()),
+                    idle_close: (agent.idle_close_secs > 0)
+                        .then(|| Duration::from_secs(agent.idle_close_secs)),
+                },
+            );
         }
 
         let mut channels = Vec::new();
@@ -392,10 +404,17 @@ impl Gateway {
         let mut retention = tokio::time::interval(Duration::from_secs(3600));
         let mut first_pass = true;
         let mut survivors = tokio::time::interval(SURVIVOR_RECHECK);
+        let mut idle = tokio::time::interval(IDLE_SWEEP);
         loop {
             tokio::select! {
                 _ = stop.changed() => return,
                 _ = survivors.tick() => self.recheck_survivors().await,
+                _ = idle.tick() => {
+                    let closed = self.acpx.close_idle(now_ms()).await;
+                    if closed > 0 {
+                        info!(closed, "idle agent sessions closed");
+                    }
+                }
                 _ = recovery.tick() => {
                     match self.messenger.recover_paced(&RECOVERY_PACE).await {
                         Ok(report) if first_pass => {
@@ -580,6 +599,10 @@ const RECOVERY_PACE: clawgate_messages::RecoveryPace = clawgate_messages::Recove
     per_channel: 16,
     time_budget: Some(Duration::from_secs(30)),
 };
+
+/// How often sessions are looked at for idleness (an idle close happens within this of its
+/// time).
+const IDLE_SWEEP: Duration = Duration::from_secs(1);
 
 /// How long a stopping gateway waits for the turns its closed agent sessions cut short.
 const RECEIVE_SETTLE: Duration = Duration::from_secs(5);

@@ -48,6 +48,7 @@ pub(crate) fn session_row(key: &SessionKey, lease: Option<LeaseId>) -> SessionRo
         label: None,
         acp_owner: None,
         lease_id: lease,
+        acp_session_id: None,
         created_at: 1,
         updated_at: 1,
         reset_at: None,

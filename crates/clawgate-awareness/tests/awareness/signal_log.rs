@@ -85,6 +85,7 @@ async fn state_version_is_listed_once_there_are_changes_and_status_always_report
             label: None,
             acp_owner: None,
             lease_id: None,
+            acp_session_id: None,
             created_at: 1,
             updated_at: 1,
             reset_at: None,

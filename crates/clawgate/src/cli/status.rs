@@ -33,6 +33,20 @@ impl Render for views::StatusView {
             None => "not running".to_owned(),
         };
         t.row(["gateway", &gateway]);
+        if let Some(g) = &self.gateway {
+            t.row([
+                "agents".to_owned(),
+                format!(
+                    "{} sessions live ({} in use), {} turns queued, {} idle closes, {} evicted \
+                     for a waiting turn",
+                    g.agent_sessions_live,
+                    g.agent_sessions_in_use,
+                    g.turns_queued,
+                    g.idle_closes,
+                    g.evictions
+                ),
+            ]);
+        }
         t.row([
             "schema".to_owned(),
             format!(

@@ -267,6 +267,17 @@ pub struct AgentSection {
     pub command: Vec<String>,
     /// Working directory of the agent's sessions (default: the working directory).
     pub cwd: Option<PathBuf>,
+    /// A session idle this long is closed (process ended, lease `closed`); its next message
+    /// starts a process again and resumes the ACP session (`session/load`) when the agent can.
+    /// 0 keeps idle sessions open.
+    pub idle_close_secs: u64,
+    /// Live agent processes of this agent at most (default: sized to the machine's memory).
+    /// At the cap the least recently used idle session is closed for a new one; when every
+    /// session is busy, turns wait in their conversation.
+    pub max_live: Option<usize>,
+    /// A turn that waits this long for a free session tells the person once that the message
+    /// is queued.
+    pub busy_notice_secs: u64,
 }
 
 impl Default for AgentSection {
@@ -275,7 +286,30 @@ impl Default for AgentSection {
             id: "main".into(),
             command: Vec::new(),
             cwd: None,
+            idle_close_secs: 600,
+            max_live: None,
+            busy_notice_secs: 30,
         }
+    }
+}
+
+impl AgentSection {
+    /// `max_live`, or the default for this machine: about one process per 64 MiB of memory
+    /// (an agent and its wrapper take some 20 MiB; the rest is headroom), from 8 to 512.
+    pub fn max_live_or_default(&self) -> usize {
+        self.max_live.unwrap_or_else(|| {
+            let memory = std::fs::read_to_string("/proc/meminfo")
+                .ok()
+                .and_then(|info| {
+                    info.lines()
+                        .find_map(|line| line.strip_prefix("MemTotal:"))
+                        .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                })
+                .map_or(4 << 30, |kb| kb.saturating_mul(1024));
+            usize::try_from(memory / (64 << 20))
+                .unwrap_or(512)
+                .clamp(8, 512)
+        })
     }
 }
 

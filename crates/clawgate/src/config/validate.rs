@@ -89,6 +89,13 @@ impl Config {
                     format!("agent {:?} is defined twice", agent.id),
                 ));
             }
+            if agent.max_live == Some(0) {
+                return Err(invalid(
+                    &format!("agents[{n}].max_live"),
+                    "must be at least 1 (leave it out for the default sized to this machine)"
+                        .into(),
+                ));
+            }
             if let Some(program) = agent.command.first() {
                 if program.is_empty() {
                     return Err(invalid(

@@ -53,6 +53,21 @@ pub struct GatewayInfo {
     pub turns_in_flight: u64,
     pub turns_completed: u64,
     pub turns_failed: u64,
+    /// Live agent sessions (one agent process tree each).
+    #[serde(default)]
+    pub agent_sessions_live: u64,
+    /// Of those, serving a turn right now.
+    #[serde(default)]
+    pub agent_sessions_in_use: u64,
+    /// Turns waiting for a session: every session of their agent is busy at `max_live`.
+    #[serde(default)]
+    pub turns_queued: u64,
+    /// Sessions closed for idleness since the start (`agents[].idle_close_secs`).
+    #[serde(default)]
+    pub idle_closes: u64,
+    /// Idle sessions closed to make room for a waiting turn since the start.
+    #[serde(default)]
+    pub evictions: u64,
 }
 
 pub async fn status(

@@ -4,6 +4,7 @@
 //! API simulator, and every other channel kind on its real server or its simulator (one module
 //! per channel: a reply through it, and its random-instant crash matrix).
 
+mod agent_pool;
 mod backlog;
 mod bots;
 mod browser;

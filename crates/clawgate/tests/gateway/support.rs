@@ -47,6 +47,17 @@ pub(crate) fn config_file_with_agent(
     platform: Option<&QaPlatform>,
     command: &[String],
 ) -> PathBuf {
+    config_file_with_agent_keys(dir, platform, command, "")
+}
+
+/// As [`config_file_with_agent`], with more keys of the `[[agents]]` entry (`agent_keys`,
+/// TOML lines such as `max_live = 2`).
+pub(crate) fn config_file_with_agent_keys(
+    dir: &Path,
+    platform: Option<&QaPlatform>,
+    command: &[String],
+    agent_keys: &str,
+) -> PathBuf {
     let command = command
         .iter()
         .map(|a| format!("{a:?}"))
@@ -55,7 +66,8 @@ pub(crate) fn config_file_with_agent(
     let mut text = format!(
         "[gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
          [retry]\nbase_delay_ms = 100\nreconcile_delay_ms = 100\n\n\
-         [[agents]]\nid = \"main\"\ncommand = [{command}]\n\n[[channels]]\nkind = \"qa\"\n"
+         [[agents]]\nid = \"main\"\ncommand = [{command}]\n{agent_keys}\n\n\
+         [[channels]]\nkind = \"qa\"\n"
     );
     match platform {
         Some(platform) => text.push_str(&format!(

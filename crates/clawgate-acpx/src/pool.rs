@@ -1,0 +1,208 @@
+//! Bounds on live agent sessions, per agent: a cap on live processes (`max_live`), closing
+//! sessions left idle (`idle_close`), and the queue of turns waiting for a slot.
+//!
+//! A live session is *in use* while a [`SessionUse`] of it is held (a turn's prompt) and idle
+//! otherwise. At the cap, a turn that needs a new process takes the slot of the least recently
+//! used idle session (which is closed); when every session is in use it waits, first come first
+//! served. While turns wait, a session that falls idle is given up to them rather than kept by
+//! its own conversation's next turn (which queues behind them): a few busy conversations cannot
+//! starve the others.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::controller::AcpRuntimeHandle;
+
+/// The limits of one agent's sessions (see `agents[]` in the gateway's configuration).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AgentLimits {
+    /// Live agent processes at most; `None` is unbounded.
+    pub max_live: Option<usize>,
+    /// A session idle this long is closed (its next turn starts a process again and resumes
+    /// the ACP session when the agent can); `None` keeps idle sessions open.
+    pub idle_close: Option<Duration>,
+}
+
+/// What the pools show (`status`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PoolFigures {
+    /// Live agent sessions (one process tree each).
+    pub live: usize,
+    /// Of those, serving a turn right now.
+    pub in_use: usize,
+    /// Turns waiting for a slot under an agent's `max_live`.
+    pub queued: usize,
+    /// Sessions closed for idleness since the start.
+    pub idle_closes: u64,
+    /// Idle sessions closed to give their slot to a waiting turn since the start.
+    pub evictions: u64,
+}
+
+/// How much a live session is used: turns in it now, and since when it is idle.
+#[derive(Debug)]
+pub(crate) struct Usage {
+    in_use: AtomicUsize,
+    idle_since: Mutex<Instant>,
+}
+
+impl Usage {
+    pub(crate) fn new() -> Arc<Usage> {
+        Arc::new(Usage {
+            in_use: AtomicUsize::new(0),
+            idle_since: Mutex::new(Instant::now()),
+        })
+    }
+
+    pub(crate) fn in_use(&self) -> bool {
+        self.in_use.load(Ordering::SeqCst) > 0
+    }
+
+    pub(crate) fn idle_since(&self) -> Instant {
+        *self
+            .idle_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A live session held for a turn: idle again when dropped.
+#[derive(Debug)]
+pub struct SessionUse {
+    handle: AcpRuntimeHandle,
+    usage: Arc<Usage>,
+    pools: Arc<Pools>,
+}
+
+impl SessionUse {
+    pub(crate) fn new(handle: AcpRuntimeHandle, usage: Arc<Usage>, pools: Arc<Pools>) -> Self {
+        usage.in_use.fetch_add(1, Ordering::SeqCst);
+        SessionUse {
+            handle,
+            usage,
+            pools,
+        }
+    }
+
+    /// The session's runtime.
+    pub fn handle(&self) -> &AcpRuntimeHandle {
+        &self.handle
+    }
+}
+
+impl Drop for SessionUse {
+    fn drop(&mut self) {
+        *self
+            .usage
+            .idle_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+        self.usage.in_use.fetch_sub(1, Ordering::SeqCst);
+        self.pools.changed.notify_waiters();
+    }
+}
+
+/// The limits, the waiting turns and the counters of every agent.
+#[derive(Debug, Default)]
+pub(crate) struct Pools {
+    limits: Mutex<HashMap<String, AgentLimits>>,
+    /// Per agent, the tickets of turns waiting for a slot, first come first.
+    waiting: Mutex<HashMap<String, VecDeque<u64>>>,
+    next_ticket: AtomicU64,
+    /// Woken whenever a slot may have come free: a session fell idle or closed, a waiting
+    /// turn left the queue.
+    pub(crate) changed: Notify,
+    pub(crate) idle_closes: AtomicU64,
+    pub(crate) evictions: AtomicU64,
+}
+
+impl Pools {
+    pub(crate) fn set_limits(&self, agent: &str, limits: AgentLimits) {
+        self.limits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(agent.to_owned(), limits);
+    }
+
+    pub(crate) fn limits(&self, agent: &str) -> AgentLimits {
+        self.limits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(agent)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Whether `ticket` (or a turn without one) may take a slot now: nobody waits before it.
+    pub(crate) fn is_first(&self, agent: &str, ticket: Option<u64>) -> bool {
+        let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        match waiting.get(agent).and_then(VecDeque::front) {
+            None => true,
+            Some(first) => Some(*first) == ticket,
+        }
+    }
+
+    /// Whether turns other than `ticket`'s wait for a slot of `agent`.
+    pub(crate) fn others_waiting(&self, agent: &str, ticket: Option<u64>) -> bool {
+        let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        waiting
+            .get(agent)
+            .is_some_and(|queue| queue.iter().any(|t| Some(*t) != ticket))
+    }
+
+    /// Queues a turn of `agent`; returns its ticket.
+    pub(crate) fn enqueue(&self, agent: &str) -> u64 {
+        let ticket = self.next_ticket.fetch_add(1, Ordering::SeqCst);
+        self.waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(agent.to_owned())
+            .or_default()
+            .push_back(ticket);
+        ticket
+    }
+
+    /// Takes `ticket` out of the queue (it got its slot, or gave up), and wakes the others: the
+    /// next one may be first now.
+    pub(crate) fn leave(&self, agent: &str, ticket: Option<u64>) {
+        let Some(ticket) = ticket else {
+            return;
+        };
+        {
+            let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(queue) = waiting.get_mut(agent) {
+                queue.retain(|t| *t != ticket);
+                if queue.is_empty() {
+                    waiting.remove(agent);
+                }
+            }
+        }
+        self.changed.notify_waiters();
+    }
+
+    pub(crate) fn queued(&self) -> usize {
+        self.waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .map(VecDeque::len)
+            .sum()
+    }
+}
+
+/// Takes a waiting turn's ticket out of the queue however its wait ends (a turn cancelled
+/// while it waits must not block the queue).
+pub(crate) struct Ticket<'a> {
+    pub(crate) pools: &'a Pools,
+    pub(crate) agent: &'a str,
+    pub(crate) ticket: Option<u64>,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        self.pools.leave(self.agent, self.ticket.take());
+    }
+}
