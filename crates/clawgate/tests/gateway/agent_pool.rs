@@ -309,3 +309,44 @@ async fn a_kill_while_idle_sessions_close_leaves_no_orphan_and_loses_no_reply() 
     assert!(gateway.interrupt().success());
     assert!(leftover_processes(&state).is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_conversation_cannot_starve_another_at_the_cap() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // One process for everyone, about half a second a reply.
+    let gateway = start(
+        dir.path(),
+        &["--chunk-ms", "60", "--words", "8"],
+        "max_live = 1\nbusy_notice_secs = 600",
+    );
+    for n in 0..4 {
+        gateway.say("busy", &format!("flood {n}")).await;
+    }
+    answered(&gateway, "busy", "echo: flood 0", 1).await;
+    // The flood's next turns are queued in their lane; another conversation writes now.
+    gateway.say("quiet", "just one").await;
+    answered(&gateway, "quiet", "echo: just one", 1).await;
+    answered(&gateway, "busy", "echo: flood 3", 1).await;
+    // Finals in the order they landed on the platform.
+    let mut landed: Vec<(u64, String)> = Vec::new();
+    for conversation in ["busy", "quiet"] {
+        for m in gateway.chat(conversation).await {
+            if m["fromAgent"] == true && m["state"] == "final" {
+                landed.push((
+                    m["seq"].as_u64().expect("seq"),
+                    m["text"].as_str().unwrap_or_default().to_owned(),
+                ));
+            }
+        }
+    }
+    landed.sort();
+    let quiet_at = landed
+        .iter()
+        .position(|(_, t)| t.starts_with("echo: just one"))
+        .expect("the quiet conversation's final");
+    assert!(
+        quiet_at <= 2,
+        "the quiet conversation waited for at most one more of the flood's turns: {landed:?}"
+    );
+    assert!(gateway.interrupt().success());
+}
