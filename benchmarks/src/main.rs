@@ -28,6 +28,7 @@ mod matrix;
 mod postgres;
 mod receive;
 mod release;
+mod scale;
 mod send;
 mod telegram;
 
@@ -44,18 +45,20 @@ enum Suite {
     Awareness,
     Acpx,
     Gateway,
+    Scale,
     Telegram,
     Matrix,
 }
 
 impl Suite {
-    const ALL: [Suite; 8] = [
+    const ALL: [Suite; 9] = [
         Suite::Store,
         Suite::Send,
         Suite::Receive,
         Suite::Awareness,
         Suite::Acpx,
         Suite::Gateway,
+        Suite::Scale,
         Suite::Telegram,
         Suite::Matrix,
     ];
@@ -68,6 +71,7 @@ impl Suite {
             "awareness" => Some(Suite::Awareness),
             "acpx" => Some(Suite::Acpx),
             "gateway" => Some(Suite::Gateway),
+            "scale" => Some(Suite::Scale),
             "telegram" => Some(Suite::Telegram),
             "matrix" => Some(Suite::Matrix),
             _ => None,
@@ -82,6 +86,7 @@ impl Suite {
             Suite::Awareness => "awareness",
             Suite::Acpx => "acpx",
             Suite::Gateway => "gateway",
+            Suite::Scale => "scale",
             Suite::Telegram => "telegram",
             Suite::Matrix => "matrix",
         }
@@ -110,6 +115,11 @@ impl Suite {
             }
             Suite::Gateway => {
                 "the clawgate binary: idle RSS, inbound → committed final p50/p99 vs the agent alone"
+            }
+            Suite::Scale => {
+                "10,000 conversations × 3 messages at max_live = 64 beside 100: messages/s, \
+                 p50/p99, peak RSS of gateway and agents, RSS per idle conversation \
+                 (CLAWGATE_BENCH_CONVERSATIONS=N sizes the big run)"
             }
             Suite::Matrix => {
                 "a Matrix account on a real Synapse: inbound → final p50/p99, messages/s over 10 \
@@ -264,6 +274,7 @@ fn run(suite: Suite, backend: Option<Backend>) -> anyhow::Result<()> {
         Suite::Awareness => awareness::run(scratch.path()),
         Suite::Acpx => acpx::run(scratch.path()),
         Suite::Gateway => gateway::run(scratch.path()),
+        Suite::Scale => scale::run(scratch.path()),
         Suite::Telegram => telegram::run(scratch.path()),
         Suite::Matrix => matrix::run(scratch.path()),
     }

@@ -6,13 +6,14 @@ use crate::cmd::{cargo, run as run_command};
 use crate::postgres;
 
 /// The suites `clawgate-bench` runs; checked here too so a typo fails before a release build.
-pub(crate) const SUITES: [&str; 8] = [
+pub(crate) const SUITES: [&str; 9] = [
     "store",
     "send",
     "receive",
     "awareness",
     "acpx",
     "gateway",
+    "scale",
     "telegram",
     "matrix",
 ];

@@ -579,7 +579,7 @@ impl LifecycleController {
                         None => {
                             // Idle while turns of other conversations wait for a slot: the
                             // slot goes to the first of them, this turn queues behind.
-                            if let Some(own) = live.remove(&input.session_key) {
+                            if let Some(own) = self.take(&mut live, &input.session_key) {
                                 evict = Some((
                                     input.session_key.clone(),
                                     own,
@@ -595,7 +595,9 @@ impl LifecycleController {
                     }
                 }
                 if evict.is_none() && self.pools.is_first(&agent, ticket.ticket) {
-                    let running = live.values().filter(|s| s.agent_id == agent).count();
+                    // Sessions being closed still have their processes: they count too.
+                    let running = live.values().filter(|s| s.agent_id == agent).count()
+                        + self.pools.closing_count(&agent);
                     if limits.max_live.is_none_or(|max| running < max) {
                         self.pools.leave(&agent, ticket.ticket.take());
                         let lease_id = LeaseId::parse(clawgate_store::ids::new_id())?;
@@ -615,7 +617,7 @@ impl LifecycleController {
                         .min_by_key(|(_, s)| s.usage.idle_since())
                         .map(|(key, _)| key.clone());
                     if let Some(key) = idlest
-                        && let Some(session) = live.remove(&key)
+                        && let Some(session) = self.take(&mut live, &key)
                     {
                         evict = Some((
                             key,
@@ -668,7 +670,7 @@ impl LifecycleController {
                 .map(|(key, _)| key.clone())
                 .collect();
             due.into_iter()
-                .filter_map(|key| live.remove(&key).map(|s| (key, s)))
+                .filter_map(|key| self.take(&mut live, &key).map(|s| (key, s)))
                 .collect()
         };
         let closed = idle.len();
@@ -687,7 +689,7 @@ impl LifecycleController {
     pub async fn figures(&self) -> PoolFigures {
         let live = self.live.lock().await;
         PoolFigures {
-            live: live.len(),
+            live: live.len() + self.pools.closing_total(),
             in_use: live.values().filter(|s| s.usage.in_use()).count(),
             queued: self.pools.queued(),
             idle_closes: self
@@ -867,8 +869,24 @@ impl LifecycleController {
         if self.store.load_session(key).await?.is_none() {
             return Err(AcpxError::UnknownSession(key.clone()));
         }
-        let live = self.live.lock().await.remove(key);
+        let live = {
+            let mut live = self.live.lock().await;
+            self.take(&mut live, key)
+        };
         self.close_removed(key, live, reason, now).await
+    }
+
+    /// Takes `key`'s session out of the live set to close it: until
+    /// [`LifecycleController::close_removed`] has ended it, it counts against its agent's
+    /// `max_live` (its process is still there).
+    fn take(
+        &self,
+        live: &mut HashMap<SessionKey, LiveSession>,
+        key: &SessionKey,
+    ) -> Option<LiveSession> {
+        let session = live.remove(key)?;
+        self.pools.closing(&session.agent_id);
+        Some(session)
     }
 
     /// Closes a session already taken out of the live set (`live`, when it had a runtime
@@ -880,9 +898,13 @@ impl LifecycleController {
         reason: &str,
         now: UnixMillis,
     ) -> Result<CloseOutcome, AcpxError> {
+        let agent = live.as_ref().map(|s| s.agent_id.clone());
         let closed = self.close_lease_of(key, live, reason, now).await;
         // A slot came free (or may have).
-        self.pools.changed.notify_waiters();
+        match agent {
+            Some(agent) => self.pools.closed(&agent),
+            None => self.pools.changed.notify_waiters(),
+        }
         closed
     }
 

@@ -30,7 +30,7 @@ pub struct AgentLimits {
 /// What the pools show (`status`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PoolFigures {
-    /// Live agent sessions (one process tree each).
+    /// Live agent sessions (one process tree each), those being closed included.
     pub live: usize,
     /// Of those, serving a turn right now.
     pub in_use: usize,
@@ -117,6 +117,9 @@ pub(crate) struct Pools {
     pub(crate) changed: Notify,
     pub(crate) idle_closes: AtomicU64,
     pub(crate) evictions: AtomicU64,
+    /// Per agent, sessions taken out of the live set whose processes are being ended: they
+    /// still count against `max_live` until they are gone.
+    closing: Mutex<HashMap<String, usize>>,
 }
 
 impl Pools {
@@ -181,6 +184,49 @@ impl Pools {
             }
         }
         self.changed.notify_waiters();
+    }
+
+    /// A session of `agent` is being closed: its process counts until [`Pools::closed`].
+    pub(crate) fn closing(&self, agent: &str) {
+        *self
+            .closing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(agent.to_owned())
+            .or_default() += 1;
+    }
+
+    /// A session of `agent` that was closing is gone; waiting turns are woken.
+    pub(crate) fn closed(&self, agent: &str) {
+        {
+            let mut closing = self.closing.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(n) = closing.get_mut(agent) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    closing.remove(agent);
+                }
+            }
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Sessions of `agent` being closed now.
+    pub(crate) fn closing_count(&self, agent: &str) -> usize {
+        self.closing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(agent)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Sessions of every agent being closed now.
+    pub(crate) fn closing_total(&self) -> usize {
+        self.closing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .sum()
     }
 
     pub(crate) fn queued(&self) -> usize {
