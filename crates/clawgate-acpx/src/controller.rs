@@ -780,7 +780,15 @@ impl LifecycleController {
                 lease.state = LeaseState::Lost;
                 lease.ended_at = Some(now);
                 self.store.save_lease(&lease, expected).await?;
-                tracing::info!(%reason, "no signal: process already gone; lease marked lost");
+                if matches!(reason, NotOurs::PidReused { .. }) {
+                    // A live stranger holds the lease's pid now: what an operator should see
+                    // (at the default level) is that it was left alone.
+                    tracing::warn!(lease_id = %lease.lease_id, %reason,
+                        "refused to signal: not ours, not signalled (the lease's process is gone \
+                         and its pid reused); lease marked lost");
+                } else {
+                    tracing::info!(%reason, "no signal: process already gone; lease marked lost");
+                }
                 Ok(CloseOutcome::Lost(reason.to_string()))
             }
             Verdict::NotOurs(reason) => {
