@@ -231,7 +231,12 @@ const WEBHOOK_MAX_ATTEMPTS: u32 = 8;
 /// Why an injected inbound message was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum InboundRefused {
-    Invalid,
+    Empty,
+    /// Longer than `max_text_chars`.
+    TooLong {
+        length: usize,
+        limit: usize,
+    },
     ReplyTargetNotFound(String),
     /// The update exists in memory but could not be saved, so it is not acknowledged.
     NotSaved(String),
@@ -240,10 +245,15 @@ enum InboundRefused {
 impl InboundRefused {
     fn response(&self) -> Response {
         match self {
-            InboundRefused::Invalid => error(
+            InboundRefused::Empty => error(
                 StatusCode::BAD_REQUEST,
                 "invalid_request",
-                "text must be 1 to max_text_chars characters",
+                "text must not be empty",
+            ),
+            InboundRefused::TooLong { length, limit } => error(
+                StatusCode::BAD_REQUEST,
+                "message_too_long",
+                format!("text is {length} characters; the limit is {limit}"),
             ),
             InboundRefused::ReplyTargetNotFound(id) => error(
                 StatusCode::NOT_FOUND,
@@ -288,8 +298,15 @@ impl Shared {
         conversation: String,
         request: InboundRequest,
     ) -> Result<PlatformMessage, InboundRefused> {
-        if request.text.is_empty() || request.text.chars().count() > self.config.max_text_chars {
-            return Err(InboundRefused::Invalid);
+        if request.text.is_empty() {
+            return Err(InboundRefused::Empty);
+        }
+        let length = request.text.chars().count();
+        if length > self.config.max_text_chars {
+            return Err(InboundRefused::TooLong {
+                length,
+                limit: self.config.max_text_chars,
+            });
         }
         let mut state = self.lock();
         if let Some(reply_to) = &request.reply_to_id

@@ -37,11 +37,11 @@ use tokio::sync::Mutex;
 use tracing::Instrument;
 
 use crate::acp::{AcpClient, AcpError, TurnOutcome};
-use crate::evidence::{INSTANCE_FLAG, LEASE_FLAG, command_hash};
+use crate::evidence::{INSTANCE_FLAG, LEASE_FLAG, PARENT_PID_ENV, command_hash};
 use crate::pool::{AgentLimits, PoolFigures, Pools, SessionUse, Ticket, Usage};
 use crate::table::ProcessTable;
 use crate::terminate::{Termination, Timing, terminate_tree};
-use crate::verify::{CannotTell, NotOurs, Verdict, verify_owned_tree};
+use crate::verify::{CannotTell, NotOurs, OwnedTree, Verdict, verify_owned_tree};
 
 /// The wrapper's report line prefix on stderr.
 pub const WRAPPER_REPORT_PREFIX: &str = "clawgate-acpx-wrapper ready ";
@@ -100,6 +100,26 @@ pub enum AcpxError {
         session: SessionKey,
         lease_id: LeaseId,
         step: &'static str,
+    },
+    /// A lease of this instance is served by a live wrapper whose parent, the process that
+    /// started it, is alive and is not this process: another gateway runs with this instance
+    /// id (its state directory, or its database, was copied while it ran). Nothing was
+    /// signalled and no lease was changed.
+    #[error(
+        "another gateway (pid {gateway_pid}) runs with this gateway instance id \
+         {instance}: it started the live agent of lease {lease_id} (wrapper pid {wrapper_pid}) \
+         and is still its parent, so this state directory is a copy of a running gateway's \
+         (copied while it ran, e.g. for a backup). Nothing was signalled and no lease was \
+         changed. Run only one of them: stop the gateway with pid {gateway_pid} first if this \
+         copy is to replace it, or keep this copy as a backup and leave it stopped (a copy \
+         carries the original's instance id and leases; back up with the gateway stopped, or \
+         with SQLite's online backup)"
+    )]
+    AnotherGateway {
+        gateway_pid: u32,
+        instance: GatewayInstanceId,
+        lease_id: LeaseId,
+        wrapper_pid: u32,
     },
     #[error("ACP with the agent of session {session}: {source}")]
     Acp {
@@ -981,6 +1001,16 @@ impl LifecycleController {
         }
         match verdict {
             Verdict::Owned(tree) => {
+                if let Some(gateway_pid) = self.other_gateway(&tree) {
+                    let why = format!(
+                        "its wrapper (pid {}) is the child of another live gateway (pid \
+                         {gateway_pid}) with this instance id: a copied state directory",
+                        tree.root.stat.pid
+                    );
+                    tracing::warn!(lease_id = %lease.lease_id, gateway_pid,
+                        "refused to signal: {why}; not ours, not signalled");
+                    return Ok(CloseOutcome::Refused(why));
+                }
                 let expected = lease.state;
                 if expected == LeaseState::Open {
                     lease.state = LeaseState::Closing;
@@ -1003,7 +1033,8 @@ impl LifecycleController {
                 self.settle(lease, report, now).await
             }
             Verdict::CannotTell(reason) => {
-                tracing::warn!(%reason, "refused to signal: cannot verify ownership");
+                tracing::warn!(lease_id = %lease.lease_id, %reason,
+                    "refused to signal: cannot verify ownership");
                 Ok(CloseOutcome::Refused(reason.to_string()))
             }
             Verdict::NotOurs(reason)
@@ -1026,14 +1057,61 @@ impl LifecycleController {
                 lease.state = LeaseState::Lost;
                 lease.ended_at = Some(now);
                 self.store.save_lease(&lease, expected).await?;
-                tracing::info!(%reason, "no signal: process already gone; lease marked lost");
+                if matches!(reason, NotOurs::PidReused { .. }) {
+                    // A live stranger holds the lease's pid now: what an operator should see
+                    // (at the default level) is that it was left alone.
+                    tracing::warn!(lease_id = %lease.lease_id, %reason,
+                        "refused to signal: not ours, not signalled (the lease's process is gone \
+                         and its pid reused); lease marked lost");
+                } else {
+                    tracing::info!(%reason, "no signal: process already gone; lease marked lost");
+                }
                 Ok(CloseOutcome::Lost(reason.to_string()))
             }
             Verdict::NotOurs(reason) => {
-                tracing::warn!(%reason, "refused to signal: live process is not this lease's");
+                tracing::warn!(lease_id = %lease.lease_id, %reason,
+                    "refused to signal: live process is not this lease's; not ours, not signalled");
                 Ok(CloseOutcome::Refused(reason.to_string()))
             }
         }
+    }
+
+    /// The pid of another live gateway that started this verified tree's wrapper and is still
+    /// its parent, if there is one: the wrapper's environment names the process that started
+    /// it, and its parent is that process, alive, older than the wrapper, and not this one.
+    /// (A wrapper whose gateway died is reparented, so its parent no longer matches.) Anything
+    /// unreadable is no evidence: `None`.
+    fn other_gateway(&self, tree: &OwnedTree) -> Option<u32> {
+        let root = &tree.root.stat;
+        let parent = root.ppid;
+        if parent <= 1 || parent == std::process::id() {
+            return None;
+        }
+        let started_by = tree.root.handle.environ_var(PARENT_PID_ENV).ok()??;
+        if started_by?.parse::<u32>().ok()? != parent {
+            return None;
+        }
+        let stat = self.table.open(parent).ok()??.stat().ok()??;
+        (!stat.zombie && stat.start_time <= root.start_time).then_some(parent)
+    }
+
+    /// [`AcpxError::AnotherGateway`] when one of `leases` is served by a live wrapper of
+    /// another gateway with this instance id. Reads only: nothing is signalled or written.
+    fn another_gateway(&self, leases: &[AcpxProcessLease]) -> Option<AcpxError> {
+        for lease in leases.iter().filter(|l| !l.state.is_finished()) {
+            if let Verdict::Owned(tree) =
+                verify_owned_tree(self.table.as_ref(), lease, &self.instance)
+                && let Some(gateway_pid) = self.other_gateway(&tree)
+            {
+                return Some(AcpxError::AnotherGateway {
+                    gateway_pid,
+                    instance: self.instance.clone(),
+                    lease_id: lease.lease_id.clone(),
+                    wrapper_pid: tree.root.stat.pid,
+                });
+            }
+        }
+        None
     }
 
     /// Records the end of a termination of a `closing` lease: `closed` when nothing owned
@@ -1125,6 +1203,16 @@ impl LifecycleController {
             .values()
             .map(|s| s.handle.lease_id.clone())
             .collect();
+        // Before anything is signalled or written: leases served by another live gateway (a
+        // copy of this state runs beside it) make this reap, and this start, refuse.
+        let unserved: Vec<AcpxProcessLease> = leases
+            .iter()
+            .filter(|l| !running.contains(&l.lease_id))
+            .cloned()
+            .collect();
+        if let Some(refusal) = self.another_gateway(&unserved) {
+            return Err(refusal);
+        }
         let mut report = ReapReport::default();
         for lease in leases {
             if running.contains(&lease.lease_id) {
@@ -1227,7 +1315,7 @@ fn spawn_now(argv: &[String]) -> std::io::Result<std::process::Child> {
         .ok_or_else(|| std::io::Error::other("empty wrapper command"))?;
     std::process::Command::new(program)
         .args(args)
-        .env("CLAWGATE_ACPX_PARENT_PID", std::process::id().to_string())
+        .env(PARENT_PID_ENV, std::process::id().to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -11,6 +11,8 @@ use sha2::{Digest, Sha256};
 
 pub const LEASE_FLAG: &str = "--clawgate-acpx-lease-id";
 pub const INSTANCE_FLAG: &str = "--clawgate-gateway-instance-id";
+/// Set by the gateway in the wrapper's environment: the pid of the process that started it.
+pub const PARENT_PID_ENV: &str = "CLAWGATE_ACPX_PARENT_PID";
 /// Set by the wrapper in the adapter's environment; inherited by the adapter's descendants.
 pub const LEASE_ENV: &str = "CLAWGATE_ACPX_LEASE_ID";
 

@@ -11,7 +11,7 @@ pub enum AwarenessError {
     /// a session it may not see exists.
     #[error(
         "session {key} does not exist or is not visible to {requester}: check the key, or the \
-         tools.sessions visibility / agent-to-agent policy"
+         configuration's `[sessions] visibility` and `[sessions] a2a` (agent-to-agent policy)"
     )]
     NotVisible {
         key: SessionKey,

@@ -20,7 +20,8 @@ pub enum StoreError {
 
     #[error(
         "state database {database} stayed busy past the {timeout_ms} ms busy timeout: another \
-         process is writing heavily; retry, or raise the busy timeout"
+         process is writing heavily; retry in a moment, and if it stays busy find that process \
+         (`fuser {database}`): only one gateway may write a state directory"
     )]
     Busy { database: String, timeout_ms: u64 },
 

@@ -56,6 +56,10 @@ pub enum GatewayError {
     OpenStore(#[from] crate::store::OpenError),
     #[error("agent runtime: {0}")]
     Acpx(#[from] clawgate_acpx::AcpxError),
+    /// Another live gateway runs with this state's instance id (a copied state directory):
+    /// [`clawgate_acpx::AcpxError::AnotherGateway`] names its pid and what to do.
+    #[error(transparent)]
+    AnotherGateway(clawgate_acpx::AcpxError),
     #[error("cannot find this program's own path (needed to start agents under the wrapper): {0}")]
     OwnPath(std::io::Error),
     #[error("cannot read the working directory (the agents' default cwd): {0}")]
@@ -157,7 +161,15 @@ impl Gateway {
             Duration::from_secs(config.retention.lease_days.saturating_mul(86_400));
         let acpx =
             Arc::new(LifecycleController::new(store.clone(), system_table(), controller).await?);
-        let report = acpx.reap_startup_orphans(now_ms()).await?;
+        let report = acpx
+            .reap_startup_orphans(now_ms())
+            .await
+            .map_err(|error| match error {
+                clawgate_acpx::AcpxError::AnotherGateway { .. } => {
+                    GatewayError::AnotherGateway(error)
+                }
+                other => GatewayError::Acpx(other),
+            })?;
         for (lease, outcome) in &report.outcomes {
             info!(%lease, ?outcome, "agent processes of an earlier run resolved");
         }

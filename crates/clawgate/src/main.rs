@@ -80,10 +80,26 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", causes_once(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its chain of causes, each said once: most errors here name their cause in
+/// their own text already (so that a log line holding only the outer error still says why), and
+/// a cause already said is not repeated (`Permission denied (os error 13)` once, not three
+/// times).
+fn causes_once(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {

@@ -79,6 +79,51 @@ mod tests {
 
     use crate::config::{DurabilityPolicy, PostgresTlsMode, StateBackend};
 
+    /// Every setting an error's advice names (as `` `[section] key` ``) is a key of the
+    /// configuration, and no advice tells the operator to change a setting that does not
+    /// exist.
+    #[test]
+    fn advice_names_only_settings_that_exist() {
+        use clawgate_types::SessionKey;
+        let key = |k: &str| SessionKey::parse(k).expect("key");
+        let advice = [
+            clawgate_store::StoreError::Busy {
+                database: "/s/state.db".into(),
+                timeout_ms: 5000,
+            }
+            .to_string(),
+            clawgate_awareness::AwarenessError::NotVisible {
+                key: key("agent:main:qa:dm-1"),
+                requester: key("agent:main:qa:dm-2"),
+            }
+            .to_string(),
+        ];
+        let defaults = toml::Table::try_from(Config::default()).expect("defaults as TOML");
+        let mut named = 0;
+        for text in &advice {
+            assert!(
+                !text.contains("raise the busy timeout") && !text.contains("tools.sessions"),
+                "advice names a setting that does not exist: {text}"
+            );
+            for mention in text.split("`[").skip(1) {
+                let mention = mention.split('`').next().unwrap_or_default();
+                let (section, setting) = mention.split_once("] ").expect("`[section] key`");
+                assert!(
+                    defaults
+                        .get(section)
+                        .and_then(toml::Value::as_table)
+                        .is_some_and(|t| t.contains_key(setting)),
+                    "advice names `[{section}] {setting}`, which the configuration lacks: {text}"
+                );
+                named += 1;
+            }
+        }
+        assert!(
+            named >= 2,
+            "the visibility advice names its keys: {advice:?}"
+        );
+    }
+
     #[test]
     fn no_file_means_the_embedded_defaults() {
         let config = Config::load(None).expect("defaults");

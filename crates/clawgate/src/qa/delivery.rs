@@ -5,15 +5,21 @@ use std::sync::Arc;
 
 use clawgate_channel_qa::{InboundRequest, PlatformMessage, QaHandle};
 
-use crate::gateway::Channel;
+use clawgate_types::DeliveryFailureKind;
 
-/// Writes into a QA conversation as a person (the platform's inbound injection).
+use crate::gateway::Channel;
+use crate::views::ViewError;
+
+/// Writes into a QA conversation as a person (the platform's inbound injection). What the
+/// platform refuses is the caller's to fix (a message over its length limit: 422 naming the
+/// limit; another refused payload: 400; an unknown target: 404); only a platform that failed
+/// is `Upstream` (502).
 pub async fn inject(
     channel: &Channel,
     conversation: &str,
     author: &str,
     text: &str,
-) -> Result<PlatformMessage, String> {
+) -> Result<PlatformMessage, ViewError> {
     let request = InboundRequest {
         text: text.to_owned(),
         author_id: author.to_owned(),
@@ -22,11 +28,22 @@ pub async fn inject(
         reply_to_id: None,
         metadata: None,
     };
-    qa_handle(channel)?
+    qa_handle(channel)
+        .map_err(ViewError::BadRequest)?
         .adapter
         .write_as(conversation, &request)
         .await
-        .map_err(|e| format!("QA platform: {}", e.message))
+        .map_err(|e| {
+            let message = format!("QA platform: {}", e.message);
+            match (e.platform_code.as_deref(), e.kind) {
+                (Some("message_too_long"), _) => ViewError::Unprocessable(format!(
+                    "{message}: shorten the message or send it in parts"
+                )),
+                (_, DeliveryFailureKind::InvalidPayload) => ViewError::BadRequest(message),
+                (_, DeliveryFailureKind::NotFound) => ViewError::NotFound(message),
+                _ => ViewError::Upstream(message),
+            }
+        })
 }
 
 /// The QA side of a channel: its adapter and platform, when the channel is of kind `qa`.

@@ -12,7 +12,7 @@ use crate::views::{OPERATOR_SESSION_KEY, ViewError};
 
 /// `POST /v1/qa/send` body: write into a QA conversation as a person.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct QaSendBody {
     /// Letters, digits, `-` and `_`.
     pub conversation: String,
@@ -115,9 +115,7 @@ pub async fn qa_send(channel: &Channel, body: &QaSendBody) -> Result<QaMessage, 
         return Err(ViewError::BadRequest("the message is empty".into()));
     }
     let author = body.author.as_deref().unwrap_or(OPERATOR_SESSION_KEY);
-    let message = super::inject(channel, &body.conversation, author, &body.text)
-        .await
-        .map_err(ViewError::Upstream)?;
+    let message = super::inject(channel, &body.conversation, author, &body.text).await?;
     Ok(QaMessage {
         id: message.id,
         seq: message.seq,

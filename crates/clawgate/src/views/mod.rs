@@ -55,6 +55,10 @@ pub enum ViewError {
     /// The change is not legal from the current state, or someone else changed it first.
     #[error("{0}")]
     Conflict(String),
+    /// Well-formed, but a value is over a limit (a message longer than the platform takes):
+    /// the message names the limit.
+    #[error("{0}")]
+    Unprocessable(String),
     /// Needs a running gateway (its QA platform, its agents).
     #[error("{0}")]
     NeedsGateway(String),
@@ -80,6 +84,7 @@ impl ViewError {
             ViewError::BadRequest(_) => 400,
             ViewError::NotFound(_) => 404,
             ViewError::Conflict(_) => 409,
+            ViewError::Unprocessable(_) => 422,
             ViewError::NeedsGateway(_) => 503,
             ViewError::Upstream(_) => 502,
             ViewError::Unavailable(_) => 503,
@@ -130,10 +135,11 @@ impl From<AcpxError> for ViewError {
     }
 }
 
-/// Every control API error: the status code says the kind (400 bad parameters, 401 no or
-/// wrong token, 404 unknown intent or session, 409 illegal transition or changed meanwhile,
-/// 502 a platform failed, 503 needs what is not there or the state database is busy or out of
-/// reach for now), `error` says what to do.
+/// Every control API error: the status code says the kind (400 bad parameters or an unknown
+/// field, 401 no or wrong token, 404 unknown intent or session, 409 illegal transition or changed
+/// meanwhile, 413 a body over the limit, 422 a value over a limit (a message longer than the
+/// platform takes), 502 a platform failed, 503 needs what is not there or the state database is
+/// busy or out of reach for now), `error` says what to do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorBody {

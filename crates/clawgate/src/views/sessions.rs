@@ -57,7 +57,7 @@ pub struct SessionStatusParams {
 
 /// `POST /v1/sessions/{key}/send` body (`sessions_send` without the key, with the sender).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionsSendBody {
     pub message: String,
     /// After the send, the sender watches the receiving session (needs an agent-qualified

@@ -15,6 +15,7 @@ mod crash_matrix;
 mod crash_points;
 mod dead_agent;
 mod discord;
+mod error_texts;
 mod failure;
 mod feishu;
 mod googlechat;
