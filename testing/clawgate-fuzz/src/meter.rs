@@ -82,11 +82,13 @@ pub fn measure<T>(f: impl FnOnce() -> T) -> (T, usize) {
     (out, usize::try_from(peak).unwrap_or(0))
 }
 
-/// The most a parser may hold at once for an input of `input_len` bytes: a generous multiple
-/// of the input plus a fixed allowance (a parser's own tables, error texts). A parser that
-/// sizes a buffer from a number in its input blows through it.
+/// The most a parser may hold at once for an input of `input_len` bytes of JSON text: a
+/// multiple of the input that covers a parsed tree and a copy or two of it (a `Value` node
+/// costs far more than its text: a 100 KB payload of small objects held about 25 MB as trees),
+/// plus a fixed allowance. A parser that sizes a buffer from a number in its input blows
+/// through it.
 pub fn allowance(input_len: usize) -> usize {
-    input_len.saturating_mul(32).saturating_add(4 << 20)
+    input_len.saturating_mul(512).saturating_add(4 << 20)
 }
 
 #[cfg(test)]
