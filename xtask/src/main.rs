@@ -45,11 +45,13 @@ commands:
                       release build; `bench <suite> --help` prints its usage)
   tidy                check the crate layering and the publish metadata of every crate, and
                       that no crate's modules import each other in a circle
-  soak [--kills N] [--seeds A,B,…] [--matrix NAME]
+  soak [--kills N] [--seeds A,B,…] [--matrix NAME] [--fuzz-cases N]
                       the gateway's crash matrices (every channel's and shared-postgres, or
                       NAME: qa, telegram, matrix, irc, shared-postgres, …) run long on a release
                       build: N SIGKILLs (default 100) per matrix and seed (default five fixed
-                      seeds), figures added up; shared-postgres on a throwaway cluster
+                      seeds), figures added up; shared-postgres on a throwaway cluster; first
+                      every fuzz target with N cases (CLAWGATE_FUZZ_CASES, default 20000;
+                      `--matrix fuzz`: only those)
   conformance         run every conformance suite (store backends, adapters)
   setup               install the test tools `ci` needs (cargo-deny, chromium + chromedriver,
                       the aiogram and Synapse venvs under the target directory); `ci` runs it first
@@ -194,10 +196,15 @@ fn parse(args: &[String]) -> Result<Command, ArgError> {
                 None => soak::Soak::default_seeds(),
             };
             let matrix = rest.value("--matrix")?;
+            let fuzz_cases = match rest.value("--fuzz-cases")? {
+                Some(v) => v.parse().map_err(|_| invalid("--fuzz-cases", &v))?,
+                None => soak::DEFAULT_FUZZ_CASES,
+            };
             Command::Soak(soak::Soak {
                 seeds,
                 kills,
                 matrix,
+                fuzz_cases,
             })
         }
         "conformance" => Command::Conformance,
@@ -379,6 +386,7 @@ mod tests {
                     seeds: vec![1, 2],
                     kills: 40,
                     matrix: None,
+                    fuzz_cases: soak::DEFAULT_FUZZ_CASES,
                 })),
             ),
             (
@@ -387,6 +395,16 @@ mod tests {
                     seeds: soak::Soak::default_seeds(),
                     kills: 100,
                     matrix: Some("irc".into()),
+                    fuzz_cases: soak::DEFAULT_FUZZ_CASES,
+                })),
+            ),
+            (
+                "soak --matrix fuzz --fuzz-cases 500",
+                Ok(Command::Soak(soak::Soak {
+                    seeds: soak::Soak::default_seeds(),
+                    kills: 100,
+                    matrix: Some("fuzz".into()),
+                    fuzz_cases: 500,
                 })),
             ),
             (

@@ -5,6 +5,11 @@
 //! `CLAWGATE_SOAK_KILLS` / `CLAWGATE_SOAK_MESSAGES`; it is not part of `cargo xtask ci`. The
 //! `shared-postgres` matrix (two gateways on one PostgreSQL state, kills alternating) runs on
 //! a throwaway cluster started here, unless `CLAWGATE_TEST_PG=0` leaves it out.
+//!
+//! First it runs every fuzz target (the wire types' decoding, the configuration file, the
+//! control API's parameters, each channel's normalizer: the tests named `fuzz::…` and
+//! `normalize_never_panics…`) with `CLAWGATE_FUZZ_CASES` set to `--fuzz-cases` (CI runs
+//! `clawgate_fuzz::DEFAULT_CASES`); `--matrix fuzz` runs only those.
 
 use std::io::{BufRead as _, BufReader};
 use std::process::Stdio;
@@ -17,13 +22,25 @@ use crate::postgres::{self, Cluster};
 /// The matrix of two gateways sharing one PostgreSQL state (module `shared_postgres`).
 const SHARED_POSTGRES: &str = "shared-postgres";
 
+/// `--matrix fuzz`: the fuzz targets alone.
+pub(crate) const FUZZ: &str = "fuzz";
+
+/// Cases per fuzz target in a soak unless `--fuzz-cases` says otherwise.
+pub(crate) const DEFAULT_FUZZ_CASES: u64 = 20_000;
+
+/// The libtest filters every fuzz target's name matches.
+const FUZZ_FILTERS: [&str; 2] = ["fuzz::", "normalize_never_panics"];
+
 /// What one soak runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Soak {
     pub(crate) seeds: Vec<u64>,
     pub(crate) kills: u64,
-    /// One matrix (`qa`, `telegram`, `matrix`, `irc`, `twitch`, …: the test module), or all.
+    /// One matrix (`qa`, `telegram`, `matrix`, `irc`, `twitch`, …: the test module; `fuzz`:
+    /// the fuzz targets alone), or all.
     pub(crate) matrix: Option<String>,
+    /// Cases per fuzz target.
+    pub(crate) fuzz_cases: u64,
 }
 
 impl Soak {
@@ -100,9 +117,53 @@ impl Soak {
             .as_deref()
             .is_none_or(|name| name == SHARED_POSTGRES)
     }
+
+    /// Whether the fuzz targets run (all of the soak, or `--matrix fuzz`).
+    fn runs_fuzz(&self) -> bool {
+        self.matrix.as_deref().is_none_or(|name| name == FUZZ)
+    }
+}
+
+/// Every fuzz target of the workspace, `cases` cases each, on a release build.
+fn fuzz(cases: u64) -> anyhow::Result<()> {
+    let mut command = cargo([
+        "test",
+        "--release",
+        "--workspace",
+        "--all-features",
+        "--exclude",
+        "xtask",
+        "--exclude",
+        "clawgate-benchmarks",
+        "--exclude",
+        "clawgate-e2e",
+        "--",
+    ]);
+    command
+        .args(FUZZ_FILTERS)
+        .env("CLAWGATE_FUZZ_CASES", cases.to_string());
+    let line = display(&command);
+    eprintln!("soak: fuzz targets, {cases} cases each: CLAWGATE_FUZZ_CASES={cases} {line}");
+    let status = command
+        .status()
+        .with_context(|| format!("could not start `{line}`"))?;
+    if !status.success() {
+        bail!(
+            "a fuzz target failed (its minimal failing input is printed above); replay with \
+             CLAWGATE_FUZZ_CASES={cases} {line}"
+        );
+    }
+    println!("soak: every fuzz target held for {cases} cases");
+    Ok(())
 }
 
 pub(crate) fn run(soak: &Soak) -> anyhow::Result<()> {
+    if soak.runs_fuzz() {
+        fuzz(soak.fuzz_cases)?;
+    }
+    if soak.matrix.as_deref() == Some(FUZZ) {
+        return Ok(());
+    }
     // At least three messages per kill, never fewer than the QA matrix's CI run of 120.
     let messages = (soak.kills * 3).max(120);
     let filter = soak.filter();
@@ -282,6 +343,7 @@ mod tests {
             seeds: vec![1],
             kills: 1,
             matrix: matrix.map(str::to_owned),
+            fuzz_cases: 1,
         };
         assert_eq!(soak(None).filter(), "random_sigkills");
         assert_eq!(soak(Some("qa")).filter(), "crash_matrix::random_sigkills");
@@ -293,5 +355,9 @@ mod tests {
         assert!(soak(None).runs_shared_postgres());
         assert!(soak(Some("shared-postgres")).runs_shared_postgres());
         assert!(!soak(Some("qa")).runs_shared_postgres());
+        assert!(soak(None).runs_fuzz());
+        assert!(soak(Some("fuzz")).runs_fuzz());
+        assert!(!soak(Some("qa")).runs_fuzz());
+        assert!(!soak(Some("fuzz")).runs_shared_postgres());
     }
 }

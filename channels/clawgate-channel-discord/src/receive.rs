@@ -179,4 +179,18 @@ mod tests {
                 .is_bot_author
         );
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        let guild = json!({
+            "id": "1001", "channel_id": "55", "guild_id": "7", "content": "hi",
+            "author": { "id": "42", "username": "ada" },
+            "message_reference": { "message_id": "1000" }
+        });
+        let dm = json!({ "id": "1", "channel_id": "5", "content": "x",
+            "author": { "id": "4", "username": "a", "bot": true } });
+        clawgate_conformance::fuzz::normalizer_never_panics(&receiver(), vec![guild, dm]);
+    }
 }

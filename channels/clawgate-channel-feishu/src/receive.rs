@@ -282,4 +282,17 @@ mod tests {
             );
         }
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        clawgate_conformance::fuzz::normalizer_never_panics(
+            &receiver(),
+            vec![
+                event("ev1", text("om_1", "p2p", "hi"), person()),
+                event("ev2", text("om_2", "group", "@_user_1 hello"), person()),
+            ],
+        );
+    }
 }

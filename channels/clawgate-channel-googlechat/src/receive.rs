@@ -231,4 +231,15 @@ mod tests {
             );
         }
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        let dm = json!({ "name": "spaces/D", "type": "DM", "spaceType": "DIRECT_MESSAGE" });
+        clawgate_conformance::fuzz::normalizer_never_panics(
+            &receiver(),
+            vec![event(room(), person(), "hi"), event(dm, person(), "hello")],
+        );
+    }
 }

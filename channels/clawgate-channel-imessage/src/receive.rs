@@ -206,4 +206,18 @@ mod tests {
             "me"
         );
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        let r = ImessageReceiver::new("imessage", false, Vec::new(), vec!["+1999".to_owned()]);
+        clawgate_conformance::fuzz::normalizer_never_panics(
+            &r,
+            vec![
+                event("new-message", false, "+15550001111", "hi"),
+                event("new-message", false, "+1999", "beep"),
+            ],
+        );
+    }
 }

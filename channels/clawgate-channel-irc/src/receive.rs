@@ -253,4 +253,17 @@ mod tests {
             );
         }
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        clawgate_conformance::fuzz::normalizer_never_panics(
+            &receiver(false),
+            vec![
+                event(":ada!~ada@host PRIVMSG claw :hi there"),
+                event(":ada!~ada@host PRIVMSG #room :Claw: what time is it?"),
+            ],
+        );
+    }
 }

@@ -243,4 +243,19 @@ mod tests {
             );
         }
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        let dm = envelope(text_event("E1", json!({ "type": "user", "userId": "U1" })));
+        let group = envelope(text_event(
+            "E2",
+            json!({ "type": "group", "groupId": "C1", "userId": "U1" }),
+        ));
+        clawgate_conformance::fuzz::normalizer_never_panics(
+            &receiver(ReplyTokens::default()),
+            vec![dm, group],
+        );
+    }
 }

@@ -244,4 +244,15 @@ mod tests {
                 .is_bot_author
         );
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        let text = event(json!({ "msgtype": "m.text", "body": "hi" }));
+        let thread = event(json!({ "msgtype": "m.text", "body": "> <@x:hs> old\n\nnew",
+            "m.relates_to": { "rel_type": "m.thread", "event_id": "$root",
+                              "is_falling_back": true, "m.in_reply_to": { "event_id": "$root" } } }));
+        clawgate_conformance::fuzz::normalizer_never_panics(&receiver(), vec![text, thread]);
+    }
 }

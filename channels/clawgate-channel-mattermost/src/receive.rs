@@ -294,4 +294,23 @@ mod tests {
                 .is_bot_author
         );
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        let mention = event(
+            "posted",
+            "O",
+            json!({ "id": "p1", "channel_id": "c1", "user_id": "u1",
+            "message": "@clawgate: what time is it?", "root_id": "", "create_at": 5 }),
+        );
+        let reply = event(
+            "posted",
+            "O",
+            json!({ "id": "p2", "channel_id": "c1", "user_id": "u1",
+            "message": "and @clawgate again", "root_id": "p1" }),
+        );
+        clawgate_conformance::fuzz::normalizer_never_panics(&receiver(true), vec![mention, reply]);
+    }
 }

@@ -354,4 +354,18 @@ mod tests {
             );
         }
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        clawgate_conformance::fuzz::normalizer_never_panics(
+            &TalkReceiver::new("nextcloud", None),
+            vec![
+                create(42, "users/ada", "Person", "hi"),
+                create(43, "bots/x", "Application", "beep"),
+                chat(7, "users", "ada", "hello"),
+            ],
+        );
+    }
 }

@@ -215,4 +215,24 @@ mod tests {
             Err(ReceiveError::Malformed { .. })
         ));
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        let (us, person) = (Keys::generate(), Keys::generate());
+        let wrap = dm::build(
+            DmProtocol::Nip17,
+            &person,
+            &us.public_key(),
+            "hello",
+            1_700_000_000,
+            "a",
+        )
+        .unwrap();
+        clawgate_conformance::fuzz::normalizer_never_panics(
+            &receiver(&us),
+            vec![inbound_event(&wrap, "ws://r")],
+        );
+    }
 }

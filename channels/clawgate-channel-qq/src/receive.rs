@@ -138,7 +138,10 @@ impl MessageReceiveAdapter for QqReceiver {
                 return Err(self.ignored(format!("a `{other}` event is not a message to answer")));
             }
         };
-        let msg_id = at("/id").ok_or_else(|| self.malformed("a message without d.id"))?;
+        // The id is the event's dedupe key: an empty one would merge every such event into one.
+        let msg_id = at("/id")
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| self.malformed("a message without d.id"))?;
         // A group @-message starts with a space where the mention was.
         let text = at("/content")
             .map(str::trim)
@@ -230,5 +233,41 @@ mod tests {
             only.normalize(&group),
             Err(ReceiveError::Ignored { .. })
         ));
+    }
+
+    /// Regression (found by the fuzz target below): a message whose `d.id` was empty was
+    /// normalized with an empty event id, the dedupe key every such event would share.
+    #[test]
+    fn a_message_with_an_empty_id_is_malformed() {
+        let r = QqReceiver::new("qq", Arc::default(), Vec::new(), Vec::new(), Vec::new());
+        let group = json!({ "op": 0, "t": "GROUP_AT_MESSAGE_CREATE", "d": { "id": "",
+            "content": " hello", "group_openid": "G1", "author": { "member_openid": "M1" } } });
+        assert!(matches!(
+            r.normalize(&group),
+            Err(ReceiveError::Malformed { .. })
+        ));
+        assert!(matches!(
+            r.normalize(&c2c("", "U1", "hi")),
+            Err(ReceiveError::Malformed { .. })
+        ));
+    }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        let r = QqReceiver::new(
+            "qq",
+            Arc::default(),
+            Vec::new(),
+            Vec::new(),
+            vec!["BOTU".to_owned()],
+        );
+        let group = json!({ "op": 0, "t": "GROUP_AT_MESSAGE_CREATE", "d": { "id": "G_m1",
+            "content": " hello", "group_openid": "G1", "author": { "member_openid": "M1" } } });
+        clawgate_conformance::fuzz::normalizer_never_panics(
+            &r,
+            vec![c2c("ROBOT1.0_m1", "U1", "你好"), group],
+        );
     }
 }

@@ -248,4 +248,20 @@ mod tests {
         bot["envelope"]["sourceNumber"] = json!("+4917000");
         assert!(r.normalize(&bot).unwrap().is_bot_author);
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        let direct = item(
+            "dataMessage",
+            json!({ "timestamp": 1_700_000_000_001_u64, "message": "hi" }),
+        );
+        let group = item(
+            "dataMessage",
+            json!({ "message": "all",
+                "groupInfo": { "groupId": "R3JvdXA=", "type": "DELIVER" } }),
+        );
+        clawgate_conformance::fuzz::normalizer_never_panics(&receiver(), vec![direct, group]);
+    }
 }

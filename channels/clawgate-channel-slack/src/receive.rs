@@ -296,4 +296,15 @@ mod tests {
             Err(ReceiveError::Ignored { .. })
         ));
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        let channel = envelope(json!({ "type": "message", "channel": "C1", "user": "U1",
+            "text": "hi", "ts": "1.000001", "channel_type": "channel" }));
+        let reply = envelope(json!({ "type": "message", "channel": "D1", "user": "U1",
+            "text": "more", "ts": "3.000001", "thread_ts": "2.000001", "channel_type": "im" }));
+        clawgate_conformance::fuzz::normalizer_never_panics(&receiver(), vec![channel, reply]);
+    }
 }

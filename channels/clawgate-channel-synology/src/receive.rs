@@ -182,4 +182,18 @@ mod tests {
             );
         }
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        let channel = json!({ "via": "outgoing", "fields": { "channel_id": "34",
+            "channel_name": "Labb", "user_id": "4", "username": "mikael",
+            "post_id": "146028888129", "timestamp": "1646827836131", "text": "!ask hi",
+            "trigger_word": "!ask" } });
+        clawgate_conformance::fuzz::normalizer_never_panics(
+            &receiver(),
+            vec![dm("146028888128", "mikael", "hello"), channel],
+        );
+    }
 }

@@ -213,4 +213,20 @@ mod tests {
             );
         }
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        let dm = activity(
+            json!({ "id": "a:1x", "conversationType": "personal" }),
+            "hello",
+        );
+        let post = activity(
+            json!({ "id": "19:c@thread.tacv2;messageid=1600", "conversationType": "channel",
+                "isGroup": true }),
+            "<at>clawgate</at> what now",
+        );
+        clawgate_conformance::fuzz::normalizer_never_panics(&receiver(), vec![dm, post]);
+    }
 }

@@ -249,4 +249,28 @@ mod tests {
             Some("-1009")
         );
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        let message = json!({
+            "message_id": 9, "date": 1, "text": "and this?",
+            "message_thread_id": 3, "is_topic_message": true,
+            "chat": { "id": -1_001_234, "type": "supergroup", "title": "Team", "is_forum": true },
+            "from": { "id": 5, "is_bot": false, "first_name": "Bo", "username": "bo" },
+            "reply_to_message": { "message_id": 8, "date": 1,
+                "chat": { "id": -1_001_234, "type": "supergroup" } },
+            "quote": { "text": "this" }
+        });
+        let private = json!({
+            "message_id": 7, "date": 1, "text": "hi",
+            "chat": { "id": 42, "type": "private", "username": "ada" },
+            "from": { "id": 42, "is_bot": false, "first_name": "Ada", "username": "ada" }
+        });
+        clawgate_conformance::fuzz::normalizer_never_panics(
+            &receiver(),
+            vec![update(message), update(private)],
+        );
+    }
 }

@@ -246,3 +246,31 @@ impl MessageReceiveAdapter for TlonReceiver {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Mutations of a DM and a channel post (wrong types, missing fields, huge numbers, long
+    /// and odd strings, deep nesting) and arbitrary JSON: a message or a typed error, never a
+    /// panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        let essay = json!({ "author": "~nec", "sent": 1_700_000_000_000_i64,
+            "content": [{ "inline": ["hello", { "break": null }, { "ship": "~zod" }, "there"] }] });
+        let dm = json!({ "app": "chat", "event": { "whom": "~nec", "id": "~nec/170.141",
+            "response": { "add": { "essay": essay } } } });
+        let post = json!({ "app": "channels", "event": { "nest": "chat/~zod/room",
+            "response": { "post": { "id": "170.142",
+                "r-post": { "set": { "essay": essay } } } } } });
+        let receiver = TlonReceiver::new(
+            "tlon",
+            "~zod",
+            ["chat/~zod/room".to_owned()],
+            Arc::default(),
+        );
+        clawgate_conformance::fuzz::normalizer_never_panics(&receiver, vec![dm, post]);
+    }
+}

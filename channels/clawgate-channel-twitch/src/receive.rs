@@ -261,4 +261,17 @@ mod tests {
             );
         }
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        clawgate_conformance::fuzz::normalizer_never_panics(
+            &receiver(false),
+            vec![
+                line("ada", "@claw_bot what time is it?"),
+                line("ada", "hey @Claw_Bot, hi"),
+            ],
+        );
+    }
 }

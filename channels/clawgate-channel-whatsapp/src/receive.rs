@@ -239,4 +239,18 @@ mod tests {
             Err(ReceiveError::Ignored { .. })
         ));
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        let text = envelope(
+            json!({ "from": "4915112345", "id": "wamid.A", "timestamp": "1",
+            "type": "text", "text": { "body": "hello" } }),
+        );
+        let button = envelope(json!({ "from": "4915112345", "id": "wamid.B", "type":
+            "interactive", "interactive": { "type": "button_reply",
+            "button_reply": { "id": "b1", "title": "Yes" } } }));
+        clawgate_conformance::fuzz::normalizer_never_panics(&receiver(), vec![text, button]);
+    }
 }

@@ -165,4 +165,23 @@ mod tests {
             );
         }
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        let r = ZaloPersonalReceiver::new(
+            "zp",
+            Vec::new(),
+            vec!["G1".to_owned()],
+            vec!["B1".to_owned()],
+        );
+        clawgate_conformance::fuzz::normalizer_never_panics(
+            &r,
+            vec![
+                event("user", "U1", "0", json!("xin chào")),
+                event("group", "U1", "G1", json!("hi")),
+            ],
+        );
+    }
 }

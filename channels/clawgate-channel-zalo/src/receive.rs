@@ -170,4 +170,24 @@ mod tests {
             Err(ReceiveError::Ignored { .. })
         ));
     }
+
+    /// Mutations of these payloads (wrong types, missing fields, huge numbers, long and odd
+    /// strings, deep nesting) and arbitrary JSON: a message or a typed error, never a panic.
+    #[test]
+    fn normalize_never_panics_on_mutated_payloads() {
+        let r = ZaloReceiver::new(
+            "zalo",
+            "APP",
+            Some("OA".into()),
+            Vec::new(),
+            vec!["B1".to_owned()],
+        );
+        clawgate_conformance::fuzz::normalizer_never_panics(
+            &r,
+            vec![
+                event("user_send_text", "U1", "OA", "xin chào"),
+                event("user_send_text", "B1", "OA", "beep"),
+            ],
+        );
+    }
 }

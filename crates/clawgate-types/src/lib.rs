@@ -179,7 +179,7 @@ pub use session::{
 pub use visibility::{
     AgentToAgentPolicy, SessionVisibility, SessionVisibilityInput, VisibilityRow,
 };
-pub use wire::{WireError, from_json, from_json_value, to_json};
+pub use wire::{MAX_JSON_DEPTH, WireError, from_json, from_json_value, to_json};
 
 /// Milliseconds since the Unix epoch, the unit of every timestamp on the wire.
 pub type UnixMillis = i64;

@@ -165,3 +165,6 @@ async fn wait_for_stop_signal() {
         _ = term.recv() => {}
     }
 }
+
+#[cfg(test)]
+mod fuzz;

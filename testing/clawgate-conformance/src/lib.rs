@@ -22,6 +22,7 @@
 use clawgate_channel_sdk::ChannelPlugin;
 use clawgate_types::{DeliveryFailureKind, MessageTarget};
 
+pub mod fuzz;
 pub mod ports;
 mod send;
 mod source;

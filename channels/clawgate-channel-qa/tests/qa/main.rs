@@ -4,5 +4,6 @@
 mod attachments;
 mod conformance;
 mod faults;
+mod fuzz;
 mod polling;
 mod restart;

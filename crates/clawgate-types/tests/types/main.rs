@@ -10,6 +10,7 @@ mod variants;
 
 mod constructors;
 mod errors;
+mod fuzz;
 mod helpers;
 mod intent_transitions;
 mod origin;

@@ -191,3 +191,49 @@ fn new_intent_is_pending_and_round_trips() {
     assert_eq!(intent.failure, None);
     assert_eq!(crate::helpers::wire_round_trip(&intent), intent);
 }
+
+/// `depth` arrays inside each other around `null`.
+fn nested(depth: usize) -> serde_json::Value {
+    (0..depth).fold(serde_json::Value::Null, |inner, _| {
+        serde_json::Value::Array(vec![inner])
+    })
+}
+
+/// Regression (found by the `fuzz::message_receipt` target): a tree decoded with
+/// `from_json_value` may nest deeper than text decoding allows; its encoding was written and
+/// could never be read back (`recursion limit exceeded`). Both directions now stop at
+/// `MAX_JSON_DEPTH`, so whatever is written decodes again.
+#[test]
+fn nesting_past_the_text_limit_is_refused_both_ways() {
+    use clawgate_types::MAX_JSON_DEPTH;
+    let limit = to_json(&nested(MAX_JSON_DEPTH)).unwrap();
+    let _: serde_json::Value = from_json(&limit).expect("the limit itself decodes from text");
+    let past = serde_json::to_string(&nested(MAX_JSON_DEPTH + 1)).unwrap();
+    assert!(
+        from_json::<serde_json::Value>(&past).is_err(),
+        "text decoding stops past the limit"
+    );
+
+    // The raw payload sits one level inside the receipt: at the limit as a whole it decodes
+    // and round-trips; one level more is refused from a tree and when encoding.
+    let receipt = |raw_depth: usize| {
+        let mut tree = serde_json::to_value(fixtures::receipt()).unwrap();
+        tree["raw"] = nested(raw_depth);
+        tree
+    };
+    let fits: MessageReceipt = from_json_value(receipt(MAX_JSON_DEPTH - 1)).unwrap();
+    assert_eq!(crate::helpers::wire_round_trip(&fits), fits);
+    let error = from_json_value::<MessageReceipt>(receipt(MAX_JSON_DEPTH)).unwrap_err();
+    assert!(error.to_string().contains("nested deeper than"), "{error}");
+    let mut deep = fits;
+    deep.raw = Some(nested(MAX_JSON_DEPTH));
+    let error = to_json(&deep).unwrap_err();
+    assert!(error.to_string().contains("nested deeper than"), "{error}");
+
+    // Brackets inside strings are text, not nesting.
+    let brackets = serde_json::Value::String("[{\"[".repeat(500));
+    assert_eq!(
+        from_json::<serde_json::Value>(&to_json(&brackets).unwrap()).unwrap(),
+        brackets
+    );
+}

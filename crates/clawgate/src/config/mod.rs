@@ -8,6 +8,9 @@ mod parse;
 mod sections;
 mod validate;
 
+#[cfg(test)]
+mod fuzz;
+
 pub use sections::*;
 
 /// A configuration that cannot be used, with where and why.
