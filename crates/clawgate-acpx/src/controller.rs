@@ -38,7 +38,7 @@ use tracing::Instrument;
 
 use crate::acp::{AcpClient, AcpError, TurnOutcome};
 use crate::evidence::{INSTANCE_FLAG, LEASE_FLAG, PARENT_PID_ENV, command_hash};
-use crate::pool::{AgentLimits, PoolFigures, Pools, SessionUse, Ticket, Usage};
+use crate::pool::{AgentLimits, InUse, PoolFigures, Pools, Ticket, Usage};
 use crate::table::ProcessTable;
 use crate::terminate::{Termination, Timing, terminate_tree};
 use crate::verify::{CannotTell, NotOurs, OwnedTree, Verdict, verify_owned_tree};
@@ -198,6 +198,28 @@ pub struct AcpRuntimeHandle {
     pub process_group_id: u32,
     /// How the ACP session began on this process.
     pub start: SessionStart,
+}
+
+/// A live session held for a turn (from [`LifecycleController::checkout`]): idle again when
+/// dropped.
+#[derive(Debug)]
+pub struct SessionUse {
+    handle: AcpRuntimeHandle,
+    _in_use: InUse,
+}
+
+impl SessionUse {
+    fn new(handle: AcpRuntimeHandle, usage: Arc<Usage>, pools: Arc<Pools>) -> SessionUse {
+        SessionUse {
+            handle,
+            _in_use: InUse::new(usage, pools),
+        }
+    }
+
+    /// The session's runtime.
+    pub fn handle(&self) -> &AcpRuntimeHandle {
+        &self.handle
+    }
 }
 
 /// How a session's ACP session began when its process started.

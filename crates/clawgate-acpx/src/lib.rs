@@ -33,7 +33,7 @@ pub mod verify;
 
 pub use acp::{AcpClient, AcpError, TurnOutcome};
 pub use controller::*;
-pub use pool::{AgentLimits, PoolFigures, SessionUse};
+pub use pool::{AgentLimits, PoolFigures};
 pub use table::{ProcessHandle, ProcessTable, Sig, TableError, system_table};
 pub use terminate::{Termination, Timing, terminate_tree};
 pub use verify::{CannotTell, NotOurs, OwnedTree, Verdict, verify_owned_tree};

@@ -1,7 +1,7 @@
 //! Bounds on live agent sessions, per agent: a cap on live processes (`max_live`), closing
 //! sessions left idle (`idle_close`), and the queue of turns waiting for a slot.
 //!
-//! A live session is *in use* while a [`SessionUse`] of it is held (a turn's prompt) and idle
+//! A live session is *in use* while a `SessionUse` of it is held (a turn's prompt) and idle
 //! otherwise. At the cap, a turn that needs a new process takes the slot of the least recently
 //! used idle session (which is closed); when every session is in use it waits, first come first
 //! served. While turns wait, a session that falls idle is given up to them rather than kept by
@@ -14,8 +14,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
-
-use crate::controller::AcpRuntimeHandle;
 
 /// The limits of one agent's sessions (see `agents[]` in the gateway's configuration).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -69,31 +67,21 @@ impl Usage {
     }
 }
 
-/// A live session held for a turn: idle again when dropped.
+/// Holds a live session in use (a turn's prompt): idle again, since now, when dropped.
 #[derive(Debug)]
-pub struct SessionUse {
-    handle: AcpRuntimeHandle,
+pub(crate) struct InUse {
     usage: Arc<Usage>,
     pools: Arc<Pools>,
 }
 
-impl SessionUse {
-    pub(crate) fn new(handle: AcpRuntimeHandle, usage: Arc<Usage>, pools: Arc<Pools>) -> Self {
+impl InUse {
+    pub(crate) fn new(usage: Arc<Usage>, pools: Arc<Pools>) -> Self {
         usage.in_use.fetch_add(1, Ordering::SeqCst);
-        SessionUse {
-            handle,
-            usage,
-            pools,
-        }
-    }
-
-    /// The session's runtime.
-    pub fn handle(&self) -> &AcpRuntimeHandle {
-        &self.handle
+        InUse { usage, pools }
     }
 }
 
-impl Drop for SessionUse {
+impl Drop for InUse {
     fn drop(&mut self) {
         *self
             .usage
