@@ -11,6 +11,8 @@
 //! It exists so the gateway, the conformance suite and channel authors can run a whole channel
 //! without a network: the conformance suite passes against it.
 
+pub mod ports;
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;

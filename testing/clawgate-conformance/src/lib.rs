@@ -23,7 +23,8 @@ use clawgate_channel_sdk::ChannelPlugin;
 use clawgate_types::{DeliveryFailureKind, MessageTarget};
 
 pub mod fuzz;
-pub mod ports;
+/// Loopback ports for a peer's webhook listener (see [`clawgate_channel_sdk::testing::ports`]).
+pub use clawgate_channel_sdk::testing::ports;
 mod send;
 mod source;
 mod support;

@@ -56,7 +56,7 @@ impl App {
         })
         .await
         .expect("simulator starts");
-        let port = clawgate_conformance::ports::reserve_loopback_port();
+        let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
         sim.set_callback_url(Some(&format!("http://127.0.0.1:{port}/feishu/events")));
         let dir = tempfile::tempdir().expect("tempdir");
         let settings = format!(

@@ -53,7 +53,7 @@ impl App {
         })
         .await
         .expect("simulator starts");
-        let port = clawgate_conformance::ports::reserve_loopback_port();
+        let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
         sim.set_endpoint_url(Some(&format!("http://127.0.0.1:{port}/googlechat/events")));
         let dir = tempfile::tempdir().expect("tempdir");
         let config = config_file(dir.path(), &sim, port, agent_args);

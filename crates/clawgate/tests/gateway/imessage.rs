@@ -54,7 +54,7 @@ impl App {
         })
         .await
         .expect("simulator starts");
-        let port = clawgate_conformance::ports::reserve_loopback_port();
+        let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
         sim.set_webhook(Some(&format!(
             "http://127.0.0.1:{port}/bluebubbles/webhook?token={TOKEN}"
         )));

@@ -52,7 +52,7 @@ impl Account {
         })
         .await
         .expect("simulator starts");
-        let port = clawgate_conformance::ports::reserve_loopback_port();
+        let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
         sim.set_webhook_url(Some(&format!("http://127.0.0.1:{port}/line/webhook")));
         let dir = tempfile::tempdir().expect("tempdir");
         let settings = format!(

@@ -58,7 +58,7 @@ impl App {
         let sim = NextcloudSimulator::start(SimulatorConfig::default())
             .await
             .expect("simulator starts");
-        let port = clawgate_conformance::ports::reserve_loopback_port();
+        let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
         let rooms: Vec<SimRoom> = (0..3)
             .map(|n| sim.add_conversation(&format!("room {n}"), RoomType::Group))
             .collect();

@@ -52,7 +52,7 @@ impl Bot {
         })
         .await
         .expect("simulator starts");
-        let port = clawgate_conformance::ports::reserve_loopback_port();
+        let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
         let callback_url = format!("http://127.0.0.1:{port}/qq/callback");
         let dir = tempfile::tempdir().expect("tempdir");
         let settings = format!(

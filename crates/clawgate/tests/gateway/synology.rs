@@ -54,7 +54,7 @@ impl App {
         })
         .await
         .expect("simulator starts");
-        let port = clawgate_conformance::ports::reserve_loopback_port();
+        let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
         let webhook_url = format!("http://127.0.0.1:{port}/synology/webhook");
         sim.set_bot_url(Some(&webhook_url));
         let channel = sim.add_channel("general", HOOK_NAME);

@@ -56,7 +56,7 @@ impl Bot {
         })
         .await
         .expect("simulator starts");
-        let port = clawgate_conformance::ports::reserve_loopback_port();
+        let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
         sim.set_endpoint(Some(&format!("http://127.0.0.1:{port}/api/messages")));
         let dir = tempfile::tempdir().expect("tempdir");
         let settings = format!(

@@ -100,7 +100,7 @@ fn config_file(dir: &Path, sim: &BotApiSimulator, mode: Mode, agent_args: &[&str
     let source = match mode {
         Mode::Polling => String::new(),
         Mode::Webhook => {
-            let port = clawgate_conformance::ports::reserve_loopback_port();
+            let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
             format!(
                 ", mode = \"webhook\", webhook_listen = \"127.0.0.1:{port}\", \
                  webhook_url = \"http://127.0.0.1:{port}/telegram\", \

@@ -85,7 +85,7 @@ impl Chromedriver {
     pub(crate) async fn start() -> anyhow::Result<Chromedriver> {
         let exe = find_chromedriver()?;
         // Chromedriver needs a port number up front: one reserved for this process.
-        let port = clawgate_conformance::ports::reserve_loopback_port();
+        let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
         let dir = tempfile::Builder::new()
             .prefix("clawgate-chromedriver-")
             .tempdir()

@@ -55,7 +55,7 @@ impl App {
         })
         .await
         .expect("simulator starts");
-        let port = clawgate_conformance::ports::reserve_loopback_port();
+        let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
         let webhook_url = format!("http://127.0.0.1:{port}/whatsapp/webhook");
         let dir = tempfile::tempdir().expect("tempdir");
         let settings = format!(
