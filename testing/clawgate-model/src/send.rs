@@ -132,13 +132,15 @@ pub struct SendModel {
 }
 
 impl SendModel {
-    /// The bounds checked in CI for `adapter`.
+    /// The bounds checked in CI for `adapter`, deepened by [`crate::depth`]: each step of
+    /// depth adds a unit (up to 4) and a crash.
     pub fn new(adapter: Adapter) -> SendModel {
+        let depth = crate::depth();
         SendModel {
             adapter,
             workers: 2,
-            units: 2,
-            crashes: 2,
+            units: 2u8.saturating_add(depth).min(4),
+            crashes: 2u8.saturating_add(depth),
             max_attempts: 2,
             max_reconciliations: 2,
             max_inbound_attempts: 2,
