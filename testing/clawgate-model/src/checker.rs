@@ -33,6 +33,13 @@ pub trait Model {
     /// well"): `Err` names what is left unfinished.
     fn check_end(&self, state: &Self::State) -> Result<(), String>;
 
+    /// Whether to check progress too: from every reachable state, some path leads to an end
+    /// state (every end is checked by [`Model::check_end`]). Under fair scheduling that is
+    /// "everything ends, and ends well"; a livelock or a wait nothing can satisfy fails it.
+    fn progress(&self) -> bool {
+        false
+    }
+
     /// One line describing a state, for traces.
     fn describe(&self, state: &Self::State) -> String {
         format!("{state:?}")
@@ -115,11 +122,19 @@ pub fn check<M: Model>(model: &M) -> Report {
         }
         queue.push_back((state, id));
     }
+    let progress = model.progress();
+    // Every transition as (from, to), for the progress check.
+    let mut edges: Vec<(u32, u32)> = Vec::new();
+    let mut is_end: Vec<bool> = Vec::new();
     let mut successors = Vec::new();
     while let Some((state, id)) = queue.pop_front() {
         successors.clear();
         model.next(&state, &mut successors);
         report.transitions += successors.len();
+        if progress {
+            is_end.resize(parent.len().max(id as usize + 1), false);
+            is_end[id as usize] = successors.is_empty();
+        }
         let failed = if successors.is_empty() {
             report.ends += 1;
             model.check_end(&state).err().map(|p| (id, p))
@@ -142,10 +157,16 @@ pub fn check<M: Model>(model: &M) -> Report {
                 ));
                 break;
             }
-            if index.contains_key(&to) {
+            if let Some(known) = index.get(&to) {
+                if progress {
+                    edges.push((id, *known));
+                }
                 continue;
             }
             let at = parent.len() as u32;
+            if progress {
+                edges.push((id, at));
+            }
             let depth = depth_of[id as usize] + 1;
             report.depth = report.depth.max(depth as usize);
             parent.push(Some((id, action)));
@@ -162,7 +183,51 @@ pub fn check<M: Model>(model: &M) -> Report {
         }
     }
     report.states = parent.len();
+    if progress && report.violation.is_none() {
+        is_end.resize(parent.len(), false);
+        if let Some(stuck) = first_without_an_end(parent.len(), &edges, &is_end) {
+            report.violation = Some(trace(
+                model,
+                &index,
+                &parent,
+                stuck,
+                None,
+                "progress: no end state is reachable from here".to_owned(),
+            ));
+        }
+    }
     report
+}
+
+/// The first state (in breadth-first order: a shortest trace) from which no end state is
+/// reachable, found by walking the transitions backwards from every end state.
+fn first_without_an_end(states: usize, edges: &[(u32, u32)], is_end: &[bool]) -> Option<u32> {
+    // Predecessors in compressed form: `start[to]..start[to + 1]` indexes `from`.
+    let mut start = vec![0u32; states + 1];
+    for (_, to) in edges {
+        start[*to as usize + 1] += 1;
+    }
+    for n in 0..states {
+        start[n + 1] += start[n];
+    }
+    let mut fill = start.clone();
+    let mut from = vec![0u32; edges.len()];
+    for (a, b) in edges {
+        from[fill[*b as usize] as usize] = *a;
+        fill[*b as usize] += 1;
+    }
+    let mut reaches = is_end.to_vec();
+    let mut stack: Vec<u32> = (0..states as u32).filter(|s| is_end[*s as usize]).collect();
+    while let Some(to) = stack.pop() {
+        let range = start[to as usize] as usize..start[to as usize + 1] as usize;
+        for a in &from[range] {
+            if !reaches[*a as usize] {
+                reaches[*a as usize] = true;
+                stack.push(*a);
+            }
+        }
+    }
+    reaches.iter().position(|r| !r).map(|s| s as u32)
 }
 
 /// The path to state `at` (or, for a failed step, to `at` and then `last`).

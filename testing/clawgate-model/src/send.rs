@@ -99,6 +99,9 @@ pub enum Bug {
     CompleteInboundBeforeCommit,
     /// Recovery replays a `sending` or `unknown_after_send` intent without reconciling.
     ReplayUnknownWithoutReconciling,
+    /// The claims of a process that died are never released (no `release_dead_claims`, no
+    /// expiry): its intent waits forever.
+    DeadClaimsKept,
 }
 
 /// The bounds and choices of one check.
@@ -906,7 +909,7 @@ impl Model for SendModel {
         if let Some(stored) = s.intent {
             let stale = match stored.claim {
                 Claim::None => false,
-                Claim::Dead => true,
+                Claim::Dead => self.bug != Some(Bug::DeadClaimsKept),
                 Claim::Live(w) => s.workers[w as usize].pc == Pc::Idle,
             };
             if stale {
@@ -974,6 +977,10 @@ impl Model for SendModel {
             "the accepted event ended ({:?}) without a final or a failure notice",
             s.inbound
         ))
+    }
+
+    fn progress(&self) -> bool {
+        true
     }
 
     fn describe(&self, s: &SendState) -> String {

@@ -66,6 +66,13 @@ fn replaying_an_unknown_outcome_without_reconciling_is_caught() {
     }
 }
 
+#[test]
+fn an_intent_whose_dead_holder_keeps_its_claim_is_caught_by_the_progress_check() {
+    let mut model = SendModel::new(Adapter::Reconciles);
+    model.bug = Some(Bug::DeadClaimsKept);
+    caught(&model, "progress: no end state is reachable");
+}
+
 /// Finding: recovery's `sending → unknown_after_send` write, made before it asks the
 /// platform, leaves the intent with no `next_attempt_at` and no claim — parked, to every
 /// reader — so a turn waiting on it completes its event, and whatever the reconciliation then
