@@ -4,18 +4,27 @@
 //! `random_sigkills_*` tests in `crates/clawgate/tests/gateway`), sized through
 //! `CLAWGATE_SOAK_KILLS` / `CLAWGATE_SOAK_MESSAGES`; it is not part of `cargo xtask ci`. The
 //! `shared-postgres` matrix (two gateways on one PostgreSQL state, kills alternating) runs on
-//! a throwaway cluster started here, unless `CLAWGATE_TEST_PG=0` leaves it out.
+//! a throwaway cluster started here, unless `CLAWGATE_TEST_PG=0` leaves it out. The protocol
+//! model checks (`clawgate-model`) run first, one step deeper than in CI
+//! (`CLAWGATE_MODEL_DEPTH`); `--matrix model` runs them alone.
 
 use std::io::{BufRead as _, BufReader};
 use std::process::Stdio;
 
 use anyhow::{Context as _, bail};
 
-use crate::cmd::{cargo, display};
+use crate::cmd::{cargo, display, run as run_command};
 use crate::postgres::{self, Cluster};
 
 /// The matrix of two gateways sharing one PostgreSQL state (module `shared_postgres`).
 const SHARED_POSTGRES: &str = "shared-postgres";
+
+/// The protocol model checks, as a matrix name.
+const MODEL: &str = "model";
+
+/// How much deeper than CI the soak checks the models (more units, events and crashes; a few
+/// million states, under a minute on a release build).
+const MODEL_DEPTH: &str = "1";
 
 /// What one soak runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,9 +109,35 @@ impl Soak {
             .as_deref()
             .is_none_or(|name| name == SHARED_POSTGRES)
     }
+
+    /// Whether the protocol model checks are among what this soak runs.
+    fn runs_model(&self) -> bool {
+        self.matrix.as_deref().is_none_or(|name| name == MODEL)
+    }
+}
+
+/// The model checks at the soak's depth; each test prints the states it explored.
+fn run_model() -> anyhow::Result<()> {
+    let mut command = cargo([
+        "test",
+        "--release",
+        "-p",
+        "clawgate-model",
+        "--",
+        "--nocapture",
+    ]);
+    command.env("CLAWGATE_MODEL_DEPTH", MODEL_DEPTH);
+    eprintln!("soak: model checks: {}", display(&command));
+    run_command(&mut command)
 }
 
 pub(crate) fn run(soak: &Soak) -> anyhow::Result<()> {
+    if soak.runs_model() {
+        run_model()?;
+        if soak.matrix.is_some() {
+            return Ok(());
+        }
+    }
     // At least three messages per kill, never fewer than the QA matrix's CI run of 120.
     let messages = (soak.kills * 3).max(120);
     let filter = soak.filter();
@@ -293,5 +328,9 @@ mod tests {
         assert!(soak(None).runs_shared_postgres());
         assert!(soak(Some("shared-postgres")).runs_shared_postgres());
         assert!(!soak(Some("qa")).runs_shared_postgres());
+        assert!(soak(None).runs_model());
+        assert!(soak(Some("model")).runs_model());
+        assert!(!soak(Some("qa")).runs_model());
+        assert!(!soak(Some("model")).runs_shared_postgres());
     }
 }
