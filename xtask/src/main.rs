@@ -49,9 +49,10 @@ commands:
                       the gateway's crash matrices (every channel's and shared-postgres, or
                       NAME: qa, telegram, matrix, irc, shared-postgres, …) run long on a release
                       build: N SIGKILLs (default 100) per matrix and seed (default five fixed
-                      seeds), figures added up; shared-postgres on a throwaway cluster; first
-                      every fuzz target with N cases (CLAWGATE_FUZZ_CASES, default 20000;
-                      `--matrix fuzz`: only those)
+                      seeds), figures added up; shared-postgres on a throwaway cluster;
+                      first the protocol model checks one step deeper than CI (NAME model:
+                      those alone), then every fuzz target with N cases (CLAWGATE_FUZZ_CASES,
+                      default 20000; `--matrix fuzz`: only those)
   conformance         run every conformance suite (store backends, adapters)
   setup               install the test tools `ci` needs (cargo-deny, chromium + chromedriver,
                       the aiogram and Synapse venvs under the target directory); `ci` runs it first

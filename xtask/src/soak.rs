@@ -6,17 +6,19 @@
 //! `shared-postgres` matrix (two gateways on one PostgreSQL state, kills alternating) runs on
 //! a throwaway cluster started here, unless `CLAWGATE_TEST_PG=0` leaves it out.
 //!
-//! First it runs every fuzz target (the wire types' decoding, the configuration file, the
-//! control API's parameters, each channel's normalizer: the tests named `fuzz::…` and
-//! `normalize_never_panics…`) with `CLAWGATE_FUZZ_CASES` set to `--fuzz-cases` (CI runs
-//! `clawgate_fuzz::DEFAULT_CASES`); `--matrix fuzz` runs only those.
+//! First it runs the protocol model checks (`clawgate-model`) one step deeper than in CI
+//! (`CLAWGATE_MODEL_DEPTH`; `--matrix model` runs them alone), then every fuzz target (the wire
+//! types' decoding, the configuration file, the control API's parameters, each channel's
+//! normalizer: the tests named `fuzz::…` and `normalize_never_panics…`) with
+//! `CLAWGATE_FUZZ_CASES` set to `--fuzz-cases` (CI runs `clawgate_fuzz::DEFAULT_CASES`);
+//! `--matrix fuzz` runs only those.
 
 use std::io::{BufRead as _, BufReader};
 use std::process::Stdio;
 
 use anyhow::{Context as _, bail};
 
-use crate::cmd::{cargo, display};
+use crate::cmd::{cargo, display, run as run_command};
 use crate::postgres::{self, Cluster};
 
 /// The matrix of two gateways sharing one PostgreSQL state (module `shared_postgres`).
@@ -30,6 +32,13 @@ pub(crate) const DEFAULT_FUZZ_CASES: u64 = 20_000;
 
 /// The libtest filters every fuzz target's name matches.
 const FUZZ_FILTERS: [&str; 2] = ["fuzz::", "normalize_never_panics"];
+
+/// The protocol model checks, as a matrix name.
+const MODEL: &str = "model";
+
+/// How much deeper than CI the soak checks the models (more units, events and crashes; a few
+/// million states, under a minute on a release build).
+const MODEL_DEPTH: &str = "1";
 
 /// What one soak runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,6 +131,11 @@ impl Soak {
     fn runs_fuzz(&self) -> bool {
         self.matrix.as_deref().is_none_or(|name| name == FUZZ)
     }
+
+    /// Whether the protocol model checks are among what this soak runs.
+    fn runs_model(&self) -> bool {
+        self.matrix.as_deref().is_none_or(|name| name == MODEL)
+    }
 }
 
 /// Every fuzz target of the workspace, `cases` cases each, on a release build.
@@ -157,11 +171,29 @@ fn fuzz(cases: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The model checks at the soak's depth; each test prints the states it explored.
+fn run_model() -> anyhow::Result<()> {
+    let mut command = cargo([
+        "test",
+        "--release",
+        "-p",
+        "clawgate-model",
+        "--",
+        "--nocapture",
+    ]);
+    command.env("CLAWGATE_MODEL_DEPTH", MODEL_DEPTH);
+    eprintln!("soak: model checks: {}", display(&command));
+    run_command(&mut command)
+}
+
 pub(crate) fn run(soak: &Soak) -> anyhow::Result<()> {
+    if soak.runs_model() {
+        run_model()?;
+    }
     if soak.runs_fuzz() {
         fuzz(soak.fuzz_cases)?;
     }
-    if soak.matrix.as_deref() == Some(FUZZ) {
+    if matches!(soak.matrix.as_deref(), Some(FUZZ | MODEL)) {
         return Ok(());
     }
     // At least three messages per kill, never fewer than the QA matrix's CI run of 120.
@@ -359,5 +391,9 @@ mod tests {
         assert!(soak(Some("fuzz")).runs_fuzz());
         assert!(!soak(Some("qa")).runs_fuzz());
         assert!(!soak(Some("fuzz")).runs_shared_postgres());
+        assert!(soak(None).runs_model());
+        assert!(soak(Some("model")).runs_model());
+        assert!(!soak(Some("qa")).runs_model());
+        assert!(!soak(Some("model")).runs_shared_postgres());
     }
 }

@@ -223,6 +223,12 @@ const RULES: &[Rule] = &[
     ),
     Rule::new(Pattern::Exact("xtask"), Layer::Tool, Arrows::Any),
     Rule::new(Pattern::Exact("clawgate-e2e"), Layer::Tool, Arrows::Any),
+    // The protocol model checks: only their test ties the model to the real transition table.
+    Rule::new(
+        Pattern::Exact("clawgate-model"),
+        Layer::Tool,
+        Arrows::To(&[TYPES]),
+    ),
     // The benchmark suites `cargo xtask bench` runs.
     Rule::new(
         Pattern::Exact("clawgate-benchmarks"),
