@@ -35,6 +35,24 @@ pub enum StateError {
         #[source]
         source: std::io::Error,
     },
+    /// The disk holding the state directory is full.
+    #[error(
+        "the disk holding {path} is full: free some space there (or give the gateway another \
+         state directory, --state-dir), then start again"
+    )]
+    DiskFull { path: PathBuf },
+}
+
+impl StateError {
+    /// A failed write of `path`: [`StateError::DiskFull`] when the disk is full, else
+    /// [`StateError::Write`] with its cause.
+    fn write(path: PathBuf, source: std::io::Error) -> StateError {
+        if source.kind() == std::io::ErrorKind::StorageFull || source.raw_os_error() == Some(28) {
+            StateError::DiskFull { path }
+        } else {
+            StateError::Write { path, source }
+        }
+    }
 }
 
 /// An existing state directory (absolute path).
@@ -209,10 +227,7 @@ impl StateDir {
         let written = file
             .set_len(0)
             .and_then(|()| write!(file, "{}", std::process::id()));
-        written.map_err(|source| StateError::Write {
-            path: path.clone(),
-            source,
-        })?;
+        written.map_err(|source| StateError::write(path.clone(), source))?;
         Ok(StateLock { _file: file })
     }
 
@@ -241,7 +256,7 @@ impl StateDir {
             file.write_all(&serde_json::to_vec_pretty(info).map_err(std::io::Error::other)?)?;
             std::fs::rename(&tmp, &path)
         };
-        write().map_err(|source| StateError::Write { path, source })
+        write().map_err(|source| StateError::write(path, source))
     }
 
     pub fn read_runtime(&self) -> Option<RuntimeInfo> {
