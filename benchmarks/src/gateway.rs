@@ -30,6 +30,35 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
 /// A running gateway, stopped cleanly when dropped.
 pub(crate) struct Gateway(pub(crate) Child);
 
+impl Gateway {
+    /// `clawgate up` on `state` with `config` (its QA platform token in `BENCH_QA_TOKEN`) and
+    /// `env`, once it has published `gateway.json`.
+    pub(crate) fn start(
+        binary: &Path,
+        state: &Path,
+        config: &Path,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Gateway> {
+        let child = Command::new(binary)
+            .arg("--state-dir")
+            .arg(state)
+            .arg("--config")
+            .arg(config)
+            .arg("up")
+            .env("BENCH_QA_TOKEN", "bench-token")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("start clawgate")?;
+        let gateway = Gateway(child);
+        wait_for(Duration::from_secs(30), "gateway.json", || {
+            state.join("gateway.json").exists()
+        })?;
+        Ok(gateway)
+    }
+}
+
 impl Drop for Gateway {
     fn drop(&mut self) {
         // SIGINT: a clean shutdown closes the agent session and its lease.
@@ -63,22 +92,8 @@ async fn bench(root: &Path, binary: &Path) -> anyhow::Result<()> {
             platform.base_url()
         ),
     )?;
-    let child = Command::new(binary)
-        .arg("--state-dir")
-        .arg(&state)
-        .arg("--config")
-        .arg(&config)
-        .arg("up")
-        .env("BENCH_QA_TOKEN", "bench-token")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("start clawgate")?;
-    let gateway = Gateway(child);
+    let gateway = Gateway::start(binary, &state, &config, &[])?;
     let pid = gateway.0.id();
-    wait_for(Duration::from_secs(30), "gateway.json", || {
-        state.join("gateway.json").exists()
-    })?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = rss_kib(pid)?;
 

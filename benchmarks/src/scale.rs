@@ -12,7 +12,6 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -123,27 +122,8 @@ async fn one_run(root: &Path, binary: &Path, conversations: usize) -> anyhow::Re
             platform.base_url()
         ),
     )?;
-    let child = Command::new(binary)
-        .arg("--state-dir")
-        .arg(&state)
-        .arg("--config")
-        .arg(&config)
-        .arg("up")
-        .env("BENCH_QA_TOKEN", "bench-token")
-        .env("CLAWGATE_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("start clawgate")?;
-    let gateway = Gateway(child);
+    let gateway = Gateway::start(binary, &state, &config, &[("CLAWGATE_LOG", "warn")])?;
     let pid = gateway.0.id();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !state.join("gateway.json").exists() {
-        if Instant::now() > deadline {
-            bail!("the gateway did not start");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 
     // Peaks, sampled beside the run.
     let sampling = Arc::new(AtomicBool::new(true));
