@@ -604,8 +604,15 @@ impl LifecycleController {
             changed.as_mut().enable();
             let limits = self.pools.limits(&agent);
             let mut evict: Option<(SessionKey, LiveSession, &'static str)> = None;
+            let mut starting = None;
             {
                 let mut live = self.live.lock().await;
+                if self.pools.is_starting(&input.session_key) {
+                    // Another turn of this session is starting its process: use that one.
+                    drop(live);
+                    changed.await;
+                    continue;
+                }
                 if let Some(session) = live.get_mut(&input.session_key) {
                     match session.gone() {
                         None if session.usage.in_use()
@@ -637,37 +644,48 @@ impl LifecycleController {
                     }
                 }
                 if evict.is_none() && self.pools.is_first(&agent, ticket.ticket) {
-                    // Sessions being closed still have their processes: they count too.
+                    // Sessions being closed or started have processes too: they count.
                     let running = live.values().filter(|s| s.agent_id == agent).count()
-                        + self.pools.closing_count(&agent);
+                        + self.pools.closing_count(&agent)
+                        + self.pools.starting_count(&agent);
                     if limits.max_live.is_none_or(|max| running < max) {
                         self.pools.leave(&agent, ticket.ticket.take());
-                        let lease_id = LeaseId::parse(clawgate_store::ids::new_id())?;
-                        let span = tracing::info_span!("acpx_lease", lease_id = %lease_id,
-                            session = %input.session_key);
-                        let (session, handle) =
-                            self.start(&input, lease_id).instrument(span).await?;
-                        let session_use =
-                            SessionUse::new(handle, session.usage.clone(), self.pools.clone());
-                        live.insert(input.session_key.clone(), session);
-                        return Ok(session_use);
-                    }
-                    // At the cap: the least recently used idle session makes room.
-                    let idlest = live
-                        .iter()
-                        .filter(|(_, s)| s.agent_id == agent && !s.usage.in_use())
-                        .min_by_key(|(_, s)| s.usage.idle_since())
-                        .map(|(key, _)| key.clone());
-                    if let Some(key) = idlest
-                        && let Some(session) = self.take(&mut live, &key)
-                    {
-                        evict = Some((
-                            key,
-                            session,
-                            "the least recently used idle session made room under max_live",
-                        ));
+                        starting = Some(self.pools.begin_start(&input.session_key, &agent));
+                    } else {
+                        // At the cap: the least recently used idle session makes room.
+                        let idlest = live
+                            .iter()
+                            .filter(|(_, s)| s.agent_id == agent && !s.usage.in_use())
+                            .min_by_key(|(_, s)| s.usage.idle_since())
+                            .map(|(key, _)| key.clone());
+                        if let Some(key) = idlest
+                            && let Some(session) = self.take(&mut live, &key)
+                        {
+                            evict = Some((
+                                key,
+                                session,
+                                "the least recently used idle session made room under max_live",
+                            ));
+                        }
                     }
                 }
+            }
+            if let Some(starting) = starting {
+                // The slot is held by `starting`; the process starts without the live set's
+                // lock, so the starts of different conversations (a fork, an exec, the ACP
+                // handshake, a session/load) run side by side.
+                let lease_id = LeaseId::parse(clawgate_store::ids::new_id())?;
+                let span = tracing::info_span!("acpx_lease", lease_id = %lease_id,
+                    session = %input.session_key);
+                let (session, handle) = self.start(&input, lease_id).instrument(span).await?;
+                let session_use =
+                    SessionUse::new(handle, session.usage.clone(), self.pools.clone());
+                self.live
+                    .lock()
+                    .await
+                    .insert(input.session_key.clone(), session);
+                drop(starting);
+                return Ok(session_use);
             }
             if let Some((key, session, why)) = evict {
                 self.pools
@@ -731,7 +749,7 @@ impl LifecycleController {
     pub async fn figures(&self) -> PoolFigures {
         let live = self.live.lock().await;
         PoolFigures {
-            live: live.len() + self.pools.closing_total(),
+            live: live.len() + self.pools.closing_total() + self.pools.starting_total(),
             in_use: live.values().filter(|s| s.usage.in_use()).count(),
             queued: self.pools.queued(),
             idle_closes: self

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use clawgate_types::SessionKey;
 use tokio::sync::Notify;
 
 /// The limits of one agent's sessions (see `agents[]` in the gateway's configuration).
@@ -28,7 +29,7 @@ pub struct AgentLimits {
 /// What the pools show (`status`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PoolFigures {
-    /// Live agent sessions (one process tree each), those being closed included.
+    /// Live agent sessions (one process tree each), those being started or closed included.
     pub live: usize,
     /// Of those, serving a turn right now.
     pub in_use: usize,
@@ -108,6 +109,10 @@ pub(crate) struct Pools {
     /// Per agent, sessions taken out of the live set whose processes are being ended: they
     /// still count against `max_live` until they are gone.
     closing: Mutex<HashMap<String, usize>>,
+    /// The sessions whose processes are being started (outside the live set's lock, so starts
+    /// run side by side), with their agents: they count against `max_live`, and a second turn
+    /// of the same session waits for the first start instead of starting another process.
+    starting: Mutex<HashMap<SessionKey, String>>,
 }
 
 impl Pools {
@@ -217,6 +222,44 @@ impl Pools {
             .sum()
     }
 
+    /// Marks `key`'s process as being started for `agent` until the returned guard is dropped.
+    pub(crate) fn begin_start(self: &Arc<Self>, key: &SessionKey, agent: &str) -> Starting {
+        self.starting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.clone(), agent.to_owned());
+        Starting {
+            pools: self.clone(),
+            key: key.clone(),
+        }
+    }
+
+    /// Whether a process of `key` is being started now.
+    pub(crate) fn is_starting(&self, key: &SessionKey) -> bool {
+        self.starting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(key)
+    }
+
+    /// Processes of `agent` being started now.
+    pub(crate) fn starting_count(&self, agent: &str) -> usize {
+        self.starting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .filter(|a| *a == agent)
+            .count()
+    }
+
+    /// Processes of every agent being started now.
+    pub(crate) fn starting_total(&self) -> usize {
+        self.starting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
     pub(crate) fn queued(&self) -> usize {
         self.waiting
             .lock()
@@ -238,5 +281,24 @@ pub(crate) struct Ticket<'a> {
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         self.pools.leave(self.agent, self.ticket.take());
+    }
+}
+
+/// A session's process being started: counted against its agent's `max_live` until dropped
+/// (started and in the live set, or failed), then the waiting turns are woken.
+#[derive(Debug)]
+pub(crate) struct Starting {
+    pools: Arc<Pools>,
+    key: SessionKey,
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        self.pools
+            .starting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.key);
+        self.pools.changed.notify_waiters();
     }
 }

@@ -12,6 +12,8 @@ mod dead_agent;
 #[cfg(target_os = "linux")]
 mod pid_reuse;
 #[cfg(target_os = "linux")]
+mod pool;
+#[cfg(target_os = "linux")]
 mod real_processes;
 #[cfg(target_os = "linux")]
 mod shared_postgres;
