@@ -159,11 +159,7 @@ impl Awareness {
     }
 
     fn queue(&self) -> MutexGuard<'_, NoticeQueue> {
-        // A panic while holding the lock leaves a consistent map (every mutation is one call);
-        // keep serving rather than poisoning every later turn.
-        self.queue
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.queue)
     }
 
     /// Whether heartbeat wake-ups apply to this watcher (an agent's main session).
@@ -177,6 +173,18 @@ impl Awareness {
     /// goes on. A duplicate dedupe key returns the existing event and opens nothing.
     #[tracing::instrument(name = "awareness.record", skip_all, fields(session = %session, kind = ?change.kind))]
     pub async fn record(&self, session: &SessionKey, change: StateChange) -> Option<AppendedEvent> {
+        self.record_racing(session, change, std::future::ready(()))
+            .await
+    }
+
+    /// [`Awareness::record`], with `meanwhile` run after the append's write and before its
+    /// notices are queued: where tests put a concurrent rebuild and consume.
+    pub(crate) async fn record_racing(
+        &self,
+        session: &SessionKey,
+        change: StateChange,
+        meanwhile: impl std::future::Future<Output = ()>,
+    ) -> Option<AppendedEvent> {
         let event = NewSessionEvent {
             session_key: session.clone(),
             kind: change.kind,
@@ -188,6 +196,9 @@ impl Awareness {
             dedupe_key: change.dedupe_key,
             created_at: self.now(),
         };
+        // Notices taken from the queue while the append is in flight are remembered: one of
+        // them may be a notice this append opened (a rebuild found it first), shown already.
+        let append = AppendInFlight::begin(&self.queue);
         match self.store.append_event_opening_notices(&event).await {
             Ok(result) => {
                 debug!(
@@ -196,7 +207,8 @@ impl Awareness {
                     opened = result.opened.len(),
                     "signal-log event appended"
                 );
-                self.queue_cursors(&result.opened);
+                meanwhile.await;
+                self.queue_notices(&result.opened, Some(append.read_at));
                 Some(result.appended)
             }
             Err(error) => {
@@ -208,6 +220,12 @@ impl Awareness {
 
     /// Queues the notices of cursors that have one pending, waking main sessions (once).
     pub(crate) fn queue_cursors(&self, cursors: &[WatchCursor]) {
+        self.queue_notices(cursors, None);
+    }
+
+    /// Queues the pending notices of `cursors`; with `opened_at` (an append's read of the
+    /// queue), not those taken for a turn since: they were shown already.
+    fn queue_notices(&self, cursors: &[WatchCursor], opened_at: Option<u64>) {
         let notices: Vec<Notice> = cursors
             .iter()
             .filter(|c| (self.serves)(&c.watcher_key))
@@ -218,10 +236,11 @@ impl Awareness {
             let mut wake = Vec::new();
             for notice in notices {
                 let watcher = notice.watcher.clone();
-                if queue.insert(notice)
-                    && self.is_main_session(&watcher)
-                    && queue.mark_woken(&watcher)
-                {
+                let queued = match opened_at {
+                    Some(read_at) => queue.insert_opened(notice, read_at),
+                    None => queue.insert(notice),
+                };
+                if queued && self.is_main_session(&watcher) && queue.mark_woken(&watcher) {
                     wake.push(watcher);
                 }
             }
@@ -386,3 +405,35 @@ impl Awareness {
         self.queue().forget_session(session, as_target);
     }
 }
+
+/// An append in flight: the queue remembers the notices taken meanwhile until it ends (also
+/// when the append's future is dropped).
+struct AppendInFlight<'a> {
+    queue: &'a Mutex<NoticeQueue>,
+    read_at: u64,
+}
+
+impl<'a> AppendInFlight<'a> {
+    fn begin(queue: &'a Mutex<NoticeQueue>) -> Self {
+        let read_at = lock(queue).begin_append();
+        AppendInFlight { queue, read_at }
+    }
+}
+
+impl Drop for AppendInFlight<'_> {
+    fn drop(&mut self) {
+        lock(self.queue).end_append(self.read_at);
+    }
+}
+
+fn lock(queue: &Mutex<NoticeQueue>) -> MutexGuard<'_, NoticeQueue> {
+    // A panic while holding the lock leaves a consistent map (every mutation is one call);
+    // keep serving rather than poisoning every later turn.
+    queue
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // Tests fail loudly by design.
+mod tests;

@@ -116,6 +116,12 @@ pub(crate) struct NoticeQueue {
     /// (watcher, target) pairs taken for consumption whose durable ack has not finished: a
     /// rebuild must not queue them again from a read that still shows them pending.
     consuming: BTreeSet<(SessionKey, SessionKey)>,
+    /// The generations at which appends still in flight read the queue (how many at each).
+    appends: BTreeMap<u64, usize>,
+    /// Notices taken for a turn while an append was in flight, with the generation they were
+    /// taken at: a notice the append opened and finds here was found by a rebuild first and
+    /// shown already. Kept only as far back as the oldest append in flight.
+    taken_during_appends: Vec<(u64, Notice)>,
 }
 
 impl NoticeQueue {
@@ -152,9 +158,50 @@ impl NoticeQueue {
             .remove(watcher)
             .map(|m| m.into_values().collect())
             .unwrap_or_default();
+        self.taking(&taken);
+        taken
+    }
+
+    fn taking(&mut self, taken: &[Notice]) {
         self.consuming
             .extend(taken.iter().map(|n| (n.watcher.clone(), n.target.clone())));
-        taken
+        if !self.appends.is_empty() {
+            let at = self.generation;
+            self.taken_during_appends
+                .extend(taken.iter().map(|n| (at, n.clone())));
+        }
+    }
+
+    /// An append starts: returns the generation it read the queue at.
+    pub(crate) fn begin_append(&mut self) -> u64 {
+        *self.appends.entry(self.generation).or_default() += 1;
+        self.generation
+    }
+
+    /// The append that began at `read_at` ended: what was taken before the oldest append still
+    /// in flight is forgotten.
+    pub(crate) fn end_append(&mut self, read_at: u64) {
+        if let Some(count) = self.appends.get_mut(&read_at) {
+            *count -= 1;
+            if *count == 0 {
+                self.appends.remove(&read_at);
+            }
+        }
+        match self.appends.keys().next() {
+            Some(&oldest) => self.taken_during_appends.retain(|(at, _)| *at > oldest),
+            None => self.taken_during_appends.clear(),
+        }
+    }
+
+    /// Queues a notice an append that read the queue at `read_at` opened, unless that very
+    /// notice was taken for a turn since (a rebuild found it first): queueing it again would
+    /// show it twice. True when it is new or replaces a different one for the pair.
+    pub(crate) fn insert_opened(&mut self, notice: Notice, read_at: u64) -> bool {
+        let shown = self
+            .taken_during_appends
+            .iter()
+            .any(|(at, taken)| *at > read_at && *taken == notice);
+        !shown && self.insert(notice)
     }
 
     /// Takes those of `watcher`'s notices that are still exactly as `shown` (a notice
@@ -181,8 +228,7 @@ impl NoticeQueue {
             self.by_watcher.remove(watcher);
         }
         self.woken.remove(watcher);
-        self.consuming
-            .extend(taken.iter().map(|n| (n.watcher.clone(), n.target.clone())));
+        self.taking(&taken);
         (taken, remain)
     }
 

@@ -724,17 +724,31 @@ impl Inner {
         error: &SendError,
         durable: bool,
     ) -> Result<SendOutcome, MessagesError> {
+        self.unknown_asked(adapter, intent, error, durable, 0).await
+    }
+
+    /// [`Self::unknown`] where a fresh unknown outcome (the intent still `sending`) was already
+    /// asked about `asked_fresh` times: recovery reconciles a crashed send before it writes it
+    /// unknown, and that reconciliation counts in the new episode.
+    pub(crate) async fn unknown_asked(
+        &self,
+        adapter: &Arc<dyn ChannelMessageAdapter>,
+        intent: &mut DurableSendIntent,
+        error: &SendError,
+        durable: bool,
+        asked_fresh: u32,
+    ) -> Result<SendOutcome, MessagesError> {
         let delivery = adapter.capabilities().delivery.clone().unwrap_or_default();
         let asked = match intent.status {
             IntentStatus::UnknownAfterSend => intent.reconciliations,
-            _ => 0,
+            _ => asked_fresh,
         };
         let asked_again =
             (delivery.reconcile_unknown_send || delivery.duplicates_acceptable).then(|| {
                 self.policy
                     .next_reconciliation_at(self.clock.now_ms(), asked)
             });
-        self.unknown_until(intent, error, asked_again, durable)
+        self.unknown_since_asked(intent, error, asked_again, durable, asked_fresh)
             .await
     }
 
@@ -748,12 +762,25 @@ impl Inner {
         next_attempt_at: Option<UnixMillis>,
         durable: bool,
     ) -> Result<SendOutcome, MessagesError> {
+        self.unknown_since_asked(intent, error, next_attempt_at, durable, 0)
+            .await
+    }
+
+    async fn unknown_since_asked(
+        &self,
+        intent: &mut DurableSendIntent,
+        error: &SendError,
+        next_attempt_at: Option<UnixMillis>,
+        durable: bool,
+        asked_fresh: u32,
+    ) -> Result<SendOutcome, MessagesError> {
         let now = self.clock.now_ms();
         let unknown_since = match (&intent.failure, intent.status) {
             (Some(previous), IntentStatus::UnknownAfterSend) => previous.at,
             _ => {
-                // Unknown afresh: its reconciliations are counted from here.
-                intent.reconciliations = 0;
+                // Unknown afresh: its reconciliations are counted from here (an earlier
+                // episode's, settled since, never count against this one).
+                intent.reconciliations = asked_fresh;
                 now
             }
         };

@@ -438,12 +438,12 @@ impl Inner {
             IntentStatus::Committing => self.commit(&adapter, &mut intent, true).await?,
             _ if expired => self.expire(&mut intent, true).await?,
             IntentStatus::Pending => self.deliver(&adapter, &mut intent, true).await?,
-            // A crash mid-send: the units without receipts may or may not have landed.
-            IntentStatus::Sending => {
-                self.save(&mut intent, IntentStatus::UnknownAfterSend, true)
-                    .await?;
-                self.reconcile(&adapter, &mut intent, report).await?
-            }
+            // A crash mid-send: the units without receipts may or may not have landed. Asked
+            // about from `sending`, under this pass's claim, and written once with the answer:
+            // writing `unknown_after_send` first would release the claim with no reconciliation
+            // scheduled, so until the answer's write the intent would look parked (a turn
+            // waiting on it would end its message) and a crash there would park it for good.
+            IntentStatus::Sending => self.reconcile(&adapter, &mut intent, report).await?,
             IntentStatus::UnknownAfterSend => self.reconcile(&adapter, &mut intent, report).await?,
             IntentStatus::Sent | IntentStatus::Failed | IntentStatus::Cancelled => return Ok(()),
         };
@@ -611,7 +611,13 @@ impl Inner {
             // Never replay blindly: park it where operators see it.
             return self.unknown_until(intent, &reason, None, true).await;
         }
-        // Counted before the platform is asked (saved with whatever the answers lead to).
+        // Counted before the platform is asked (saved with whatever the answers lead to). A
+        // crashed `sending` intent starts a new unknown episode: an earlier one's count (it was
+        // settled, or the intent would not have been sent again) does not carry over.
+        let fresh = intent.status == IntentStatus::Sending;
+        if fresh {
+            intent.reconciliations = 0;
+        }
         intent.reconciliations = intent.reconciliations.saturating_add(1);
         let ctx = self.context(intent);
         let mut not_sent = 0;
@@ -653,7 +659,10 @@ impl Inner {
                 if intent.reconciliations >= self.policy.max_reconciliations {
                     return self.reconciliations_spent(intent).await;
                 }
-                return self.unknown(adapter, intent, &reason, true).await;
+                let asked = if fresh { intent.reconciliations } else { 0 };
+                return self
+                    .unknown_asked(adapter, intent, &reason, true, asked)
+                    .await;
             }
             if delivery.duplicates_acceptable {
                 // Declared at-least-once: after the window, replay rather than park.

@@ -6,7 +6,7 @@
 //!
 //! Durable steps are one store operation each (`append_event_opening_notices`,
 //! `consume_notice`, `cursors_with_pending_notice`); the queue's steps are the engine's
-//! (`queue_cursors` after an append, `take` at consume, the requeue and `consumed` after an
+//! (`insert_opened` after an append, `take` at consume, the requeue and `consumed` after an
 //! ack, `rebuild` with its generation check).
 
 use std::fmt;
@@ -48,6 +48,8 @@ pub enum Bug {
     AckWithoutReopen,
     /// The rebuild applies a read taken before a concurrent consume (no generation check).
     RebuildWithoutGenerationCheck,
+    /// `record` queues its append's notices even those taken for a turn since the append.
+    EnqueueTakenNotice,
 }
 
 #[derive(Debug, Clone)]
@@ -58,9 +60,9 @@ pub struct NoticeModel {
     /// Crashes of the process serving the watchers (each restarts with the sweep to run).
     pub crashes: u8,
     /// Whether an append's notices are queued in a step after its write, as the real code
-    /// does (`record` → `queue_cursors`, which neither checks the generation nor the pairs
-    /// being consumed): a rebuild and a consume in between leave a stale notice in the queue
-    /// (see the README's findings). The CI checks queue them in the append's step.
+    /// does (`record` → `queue_notices` → `insert_opened`): a notice taken for a turn in
+    /// between (a rebuild found it first) was shown already and is not queued again. False
+    /// queues them in the append's step.
     pub enqueue_after_append: bool,
     pub bug: Option<Bug>,
 }
@@ -74,7 +76,7 @@ impl NoticeModel {
             watchers: 2,
             events: 3u8.saturating_add(depth),
             crashes: 2u8.saturating_add(depth),
-            enqueue_after_append: false,
+            enqueue_after_append: true,
             bug: None,
         }
     }
@@ -111,8 +113,9 @@ pub struct NoticeState {
     /// The in-memory queue: the pending notice of each watcher, by its `changes_since`.
     pub queue: Vec<Option<u8>>,
     pub consuming: Vec<Option<Consume>>,
-    /// An append's opened cursors, not yet queued (`queue_cursors` after the write).
-    pub opened: Option<Vec<Option<u8>>>,
+    /// An append's opened notices (by watcher, its `changes_since`), not yet queued, each
+    /// with whether a turn took that very notice since the append.
+    pub opened: Option<Vec<Option<(u8, bool)>>>,
     /// A rebuild's read of the durable pending notices, and whether the queue changed since.
     pub rebuild: Option<(Vec<Option<u8>>, bool)>,
     /// A restart left the sweep to run.
@@ -145,7 +148,9 @@ impl fmt::Display for NoticeAction {
                     "{actor} appends a {kind:?} event (append_event_opening_notices)"
                 )
             }
-            NoticeAction::Enqueue => f.write_str("queue_cursors: the opened notices are queued"),
+            NoticeAction::Enqueue => f.write_str(
+                "insert_opened: the opened notices are queued (but those a turn took since)",
+            ),
             NoticeAction::Consume(w) => write!(f, "watcher {w}'s turn takes its notice"),
             NoticeAction::Ack(w) => write!(f, "watcher {w}: consume_notice (the durable ack)"),
             NoticeAction::Requeue(w) => {
@@ -180,23 +185,25 @@ impl NoticeModel {
             let own = actor == Actor::Watcher(w as u8) && self.bug != Some(Bug::NoSelfSuppression);
             if notifies && cursor.notified.is_none() && sequence > cursor.acked && !own {
                 cursor.notified = Some(sequence);
-                opened[w] = Some(cursor.acked);
+                opened[w] = Some((cursor.acked, false));
             }
         }
         if opened.iter().any(Option::is_some) {
             s.opened = Some(opened);
             if !self.enqueue_after_append {
-                Self::enqueue(s);
+                self.enqueue(s);
             }
         }
     }
 
-    /// `queue_cursors` of an append's opened cursors.
-    fn enqueue(s: &mut NoticeState) {
+    /// `insert_opened` of an append's opened notices, but those taken since.
+    fn enqueue(&self, s: &mut NoticeState) {
         let opened = s.opened.take().unwrap_or_default();
         for (w, notice) in opened.into_iter().enumerate() {
-            if notice.is_some() {
-                s.queue[w] = notice;
+            match notice {
+                Some((_, true)) if self.bug != Some(Bug::EnqueueTakenNotice) => {}
+                Some((since, _)) => s.queue[w] = Some(since),
+                None => {}
             }
         }
         Self::touch(s);
@@ -278,7 +285,7 @@ impl Model for NoticeModel {
             }
         }
         if s.opened.is_some() {
-            push(NoticeAction::Enqueue, &|n| Self::enqueue(n));
+            push(NoticeAction::Enqueue, &|n| self.enqueue(n));
         }
         for w in 0..self.watchers {
             let at = w as usize;
@@ -286,6 +293,12 @@ impl Model for NoticeModel {
                 None if s.queue[at].is_some() => push(NoticeAction::Consume(w), &|n| {
                     let taken = n.queue[at].take().unwrap_or_default();
                     n.consuming[at] = Some(Consume::Taken(taken));
+                    if let Some(Some((since, shown))) =
+                        n.opened.as_mut().map(|opened| &mut opened[at])
+                        && *since == taken
+                    {
+                        *shown = true;
+                    }
                     Self::touch(n);
                 }),
                 None => {}

@@ -126,10 +126,10 @@ pub struct SendModel {
     /// README: the real code records them in two steps).
     pub notice_with_dead_letter: bool,
     /// Whether recovery marks a `sending` intent `unknown_after_send` before reconciling it,
-    /// as the real code does: that write leaves `next_attempt_at` unset and releases the
+    /// as the code once did: that write leaves `next_attempt_at` unset and releases the
     /// claim, so until the reconciliation's own write the intent looks parked for an
-    /// operator (see the README's findings). The CI checks leave this write out: recovery
-    /// reconciles from `sending`, under its claim, and writes what the answers lead to.
+    /// operator. False, as the code now does: recovery reconciles from `sending`, under its
+    /// claim, and writes what the answers lead to.
     pub unknown_before_reconcile: bool,
     pub bug: Option<Bug>,
 }
@@ -481,6 +481,10 @@ impl SendModel {
             (_, Adapter::Neither) => Pc::Park,
             (_, Adapter::DuplicatesAcceptable) => Pc::Replay,
             (_, Adapter::Reconciles) => {
+                if worker.copy.status == Status::Sending {
+                    // A crashed send is a new unknown episode: its count starts here.
+                    worker.copy.reconciliations = 0;
+                }
                 worker.copy.reconciliations = worker.copy.reconciliations.saturating_add(1);
                 Pc::Ask(Asked {
                     left: units & !worker.copy.parts,

@@ -73,7 +73,7 @@ fn an_intent_whose_dead_holder_keeps_its_claim_is_caught_by_the_progress_check()
     caught(&model, "progress: no end state is reachable");
 }
 
-/// Finding: recovery's `sending → unknown_after_send` write, made before it asks the
+/// Found in the code and since closed: recovery's `sending → unknown_after_send` write, made before it asks the
 /// platform, leaves the intent with no `next_attempt_at` and no claim — parked, to every
 /// reader — so a turn waiting on it completes its event, and whatever the reconciliation then
 /// leads to (a resend that fails, a crash that leaves it parked) happens after the event

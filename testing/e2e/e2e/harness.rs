@@ -9,12 +9,12 @@ use clawgate_channel_sdk::{
     ChannelMessageAdapter, MessageOriginAdapter, MessageRenderAdapter, Reconciliation, SendContext,
     SendError,
 };
-use clawgate_messages::{Messenger, RetryPolicy};
+use clawgate_messages::{Boundary, LifecycleProbe, Messenger, RetryPolicy};
 use clawgate_store::{IntentFilter, IntentStore};
 use clawgate_store_sqlite::{SqliteOptions, SqliteStore};
 use clawgate_types::clock::ManualClock;
 use clawgate_types::{
-    ChannelMessage, DurableSendIntent, IntentStatus, MessageCapabilities, MessageReceipt,
+    ChannelMessage, DurableSendIntent, IntentId, IntentStatus, MessageCapabilities, MessageReceipt,
     MessageReceiptPart, RenderedMessageUnit,
 };
 
@@ -114,6 +114,8 @@ pub struct Counting<A> {
     /// When set, each post-send hook reads its intent here: what the store held then.
     pub store_at_hook: Option<Arc<dyn clawgate_store::IntentStore>>,
     pub statuses_at_hook: std::sync::Mutex<Vec<Option<clawgate_types::IntentStatus>>>,
+    /// With `store_at_hook`: each reconciliation reads its intent there first.
+    pub intents_at_reconcile: std::sync::Mutex<Vec<Option<DurableSendIntent>>>,
 }
 
 impl<A> Counting<A> {
@@ -127,6 +129,7 @@ impl<A> Counting<A> {
             reconcile_answer: std::sync::Mutex::default(),
             store_at_hook: None,
             statuses_at_hook: std::sync::Mutex::default(),
+            intents_at_reconcile: std::sync::Mutex::default(),
         })
     }
 
@@ -141,6 +144,7 @@ impl<A> Counting<A> {
             reconcile_answer: std::sync::Mutex::default(),
             store_at_hook: Some(store),
             statuses_at_hook: std::sync::Mutex::default(),
+            intents_at_reconcile: std::sync::Mutex::default(),
         })
     }
 
@@ -155,6 +159,7 @@ impl<A> Counting<A> {
             reconcile_answer: std::sync::Mutex::default(),
             store_at_hook: None,
             statuses_at_hook: std::sync::Mutex::default(),
+            intents_at_reconcile: std::sync::Mutex::default(),
         })
     }
 
@@ -211,6 +216,13 @@ impl<A: ChannelMessageAdapter> ChannelMessageAdapter for Counting<A> {
         ctx: &SendContext,
         unit: &RenderedMessageUnit,
     ) -> Result<Reconciliation, SendError> {
+        if let (Some(store), Some(id)) = (&self.store_at_hook, &ctx.intent_id) {
+            let stored = store.load_intent(id).await.ok().flatten();
+            self.intents_at_reconcile
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(stored);
+        }
         let answer = self
             .reconcile_answer
             .lock()
@@ -269,4 +281,32 @@ impl MessageRenderAdapter for PartsRenderer {
         batch.atomicity = clawgate_types::BatchAtomicity::BestEffortParts;
         Ok(batch)
     }
+}
+
+/// Stops this send dead at one boundary, as a crash would: the engine goes no further.
+pub struct CrashAt(pub Boundary);
+
+impl LifecycleProbe for CrashAt {
+    fn reached(&self, boundary: Boundary, _intent: &IntentId) {
+        if boundary == self.0 {
+            panic!("simulated crash at {boundary:?}");
+        }
+    }
+}
+
+/// Keeps simulated crashes out of the test output; every other panic is reported as usual.
+pub fn quiet_simulated_crashes() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let simulated = info
+                .payload()
+                .downcast_ref::<String>()
+                .is_some_and(|m| m.starts_with("simulated crash"));
+            if !simulated {
+                default(info);
+            }
+        }));
+    });
 }

@@ -6,12 +6,12 @@
 use std::sync::Arc;
 
 use clawgate_channel_qa::Fault;
-use clawgate_messages::{Boundary, LifecycleProbe, RetryPolicy, SendOptions};
+use clawgate_messages::{Boundary, RetryPolicy, SendOptions};
 use clawgate_store::{IntentFilter, IntentStore};
-use clawgate_types::{IntentId, IntentStatus};
+use clawgate_types::IntentStatus;
 use proptest::prelude::*;
 
-use crate::harness::{Harness, message};
+use crate::harness::{CrashAt, Harness, message, quiet_simulated_crashes};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -48,17 +48,6 @@ fn ops() -> impl Strategy<Value = Vec<Op>> {
         })
 }
 
-/// Stops this send dead at one boundary, as a crash would: the engine goes no further.
-struct CrashAt(Boundary);
-
-impl LifecycleProbe for CrashAt {
-    fn reached(&self, boundary: Boundary, _intent: &IntentId) {
-        if boundary == self.0 {
-            panic!("simulated crash at {boundary:?}");
-        }
-    }
-}
-
 fn boundary(code: u8) -> Boundary {
     match code {
         0 => Boundary::IntentRecorded,
@@ -80,23 +69,6 @@ fn text(n: usize, units: usize) -> String {
     }
     text.push_str(&format!("message {n} end"));
     text
-}
-
-/// Keeps simulated crashes out of the test output; every other panic is reported as usual.
-fn quiet_simulated_crashes() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let simulated = info
-                .payload()
-                .downcast_ref::<String>()
-                .is_some_and(|m| m.starts_with("simulated crash"));
-            if !simulated {
-                default(info);
-            }
-        }));
-    });
 }
 
 async fn run(ops: Vec<Op>, idempotent: bool) {

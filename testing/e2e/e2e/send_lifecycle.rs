@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use clawgate_channel_qa::Fault;
-use clawgate_messages::{Boundary, LifecycleProbe, MessagesError, SendOptions, SendOutcome};
+use clawgate_messages::{
+    Boundary, LifecycleProbe, MessagesError, Messenger, RetryPolicy, SendOptions, SendOutcome,
+};
 use clawgate_store::IntentStore;
 use clawgate_store_sqlite::SqliteOptions;
 use clawgate_types::{
@@ -12,7 +14,7 @@ use clawgate_types::{
     MessageOrigin,
 };
 
-use crate::harness::{Counting, Harness, START, message};
+use crate::harness::{Counting, CrashAt, Harness, START, message, quiet_simulated_crashes};
 
 fn opts() -> SendOptions {
     SendOptions::default()
@@ -1010,4 +1012,114 @@ async fn replies_land_in_the_thread_of_an_inbound_message() {
     assert_eq!(failure.kind, clawgate_types::DeliveryFailureKind::NotFound);
     assert_eq!(failure.reason, Some(FailureReason::Permanent));
     assert_eq!(h.platform.messages("room-1").len(), 2, "nothing landed");
+}
+
+/// Sends `text` and "crashes" once every unit landed, before anything about it is recorded:
+/// the intent is left `sending` under the dead send's claim, which expires.
+async fn crashed_mid_send(h: &Harness, messenger: &Messenger, text: &str) -> IntentId {
+    quiet_simulated_crashes();
+    let engine = messenger
+        .clone()
+        .with_probe(Arc::new(CrashAt(Boundary::PlatformAccepted)));
+    let msg = message("crashed", text);
+    let _ = tokio::spawn(async move { engine.send(msg, opts()).await }).await;
+    let intent = h.intents().await.pop().expect("the intent was recorded");
+    assert_eq!(intent.status, IntentStatus::Sending);
+    h.clock.advance(RetryPolicy::default().claim_ttl_ms + 1);
+    intent.id
+}
+
+/// Recovery asks about a crashed send while it is still `sending`, under its claim, and writes
+/// it once with the answer: a write of `unknown_after_send` first (no reconciliation scheduled,
+/// claim released) would make it look parked for an operator until that answer — a turn
+/// waiting on it would end its message, and a crash there would park it for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_send_is_reconciled_while_still_sending_then_written_once() {
+    let h = Harness::new().await;
+    let adapter = Counting::observing(h.adapter(), h.store.clone());
+    adapter.answer_reconciliations(Ok(clawgate_channel_sdk::Reconciliation::Unresolved));
+    let messenger = h.messenger(adapter.clone());
+    let id = crashed_mid_send(&h, &messenger, "landed before the crash").await;
+
+    messenger.recover().await.unwrap();
+    let seen: Vec<_> = adapter
+        .intents_at_reconcile
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_ref().map(|i| (i.status, i.next_attempt_at)))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![Some((IntentStatus::Sending, None))],
+        "asked while still `sending`, not shown parked"
+    );
+    let intent = h.store.load_intent(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (intent.status, intent.reconciliations),
+        (IntentStatus::UnknownAfterSend, 1),
+        "the answer written once, the question counted"
+    );
+    assert!(
+        intent.next_attempt_at.is_some(),
+        "asked again later, not parked: {intent:?}"
+    );
+    assert_eq!(h.platform.landed_with_text("landed before the crash"), 1);
+}
+
+/// A crashed send after an earlier unknown outcome was settled starts a new episode: its
+/// reconciliation count and window start at the crash, not at the earlier episode (which would
+/// park it at once, the window long past).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_resend_counts_its_reconciliations_from_the_crash() {
+    let h = Harness::new().await;
+    let adapter = Counting::new(h.adapter());
+    let messenger = h.messenger(adapter.clone());
+    // Episode one: the answer is lost, then the platform says it did not land (a reconciling
+    // adapter would find it; this answer stands for a message removed meanwhile).
+    h.platform.inject(Fault::drop_after_accept(1));
+    let report = messenger
+        .send(message("e", "two episodes"), opts())
+        .await
+        .unwrap();
+    let id = report.intent_id.unwrap();
+    adapter.answer_reconciliations(Ok(clawgate_channel_sdk::Reconciliation::NotSent));
+    // The resend the answer leads to crashes after it landed.
+    quiet_simulated_crashes();
+    let crashing = messenger
+        .clone()
+        .with_probe(Arc::new(CrashAt(Boundary::PlatformAccepted)));
+    h.clock
+        .advance(RetryPolicy::default().reconcile_window_ms + 1);
+    let _ = tokio::spawn(async move { crashing.recover().await }).await;
+    let crashed = h.store.load_intent(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (crashed.status, crashed.reconciliations),
+        (IntentStatus::Sending, 1)
+    );
+
+    // Episode two, long after the first one's window.
+    adapter.answer_reconciliations(Ok(clawgate_channel_sdk::Reconciliation::Unresolved));
+    h.clock.advance(RetryPolicy::default().claim_ttl_ms + 1);
+    let now = START
+        + RetryPolicy::default().reconcile_window_ms
+        + 1
+        + RetryPolicy::default().claim_ttl_ms
+        + 1;
+    messenger.recover().await.unwrap();
+    let intent = h.store.load_intent(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (intent.status, intent.reconciliations),
+        (IntentStatus::UnknownAfterSend, 1),
+        "counted from the crash"
+    );
+    assert_eq!(
+        intent.failure.as_ref().map(|f| f.at),
+        Some(now),
+        "unknown since the crash's reconciliation"
+    );
+    assert!(
+        intent.next_attempt_at.is_some(),
+        "inside its own window: asked again, not parked"
+    );
 }
