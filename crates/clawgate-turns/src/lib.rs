@@ -31,6 +31,7 @@
 struct ReadmeExample;
 
 mod channel;
+mod dead_letters;
 mod engine;
 mod error;
 mod handler;

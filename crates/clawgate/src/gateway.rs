@@ -538,6 +538,13 @@ impl Gateway {
         let Some(normalizer) = channel.plugin.receiver.clone() else {
             return;
         };
+        // Before new events: a notice a crash cut off belongs to an older message.
+        self.turns
+            .tell_untold_dead_letters(
+                &channel,
+                now_ms().saturating_sub(UNTOLD_DEAD_LETTERS_WINDOW_MS),
+            )
+            .await;
         let receiver = Receiver::new(
             self.store.clone(),
             channel.plugin.sender.clone(),
@@ -621,6 +628,10 @@ const RECEIVE_SETTLE: Duration = Duration::from_secs(5);
 
 /// How many rows one retention write removes.
 const PRUNE_SLICE: u32 = 500;
+/// How far back a taken account looks for dead letters whose failure notice a crash cut off:
+/// a day, so that a gateway down for a while still tells, but an old dead letter (or one from
+/// before notices were recorded) does not reach a person out of the blue.
+const UNTOLD_DEAD_LETTERS_WINDOW_MS: i64 = 24 * 60 * 60 * 1_000;
 /// How often leases left `closing` by processes that outlived KILL are looked at again (such a
 /// process is usually in an uninterruptible sleep that ends within seconds).
 const SURVIVOR_RECHECK: Duration = Duration::from_secs(10);

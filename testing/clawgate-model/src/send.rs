@@ -122,9 +122,13 @@ pub struct SendModel {
     /// The time-to-live, as the attempt a started attempt finds expired (time is abstracted:
     /// any scheduled retry may be due at once; the time-to-live ends every retry loop).
     pub expires_at_attempt: u8,
-    /// Whether the failure notice is recorded in the same step as the dead letter (see the
-    /// README: the real code records them in two steps).
+    /// Whether the failure notice is recorded in the same step as the dead letter (the real
+    /// code records them in two steps).
     pub notice_with_dead_letter: bool,
+    /// Whether a restarted worker tells of dead letters whose notice is missing
+    /// (`tell_untold_dead_letters` when a gateway takes the account), as the real code does:
+    /// what closes the crash between the two steps.
+    pub sweep_untold_dead_letters: bool,
     /// Whether recovery marks a `sending` intent `unknown_after_send` before reconciling it,
     /// as the code once did: that write leaves `next_attempt_at` unset and releases the
     /// claim, so until the reconciliation's own write the intent looks parked for an
@@ -148,7 +152,8 @@ impl SendModel {
             max_reconciliations: 2,
             max_inbound_attempts: 2,
             expires_at_attempt: 3,
-            notice_with_dead_letter: true,
+            notice_with_dead_letter: false,
+            sweep_untold_dead_letters: true,
             unknown_before_reconcile: false,
             bug: None,
         }
@@ -321,6 +326,8 @@ pub struct SendState {
     pub delivered: [u8; 4],
     pub workers: Vec<Worker>,
     pub crashes_left: u8,
+    /// A restart left the dead-letter sweep to run.
+    pub sweep_due: bool,
     /// A write the engine asked for that the transition table refuses (an engine bug).
     pub illegal_write: Option<(Status, Status)>,
 }
@@ -361,6 +368,8 @@ pub enum SendAction {
     ReleaseClaim,
     /// A busy worker's process dies and restarts (everything in memory is lost).
     Crash(u8),
+    /// The restarted gateway tells of a dead letter without its notice.
+    SweepDeadLetters(u8),
 }
 
 impl fmt::Display for SendAction {
@@ -377,6 +386,9 @@ impl fmt::Display for SendAction {
             }
             SendAction::ReleaseClaim => write!(f, "the dead or idle holder's claim is released"),
             SendAction::Crash(w) => write!(f, "w{w}: CRASH and restart"),
+            SendAction::SweepDeadLetters(w) => {
+                write!(f, "w{w}: tell_untold_dead_letters after the restart")
+            }
         }
     }
 }
@@ -840,6 +852,7 @@ impl Model for SendModel {
             delivered: [0; 4],
             workers: vec![idle; self.workers as usize],
             crashes_left: self.crashes,
+            sweep_due: false,
             illegal_write: None,
         }]
     }
@@ -907,6 +920,15 @@ impl Model for SendModel {
                     let worker = Self::worker(n, w);
                     worker.pc = Pc::Idle;
                     worker.job = Job::Recover;
+                    n.sweep_due = self.sweep_untold_dead_letters;
+                });
+            }
+            if me.pc == Pc::Idle && s.sweep_due {
+                push(SendAction::SweepDeadLetters(w), &|n| {
+                    n.sweep_due = false;
+                    if n.inbound == Inbound::DeadLettered {
+                        n.notice = true;
+                    }
                 });
             }
         }
@@ -1015,12 +1037,13 @@ impl Model for SendModel {
             })
             .collect();
         format!(
-            "inbound={:?}#{}{} intent={intent} platform={:?} {}",
+            "inbound={:?}#{}{} intent={intent} platform={:?} {}{}",
             s.inbound,
             s.inbound_attempts,
             if s.notice { " notice" } else { "" },
             &s.delivered[..self.units as usize],
-            workers.join(" ")
+            workers.join(" "),
+            if s.sweep_due { " sweep-due" } else { "" }
         )
     }
 }

@@ -88,12 +88,22 @@ fn the_write_before_reconciling_lets_a_waiting_turn_complete_early() {
     );
 }
 
-/// Finding: the dead letter is recorded and acknowledged before the failure notice's intent
-/// is; a crash between the two leaves an event nothing processes again (only `received`
-/// records are) and nobody told.
+/// The dead letter is recorded and acknowledged before the failure notice's intent is; without
+/// the restart's sweep, a crash between the two leaves an event nothing processes again (only
+/// `received` records are) and nobody told.
 #[test]
-fn a_crash_between_the_dead_letter_and_its_notice_loses_the_notice() {
+fn a_crash_between_the_dead_letter_and_its_notice_without_the_sweep_loses_the_notice() {
     let mut model = SendModel::new(Adapter::Reconciles);
-    model.notice_with_dead_letter = false;
+    model.sweep_untold_dead_letters = false;
     caught(&model, "without a final or a failure notice");
+}
+
+/// Recording the notice in the dead letter's own step holds without a sweep.
+#[test]
+fn the_notice_in_the_dead_letters_step_holds_without_the_sweep() {
+    let mut model = SendModel::new(Adapter::Reconciles);
+    model.notice_with_dead_letter = true;
+    model.sweep_untold_dead_letters = false;
+    let report = checked(&model);
+    assert!(report.violation.is_none());
 }

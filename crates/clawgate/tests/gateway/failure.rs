@@ -111,3 +111,90 @@ async fn a_dead_letter_whose_notice_a_crash_cut_off_gets_it_when_the_update_come
     );
     assert!(gateway.interrupt().success());
 }
+
+/// A pushed (or confirmed) event is never delivered again: when a crash fell between its dead
+/// letter and its failure notice, the gateway that takes the account tells the person anyway —
+/// once, and only about a recent dead letter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_whose_notice_a_crash_cut_off_is_told_at_the_next_start() {
+    use clawgate_store::{InboundKey, InboundStatus, InboundStore as _};
+    let platform = external_platform().await;
+    // The events as the platform sent them once; this platform never delivers them again.
+    let elsewhere = external_platform().await;
+    let event = |conversation: &str| {
+        let message = elsewhere
+            .inject_inbound(
+                conversation,
+                clawgate_channel_qa::InboundRequest {
+                    text: "poison".into(),
+                    author_id: "web-user".into(),
+                    author_is_bot: false,
+                    thread_id: None,
+                    reply_to_id: None,
+                    metadata: None,
+                },
+            )
+            .expect("inbound");
+        let payload = serde_json::json!({ "raw": serde_json::to_value(&message).expect("json") });
+        (message.id, payload)
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    {
+        std::fs::create_dir_all(&state).expect("state dir");
+        let store = clawgate_store_sqlite::testing::open_store(&state);
+        // Dead-lettered a minute ago, and two days ago (too old to tell out of the blue).
+        for (conversation, at) in [("dm-swept", now - 60_000), ("dm-old", now - 2 * 86_400_000)] {
+            let (id, payload) = event(conversation);
+            let key = InboundKey {
+                channel: "qa".into(),
+                account_id: "default".into(),
+                event_id: id,
+            };
+            store
+                .record_inbound(&key, &payload, at)
+                .await
+                .expect("record");
+            store
+                .finish_inbound(
+                    &key,
+                    InboundStatus::DeadLettered,
+                    Some("crashed 5 times"),
+                    at,
+                )
+                .await
+                .expect("dead-lettered");
+        }
+    }
+    let config = crate::support::config_file(dir.path(), Some(&platform), &[]);
+    let bot_messages = |conversation: &str| {
+        platform
+            .messages(conversation)
+            .into_iter()
+            .filter(|m| m.author_is_bot)
+            .collect::<Vec<_>>()
+    };
+    for start in 0..2 {
+        let gateway = GatewayProcess::start(&state, &config);
+        let notice = eventually(Duration::from_secs(30), "the notice", || async {
+            bot_messages("dm-swept").into_iter().next()
+        })
+        .await;
+        assert!(notice.text.contains("could not answer"), "{}", notice.text);
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        assert_eq!(
+            bot_messages("dm-swept").len(),
+            1,
+            "start {start}: told once"
+        );
+        assert!(
+            bot_messages("dm-old").is_empty(),
+            "start {start}: a two-day-old dead letter is not told"
+        );
+        assert!(gateway.interrupt().success());
+    }
+}
