@@ -51,7 +51,8 @@ commands:
                       build: N SIGKILLs (default 100) per matrix and seed (default five fixed
                       seeds), figures added up; shared-postgres on a throwaway cluster;
                       first the protocol model checks one step deeper than CI (NAME model:
-                      those alone), then every fuzz target with N cases (CLAWGATE_FUZZ_CASES,
+                      those alone) and 10,000 seeds of the deterministic simulation (NAME
+                      sim: those alone), then every fuzz target with N cases (CLAWGATE_FUZZ_CASES,
                       default 20000; `--matrix fuzz`: only those)
   conformance         run every conformance suite (store backends, adapters)
   setup               install the test tools `ci` needs (cargo-deny, chromium + chromedriver,

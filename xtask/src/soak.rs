@@ -11,7 +11,8 @@
 //! types' decoding, the configuration file, the control API's parameters, each channel's
 //! normalizer: the tests named `fuzz::…` and `normalize_never_panics…`) with
 //! `CLAWGATE_FUZZ_CASES` set to `--fuzz-cases` (CI runs `clawgate_fuzz::DEFAULT_CASES`);
-//! `--matrix fuzz` runs only those.
+//! `--matrix fuzz` runs only those. The deterministic simulation (`clawgate-sim`) runs
+//! 10,000 seeds per adapter kind (`--matrix sim` alone).
 
 use std::io::{BufRead as _, BufReader};
 use std::process::Stdio;
@@ -35,6 +36,12 @@ const FUZZ_FILTERS: [&str; 2] = ["fuzz::", "normalize_never_panics"];
 
 /// The protocol model checks, as a matrix name.
 const MODEL: &str = "model";
+
+/// The deterministic simulation, as a matrix name.
+const SIM: &str = "sim";
+
+/// Seeds of the deterministic simulation per adapter kind in a soak (CI runs a few hundred).
+const SIM_SEEDS: &str = "10000";
 
 /// How much deeper than CI the soak checks the models (more units, events and crashes; a few
 /// million states, under a minute on a release build).
@@ -136,6 +143,11 @@ impl Soak {
     fn runs_model(&self) -> bool {
         self.matrix.as_deref().is_none_or(|name| name == MODEL)
     }
+
+    /// Whether the deterministic simulation's seeds are among what this soak runs.
+    fn runs_sim(&self) -> bool {
+        self.matrix.as_deref().is_none_or(|name| name == SIM)
+    }
 }
 
 /// Every fuzz target of the workspace, `cases` cases each, on a release build.
@@ -171,6 +183,25 @@ fn fuzz(cases: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The deterministic simulation, `SIM_SEEDS` seeds per adapter kind; each test prints its
+/// seeds per second.
+fn run_sim() -> anyhow::Result<()> {
+    let mut command = cargo([
+        "test",
+        "--release",
+        "-p",
+        "clawgate-sim",
+        "--",
+        "--nocapture",
+    ]);
+    command.env("CLAWGATE_SIM_SEEDS", SIM_SEEDS);
+    eprintln!(
+        "soak: deterministic simulation: CLAWGATE_SIM_SEEDS={SIM_SEEDS} {}",
+        display(&command)
+    );
+    run_command(&mut command)
+}
+
 /// The model checks at the soak's depth; each test prints the states it explored.
 fn run_model() -> anyhow::Result<()> {
     let mut command = cargo([
@@ -190,10 +221,13 @@ pub(crate) fn run(soak: &Soak) -> anyhow::Result<()> {
     if soak.runs_model() {
         run_model()?;
     }
+    if soak.runs_sim() {
+        run_sim()?;
+    }
     if soak.runs_fuzz() {
         fuzz(soak.fuzz_cases)?;
     }
-    if matches!(soak.matrix.as_deref(), Some(FUZZ | MODEL)) {
+    if matches!(soak.matrix.as_deref(), Some(FUZZ | MODEL | SIM)) {
         return Ok(());
     }
     // At least three messages per kill, never fewer than the QA matrix's CI run of 120.
@@ -395,5 +429,9 @@ mod tests {
         assert!(soak(Some("model")).runs_model());
         assert!(!soak(Some("qa")).runs_model());
         assert!(!soak(Some("model")).runs_shared_postgres());
+        assert!(soak(None).runs_sim());
+        assert!(soak(Some("sim")).runs_sim());
+        assert!(!soak(Some("model")).runs_sim());
+        assert!(!soak(Some("sim")).runs_model());
     }
 }

@@ -229,6 +229,12 @@ const RULES: &[Rule] = &[
         Layer::Tool,
         Arrows::To(&[TYPES]),
     ),
+    // The deterministic simulation drives the real message engines on the real store.
+    Rule::new(
+        Pattern::Exact("clawgate-sim"),
+        Layer::Tool,
+        Arrows::To(&[TYPES, STORE, STORE_SQLITE, SDK, MESSAGES]),
+    ),
     // The benchmark suites `cargo xtask bench` runs.
     Rule::new(
         Pattern::Exact("clawgate-benchmarks"),
