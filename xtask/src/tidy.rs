@@ -233,7 +233,14 @@ const RULES: &[Rule] = &[
     Rule::new(
         Pattern::Exact("clawgate-sim"),
         Layer::Tool,
-        Arrows::To(&[TYPES, STORE, STORE_SQLITE, SDK, MESSAGES]),
+        Arrows::To(&[
+            TYPES,
+            STORE,
+            STORE_SQLITE,
+            SDK,
+            MESSAGES,
+            "clawgate-awareness",
+        ]),
     ),
     // The benchmark suites `cargo xtask bench` runs.
     Rule::new(

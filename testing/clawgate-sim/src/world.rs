@@ -3,8 +3,8 @@
 //! the model, judged from the platform's record and the store.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use clawgate_channel_sdk::NoTransportAck;
 use clawgate_messages::{
@@ -12,7 +12,9 @@ use clawgate_messages::{
     Receiver, RecoveryPace, RetryPolicy, SendOptions, SendOutcome,
 };
 use clawgate_store::{InboundStatus, InboundStore as _, IntentStore as _};
-use clawgate_store_sqlite::{CommitHook, CommitStage, CommitVerdict, SqliteOptions, SqliteStore};
+use clawgate_store_sqlite::{SqliteOptions, SqliteStore};
+
+use crate::crash::Crash;
 use clawgate_types::clock::ManualClock;
 use clawgate_types::{ChannelMessage, IntentStatus, MessageTarget};
 
@@ -71,64 +73,6 @@ impl std::fmt::Display for Violation {
             writeln!(f, "  {n:>3}. {step}")?;
         }
         Ok(())
-    }
-}
-
-/// Where the simulated process dies: at a commit of the store's writer (every transaction,
-/// reads of the in-memory database included), counted here — but not the checker's own reads.
-#[derive(Debug, Default)]
-struct Crash {
-    /// `(commit, before)`: abort right before that commit (nothing of it stored) or right
-    /// after it (stored, nobody told).
-    at: Mutex<Option<(u64, bool)>>,
-    /// Commits of the engines so far (the one in progress included).
-    counted: AtomicU64,
-    /// The invariant checks are reading: not the process's work, not counted.
-    checking: AtomicBool,
-    dead: Arc<AtomicBool>,
-}
-
-impl Crash {
-    fn hook(self: &Arc<Self>) -> CommitHook {
-        let crash = self.clone();
-        CommitHook(Arc::new(move |stage, _| {
-            if crash.checking.load(Ordering::SeqCst) {
-                return CommitVerdict::Proceed;
-            }
-            if crash.dead.load(Ordering::SeqCst) {
-                // A dead process writes nothing more.
-                return CommitVerdict::RefuseAsDiskFull;
-            }
-            let n = match stage {
-                CommitStage::Before => crash.counted.fetch_add(1, Ordering::SeqCst) + 1,
-                CommitStage::Committed => crash.counted.load(Ordering::SeqCst),
-            };
-            let mut at = crash
-                .at
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            match *at {
-                Some((target, true)) if target == n && stage == CommitStage::Before => {
-                    *at = None;
-                    crash.dead.store(true, Ordering::SeqCst);
-                    CommitVerdict::RefuseAsDiskFull
-                }
-                Some((target, false)) if target == n && stage == CommitStage::Committed => {
-                    *at = None;
-                    crash.dead.store(true, Ordering::SeqCst);
-                    CommitVerdict::Proceed
-                }
-                _ => CommitVerdict::Proceed,
-            }
-        }))
-    }
-
-    fn arm(&self, after: u64, before: bool) {
-        let target = self.counted.load(Ordering::SeqCst) + after;
-        *self
-            .at
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((target, before));
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use clawgate_sim::{AdapterKind, Bug, Config, run_seed};
+use clawgate_sim::{AdapterKind, Bug, Config, run_notice_seed, run_seed};
 
 fn seeds(default: u64) -> u64 {
     std::env::var("CLAWGATE_SIM_SEEDS")
@@ -90,4 +90,43 @@ fn replaying_unknown_outcomes_on_a_platform_that_does_not_deduplicate_is_caught(
         &Config::new(AdapterKind::ClaimsDuplicatesAcceptable),
         "at most once",
     );
+}
+
+#[test]
+fn every_notice_seed_holds() {
+    let count = seeds(200);
+    let started = Instant::now();
+    let (mut crashes, mut shown) = (0, 0);
+    for seed in 0..count {
+        match run_notice_seed(seed, 30) {
+            Ok(trace) => {
+                crashes += trace.iter().filter(|s| s.starts_with("CRASHED")).count();
+                shown += trace
+                    .iter()
+                    .filter(|s| s.contains("turn: shown [") && !s.ends_with("[]"))
+                    .count();
+            }
+            Err(violation) => panic!("{violation}"),
+        }
+    }
+    println!(
+        "notices: {count} seeds, {crashes} crashes, {shown} turns shown a notice; every \
+         invariant held ({:.0} seeds/s)",
+        count as f64 / started.elapsed().as_secs_f64()
+    );
+    assert!(
+        crashes > 0 && shown > 0,
+        "the seeds exercised crashes and notices"
+    );
+}
+
+#[test]
+fn a_notice_seed_replays_exactly() {
+    for seed in 0..20 {
+        assert_eq!(
+            run_notice_seed(seed, 30).unwrap(),
+            run_notice_seed(seed, 30).unwrap(),
+            "seed {seed} ran differently the second time"
+        );
+    }
 }
