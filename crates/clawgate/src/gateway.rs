@@ -425,6 +425,10 @@ impl Gateway {
                     let closed = self.acpx.close_idle(now_ms()).await;
                     if closed > 0 {
                         info!(closed, "idle agent sessions closed");
+                        if self.counters.turns_in_flight.load(Ordering::SeqCst) == 0 {
+                            // Quiet again after work: the burst's freed heap goes back.
+                            crate::memory::release_free_heap();
+                        }
                     }
                 }
                 _ = recovery.tick() => {

@@ -22,6 +22,7 @@ pub mod config;
 pub mod control;
 pub mod crash_points;
 pub mod gateway;
+mod memory;
 pub mod ownership;
 #[cfg(feature = "channel-qa")]
 pub mod qa;
