@@ -175,6 +175,12 @@ impl World {
         }
     }
 
+    /// A millisecond passes before each new intent: the store orders intents by creation
+    /// time, then by their (random) id, so distinct times keep every run's order the seed's.
+    fn tick(&self) {
+        self.clock.advance(1);
+    }
+
     fn dead(&self) -> bool {
         self.crash.dead.load(Ordering::SeqCst)
     }
@@ -204,6 +210,7 @@ impl World {
         }
         let text = format!("{event}: {}", "answer ".repeat(MAX_TEXT / 6));
         let key = reply_key(event);
+        self.tick();
         let report = self
             .life
             .messenger
@@ -261,6 +268,7 @@ impl World {
 
     /// The person is told once that the message could not be answered (keyed by the event).
     async fn tell_of_failure(&mut self, event: &str, conversation: &str) {
+        self.tick();
         let result = self
             .life
             .messenger
@@ -454,7 +462,7 @@ impl World {
                 Ok(Some(intent)) => intent,
                 other => return Err(format!("no intent {key} for a finished event: {other:?}")),
             };
-            if handed_over(&intent) && self.config.adapter == AdapterKind::Neither {
+            if handed_over(&intent) && self.parking_allowed(&intent) {
                 continue;
             }
             if intent.status != IntentStatus::Sent {
@@ -479,6 +487,17 @@ impl World {
             }
         }
         Ok(())
+    }
+
+    /// An unknown outcome may be left to an operator only where nothing can settle it: an
+    /// adapter that cannot reconcile, or a platform that kept answering "cannot tell" for the
+    /// whole reconciliation window (counted from when the outcome became unknown to the write
+    /// that parked it).
+    fn parking_allowed(&self, intent: &clawgate_types::DurableSendIntent) -> bool {
+        self.config.adapter == AdapterKind::Neither
+            || intent.failure.as_ref().is_some_and(|f| {
+                intent.updated_at - f.at >= RetryPolicy::default().reconcile_window_ms
+            })
     }
 
     async fn inbound(&self) -> Vec<clawgate_store::InboundRecord> {
