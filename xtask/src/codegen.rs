@@ -207,6 +207,10 @@ const SECTIONS: &[Section] = &[
         ],
     },
     Section {
+        title: "Control API: metrics",
+        types: control_types![MetricsParams, MetricsView, MinuteFigures],
+    },
+    Section {
         title: "Control API: session tools",
         types: control_types![
             SessionsListParams,
