@@ -7,6 +7,8 @@ const TOKEN_KEY = "clawgate.console.token";
 const PAGES = ["overview", "outbox", "inbox", "sessions", "leases"];
 const STATUSES = ["pending", "sending", "committing", "sent", "failed", "unknown_after_send", "cancelled"];
 const SVG_NS = "http://www.w3.org/2000/svg";
+/** Bar labels that fit under a bar of the outcome histogram. */
+const SHORT = { committing: "commit", unknown_after_send: "unknown", cancelled: "cancel" };
 
 const $ = (id) => document.getElementById(id);
 
@@ -315,7 +317,7 @@ async function loadMetrics() {
   lineChart($("chart-throughput"), "throughput", xs, [
     { name: "inbound", cls: "s-inbound", values: m.minutes.map((x) => x.inbound) },
     { name: "sent", cls: "s-sent", values: m.minutes.map((x) => x.sent) },
-  ], (v) => String(Math.round(v)));
+  ], (v) => String(Math.round(v)), 2);
   lineChart($("chart-latency"), "latency", xs, [
     { name: "median", cls: "s-p50", values: m.minutes.map((x) => x.latencyP50Ms === undefined ? null : x.latencyP50Ms / 1000) },
     { name: "slowest", cls: "s-max", values: m.minutes.map((x) => x.latencyMaxMs === undefined ? null : x.latencyMaxMs / 1000) },
@@ -336,10 +338,11 @@ function niceMax(max) {
 }
 
 /** A line chart of per-minute series (null: no value that minute), as inline SVG. */
-function lineChart(box, id, xs, series, format) {
-  const W = 640, H = 220, L = 52, R = 12, T = 12, B = 26;
+function lineChart(box, id, xs, series, format, minTop = 0) {
+  const W = 420, H = 190, L = 46, R = 8, T = 10, B = 22;
   const all = series.flatMap((s) => s.values.filter((v) => v !== null));
-  const top = niceMax(Math.max(0, ...all));
+  // Counts get whole-number grid lines (a top of 1 would label its middle line "1" too).
+  const top = niceMax(Math.max(minTop, ...all));
   const x = (i) => L + (xs.length <= 1 ? 0 : (i * (W - L - R)) / (xs.length - 1));
   const y = (v) => T + (H - T - B) * (1 - v / top);
   const summary = series.map((s) => {
@@ -369,7 +372,7 @@ function lineChart(box, id, xs, series, format) {
     // A lone point still shows: a dot where a line would start.
     s.values.forEach((v, i) => {
       if (v !== null && (i === 0 || s.values[i - 1] === null) && (i === s.values.length - 1 || s.values[i + 1] === null)) {
-        chart.append(svg("circle", { class: "series " + s.cls, cx: x(i), cy: y(v), r: 2.5 }));
+        chart.append(svg("circle", { class: "dot " + s.cls, cx: x(i), cy: y(v), r: 3.5 }));
       }
     });
     if (d) chart.append(svg("path", { class: "series " + s.cls, d: d.trim(), "data-series": s.name }));
@@ -381,7 +384,7 @@ function lineChart(box, id, xs, series, format) {
 
 /** A histogram: one bar per [label, count], as inline SVG. */
 function barChart(box, id, bars) {
-  const W = 640, H = 220, L = 12, R = 12, T = 18, B = 40;
+  const W = 420, H = 190, L = 6, R = 6, T = 16, B = 22;
   const top = niceMax(Math.max(0, ...bars.map(([, n]) => n)));
   const slot = (W - L - R) / bars.length;
   const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-labelledby": `${id}-title ${id}-desc` },
@@ -392,7 +395,7 @@ function barChart(box, id, bars) {
     const x = L + i * slot + slot * 0.15;
     chart.append(svg("rect", { class: "bar bar-" + label, x, y: H - B - h, width: slot * 0.7, height: Math.max(h, 0), "data-label": label, "data-count": n }));
     chart.append(svg("text", { class: "value", x: x + slot * 0.35, y: H - B - h - 4, "text-anchor": "middle" }, String(n)));
-    chart.append(svg("text", { class: "axis", x: x + slot * 0.35, y: H - B + 14, "text-anchor": "middle" }, label.replace(/_/g, " ").replace("unknown after send", "unknown")));
+    chart.append(svg("text", { class: "axis", x: x + slot * 0.35, y: H - B + 14, "text-anchor": "middle" }, SHORT[label] || label));
   });
   box.replaceChildren(chart);
 }

@@ -395,6 +395,10 @@ async fn the_overview_shows_a_turn_appear_and_its_final_land_without_a_reload() 
         .await
         .expect("scrolled to the charts");
     screenshot(&browser, "overview-charts").await;
+    browser
+        .execute("window.scrollTo(0, 0); return true;", vec![])
+        .await
+        .expect("scrolled to the top");
     browser.set_window_size(390, 844).await.expect("phone size");
     browser
         .wait_for(
