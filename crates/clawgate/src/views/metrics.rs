@@ -222,6 +222,51 @@ mod tests {
         assert_eq!(replied_event(&intent), None);
     }
 
+    /// A sent reply and the event it answers: the latency is the receipt's `sentAt` minus the
+    /// event's `receivedAt`, counted in the minute the reply was sent.
+    #[tokio::test]
+    async fn a_reply_latency_runs_from_its_inbound_event_to_its_receipt() {
+        let store = SqliteStore::open_in_memory(SqliteOptions::default()).unwrap();
+        let received = 5 * MINUTE_MS + 1_000;
+        let key = clawgate_store::InboundKey {
+            channel: "qa".into(),
+            account_id: "default".into(),
+            event_id: "ev:1".into(),
+        };
+        store
+            .record_inbound(&key, &serde_json::json!({}), received)
+            .await
+            .unwrap();
+        let mut reply = sample_intent(1, received + 100);
+        reply.channel = "qa".into();
+        reply.account_id = Some("default".into());
+        reply.idempotency_key = "qa:reply:ev:1:0".into();
+        store.insert_intent(&reply, None).await.unwrap();
+        for (from, to) in [
+            (IntentStatus::Pending, IntentStatus::Sending),
+            (IntentStatus::Sending, IntentStatus::Committing),
+            (IntentStatus::Committing, IntentStatus::Sent),
+        ] {
+            reply.status = to;
+            if to == IntentStatus::Sent {
+                reply.receipt = Some(MessageReceipt::from_parts(vec![], received + 2_500));
+            }
+            store.save_intent(&reply, from, None).await.unwrap();
+        }
+        let view = metrics(
+            &store,
+            &MetricsParams { minutes: Some(2) },
+            6 * MINUTE_MS - 1,
+        )
+        .await
+        .unwrap();
+        let minute = &view.minutes[1];
+        assert_eq!((minute.inbound, minute.sent), (1, 1));
+        assert_eq!(minute.latency_p50_ms, Some(2_500));
+        assert_eq!(minute.latency_max_ms, Some(2_500));
+        assert_eq!(view.minutes[0].latency_p50_ms, None);
+    }
+
     #[tokio::test]
     async fn sent_intents_land_in_their_minute_and_old_ones_are_left_out() {
         let store = SqliteStore::open_in_memory(SqliteOptions::default()).unwrap();

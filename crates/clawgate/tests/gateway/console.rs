@@ -314,6 +314,41 @@ async fn the_console_asks_for_the_token_and_says_clearly_when_it_is_wrong() {
         .expect("storage");
     assert_eq!(kept, Value::Null, "a refused token is not kept");
     screenshot(&browser, "token-refused").await;
+
+    // The right token, submitted from the keyboard (Enter in the field), opens the overview.
+    let field = browser.find("#token").await.expect("token field");
+    field.clear().await.expect("cleared");
+    field
+        .send_keys(&format!("{}\u{E007}", control_token(&state)))
+        .await
+        .expect("typing and Enter");
+    browser
+        .wait_for(
+            "document.querySelector('#login').hidden \
+             && document.querySelector('#nav a[aria-current=page]')?.dataset.page === 'overview' \
+             && document.querySelector('#turns-completed').textContent === '0'",
+            Duration::from_secs(15),
+            "the overview after the right token",
+        )
+        .await
+        .expect("console open");
+    // Forgetting the token brings the prompt back and clears the tab's copy.
+    browser
+        .find("#forget")
+        .await
+        .expect("forget button")
+        .click()
+        .await
+        .expect("click");
+    browser
+        .wait_for(
+            "!document.querySelector('#login').hidden \
+             && sessionStorage.getItem('clawgate.console.token') === null",
+            Duration::from_secs(5),
+            "the prompt again, the token forgotten",
+        )
+        .await
+        .expect("forgotten");
     browser.close().await.expect("session closed");
     assert!(gateway.interrupt().success());
 }
