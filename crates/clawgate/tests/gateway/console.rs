@@ -704,6 +704,42 @@ async fn an_unknown_outcome_is_retried_from_the_outbox_after_its_warning_and_sen
         .await
         .expect("detail shown");
     screenshot(&browser, "outbox-unknown").await;
+    // Escape at the warning changes nothing.
+    browser
+        .find("#intent-retry")
+        .await
+        .expect("retry")
+        .click()
+        .await
+        .expect("click");
+    browser
+        .wait_for(
+            "document.querySelector('#confirm').open",
+            Duration::from_secs(5),
+            "the confirmation",
+        )
+        .await
+        .expect("asked");
+    browser
+        .active_element()
+        .await
+        .expect("the focused button")
+        .send_keys("\u{E00C}")
+        .await
+        .expect("Escape");
+    browser
+        .wait_for(
+            "!document.querySelector('#confirm').open",
+            Duration::from_secs(5),
+            "the confirmation dismissed",
+        )
+        .await
+        .expect("dismissed");
+    let still = get_json(&gateway, &format!("/v1/outbox/{id}")).await;
+    assert_eq!(
+        still["status"], "unknown_after_send",
+        "not retried on Escape"
+    );
     browser
         .find("#intent-retry")
         .await
