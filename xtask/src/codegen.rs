@@ -221,6 +221,8 @@ const SECTIONS: &[Section] = &[
             StateChanges,
             SessionsHistoryParams,
             SessionsHistoryResult,
+            SessionWatchers,
+            WatchSummary,
             SessionsSendBody,
             SessionsSendResult,
             SendStatus,

@@ -154,6 +154,13 @@ pub const ROUTES: &[RouteDoc] = &[
         "`sessions_history`: the newest retained state changes.",
     ),
     route(
+        "GET",
+        "/v1/sessions/{key}/watchers",
+        None,
+        "SessionWatchers",
+        "Who watches the session and whom it watches, each watch with its pending notice.",
+    ),
+    route(
         "POST",
         "/v1/sessions/{key}/send",
         Some("SessionsSendBody"),
@@ -180,6 +187,7 @@ pub fn routes(token: Arc<String>, delivery: Arc<dyn SessionDelivery>) -> Router<
         .route("/v1/sessions", get(sessions_list))
         .route("/v1/sessions/{key}", get(session_status))
         .route("/v1/sessions/{key}/history", get(sessions_history))
+        .route("/v1/sessions/{key}/watchers", get(session_watchers))
         .route("/v1/sessions/{key}/send", post(sessions_send));
     require_token(router, token).layer(Extension(delivery))
 }
@@ -446,6 +454,14 @@ async fn sessions_history(
     Ok(Json(
         views::sessions_history(&tools(&gateway, delivery), key, &params).await?,
     ))
+}
+
+async fn session_watchers(
+    State(gateway): State<Arc<Gateway>>,
+    key: PathOf,
+) -> Answer<views::SessionWatchers> {
+    let key = session_key(key)?;
+    Ok(Json(views::session_watchers(&*gateway.store, key).await?))
 }
 
 async fn sessions_send(

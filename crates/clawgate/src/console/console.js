@@ -547,8 +547,8 @@ async function loadSessions(key) {
 
 async function showSession(key) {
   const path = "/v1/sessions/" + encodeURIComponent(key);
-  const [status, history, leases] = await Promise.all([
-    api(path), api(path + "/history?limit=100"), api("/v1/leases?limit=1000"),
+  const [status, history, leases, watchers] = await Promise.all([
+    api(path), api(path + "/history?limit=100"), api("/v1/leases?limit=1000"), api(path + "/watchers"),
   ]);
   $("session-detail").hidden = false;
   $("session-key").textContent = status.sessionKey;
@@ -560,6 +560,15 @@ async function showSession(key) {
   $("session-log-note").textContent = (history.events.length ? "" : "No state changes retained. ") +
     (history.truncated ? "Older retained changes exist. " : "") +
     (history.historyGap ? "Older history was removed by retention." : "");
+  const watches = watchers.watchedBy.concat(watchers.watching);
+  fillBody($("session-watchers"), watches.length ? watches.map((w) =>
+    el("tr", { "data-watcher": w.watcher, "data-target": w.target },
+      el("td", { class: "wrap" }, w.watcher), el("td", { class: "wrap" }, w.target), el("td", {}, w.source),
+      el("td", { class: "num" }, String(w.ackedVersion)),
+      el("td", { class: "pending" }, w.targetDeletedBy ? "target deleted by " + w.targetDeletedBy
+        : w.pendingNoticeVersion !== undefined ? "up to version " + w.pendingNoticeVersion : "none"),
+      el("td", {}, when(w.updatedAt)))) :
+    [el("tr", {}, el("td", { colspan: 6 }, "No session watches this one, and it watches none."))]);
   const own = leases.leases.filter((l) => l.sessionKey === key);
   fillBody($("session-leases"), own.length ? own.map((l) =>
     el("tr", {}, el("td", {}, l.leaseId), el("td", {}, badge(l.state)), el("td", { class: "num" }, l.rootPid ? String(l.rootPid) : "–"),

@@ -489,11 +489,17 @@ async fn the_inbox_shows_a_dead_letter_with_its_last_error() {
     assert!(gateway.interrupt().success());
 }
 
+/// The leases page against /proc, reaping on demand, then the sessions page: a session's
+/// signal log, its watcher with the pending notice and its lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leases_page_lists_the_agent_processes_the_process_table_has() {
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("state");
     let config = config_file(dir.path(), None, &[]);
+    // Sessions see every session of their agent: one can watch the other.
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str("\n[sessions]\nvisibility = \"agent\"\n");
+    std::fs::write(&config, text).expect("config written");
     let gateway = GatewayProcess::start(&state, &config);
     // Two conversations, two agent sessions: one process tree each, kept alive after the turn.
     for conversation in ["dm-lease-a", "dm-lease-b"] {
@@ -611,11 +617,32 @@ async fn the_leases_page_lists_the_agent_processes_the_process_table_has() {
     }
     screenshot(&browser, "leases-reaped").await;
 
-    // The sessions page: the conversation's session with its state version and its lease.
+    // The first session watches the second (`sessions_send` with `watch`), then a person
+    // writes to the second: the watch holds a pending notice.
+    let (watcher, target) = ("agent:main:qa:dm-lease-a", "agent:main:qa:dm-lease-b");
+    let sent: Value = reqwest::Client::new()
+        .post(format!("{}/v1/sessions/{target}/send", gateway.url))
+        .bearer_auth(control_token(&state))
+        .json(&serde_json::json!({ "message": "build it", "from": watcher, "watch": true }))
+        .send()
+        .await
+        .expect("sessions send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(sent["watched"], true, "{sent}");
+    gateway.say("dm-lease-b", "the plan changed").await;
+    let notice = eventually(Duration::from_secs(30), "a pending notice", || async {
+        let watches = get_json(&gateway, &format!("/v1/sessions/{target}/watchers")).await;
+        watches["watchedBy"][0]["pendingNoticeVersion"].as_u64()
+    })
+    .await;
+
+    // The sessions page: the session with its state version, its watcher and its lease.
     go(&browser, "sessions").await;
     let key = browser
         .wait_for(
-            "document.querySelector('#sessions-table tr[data-key*=\"dm-lease-a\"]')?.dataset.key",
+            "document.querySelector('#sessions-table tr[data-key*=\"dm-lease-b\"]')?.dataset.key",
             Duration::from_secs(10),
             "the session listed",
         )
@@ -640,6 +667,18 @@ async fn the_leases_page_lists_the_agent_processes_the_process_table_has() {
         )
         .await
         .expect("session detail");
+    let pending = browser
+        .wait_for(
+            &format!(
+                "document.querySelector('#session-watchers tr[data-watcher=\"{watcher}\"] .pending')\
+                   ?.textContent"
+            ),
+            Duration::from_secs(10),
+            "the watcher with its pending notice",
+        )
+        .await
+        .expect("watcher shown");
+    assert_eq!(pending, Value::from(format!("up to version {notice}")));
     screenshot(&browser, "sessions").await;
     browser.close().await.expect("session closed");
     assert!(gateway.interrupt().success());
