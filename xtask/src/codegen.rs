@@ -185,7 +185,7 @@ const SECTIONS: &[Section] = &[
     },
     Section {
         title: "Control API: status and errors",
-        types: control_types![StatusView, GatewayInfo, ErrorBody],
+        types: control_types![StatusView, GatewayInfo, ChannelSummary, ErrorBody],
     },
     Section {
         title: "Control API: outbox",

@@ -349,6 +349,17 @@ async fn status_view(gateway: &Gateway) -> Result<views::StatusView, ApiError> {
         turns_queued: pools.queued as u64,
         idle_closes: pools.idle_closes,
         evictions: pools.evictions,
+        channels: gateway
+            .channels
+            .iter()
+            .map(|channel| views::ChannelSummary {
+                name: channel.name.clone(),
+                kind: channel.kind.clone(),
+                account: channel.account.clone(),
+                agent: channel.agent_id.clone(),
+                description: channel.plugin.description.clone(),
+            })
+            .collect(),
     };
     Ok(views::status(&*gateway.store, gateway.state.path(), Some(info)).await?)
 }

@@ -279,6 +279,10 @@ function renderStatus(view) {
   set("replies-streaming", view.repliesStreaming);
   set("open-leases", view.openLeases);
   set("sessions-count", view.sessions);
+  fillBody($("channels"), (g.channels || []).map((c) =>
+    el("tr", { "data-channel": c.name },
+      el("td", {}, c.name), el("td", {}, c.kind), el("td", {}, c.account), el("td", {}, c.agent),
+      el("td", { class: "wrap" }, c.description))));
   fillBody($("intents-by-status"), STATUSES.map((status) =>
     el("tr", { "data-status": status },
       el("td", {}, el("a", { href: "#outbox", "data-filter": status, onclick: () => { $("outbox-status").value = status; } }, badge(status))),

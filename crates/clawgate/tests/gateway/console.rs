@@ -377,6 +377,19 @@ async fn the_overview_shows_a_turn_appear_and_its_final_land_without_a_reload() 
         Value::from("0")
     );
 
+    let channel = browser
+        .execute(
+            "return document.querySelector('#channels tr[data-channel=qa]')?.cells[1].textContent;",
+            vec![],
+        )
+        .await
+        .expect("channels");
+    assert_eq!(
+        channel,
+        Value::from("qa"),
+        "the QA channel listed with its kind"
+    );
+
     gateway.say("dm-console", "hello console").await;
     browser
         .wait_for(
