@@ -185,7 +185,7 @@ const SECTIONS: &[Section] = &[
     },
     Section {
         title: "Control API: status and errors",
-        types: control_types![StatusView, GatewayInfo, ErrorBody],
+        types: control_types![StatusView, GatewayInfo, ChannelSummary, ErrorBody],
     },
     Section {
         title: "Control API: outbox",
@@ -207,6 +207,10 @@ const SECTIONS: &[Section] = &[
         ],
     },
     Section {
+        title: "Control API: metrics",
+        types: control_types![MetricsParams, MetricsView, MinuteFigures],
+    },
+    Section {
         title: "Control API: session tools",
         types: control_types![
             SessionsListParams,
@@ -217,6 +221,8 @@ const SECTIONS: &[Section] = &[
             StateChanges,
             SessionsHistoryParams,
             SessionsHistoryResult,
+            SessionWatchers,
+            WatchSummary,
             SessionsSendBody,
             SessionsSendResult,
             SendStatus,

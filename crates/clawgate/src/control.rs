@@ -15,6 +15,7 @@ use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
@@ -61,6 +62,23 @@ pub const ROUTES: &[RouteDoc] = &[
         None,
         "StatusView",
         "The state directory at a glance.",
+    ),
+    route(
+        "GET",
+        "/v1/events",
+        None,
+        "StatusView",
+        "`text/event-stream`: a `status` event (the `/v1/status` answer) about every second, \
+         keep-alive comments between; an `error` event (`ErrorBody`) when the status cannot be \
+         read. Ends when the gateway stops. The operator console reads it.",
+    ),
+    route(
+        "GET",
+        "/v1/metrics",
+        Some("MetricsParams"),
+        "MetricsView",
+        "Per-minute inbound and sent counts, inbound → final reply latency, and the outcomes of \
+         the window's send intents (the operator console's charts).",
     ),
     route(
         "GET",
@@ -136,6 +154,13 @@ pub const ROUTES: &[RouteDoc] = &[
         "`sessions_history`: the newest retained state changes.",
     ),
     route(
+        "GET",
+        "/v1/sessions/{key}/watchers",
+        None,
+        "SessionWatchers",
+        "Who watches the session and whom it watches, each watch with its pending notice.",
+    ),
+    route(
         "POST",
         "/v1/sessions/{key}/send",
         Some("SessionsSendBody"),
@@ -150,6 +175,8 @@ pub const ROUTES: &[RouteDoc] = &[
 pub fn routes(token: Arc<String>, delivery: Arc<dyn SessionDelivery>) -> Router<Arc<Gateway>> {
     let router = Router::new()
         .route("/v1/status", get(status))
+        .route("/v1/events", get(events))
+        .route("/v1/metrics", get(metrics))
         .route("/v1/outbox", get(outbox_list))
         .route("/v1/outbox/{id}", get(outbox_show))
         .route("/v1/outbox/{id}/retry", post(outbox_retry))
@@ -160,6 +187,7 @@ pub fn routes(token: Arc<String>, delivery: Arc<dyn SessionDelivery>) -> Router<
         .route("/v1/sessions", get(sessions_list))
         .route("/v1/sessions/{key}", get(session_status))
         .route("/v1/sessions/{key}/history", get(sessions_history))
+        .route("/v1/sessions/{key}/watchers", get(session_watchers))
         .route("/v1/sessions/{key}/send", post(sessions_send));
     require_token(router, token).layer(Extension(delivery))
 }
@@ -253,6 +281,55 @@ fn now() -> i64 {
 }
 
 async fn status(State(gateway): State<Arc<Gateway>>) -> Answer<views::StatusView> {
+    Ok(Json(status_view(&gateway).await?))
+}
+
+/// How often `/v1/events` sends the status.
+const EVENT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `GET /v1/events`: the status as server-sent events, until the client goes or the gateway
+/// stops (an open stream must not hold up the HTTP server's graceful shutdown).
+async fn events(State(gateway): State<Arc<Gateway>>) -> impl IntoResponse {
+    let stopped = gateway.stopped();
+    let stream = futures_util::stream::unfold(
+        (gateway, stopped, true),
+        |(gateway, mut stopped, first)| async move {
+            if *stopped.borrow() {
+                return None;
+            }
+            if !first {
+                tokio::select! {
+                    _ = tokio::time::sleep(EVENT_INTERVAL) => {}
+                    _ = stopped.changed() => return None,
+                }
+            }
+            let event = match status_view(&gateway).await {
+                Ok(view) => Event::default().event("status").json_data(&view),
+                Err(ApiError(_, error)) => Event::default()
+                    .event("error")
+                    .json_data(views::ErrorBody { error }),
+            };
+            // Serializing these plain structs cannot fail; a comment keeps the stream well-formed
+            // if it ever did.
+            let event = event.unwrap_or_else(|_| Event::default().comment("unserializable"));
+            Some((
+                Ok::<_, std::convert::Infallible>(event),
+                (gateway, stopped, false),
+            ))
+        },
+    );
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+async fn metrics(
+    State(gateway): State<Arc<Gateway>>,
+    query: QueryOf<views::MetricsParams>,
+) -> Answer<views::MetricsView> {
+    let Query(params) = query.map_err(bad_request)?;
+    Ok(Json(views::metrics(&*gateway.store, &params, now()).await?))
+}
+
+async fn status_view(gateway: &Gateway) -> Result<views::StatusView, ApiError> {
     let url = gateway
         .state
         .read_runtime()
@@ -272,10 +349,19 @@ async fn status(State(gateway): State<Arc<Gateway>>) -> Answer<views::StatusView
         turns_queued: pools.queued as u64,
         idle_closes: pools.idle_closes,
         evictions: pools.evictions,
+        channels: gateway
+            .channels
+            .iter()
+            .map(|channel| views::ChannelSummary {
+                name: channel.name.clone(),
+                kind: channel.kind.clone(),
+                account: channel.account.clone(),
+                agent: channel.agent_id.clone(),
+                description: channel.plugin.description.clone(),
+            })
+            .collect(),
     };
-    Ok(Json(
-        views::status(&*gateway.store, gateway.state.path(), Some(info)).await?,
-    ))
+    Ok(views::status(&*gateway.store, gateway.state.path(), Some(info)).await?)
 }
 
 async fn outbox_list(
@@ -379,6 +465,14 @@ async fn sessions_history(
     Ok(Json(
         views::sessions_history(&tools(&gateway, delivery), key, &params).await?,
     ))
+}
+
+async fn session_watchers(
+    State(gateway): State<Arc<Gateway>>,
+    key: PathOf,
+) -> Answer<views::SessionWatchers> {
+    let key = session_key(key)?;
+    Ok(Json(views::session_watchers(&*gateway.store, key).await?))
 }
 
 async fn sessions_send(

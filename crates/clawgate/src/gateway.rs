@@ -369,6 +369,12 @@ impl Gateway {
         let _ = self.stop.send(true);
     }
 
+    /// Turns `true` once the gateway is told to stop (long-lived answers, such as the control
+    /// API's event stream, end with it).
+    pub fn stopped(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
     /// Clean shutdown: stop polling, let running turns finish (bounded), then close every
     /// agent session through the controller (leases closed). A turn still running then fails,
     /// its preview is removed, and its event stays unfinished: the next start replays it.

@@ -10,6 +10,7 @@
 //! * [`relay`]: `sessions_send` into a conversation of this gateway's channels (the turn engine,
 //!   `clawgate-turns`, sends it and runs the turn);
 //! * [`control`]: the local control API (token-protected, loopback only);
+//! * [`console`]: the operator console in the browser, embedded pages over the control API;
 //! * [`cli`]: the operator commands, through a running gateway or on its state directory;
 //! * [`qa`]: the QA platform's extras (web chat page, `/v1/qa/*` routes, `clawgate qa`, session
 //!   delivery into a conversation); only [`serve`] mounts it;
@@ -19,6 +20,7 @@
 pub mod channels;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod control;
 pub mod crash_points;
 pub mod gateway;

@@ -68,6 +68,7 @@ pub async fn up(config: Config) -> Result<(), GatewayError> {
     if crate::qa::has_qa_channel(&gateway.channels) {
         println!("  chat:        {url}/");
     }
+    println!("  console:     {url}/console/");
     println!(
         "  control API: {url}/v1 (token in {}/gateway.json)",
         gateway.state.path().display()
@@ -91,12 +92,14 @@ pub async fn up(config: Config) -> Result<(), GatewayError> {
 }
 
 /// Everything `clawgate up` serves for `gateway` on loopback port `port`: the control API under
-/// `/v1` (bearer `token`), and, only beside a QA channel, the chat page and `/v1/qa/*`.
+/// `/v1` (bearer `token`), the operator console at `/console/` (its data through that API), and,
+/// only beside a QA channel, the chat page and `/v1/qa/*`.
 pub fn app(gateway: &Arc<Gateway>, token: &str, port: u16) -> axum::Router {
     let shared_token = Arc::new(token.to_owned());
     let delivery = Arc::new(crate::relay::ConversationDelivery::new(gateway.clone()));
     #[cfg_attr(not(feature = "channel-qa"), allow(unused_mut))]
-    let mut app = crate::control::routes(shared_token.clone(), delivery);
+    let mut app =
+        crate::control::routes(shared_token.clone(), delivery).merge(crate::console::routes());
     #[cfg(feature = "channel-qa")]
     if crate::qa::has_qa_channel(&gateway.channels) {
         app = app.merge(crate::qa::routes(shared_token));

@@ -62,7 +62,7 @@ fn segment() -> BoxedStrategy<String> {
 /// A query string: known and unknown names, odd values, names repeated.
 fn query() -> BoxedStrategy<String> {
     let name = prop_oneof![
-        4 => select(vec!["status", "channel", "limit", "state", "changesSince", "kinds"])
+        4 => select(vec!["status", "channel", "limit", "state", "changesSince", "kinds", "minutes"])
             .prop_map(str::to_owned),
         1 => clawgate_fuzz::odd_string(),
     ];
@@ -100,7 +100,7 @@ fn request() -> BoxedStrategy<(reqwest::Method, String, Vec<u8>)> {
     let body = clawgate_fuzz::json_texts(vec![
         serde_json::json!({ "message": "hello", "watch": false, "from": "agent:main:main" }),
     ]);
-    (0usize..10, segment(), query(), body)
+    (0usize..11, segment(), query(), body)
         .prop_map(|(route, seg, query, body)| {
             let (method, path) = match route {
                 0 => (reqwest::Method::GET, "/v1/outbox".to_owned()),
@@ -112,6 +112,7 @@ fn request() -> BoxedStrategy<(reqwest::Method, String, Vec<u8>)> {
                 6 => (reqwest::Method::GET, "/v1/sessions".to_owned()),
                 7 => (reqwest::Method::GET, format!("/v1/sessions/{seg}")),
                 8 => (reqwest::Method::GET, format!("/v1/sessions/{seg}/history")),
+                9 => (reqwest::Method::GET, "/v1/metrics".to_owned()),
                 _ => (reqwest::Method::POST, format!("/v1/sessions/{seg}/send")),
             };
             let body = if method == reqwest::Method::POST {

@@ -41,6 +41,16 @@ pub struct LeaseSummary {
     pub root_pid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_group_id: Option<u32>,
+    /// Evidence that a live process is still this lease's (a pid alone may have been reused):
+    /// the root's start time (clock ticks since boot)…
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_start_time: Option<u64>,
+    /// …in this boot…
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    /// …running this command line (its hash).
+    #[serde(default)]
+    pub command_hash: String,
     pub started_at: UnixMillis,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<UnixMillis>,
@@ -58,6 +68,9 @@ impl LeaseSummary {
             session_key: lease.session_key.clone(),
             root_pid: lease.root_pid,
             process_group_id: lease.process_group_id,
+            root_start_time: lease.root_start_time,
+            boot_id: lease.boot_id.clone(),
+            command_hash: lease.command_hash.clone(),
             started_at: lease.started_at,
             ended_at: lease.ended_at,
             survivors: lease.survivors.clone(),

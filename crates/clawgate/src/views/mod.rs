@@ -1,6 +1,7 @@
 //! The operator views: what `clawgate status | outbox | inbox | leases | sessions` show and
-//! change, as plain async functions over the store, the session tools and the lease controller
-//! (one submodule per family; the QA channel's views are `crate::qa`'s).
+//! change, and the operator console's per-minute figures (`metrics`), as plain async functions
+//! over the store, the session tools and the lease controller (one submodule per family; the QA
+//! channel's views are `crate::qa`'s).
 //!
 //! The CLI calls them directly on a stopped gateway's state directory; the control API
 //! ([`crate::control`]) serves the same functions from a running gateway. Both modes therefore
@@ -21,12 +22,14 @@ use serde::{Deserialize, Serialize};
 
 mod inbox;
 mod leases;
+mod metrics;
 mod outbox;
 mod sessions;
 mod status;
 
 pub use inbox::*;
 pub use leases::*;
+pub use metrics::*;
 pub use outbox::*;
 pub use sessions::*;
 pub use status::*;

@@ -149,6 +149,67 @@ pub async fn sessions_send(
         .await?)
 }
 
+/// `GET /v1/sessions/{key}/watchers`: who watches the session and whom it watches, each watch
+/// with its pending notice (the store's watch cursors, as they are).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionWatchers {
+    pub session_key: SessionKey,
+    /// Sessions watching this one.
+    pub watched_by: Vec<WatchSummary>,
+    /// Sessions this one watches.
+    pub watching: Vec<WatchSummary>,
+}
+
+/// One watch: a watcher session following a target session's state changes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchSummary {
+    pub watcher: SessionKey,
+    pub target: SessionKey,
+    /// `spawn` (a parent watches its child) or `explicit` (`sessions_send` with `watch`).
+    pub source: String,
+    /// The watcher has seen everything up to this version.
+    pub acked_version: StateVersion,
+    /// A notice is pending for the watcher, up to this version (shown in its next prompt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_notice_version: Option<StateVersion>,
+    /// The newest change of the target worth a notice.
+    pub material_version: StateVersion,
+    /// The target was deleted, by this actor (the pending notice says so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_deleted_by: Option<String>,
+    pub updated_at: clawgate_types::UnixMillis,
+}
+
+impl WatchSummary {
+    pub fn of(cursor: &clawgate_store::WatchCursor) -> WatchSummary {
+        WatchSummary {
+            watcher: cursor.watcher_key.clone(),
+            target: cursor.target_key.clone(),
+            source: cursor.source.as_str().to_owned(),
+            acked_version: cursor.acked_version,
+            pending_notice_version: cursor.notified_version,
+            material_version: cursor.material_version,
+            target_deleted_by: cursor.target_deleted_by.clone(),
+            updated_at: cursor.updated_at,
+        }
+    }
+}
+
+pub async fn session_watchers<S: clawgate_store::WatchCursorStore + ?Sized>(
+    store: &S,
+    key: SessionKey,
+) -> Result<SessionWatchers, ViewError> {
+    let watched_by = store.cursors_on_target(&key).await?;
+    let watching = store.cursors_of_watcher(&key).await?;
+    Ok(SessionWatchers {
+        session_key: key,
+        watched_by: watched_by.iter().map(WatchSummary::of).collect(),
+        watching: watching.iter().map(WatchSummary::of).collect(),
+    })
+}
+
 /// The delivery of a stopped gateway: there is nobody to deliver to.
 #[derive(Debug)]
 pub struct NoDelivery;

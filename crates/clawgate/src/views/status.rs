@@ -68,6 +68,24 @@ pub struct GatewayInfo {
     /// Idle sessions closed to make room for a waiting turn since the start.
     #[serde(default)]
     pub evictions: u64,
+    /// The configured channels, in configuration order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<ChannelSummary>,
+}
+
+/// One configured channel of the running gateway (its live state — polling, webhook, socket,
+/// rate-limit backoff — is not reported yet).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChannelSummary {
+    pub name: String,
+    /// The channel kind (`qa`, `telegram`…).
+    pub kind: String,
+    pub account: String,
+    /// The agent that answers on it.
+    pub agent: String,
+    /// What the channel says about itself (where it connects; never a secret).
+    pub description: String,
 }
 
 pub async fn status(

@@ -1,6 +1,6 @@
 //! End-to-end tests of the real `clawgate` binary: a conversation through the QA platform,
 //! SIGKILL mid-reply and restart, an agent killed between two messages, two gateways side by
-//! side, the chat page in a browser, the operator CLI in both modes, a Telegram bot on the Bot
+//! side, the chat page and the operator console in a browser, the operator CLI in both modes, a Telegram bot on the Bot
 //! API simulator, and every other channel kind on its real server or its simulator (one module
 //! per channel: a reply through it, and its random-instant crash matrix).
 
@@ -9,6 +9,7 @@ mod backlog;
 mod bots;
 mod browser;
 mod cli;
+mod console;
 mod conversation;
 mod crash;
 mod crash_matrix;
