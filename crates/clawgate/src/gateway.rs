@@ -548,13 +548,13 @@ impl Gateway {
         let Some(normalizer) = channel.plugin.receiver.clone() else {
             return;
         };
-        // Before new events: a notice a crash cut off belongs to an older message.
-        self.turns
-            .tell_untold_dead_letters(
-                &channel,
-                now_ms().saturating_sub(UNTOLD_DEAD_LETTERS_WINDOW_MS),
-            )
-            .await;
+        // Beside receiving, not before it: each untold dead letter is a send, and an
+        // unreachable platform must not hold up the channel's new events.
+        {
+            let (turns, channel) = (self.turns.clone(), channel.clone());
+            let since = now_ms().saturating_sub(UNTOLD_DEAD_LETTERS_WINDOW_MS);
+            tokio::spawn(async move { turns.tell_untold_dead_letters(&channel, since).await });
+        }
         let receiver = Receiver::new(
             self.store.clone(),
             channel.plugin.sender.clone(),

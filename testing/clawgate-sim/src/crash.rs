@@ -11,7 +11,7 @@ use clawgate_store_sqlite::{CommitHook, CommitStage, CommitVerdict};
 pub(crate) struct Crash {
     /// `(commit, before)`: abort right before that commit (nothing of it stored) or right
     /// after it (stored, nobody told).
-    pub(crate) at: Mutex<Option<(u64, bool)>>,
+    at: Mutex<Option<(u64, bool)>>,
     /// Commits of the engines so far (the one in progress included).
     counted: AtomicU64,
     /// The invariant checks are reading: not the process's work, not counted.
@@ -54,12 +54,24 @@ impl Crash {
         }))
     }
 
-    pub(crate) fn arm(&self, after: u64, before: bool) {
+    fn arm(&self, after: u64, before: bool) {
         let target = self.counted.load(Ordering::SeqCst) + after;
         *self
             .at
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((target, before));
+    }
+
+    /// Arms a crash at one of the next `upto` commits, before or after it (from `rng`), and
+    /// says so for the trace.
+    pub(crate) fn arm_at_random(&self, rng: &mut crate::rng::Rng, upto: u64) -> String {
+        let after = 1 + rng.below(upto);
+        let before = rng.chance(50);
+        self.arm(after, before);
+        format!(
+            "crash armed: {} the {after}th commit from now",
+            if before { "before" } else { "after" }
+        )
     }
 
     pub(crate) fn disarm(&self) {

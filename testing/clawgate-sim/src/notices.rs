@@ -198,13 +198,8 @@ impl NoticeWorld {
                     .push(format!("rebuild (a change feed's wake-up): {rebuilt:?}"));
             }
             _ => {
-                let after = 1 + rng.below(4);
-                let before = rng.chance(50);
-                self.trace.push(format!(
-                    "crash armed: {} the {after}th commit from now",
-                    if before { "before" } else { "after" }
-                ));
-                self.crash.arm(after, before);
+                let armed = self.crash.arm_at_random(rng, 4);
+                self.trace.push(armed);
             }
         }
         self.restart_if_dead().await;

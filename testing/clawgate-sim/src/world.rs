@@ -366,13 +366,8 @@ impl World {
             65..=79 => self.recover().await,
             80..=84 => self.replay_unfinished().await,
             _ => {
-                let after = 1 + rng.below(6);
-                let before = rng.chance(50);
-                self.trace.push(format!(
-                    "crash armed: {} the {after}th commit from now",
-                    if before { "before" } else { "after" }
-                ));
-                self.crash.arm(after, before);
+                let armed = self.crash.arm_at_random(rng, 6);
+                self.trace.push(armed);
             }
         }
         self.restart_if_dead().await;
@@ -381,11 +376,7 @@ impl World {
     /// No more faults or crashes: time passes and recovery runs until nothing is left to do.
     async fn settle(&mut self) {
         self.platform.clear_faults();
-        *self
-            .crash
-            .at
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        self.crash.disarm();
         self.restart_if_dead().await;
         self.trace
             .push("settling: no more faults or crashes".into());
