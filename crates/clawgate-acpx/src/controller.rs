@@ -5,6 +5,13 @@
 //!   and process group; then ACP `initialize` + `session/new`.
 //!   A live session whose wrapper exited or whose ACP connection closed is not handed back:
 //!   its lease is resolved and a fresh process starts under a new lease.
+//! * `checkout`: a session for one turn under the agent's `max_live`. At the cap, the least
+//!   recently used idle session goes: its process ends, or (`reuse_processes`, an agent with
+//!   `session/close`) is handed over — the agent closes the old ACP session, the same lease is
+//!   re-keyed to the new session (one session per process at a time), and the new session's
+//!   ACP session is loaded or begun on the same connection. A session row keeps the id of the
+//!   last lease that served it; a close of a session whose lease serves another one now
+//!   signals nothing.
 //! * `prompt`: a turn the agent's death cut short fails with [`AcpxError::AgentExited`], after
 //!   the lease was resolved and the session dropped, so the caller can retry it once.
 //! * `cancel_turn`: `session/cancel` only — wrapper and adapter stay.
@@ -52,6 +59,8 @@ const EXIT_SETTLE: Duration = Duration::from_secs(1);
 /// is left for later (2 s in all).
 const EXIT_RECHECKS: u32 = 40;
 const EXIT_RECHECK_EVERY: Duration = Duration::from_millis(50);
+/// How long an agent is given to close an idle session whose process is handed over.
+const HAND_OVER_CLOSE: Duration = Duration::from_secs(1);
 
 /// Controller errors; each says what failed and for which session or lease.
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +129,19 @@ pub enum AcpxError {
         instance: GatewayInstanceId,
         lease_id: LeaseId,
         wrapper_pid: u32,
+    },
+    /// An idle session's process could not be handed to another session (its agent did not
+    /// close the old ACP session, or the new one could not begin): the process is closed and
+    /// a new one starts for the waiting turn.
+    #[error(
+        "the agent process of lease {lease_id} could not be handed from session {from} to \
+         session {to}: {why}"
+    )]
+    HandOver {
+        lease_id: LeaseId,
+        from: SessionKey,
+        to: SessionKey,
+        why: String,
     },
     #[error("ACP with the agent of session {session}: {source}")]
     Acp {
@@ -264,6 +286,8 @@ pub struct ReapReport {
 struct LiveSession {
     handle: AcpRuntimeHandle,
     agent_id: String,
+    /// The adapter command line the process runs (a hand-over needs the same one).
+    adapter: Vec<String>,
     usage: Arc<Usage>,
     client: Arc<AcpClient>,
     child: Option<std::process::Child>,
@@ -282,6 +306,19 @@ impl LiveSession {
             return Some("its ACP connection closed".to_owned());
         }
         None
+    }
+
+    /// Whether this process may be handed to a session of `adapter`: the same command line,
+    /// and an agent that frees a session on `session/close` (else every hand-over would leave
+    /// one more session in the agent's memory).
+    fn can_host(&self, adapter: &[String]) -> bool {
+        self.adapter == adapter
+            && self
+                .client
+                .capabilities()
+                .session_capabilities
+                .close
+                .is_some()
     }
 }
 
@@ -398,6 +435,24 @@ impl LifecycleController {
         lease_id: &LeaseId,
         argv: &[String],
     ) -> Result<(std::process::Child, Option<String>), AcpxError> {
+        let previous = self.record_session(input, lease_id).await?;
+        let child = spawn_wrapper(argv)
+            .await
+            .map_err(|source| AcpxError::Spawn {
+                path: self.config.wrapper_path.clone(),
+                lease_id: lease_id.clone(),
+                source,
+            })?;
+        Ok((child, previous))
+    }
+
+    /// Writes the session row (created on first use) naming `lease_id` as the lease of the
+    /// process serving it; returns the ACP session id an earlier process left on it.
+    async fn record_session(
+        &self,
+        input: &EnsureInput,
+        lease_id: &LeaseId,
+    ) -> Result<Option<String>, AcpxError> {
         let mut row = self
             .store
             .load_session(&input.session_key)
@@ -430,14 +485,7 @@ impl LifecycleController {
         row.lease_id = Some(lease_id.clone());
         row.updated_at = input.now;
         self.store.upsert_session(&row).await?;
-        let child = spawn_wrapper(argv)
-            .await
-            .map_err(|source| AcpxError::Spawn {
-                path: self.config.wrapper_path.clone(),
-                lease_id: lease_id.clone(),
-                source,
-            })?;
-        Ok((child, row.acp_session_id))
+        Ok(row.acp_session_id)
     }
 
     /// Marks the lease of a start whose process is provably gone — never started, or our own
@@ -520,6 +568,7 @@ impl LifecycleController {
                     LiveSession {
                         handle: handle.clone(),
                         agent_id: input.agent_id.clone(),
+                        adapter: input.adapter.clone(),
                         usage: Usage::new(),
                         client: Arc::new(client),
                         child: Some(child),
@@ -604,6 +653,8 @@ impl LifecycleController {
             changed.as_mut().enable();
             let limits = self.pools.limits(&agent);
             let mut evict: Option<(SessionKey, LiveSession, &'static str)> = None;
+            let mut hand_over: Option<(SessionKey, LiveSession)> = None;
+            let mut yielded = false;
             let mut starting = None;
             {
                 let mut live = self.live.lock().await;
@@ -616,7 +667,7 @@ impl LifecycleController {
                 if let Some(session) = live.get_mut(&input.session_key) {
                     match session.gone() {
                         None if session.usage.in_use()
-                            || !self.pools.others_waiting(&agent, ticket.ticket) =>
+                            || self.pools.is_first(&agent, ticket.ticket) =>
                         {
                             let session_use = SessionUse::new(
                                 session.handle.clone(),
@@ -624,6 +675,12 @@ impl LifecycleController {
                                 self.pools.clone(),
                             );
                             return Ok(session_use);
+                        }
+                        None if limits.reuse_processes && session.can_host(&input.adapter) => {
+                            // Idle while turns of other conversations wait for a slot: left
+                            // for the first of them, which takes its process over; this turn
+                            // queues behind.
+                            yielded = true;
                         }
                         None => {
                             // Idle while turns of other conversations wait for a slot: the
@@ -643,7 +700,7 @@ impl LifecycleController {
                         }
                     }
                 }
-                if evict.is_none() && self.pools.is_first(&agent, ticket.ticket) {
+                if evict.is_none() && !yielded && self.pools.is_first(&agent, ticket.ticket) {
                     // Sessions being closed or started have processes too: they count.
                     let running = live.values().filter(|s| s.agent_id == agent).count()
                         + self.pools.closing_count(&agent)
@@ -658,26 +715,85 @@ impl LifecycleController {
                             .filter(|(_, s)| s.agent_id == agent && !s.usage.in_use())
                             .min_by_key(|(_, s)| s.usage.idle_since())
                             .map(|(key, _)| key.clone());
-                        if let Some(key) = idlest
-                            && let Some(session) = self.take(&mut live, &key)
-                        {
-                            evict = Some((
-                                key,
-                                session,
-                                "the least recently used idle session made room under max_live",
-                            ));
+                        let reusable = |key: &SessionKey| {
+                            limits.reuse_processes
+                                && live.get(key).is_some_and(|s| s.can_host(&input.adapter))
+                        };
+                        match idlest {
+                            Some(key) if reusable(&key) => {
+                                // Its process serves this turn's session next: no process
+                                // ends, none starts.
+                                if let Some(session) = live.remove(&key) {
+                                    self.pools.leave(&agent, ticket.ticket.take());
+                                    starting =
+                                        Some(self.pools.begin_start(&input.session_key, &agent));
+                                    hand_over = Some((key, session));
+                                }
+                            }
+                            Some(key) => {
+                                if let Some(session) = self.take(&mut live, &key) {
+                                    evict = Some((
+                                        key,
+                                        session,
+                                        "the least recently used idle session made room under \
+                                         max_live",
+                                    ));
+                                }
+                            }
+                            None => {}
                         }
                     }
                 }
             }
             if let Some(starting) = starting {
-                // The slot is held by `starting`; the process starts without the live set's
-                // lock, so the starts of different conversations (a fork, an exec, the ACP
-                // handshake, a session/load) run side by side.
-                let lease_id = LeaseId::parse(clawgate_store::ids::new_id())?;
-                let span = tracing::info_span!("acpx_lease", lease_id = %lease_id,
-                    session = %input.session_key);
-                let (session, handle) = self.start(&input, lease_id).instrument(span).await?;
+                // The slot is held by `starting`; the process starts (or is handed over)
+                // without the live set's lock, so the starts of different conversations (a
+                // fork, an exec, the ACP handshake, a session/load) run side by side.
+                let (session, handle) = match hand_over {
+                    Some((from, session)) => {
+                        self.pools
+                            .evictions
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let span = tracing::info_span!("acpx_lease",
+                            lease_id = %session.handle.lease_id, session = %input.session_key);
+                        match self
+                            .hand_over(&input, &from, session)
+                            .instrument(span)
+                            .await
+                        {
+                            Ok(taken) => {
+                                self.pools
+                                    .handovers
+                                    .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                taken
+                            }
+                            Err((session, error)) => {
+                                tracing::warn!(%error,
+                                    "idle process not handed over: it is closed, and the turn \
+                                     looks for a slot again");
+                                // Counted as closing before the start's count goes: the
+                                // process is still there until it is closed.
+                                self.pools.closing(&agent);
+                                drop(starting);
+                                let why = "its process could not be handed over";
+                                if let Err(error) = self
+                                    .close_removed(&from, Some(session), why, input.now)
+                                    .await
+                                {
+                                    tracing::warn!(session = %from, %error,
+                                        "process not closed cleanly after a failed hand-over");
+                                }
+                                continue;
+                            }
+                        }
+                    }
+                    None => {
+                        let lease_id = LeaseId::parse(clawgate_store::ids::new_id())?;
+                        let span = tracing::info_span!("acpx_lease", lease_id = %lease_id,
+                            session = %input.session_key);
+                        self.start(&input, lease_id).instrument(span).await?
+                    }
+                };
                 let session_use =
                     SessionUse::new(handle, session.usage.clone(), self.pools.clone());
                 self.live
@@ -709,6 +825,73 @@ impl LifecycleController {
                 continue;
             }
             changed.await;
+        }
+    }
+
+    /// Hands the process of `from`'s idle session (already out of the live set) to `input`'s
+    /// session: the agent closes the old ACP session, the lease names the new session (same
+    /// process, same evidence), the new session's row names the lease, and the new session's
+    /// ACP session is loaded (or begun) on the same connection. On failure the live session
+    /// is given back, for the caller to close.
+    async fn hand_over(
+        &self,
+        input: &EnsureInput,
+        from: &SessionKey,
+        mut session: LiveSession,
+    ) -> Result<(LiveSession, AcpRuntimeHandle), (LiveSession, AcpxError)> {
+        let lease_id = session.handle.lease_id.clone();
+        let failed = |why: String| AcpxError::HandOver {
+            lease_id: lease_id.clone(),
+            from: from.clone(),
+            to: input.session_key.clone(),
+            why,
+        };
+        if let Some(why) = session.gone() {
+            return Err((session, failed(why)));
+        }
+        // The old session must be gone from the agent before another begins on it.
+        let close = session.client.close_session(&session.handle.acp_session_id);
+        let refused = match tokio::time::timeout(HAND_OVER_CLOSE, close).await {
+            Ok(Ok(true)) => None,
+            Ok(Ok(false)) => Some("the agent does not advertise session/close".to_owned()),
+            Ok(Err(error)) => Some(format!("session/close failed: {error}")),
+            Err(_) => Some(format!(
+                "session/close was not answered within {} ms",
+                HAND_OVER_CLOSE.as_millis()
+            )),
+        };
+        if let Some(why) = refused {
+            return Err((session, failed(why)));
+        }
+        let moved = async {
+            let mut lease = self
+                .store
+                .load_lease(&lease_id)
+                .await?
+                .ok_or_else(|| failed("its lease is not in the store".to_owned()))?;
+            lease.session_key = input.session_key.clone();
+            self.store.save_lease(&lease, LeaseState::Open).await?;
+            let previous = self.record_session(input, &lease_id).await?;
+            self.begin_acp_session(&session.client, input, previous)
+                .await
+        }
+        .await;
+        match moved {
+            Ok((acp_session_id, start)) => {
+                let handle = AcpRuntimeHandle {
+                    session_key: input.session_key.clone(),
+                    lease_id,
+                    acp_session_id,
+                    root_pid: session.handle.root_pid,
+                    process_group_id: session.handle.process_group_id,
+                    start,
+                };
+                tracing::info!(from = %from, "idle agent process handed over");
+                session.handle = handle.clone();
+                session.usage = Usage::new();
+                Ok((session, handle))
+            }
+            Err(error) => Err((session, error)),
         }
     }
 
@@ -759,6 +942,10 @@ impl LifecycleController {
             evictions: self
                 .pools
                 .evictions
+                .load(std::sync::atomic::Ordering::SeqCst),
+            handovers: self
+                .pools
+                .handovers
                 .load(std::sync::atomic::Ordering::SeqCst),
         }
     }
@@ -1005,6 +1192,16 @@ impl LifecycleController {
                 tracing::warn!(reason, "close refused: {why}");
                 return Ok(CloseOutcome::Refused(why));
             };
+            if live.is_none() && lease.session_key != *key && !lease.state.is_finished() {
+                let why = format!(
+                    "lease {lease_id} serves session {} now (its process was handed over when \
+                     this session went idle): nothing of this session runs, so nothing is \
+                     signalled",
+                    lease.session_key
+                );
+                tracing::info!(reason, "close left alone: {why}");
+                return Ok(CloseOutcome::Refused(why));
+            }
             let outcome = self.end_lease(lease, now).await?;
             if let Some(session) = live {
                 session.client.shutdown();

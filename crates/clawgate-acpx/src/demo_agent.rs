@@ -2,16 +2,18 @@
 //! over stdio; ACP protocol v1 subset).
 //!
 //! * `initialize` → protocol 1, advertises `sessionCapabilities.close`;
-//! * `session/new` → `sess-N`;
+//! * `session/new` → `sess-<pid>-N` (unique across processes, so a session id never names
+//!   another conversation's session on a process that serves several in turn);
 //! * `session/prompt` → the reply `echo: <prompt text>` streamed word by word as
 //!   `agent_message_chunk` updates, `--chunk-ms` (default 40) apart; a `session/cancel`
 //!   between chunks ends the turn with stopReason `cancelled`, otherwise `end_turn`;
 //! * `session/load` (advertised as `loadSession`, unless `--no-load-session`) → replays the
 //!   session's earlier replies as `agent_message_chunk` updates, then answers `{}`; an unknown
 //!   session is error -32002. With `--sessions-dir DIR` each session's replies are kept in
-//!   `DIR/<session id>.json`, so a later process loads a session an earlier one began (ids are
-//!   then `sess-<pid>-N`, unique across processes); each load is reported on stderr;
-//! * `session/close` → `{}`; stdin EOF → exit 0.
+//!   `DIR/<session id>.json`, so a later process loads a session an earlier one began; each
+//!   load is reported on stderr;
+//! * `session/close` → `{}`, and the session is forgotten (only `DIR` keeps it); each close is
+//!   reported on stderr; stdin EOF → exit 0.
 //!
 //! `--words N` pads the reply to at least N words; `--grandchild` starts `sleep 600` (and
 //! `--stubborn-grandchild` one that ignores TERM) in the agent's process group, with its pid
@@ -32,6 +34,9 @@ struct Options {
     pid_file: Option<String>,
     sessions_dir: Option<std::path::PathBuf>,
     load_session: bool,
+    close_session: bool,
+    /// `session/new` beyond this many in one process is refused (error -32603).
+    sessions_per_process: Option<u32>,
     help: bool,
 }
 
@@ -56,6 +61,11 @@ Options:
                   with session/load (after the gateway closed an idle session, or restarted)
   --no-load-session
                   do not advertise loadSession: every process begins fresh sessions
+  --no-session-close
+                  do not advertise session/close (the gateway then never hands this
+                  process from one conversation to another)
+  --sessions-per-process N
+                  refuse session/new after N sessions in one process
   --grandchild, --stubborn-grandchild, --grandchild-pid-file PATH
                   start `sleep 600` in the agent's process group (the stubborn one ignores
                   TERM) and write its pid to PATH: for process-tree tests
@@ -70,6 +80,8 @@ fn options(args: impl IntoIterator<Item = String>) -> Options {
         pid_file: None,
         sessions_dir: None,
         load_session: true,
+        close_session: true,
+        sessions_per_process: None,
         help: false,
     };
     let mut args = args.into_iter();
@@ -85,6 +97,10 @@ fn options(args: impl IntoIterator<Item = String>) -> Options {
             "--grandchild-pid-file" => options.pid_file = args.next(),
             "--sessions-dir" => options.sessions_dir = args.next().map(Into::into),
             "--no-load-session" => options.load_session = false,
+            "--no-session-close" => options.close_session = false,
+            "--sessions-per-process" => {
+                options.sessions_per_process = args.next().and_then(|v| v.parse().ok());
+            }
             "-h" | "--help" => options.help = true,
             other => eprintln!("test agent: ignoring unknown argument {other:?}"),
         }
@@ -175,17 +191,27 @@ fn handle(
             out,
             &json!({"jsonrpc": "2.0", "id": id, "result": {
                 "protocolVersion": 1,
-                "agentCapabilities": {"loadSession": options.load_session, "sessionCapabilities": {"close": {}}},
+                "agentCapabilities": {
+                    "loadSession": options.load_session,
+                    "sessionCapabilities": if options.close_session { json!({"close": {}}) } else { json!({}) }
+                },
                 "authMethods": [],
                 "agentInfo": {"name": "clawgate-acp-test-agent", "version": "0.1.0"}
             }}),
         ),
         ("session/new", Some(id)) => {
+            if options
+                .sessions_per_process
+                .is_some_and(|most| *sessions >= most)
+            {
+                send(
+                    out,
+                    &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": format!("this process serves at most {sessions} sessions")}}),
+                );
+                return;
+            }
             *sessions += 1;
-            let session = match &options.sessions_dir {
-                Some(_) => format!("sess-{}-{sessions}", std::process::id()),
-                None => format!("sess-{sessions}"),
-            };
+            let session = format!("sess-{}-{sessions}", std::process::id());
             send(
                 out,
                 &json!({"jsonrpc": "2.0", "id": id, "result": {"sessionId": session}}),
@@ -228,6 +254,9 @@ fn handle(
             }
         }
         ("session/close", Some(id)) => {
+            let session = session_of(&params).unwrap_or_default();
+            let known = transcripts.remove(&session).is_some();
+            eprintln!("demo-agent: session/close {session} (known: {known})");
             send(out, &json!({"jsonrpc": "2.0", "id": id, "result": {}}))
         }
         ("session/prompt", Some(id)) => {

@@ -3,7 +3,9 @@
 //!
 //! A live session is *in use* while a `SessionUse` of it is held (a turn's prompt) and idle
 //! otherwise. At the cap, a turn that needs a new process takes the slot of the least recently
-//! used idle session (which is closed); when every session is in use it waits, first come first
+//! used idle session: that session is closed, and its process either ends (a new one starts)
+//! or, with `reuse_processes`, is handed to the waiting conversation (one ACP connection, one
+//! session on it at a time). When every session is in use the turn waits, first come first
 //! served. While turns wait, a session that falls idle is given up to them rather than kept by
 //! its own conversation's next turn (which queues behind them): a few busy conversations cannot
 //! starve the others.
@@ -24,6 +26,11 @@ pub struct AgentLimits {
     /// A session idle this long is closed (its next turn starts a process again and resumes
     /// the ACP session when the agent can); `None` keeps idle sessions open.
     pub idle_close: Option<Duration>,
+    /// At the cap, the least recently used idle session's process serves the waiting turn's
+    /// session (the old ACP session closed, the new one loaded or begun on the same
+    /// connection) instead of ending and another starting. Only an agent that advertises
+    /// `session/close` is reused, so it never holds more than one session.
+    pub reuse_processes: bool,
 }
 
 /// What the pools show (`status`).
@@ -39,6 +46,8 @@ pub struct PoolFigures {
     pub idle_closes: u64,
     /// Idle sessions closed to give their slot to a waiting turn since the start.
     pub evictions: u64,
+    /// Of those, the ones whose process went on to serve the waiting turn's session.
+    pub handovers: u64,
 }
 
 /// How much a live session is used: turns in it now, and since when it is idle.
@@ -106,6 +115,7 @@ pub(crate) struct Pools {
     pub(crate) changed: Notify,
     pub(crate) idle_closes: AtomicU64,
     pub(crate) evictions: AtomicU64,
+    pub(crate) handovers: AtomicU64,
     /// Per agent, sessions taken out of the live set whose processes are being ended: they
     /// still count against `max_live` until they are gone.
     closing: Mutex<HashMap<String, usize>>,
@@ -139,14 +149,6 @@ impl Pools {
             None => true,
             Some(first) => Some(*first) == ticket,
         }
-    }
-
-    /// Whether turns other than `ticket`'s wait for a slot of `agent`.
-    pub(crate) fn others_waiting(&self, agent: &str, ticket: Option<u64>) -> bool {
-        let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        waiting
-            .get(agent)
-            .is_some_and(|queue| queue.iter().any(|t| Some(*t) != ticket))
     }
 
     /// Queues a turn of `agent`; returns its ticket.

@@ -255,7 +255,7 @@ impl LeaseStore for PostgresStore {
             let stmt = conn
                 .prepare_cached(
                     "UPDATE acpx_leases SET state = $2, ended_at = $3, format_version = $4,
-                             payload = $5
+                             payload = $5, session_key = $7
                          WHERE lease_id = $1 AND state = $6",
                 )
                 .await?;
@@ -269,6 +269,7 @@ impl LeaseStore for PostgresStore {
                         &ROW_FORMAT,
                         payload,
                         &expected.as_str(),
+                        &lease.session_key.as_str(),
                     ],
                 )
                 .await?;

@@ -204,10 +204,18 @@ impl LeaseStore for SqliteStore {
                 .into());
             }
             conn.prepare_cached(
-                "UPDATE acpx_leases SET state = ?2, ended_at = ?3, format_version = ?4, payload = ?5
+                "UPDATE acpx_leases SET state = ?2, ended_at = ?3, format_version = ?4, payload = ?5,
+                        session_key = ?6
                  WHERE lease_id = ?1",
             )?
-            .execute(params![id, lease.state.as_str(), lease.ended_at, ROW_FORMAT, encode("lease", id, &lease)?])?;
+            .execute(params![
+                id,
+                lease.state.as_str(),
+                lease.ended_at,
+                ROW_FORMAT,
+                encode("lease", id, &lease)?,
+                lease.session_key.as_str()
+            ])?;
             Ok(())
         })
         .await

@@ -1568,6 +1568,14 @@ pub async fn leases_round_trip_and_compare_and_set<S: Store>(
         store.load_lease(&mine.lease_id).await.unwrap(),
         Some(mine.clone())
     );
+    // A process handed to another session: its lease names that session from then on.
+    mine.session_key = SessionKey::parse("agent:main:qa:handed").unwrap();
+    store.save_lease(&mine, LeaseState::Open).await.unwrap();
+    assert_eq!(
+        store.load_lease(&mine.lease_id).await.unwrap(),
+        Some(mine.clone()),
+        "the lease is re-keyed to the session it serves"
+    );
     let gw_a = GatewayInstanceId::parse("gw-a").unwrap();
     let open_a: Vec<String> = store
         .list_leases(Some(&gw_a), &[LeaseState::Open])

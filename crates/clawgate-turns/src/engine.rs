@@ -367,7 +367,12 @@ impl Turns {
                             "the agent session began afresh without its earlier history ({why})"
                         ),
                     )
-                    .with_dedupe_key(format!("fresh-session:{}", handle.lease_id)),
+                    // One entry per fresh ACP session: a process handed from session to
+                    // session can begin several for the same conversation over time.
+                    .with_dedupe_key(format!(
+                        "fresh-session:{}:{}",
+                        handle.lease_id, handle.acp_session_id
+                    )),
                 )
                 .await;
         }

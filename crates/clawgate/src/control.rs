@@ -349,6 +349,7 @@ async fn status_view(gateway: &Gateway) -> Result<views::StatusView, ApiError> {
         turns_queued: pools.queued as u64,
         idle_closes: pools.idle_closes,
         evictions: pools.evictions,
+        handovers: pools.handovers,
         channels: gateway
             .channels
             .iter()

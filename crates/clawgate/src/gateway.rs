@@ -244,6 +244,7 @@ impl Gateway {
                     max_live: Some(agent.max_live_or_default()),
                     idle_close: (agent.idle_close_secs > 0)
                         .then(|| Duration::from_secs(agent.idle_close_secs)),
+                    reuse_processes: agent.reuse_processes,
                 },
             );
         }

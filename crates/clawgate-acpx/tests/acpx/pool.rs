@@ -1,12 +1,16 @@
 //! `checkout` under an agent's limits with real processes: the starts of different
 //! conversations run side by side, and a second turn of a session whose process is starting
-//! waits for that process instead of starting another.
+//! waits for that process instead of starting another; at the cap, an idle session's process
+//! is handed to the waiting session when the agent can close sessions, and ends otherwise.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clawgate_acpx::{AgentLimits, system_table};
+use clawgate_acpx::{AgentLimits, CloseOutcome, SessionStart, SessionUse, system_table};
+use clawgate_store::{LeaseStore as _, SessionStore as _};
+use clawgate_store_sqlite::SqliteStore;
+use clawgate_types::LeaseState;
 
 use crate::real_processes::{ensure_input, real_timing};
 use crate::support::*;
@@ -38,6 +42,7 @@ async fn gateway(dir: &Path) -> Arc<Controller> {
         AgentLimits {
             max_live: Some(4),
             idle_close: None,
+            reuse_processes: false,
         },
     );
     Arc::new(gateway)
@@ -142,6 +147,249 @@ async fn a_second_turn_of_a_starting_session_uses_the_process_being_started() {
     drop((first, second));
     gateway
         .close_session(&input.session_key, "test over", 2)
+        .await
+        .unwrap();
+}
+
+/// A controller whose agent may run one process, handing it over when `reuse` allows.
+async fn one_process(dir: &Path, reuse: bool) -> (Arc<SqliteStore>, Controller) {
+    let store = store(dir);
+    let gateway = controller(store.clone(), system_table(), &wrapper_bin(), real_timing()).await;
+    gateway.set_limits(
+        "codex",
+        AgentLimits {
+            max_live: Some(1),
+            idle_close: None,
+            reuse_processes: reuse,
+        },
+    );
+    (store, gateway)
+}
+
+/// One turn of `input` on `gateway`: its reply's text.
+async fn turn(gateway: &Controller, session: &SessionUse, text: &str) -> String {
+    gateway
+        .prompt(session.handle(), text, |_| {})
+        .await
+        .expect("the turn")
+        .chunks
+        .concat()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_an_idle_process_serves_the_waiting_session_and_later_the_first_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, gateway) = one_process(dir.path(), true).await;
+    let sessions = dir.path().join("sessions");
+    std::fs::create_dir(&sessions).unwrap();
+    let adapter = vec![
+        test_agent(),
+        "--chunk-ms".into(),
+        "0".into(),
+        "--sessions-dir".into(),
+        sessions.display().to_string(),
+    ];
+    let a = ensure_input("hand-a", adapter.clone(), dir.path());
+    let b = ensure_input("hand-b", adapter, dir.path());
+
+    let a_use = gateway.checkout(a.clone()).await.expect("a's session");
+    assert_eq!(turn(&gateway, &a_use, "from a").await, "echo: from a");
+    let first = a_use.handle().clone();
+    drop(a_use);
+
+    // The cap is one process and a's is idle: b's session is begun on it.
+    let b_use = gateway.checkout(b.clone()).await.expect("b's session");
+    let handed = b_use.handle().clone();
+    assert_eq!(
+        (handed.root_pid, &handed.lease_id),
+        (first.root_pid, &first.lease_id),
+        "b is served by a's process under a's lease"
+    );
+    assert_eq!(handed.start, SessionStart::New);
+    assert_ne!(handed.acp_session_id, first.acp_session_id);
+    assert_eq!(turn(&gateway, &b_use, "from b").await, "echo: from b");
+    let lease = store.load_lease(&first.lease_id).await.unwrap().unwrap();
+    assert_eq!(
+        (lease.session_key.clone(), lease.state),
+        (b.session_key.clone(), LeaseState::Open),
+        "the lease names the session its process serves"
+    );
+    let b_row = store.load_session(&b.session_key).await.unwrap().unwrap();
+    assert_eq!(b_row.lease_id.as_ref(), Some(&first.lease_id));
+    drop(b_use);
+
+    // A close of a, which no longer runs, must not end the process that serves b.
+    let outcome = gateway
+        .close_session(&a.session_key, "test", 2)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&outcome, CloseOutcome::Refused(why) if why.contains("serves session")),
+        "{outcome:?}"
+    );
+    assert!(crate::real_processes::alive(first.root_pid));
+
+    // a comes back: b's session is closed on the agent and a's is loaded on the same process.
+    let again = gateway
+        .checkout(a.clone())
+        .await
+        .expect("a's session again");
+    assert_eq!(again.handle().root_pid, first.root_pid);
+    assert_eq!(again.handle().acp_session_id, first.acp_session_id);
+    assert_eq!(again.handle().start, SessionStart::Loaded);
+    assert_eq!(turn(&gateway, &again, "a again").await, "echo: a again");
+    let figures = gateway.figures().await;
+    assert_eq!(
+        (figures.live, figures.evictions, figures.handovers),
+        (1, 2, 2),
+        "{figures:?}"
+    );
+    drop(again);
+    let closed = gateway
+        .close_session(&a.session_key, "test over", 3)
+        .await
+        .unwrap();
+    assert!(matches!(closed, CloseOutcome::Closed(_)), "{closed:?}");
+    assert!(!crate::real_processes::alive(first.root_pid));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_over_process_has_forgotten_the_session_it_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_store, gateway) = one_process(dir.path(), true).await;
+    // No sessions directory: a session lives only in the process's memory, so a load after
+    // the session was closed on the agent must fail (it was freed, not kept beside the next).
+    let adapter = vec![test_agent(), "--chunk-ms".into(), "0".into()];
+    let a = ensure_input("forget-a", adapter.clone(), dir.path());
+    let b = ensure_input("forget-b", adapter, dir.path());
+    let a_use = gateway.checkout(a.clone()).await.expect("a's session");
+    let first = a_use.handle().clone();
+    drop(a_use);
+    drop(gateway.checkout(b).await.expect("b's session"));
+    let again = gateway
+        .checkout(a.clone())
+        .await
+        .expect("a's session again");
+    assert_eq!(again.handle().root_pid, first.root_pid);
+    match &again.handle().start {
+        SessionStart::Fresh { previous, why } => {
+            assert_eq!(previous, &first.acp_session_id);
+            assert!(why.contains("session/load failed"), "{why}");
+        }
+        other => panic!("a's closed session was still loadable: {other:?}"),
+    }
+    drop(again);
+    gateway
+        .close_session(&a.session_key, "test over", 3)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_without_session_close_is_ended_and_started_not_handed_over() {
+    for (reuse, flag) in [(true, Some("--no-session-close")), (false, None)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, gateway) = one_process(dir.path(), reuse).await;
+        let mut adapter = vec![test_agent(), "--chunk-ms".into(), "0".into()];
+        adapter.extend(flag.map(str::to_owned));
+        let a = ensure_input("end-a", adapter.clone(), dir.path());
+        let b = ensure_input("end-b", adapter, dir.path());
+        let a_use = gateway.checkout(a).await.expect("a's session");
+        let first = a_use.handle().clone();
+        drop(a_use);
+        let b_use = gateway.checkout(b.clone()).await.expect("b's session");
+        assert_ne!(
+            b_use.handle().root_pid,
+            first.root_pid,
+            "reuse {reuse}, {flag:?}"
+        );
+        assert_ne!(b_use.handle().lease_id, first.lease_id);
+        assert!(!crate::real_processes::alive(first.root_pid));
+        let lease = store.load_lease(&first.lease_id).await.unwrap().unwrap();
+        assert_eq!(lease.state, LeaseState::Closed);
+        let figures = gateway.figures().await;
+        assert_eq!((figures.evictions, figures.handovers), (1, 0));
+        drop(b_use);
+        gateway
+            .close_session(&b.session_key, "test over", 3)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_refuses_the_new_session_is_closed_and_a_fresh_one_serves_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, gateway) = one_process(dir.path(), true).await;
+    let adapter = vec![
+        test_agent(),
+        "--chunk-ms".into(),
+        "0".into(),
+        "--sessions-per-process".into(),
+        "1".into(),
+    ];
+    let a = ensure_input("refuse-a", adapter.clone(), dir.path());
+    let b = ensure_input("refuse-b", adapter, dir.path());
+    let a_use = gateway.checkout(a).await.expect("a's session");
+    let first = a_use.handle().clone();
+    drop(a_use);
+    let b_use = gateway.checkout(b.clone()).await.expect("b's session");
+    assert_ne!(b_use.handle().root_pid, first.root_pid);
+    assert_eq!(turn(&gateway, &b_use, "from b").await, "echo: from b");
+    assert!(!crate::real_processes::alive(first.root_pid));
+    let lease = store.load_lease(&first.lease_id).await.unwrap().unwrap();
+    assert_eq!(lease.state, LeaseState::Closed);
+    let figures = gateway.figures().await;
+    assert_eq!(
+        (figures.live, figures.evictions, figures.handovers),
+        (1, 1, 0),
+        "{figures:?}"
+    );
+    drop(b_use);
+    gateway
+        .close_session(&b.session_key, "test over", 3)
+        .await
+        .unwrap();
+}
+
+// One thread: between the drop of a's use and a's next checkout nothing else runs, so the
+// waiting conversation can only get the process if a's next turn gives it up.
+#[tokio::test]
+async fn an_idle_process_goes_to_the_waiting_conversation_before_its_own_next_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_store, gateway) = one_process(dir.path(), true).await;
+    let gateway = Arc::new(gateway);
+    let adapter = vec![test_agent(), "--chunk-ms".into(), "0".into()];
+    let a = ensure_input("fair-a", adapter.clone(), dir.path());
+    let b = ensure_input("fair-b", adapter, dir.path());
+    let a_use = gateway.checkout(a.clone()).await.expect("a's session");
+    let first = a_use.handle().clone();
+    let waiting = tokio::spawn({
+        let gateway = gateway.clone();
+        async move { gateway.checkout(b).await }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while gateway.figures().await.queued == 0 {
+        assert!(std::time::Instant::now() < deadline, "b never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(a_use);
+    let own_next =
+        tokio::time::timeout(Duration::from_millis(300), gateway.checkout(a.clone())).await;
+    assert!(
+        own_next.is_err(),
+        "a's next turn kept its idle process while b waited: {:?}",
+        own_next.map(|u| u.map(|u| u.handle().root_pid).map_err(|e| e.to_string()))
+    );
+    let b_use = waiting.await.unwrap().expect("b's session");
+    assert_eq!(
+        b_use.handle().root_pid,
+        first.root_pid,
+        "b took a's process over"
+    );
+    drop(b_use);
+    gateway
+        .close_session(&key("agent:codex:acp:fair-b"), "test over", 3)
         .await
         .unwrap();
 }

@@ -38,12 +38,13 @@ impl Render for views::StatusView {
                 "agents".to_owned(),
                 format!(
                     "{} sessions live ({} in use), {} turns queued, {} idle closes, {} evicted \
-                     for a waiting turn",
+                     for a waiting turn ({} of them handed their process over)",
                     g.agent_sessions_live,
                     g.agent_sessions_in_use,
                     g.turns_queued,
                     g.idle_closes,
-                    g.evictions
+                    g.evictions,
+                    g.handovers
                 ),
             ]);
         }

@@ -275,6 +275,11 @@ pub struct AgentSection {
     /// At the cap the least recently used idle session is closed for a new one; when every
     /// session is busy, turns wait in their conversation.
     pub max_live: Option<usize>,
+    /// At the cap, the least recently used idle session's process is handed to the new
+    /// session (the agent closes the old ACP session; the new one is loaded or begun on the
+    /// same process) instead of one process ending and another starting. Only for an agent
+    /// that advertises `session/close`; false always ends and starts processes.
+    pub reuse_processes: bool,
     /// A turn that waits this long for a free session tells the person once that the message
     /// is queued.
     pub busy_notice_secs: u64,
@@ -288,6 +293,7 @@ impl Default for AgentSection {
             cwd: None,
             idle_close_secs: 600,
             max_live: None,
+            reuse_processes: true,
             busy_notice_secs: 30,
         }
     }

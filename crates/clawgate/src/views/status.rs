@@ -68,6 +68,10 @@ pub struct GatewayInfo {
     /// Idle sessions closed to make room for a waiting turn since the start.
     #[serde(default)]
     pub evictions: u64,
+    /// Of those, the ones whose agent process went on to serve the waiting turn's session
+    /// (`agents[].reuse_processes`) instead of ending.
+    #[serde(default)]
+    pub handovers: u64,
     /// The configured channels, in configuration order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub channels: Vec<ChannelSummary>,

@@ -5,7 +5,8 @@
 //!   session's signal log says so;
 //! - at `max_live` with every session busy, turns wait (counted in `status`) and none is lost;
 //!   no more than `max_live` agent processes ever run; a turn that waits gets one busy notice;
-//! - at the cap, the least recently used idle session makes room;
+//! - at the cap, the least recently used idle session makes room: its process serves the new
+//!   session (or, with `reuse_processes = false`, ends and another starts);
 //! - SIGKILL while sessions are being closed for idleness leaves no orphan and loses no reply.
 
 use std::path::Path;
@@ -236,17 +237,78 @@ async fn at_max_live_turns_wait_none_is_lost_and_no_more_processes_run() {
     assert!(gateway.interrupt().success());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn at_the_cap_the_least_recently_used_idle_session_makes_room() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let gateway = start(dir.path(), &["--chunk-ms", "0"], "max_live = 2");
+/// Three conversations at `max_live = 2`: l1, l2, l1 again, then l3, which needs l2's slot
+/// (the least recently used); returns the gateway once l3 is answered.
+async fn third_conversation_at_the_cap(dir: &Path, agent_keys: &str) -> GatewayProcess {
+    let gateway = start(dir, &["--chunk-ms", "0"], agent_keys);
     for (conversation, text) in [("l1", "one"), ("l2", "two"), ("l1", "again")] {
         gateway.say(conversation, text).await;
         answered(&gateway, conversation, &format!("echo: {text}"), 1).await;
     }
-    // l2 is the least recently used now: the third conversation takes its slot.
     gateway.say("l3", "three").await;
     answered(&gateway, "l3", "echo: three", 1).await;
+    gateway
+}
+
+/// The lease id a conversation's session row names (the last lease that served it).
+fn row_lease(state: &Path, conversation: &str) -> String {
+    state_pairs(
+        state,
+        &format!(
+            "SELECT session_key, json_extract(payload, '$.leaseId') FROM sessions \
+             WHERE session_key = 'agent:main:qa:{conversation}'"
+        ),
+    )
+    .into_iter()
+    .next()
+    .map(|(_, lease)| lease)
+    .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_cap_the_least_recently_used_idle_sessions_process_serves_the_new_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gateway = third_conversation_at_the_cap(dir.path(), "max_live = 2").await;
+    // l2 was the least recently used: its process, under its lease, serves l3 now.
+    let l2 = row_lease(&gateway.state, "l2");
+    assert_eq!(
+        row_lease(&gateway.state, "l3"),
+        l2,
+        "l3 runs on l2's process"
+    );
+    assert_eq!(
+        leases_of(&gateway.state, "l3"),
+        [(l2.clone(), "open".to_owned())],
+        "the lease names the session it serves now"
+    );
+    assert!(leases_of(&gateway.state, "l2").is_empty());
+    let l1 = leases_of(&gateway.state, "l1");
+    assert!(
+        matches!(l1.as_slice(), [(id, s)] if *id != l2 && s == "open"),
+        "the recently used one keeps its own: {l1:?}"
+    );
+    assert_eq!(wrappers(&gateway), 2, "no process ended, none started");
+    let g = status(&gateway).await;
+    assert_eq!(
+        (g["evictions"].as_u64(), g["handovers"].as_u64()),
+        (Some(1), Some(1)),
+        "{g}"
+    );
+    assert_eq!(g["agentSessionsLive"], 2, "{g}");
+    // l2 again: l1 is now the least recently used, and its process takes l2 back.
+    gateway.say("l2", "two again").await;
+    answered(&gateway, "l2", "echo: two again", 1).await;
+    assert_eq!(row_lease(&gateway.state, "l2"), l1[0].0);
+    let state = gateway.state.clone();
+    assert!(gateway.interrupt().success());
+    assert!(leftover_processes(&state).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_reuse_the_least_recently_used_idle_session_is_closed_to_make_room() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gateway =
+        third_conversation_at_the_cap(dir.path(), "max_live = 2\nreuse_processes = false").await;
     let state = |conversation| {
         leases_of(&gateway.state, conversation)
             .last()
@@ -257,7 +319,11 @@ async fn at_the_cap_the_least_recently_used_idle_session_makes_room() {
     assert_eq!(state("l1"), "open", "the recently used one stays");
     assert_eq!(state("l3"), "open");
     let g = status(&gateway).await;
-    assert_eq!(g["evictions"], 1, "{g}");
+    assert_eq!(
+        (g["evictions"].as_u64(), g["handovers"].as_u64()),
+        (Some(1), Some(0)),
+        "{g}"
+    );
     assert_eq!(g["agentSessionsLive"], 2, "{g}");
     assert!(gateway.interrupt().success());
 }
