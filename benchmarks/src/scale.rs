@@ -6,7 +6,8 @@
 //! runs, the same way: 100 conversations (the baseline) and `CLAWGATE_BENCH_CONVERSATIONS`
 //! (default 10,000). Reported per run: messages/s, inbound → committed final p50/p99, peak RSS
 //! of the gateway and of all agent processes, agent processes alive at the peak (never above
-//! the cap), and the gateway's RSS once every session was closed for idleness; then the ratios
+//! the cap), and the gateway's RSS once every session was closed for idleness (2 s after, and
+//! again once the runtime's idle threads exited); then the ratios
 //! the targets are stated in (throughput of the big run over the baseline's; RSS growth per
 //! idle conversation).
 
@@ -25,6 +26,8 @@ const MAX_LIVE: usize = 64;
 const MESSAGES_PER_CONVERSATION: usize = 3;
 const BASELINE_CONVERSATIONS: usize = 100;
 const IDLE_CLOSE_SECS: u64 = 3;
+/// Tokio's keep-alive of an idle blocking thread (10 s), and some.
+const IDLE_THREADS_EXIT: Duration = Duration::from_secs(12);
 
 /// What one run measured.
 struct Figures {
@@ -36,7 +39,11 @@ struct Figures {
     gateway_peak_kib: u64,
     agents_peak_kib: u64,
     agents_peak: usize,
+    /// Two seconds after the last agent process ended.
+    gateway_just_idle_kib: u64,
+    /// Once the runtime's idle blocking threads have exited (tokio keeps one 10 s).
     gateway_idle_kib: u64,
+    gateway_idle_threads: usize,
 }
 
 impl Figures {
@@ -82,8 +89,12 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         f.agents_peak.to_string()
     });
     row(
-        "gateway RSS once every session was closed for idleness",
-        &|f| mib(f.gateway_idle_kib),
+        "gateway RSS 2 s after every session was closed for idleness",
+        &|f| mib(f.gateway_just_idle_kib),
+    );
+    row(
+        "gateway RSS once its idle threads exited (12 s later), threads then",
+        &|f| format!("{}, {}", mib(f.gateway_idle_kib), f.gateway_idle_threads),
     );
     let growth = (large.gateway_idle_kib as f64 - small.gateway_idle_kib as f64)
         / (large.conversations as f64 - small.conversations as f64).max(1.0);
@@ -220,8 +231,16 @@ async fn one_run(root: &Path, binary: &Path, conversations: usize) -> anyhow::Re
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let gateway_idle_kib =
-        crate::proc_status_kib(&pid.to_string(), "VmRSS:").context("gateway VmRSS")?;
+    let rss = || crate::proc_status_kib(&pid.to_string(), "VmRSS:").context("gateway VmRSS");
+    let gateway_just_idle_kib = rss()?;
+    // The threads a burst started (blocking reads, child reaping) linger for the runtime's
+    // keep-alive, each with its stack and its allocator heap: what is kept per conversation
+    // is measured after they are gone.
+    tokio::time::sleep(IDLE_THREADS_EXIT).await;
+    let gateway_idle_kib = rss()?;
+    let gateway_idle_threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(Iterator::count)
+        .unwrap_or(0);
     sampling.store(false, Ordering::SeqCst);
     let _ = sampler.join();
     drop(gateway);
@@ -236,7 +255,9 @@ async fn one_run(root: &Path, binary: &Path, conversations: usize) -> anyhow::Re
         gateway_peak_kib: gateway_peak.load(Ordering::SeqCst),
         agents_peak_kib: agents_peak_kib.load(Ordering::SeqCst),
         agents_peak: usize::try_from(agents_peak.load(Ordering::SeqCst)).unwrap_or(0),
+        gateway_just_idle_kib,
         gateway_idle_kib,
+        gateway_idle_threads,
     })
 }
 

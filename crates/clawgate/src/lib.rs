@@ -24,7 +24,7 @@ pub mod console;
 pub mod control;
 pub mod crash_points;
 pub mod gateway;
-mod memory;
+pub mod memory;
 pub mod ownership;
 #[cfg(feature = "channel-qa")]
 pub mod qa;

@@ -69,6 +69,7 @@ fn main() -> ExitCode {
     init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_park(clawgate::memory::on_worker_park)
         .build()
     {
         Ok(runtime) => runtime,
