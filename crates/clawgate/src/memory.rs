@@ -4,7 +4,7 @@
 //! mark. The binary allocates with mimalloc (`main.rs`), which keeps a thread's emptied pages
 //! and purges freed arena memory only when that thread next does allocator work, so an idle
 //! gateway's RSS would stay at the burst's peak long after everything it held was freed. Once
-//! the gateway falls idle (its agent sessions closed, no turn running) [`release_free_heap`]
+//! the gateway falls idle (its agent sessions closed, no turn running) `release_free_heap`
 //! collects the calling thread's heap and purges every arena, and asks each runtime worker to
 //! collect its own heap the next time it parks ([`on_worker_park`], the runtime's park hook:
 //! an idle worker parks at once). SQLite allocates with the system allocator, so glibc's free
