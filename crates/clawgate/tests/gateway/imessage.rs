@@ -30,8 +30,8 @@ use clawgate_channel_imessage::simulator::{
 };
 
 use crate::support::{
-    GatewayProcess, Rng, channel_config, crash_seed, crash_size, demo_reply, leftover_processes,
-    state_pairs,
+    GatewayProcess, Rng, Stillness, channel_config, crash_seed, crash_size, demo_reply,
+    leftover_processes, state_pairs,
 };
 
 const PASSWORD_ENV: &str = "E2E_BLUEBUBBLES_PASSWORD";
@@ -255,17 +255,26 @@ fn judge(sim: &BlueBubblesSimulator, state: &Path, asked: &[Asked]) -> Verdict {
 async fn settle(sim: &BlueBubblesSimulator, state: &Path, asked: &[Asked], quiet: Duration) {
     let start = Instant::now();
     let mut last = (0, Instant::now());
+    let mut still = Stillness::new();
     loop {
         let verdict = judge(sim, state, asked);
+        let held = still.still_for(state, Stillness::EXCUSED);
         if verdict.settled() == asked.len()
             && sim.deliveries_settled(Duration::from_millis(1)).await
         {
-            // A last look after the echoes of the last replies: a reply to one would show now.
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            if judge(sim, state, asked).settled() == asked.len()
-                && sim.deliveries_settled(Duration::from_millis(1)).await
-            {
-                return;
+            if verdict.unknown + verdict.blocked > 0 {
+                if held {
+                    return;
+                }
+            } else {
+                // A last look after the echoes of the last replies: a reply to one would show
+                // now.
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                if judge(sim, state, asked).settled() == asked.len()
+                    && sim.deliveries_settled(Duration::from_millis(1)).await
+                {
+                    return;
+                }
             }
         }
         let activity = sim.calls().len() + sim.deliveries().len();

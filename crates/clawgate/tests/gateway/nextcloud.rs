@@ -30,8 +30,8 @@ use clawgate_channel_nextcloud::simulator::{
 };
 
 use crate::support::{
-    GatewayProcess, Rng, channel_config, crash_seed, crash_size, demo_reply, leftover_processes,
-    state_pairs,
+    GatewayProcess, Rng, Stillness, channel_config, crash_seed, crash_size, demo_reply,
+    leftover_processes, state_pairs,
 };
 
 const SECRET_ENV: &str = "E2E_NEXTCLOUD_BOT_SECRET";
@@ -319,15 +319,22 @@ fn judge(app: &App, asked: &[Asked]) -> Verdict {
 async fn settle(app: &App, asked: &[Asked], quiet: Duration) {
     let start = Instant::now();
     let mut last = (0, Instant::now());
+    let mut still = Stillness::new();
     loop {
         let verdict = judge(app, asked);
+        let held = still.still_for(&app.state(), Stillness::EXCUSED);
         if verdict.settled() == asked.len()
             && verdict.problems.is_empty()
             && app.sim.deliveries().iter().all(|d| d.done)
         {
-            // A last look after a pause: a duplicate would show now.
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            return;
+            if verdict.unknown + verdict.blocked == 0 {
+                // A last look after a pause: a duplicate would show now.
+                tokio::time::sleep(Stillness::SETTLED).await;
+                return;
+            }
+            if held {
+                return;
+            }
         }
         let activity = app.sim.all_messages().len() + app.sim.deliveries().len();
         if activity != last.0 {

@@ -397,6 +397,46 @@ pub(crate) fn leases(state: &Path) -> Vec<(String, String)> {
     )
 }
 
+/// Watches a state directory's delivery state (every reply intent's and inbound record's
+/// status) for stillness. A crash matrix's judge excuses a message that waits behind an
+/// unknown send of its conversation, but that wait may be about to end (the platform's echo
+/// resolves the unknown and the lane goes on), so such an excuse is trusted only once the
+/// state has held still for longer than the gateway takes to resolve an unknown.
+pub(crate) struct Stillness {
+    seen: Vec<(String, String)>,
+    since: Instant,
+}
+
+impl Stillness {
+    /// A message behind an unknown is excused only after this long without a change: longer
+    /// than the test gateways' echo window (3 s) and reconcile backoff.
+    pub(crate) const EXCUSED: Duration = Duration::from_secs(6);
+    /// With nothing excused: a last look in which a duplicate would show.
+    pub(crate) const SETTLED: Duration = Duration::from_secs(1);
+
+    pub(crate) fn new() -> Self {
+        Stillness {
+            seen: Vec::new(),
+            since: Instant::now(),
+        }
+    }
+
+    /// Whether the delivery state read now has not changed for `window`.
+    pub(crate) fn still_for(&mut self, state: &Path, window: Duration) -> bool {
+        let mut now = state_pairs(state, "SELECT idempotency_key, status FROM send_intents");
+        now.extend(state_pairs(
+            state,
+            "SELECT event_id, status FROM inbound_records",
+        ));
+        now.sort();
+        if now != self.seen {
+            self.seen = now;
+            self.since = Instant::now();
+        }
+        self.since.elapsed() >= window
+    }
+}
+
 /// The two text columns `query` selects from a state directory's database, read-only.
 pub(crate) fn state_pairs(state: &Path, query: &str) -> Vec<(String, String)> {
     let db = rusqlite::Connection::open_with_flags(

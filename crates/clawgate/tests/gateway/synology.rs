@@ -26,8 +26,8 @@ use clawgate_channel_synology::simulator::{
 };
 
 use crate::support::{
-    GatewayProcess, Rng, channel_config, crash_seed, crash_size, demo_reply, leftover_processes,
-    state_pairs,
+    GatewayProcess, Rng, Stillness, channel_config, crash_seed, crash_size, demo_reply,
+    leftover_processes, state_pairs,
 };
 
 const BOT_ENV: &str = "E2E_SYNOLOGY_BOT_TOKEN";
@@ -285,12 +285,19 @@ fn judge(sim: &SynologySimulator, state: &Path, asked: &[Asked]) -> Verdict {
 async fn settle(sim: &SynologySimulator, state: &Path, asked: &[Asked], quiet: Duration) {
     let start = Instant::now();
     let mut last = (0, Instant::now());
+    let mut still = Stillness::new();
     loop {
         let verdict = judge(sim, state, asked);
+        let held = still.still_for(state, Stillness::EXCUSED);
         if verdict.settled() == asked.len() && sim.deliveries().iter().all(|d| d.done) {
-            // A last look after a pause: a duplicate would show now.
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            return;
+            if verdict.unknown + verdict.blocked == 0 {
+                // A last look after a pause: a duplicate would show now.
+                tokio::time::sleep(Stillness::SETTLED).await;
+                return;
+            }
+            if held {
+                return;
+            }
         }
         let activity = sim.calls().len() + sim.deliveries().len();
         if activity != last.0 {

@@ -24,8 +24,8 @@ use clawgate_channel_zalo::simulator::{
 };
 
 use crate::support::{
-    GatewayProcess, Rng, channel_config, crash_seed, crash_size, demo_reply, leftover_processes,
-    state_pairs,
+    GatewayProcess, Rng, Stillness, channel_config, crash_seed, crash_size, demo_reply,
+    leftover_processes, state_pairs,
 };
 
 const APP_SECRET_ENV: &str = "E2E_ZALO_APP_SECRET";
@@ -208,12 +208,19 @@ fn judge(sim: &ZaloSimulator, state: &Path, asked: &[Asked]) -> Verdict {
 async fn settle(sim: &ZaloSimulator, state: &Path, asked: &[Asked], quiet: Duration) {
     let start = Instant::now();
     let mut last = (0, Instant::now());
+    let mut still = Stillness::new();
     loop {
         let verdict = judge(sim, state, asked);
         let settled = verdict.finals + verdict.unknown + verdict.blocked;
+        let held = still.still_for(state, Stillness::EXCUSED);
         if settled == asked.len() && sim.pending_deliveries() == 0 {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            return;
+            if verdict.unknown + verdict.blocked == 0 {
+                tokio::time::sleep(Stillness::SETTLED).await;
+                return;
+            }
+            if held {
+                return;
+            }
         }
         let activity = sim.calls().len() + sim.deliveries().len();
         if activity != last.0 {

@@ -26,8 +26,8 @@ use clawgate_channel_zalo_personal::simulator::{
 };
 
 use crate::support::{
-    GatewayProcess, Rng, channel_config, crash_seed, crash_size, demo_reply, leftover_processes,
-    state_pairs,
+    GatewayProcess, Rng, Stillness, channel_config, crash_seed, crash_size, demo_reply,
+    leftover_processes, state_pairs,
 };
 
 const COOKIE_ENV: &str = "E2E_ZALO_PERSONAL_COOKIE";
@@ -201,15 +201,22 @@ fn judge(sim: &ZaloWebSimulator, state: &Path, asked: &[Asked], live: Option<u64
 async fn settle(sim: &ZaloWebSimulator, state: &Path, asked: &[Asked], quiet: Duration) {
     let start = Instant::now();
     let mut last = (usize::MAX, Instant::now());
+    let mut still = Stillness::new();
     loop {
         let live = live_connection(sim);
         let verdict = judge(sim, state, asked, live);
         let settled = verdict.finals + verdict.unknown - verdict.unknown_landed
             + verdict.blocked
             + verdict.unseen;
+        let held = still.still_for(state, Stillness::EXCUSED);
         if settled == asked.len() && verdict.holds() {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            return;
+            if verdict.unknown + verdict.blocked == 0 {
+                tokio::time::sleep(Stillness::SETTLED).await;
+                return;
+            }
+            if held {
+                return;
+            }
         }
         let activity = sim.landed().len() + verdict.unknown;
         if activity != last.0 {
