@@ -17,9 +17,9 @@ use std::sync::Arc;
 
 use clawgate_channel_sdk::{ChannelMessageAdapter, Reconciliation, SendError, SideEffect};
 use clawgate_types::{
-    BatchAtomicity, ChannelMessage, DurableSendIntent, IntentStatus, LiveCancelReason,
-    LiveMessageState, LiveMode, MessageAttachment, MessagePartKind, MessageReceipt,
-    MessageReceiptPart, RenderedMessageBatch, RenderedMessageUnit, UnixMillis,
+    BatchAtomicity, ChannelMessage, DeliveryFailureKind, DurableSendIntent, IntentStatus,
+    LiveCancelReason, LiveMessageState, LiveMode, MessageAttachment, MessagePartKind,
+    MessageReceipt, MessageReceiptPart, RenderedMessageBatch, RenderedMessageUnit, UnixMillis,
 };
 use tracing::{info, warn};
 
@@ -837,7 +837,17 @@ pub(crate) enum PreviewProbe {
     Unknown,
 }
 
-/// Asks the platform whether the preview (sent under `preview_ctx`'s key) landed.
+/// How often a preview probe the platform turned away without acting on it is asked again.
+const PROBE_RETRIES: u32 = 3;
+/// The wait before asking again when the platform named none (doubled each time).
+const PROBE_BACKOFF_MS: u64 = 250;
+/// The longest wait between probes: the turn waits on them.
+const PROBE_WAIT_CAP_MS: u64 = 2_000;
+
+/// Asks the platform whether the preview (sent under `preview_ctx`'s key) landed. A probe
+/// turned away before the platform acted (rate limited, or a transient failure before any
+/// I/O) is asked again after the platform's `retry_after` or a short backoff: giving up at
+/// once would leave a preview that did land beyond reach, beside the final for good.
 pub(crate) async fn find_preview(
     adapter: &Arc<dyn ChannelMessageAdapter>,
     preview_ctx: &clawgate_channel_sdk::SendContext,
@@ -846,18 +856,37 @@ pub(crate) async fn find_preview(
     if !reconciles {
         return PreviewProbe::Unknown;
     }
-    match adapter
-        .reconcile_unknown_send(preview_ctx, &text_unit(""))
-        .await
-    {
-        Ok(Reconciliation::Sent(part)) => PreviewProbe::Landed(part),
-        Ok(Reconciliation::NotSent) => PreviewProbe::Absent,
-        Ok(_) => PreviewProbe::Unknown,
-        Err(error) => {
-            warn!(error = %error.message, "asking the platform about the preview failed");
-            PreviewProbe::Unknown
+    let mut retries = 0;
+    loop {
+        match adapter
+            .reconcile_unknown_send(preview_ctx, &text_unit(""))
+            .await
+        {
+            Ok(Reconciliation::Sent(part)) => return PreviewProbe::Landed(part),
+            Ok(Reconciliation::NotSent) => return PreviewProbe::Absent,
+            Ok(_) => return PreviewProbe::Unknown,
+            Err(error) if retries < PROBE_RETRIES && turned_away(&error) => {
+                let wait = error
+                    .retry_after_ms
+                    .unwrap_or(PROBE_BACKOFF_MS << retries)
+                    .min(PROBE_WAIT_CAP_MS);
+                info!(error = %error.message, wait_ms = wait, "the platform turned the preview probe away; asking again");
+                tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                retries += 1;
+            }
+            Err(error) => {
+                warn!(error = %error.message, "asking the platform about the preview failed");
+                return PreviewProbe::Unknown;
+            }
         }
     }
+}
+
+/// Whether the platform refused a call without acting on it, so asking again is an answer
+/// deferred, not a second act.
+fn turned_away(error: &SendError) -> bool {
+    error.kind == DeliveryFailureKind::RateLimit
+        || (error.kind == DeliveryFailureKind::Transient && error.side_effect == SideEffect::None)
 }
 
 /// Removes the preview of a stream that ends without a final: the recorded one, or — when none

@@ -3,6 +3,7 @@
 //! platform will not remove when the final cannot go out.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use async_trait::async_trait;
 use clawgate_channel_sdk::testing::{MemoryChannel, MemoryFault, MemoryPlatform};
@@ -122,6 +123,9 @@ fn recorded_preview(intent: &DurableSendIntent) -> Option<String> {
 struct Declared {
     inner: MemoryChannel,
     capabilities: MessageCapabilities,
+    /// Reconciliations still to turn away as rate limited (HTTP 429, nothing done).
+    throttled_probes: AtomicU32,
+    probes: AtomicU32,
 }
 
 impl Declared {
@@ -131,7 +135,17 @@ impl Declared {
         Declared {
             inner,
             capabilities,
+            throttled_probes: AtomicU32::new(0),
+            probes: AtomicU32::new(0),
         }
+    }
+
+    /// The memory channel as it is, its next `n` reconciliations rate limited.
+    fn throttling_probes(inner: MemoryChannel, n: u32) -> Declared {
+        let live = inner.capabilities().live.clone();
+        let declared = Declared::new(inner, live);
+        declared.throttled_probes.store(n, Ordering::SeqCst);
+        declared
     }
 }
 
@@ -177,6 +191,18 @@ impl ChannelMessageAdapter for Declared {
         ctx: &SendContext,
         unit: &RenderedMessageUnit,
     ) -> Result<Reconciliation, SendError> {
+        self.probes.fetch_add(1, Ordering::SeqCst);
+        let throttled = self
+            .throttled_probes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if throttled {
+            return Err(SendError::before_io(
+                DeliveryFailureKind::RateLimit,
+                "HTTP 429: request trigger frequency limit",
+            )
+            .with_retry_after_ms(Some(20)));
+        }
         self.inner.reconcile_unknown_send(ctx, unit).await
     }
 
@@ -517,4 +543,41 @@ async fn a_block_waits_while_the_preview_will_not_go_and_the_preview_stays_recor
         "{report:?}"
     );
     assert_eq!(h.texts(), ["First."], "the block was the whole final");
+}
+
+/// A preview whose answer was lost is looked for by its key; when the platform turns that probe
+/// away (rate limited, nothing done) it is asked again after the platform's retry-after, so the
+/// preview that landed is found, recorded and becomes the final in place — not left beside a
+/// final sent fresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preview_probe_turned_away_by_a_rate_limit_is_asked_again_and_finds_the_preview() {
+    let h = Harness::new();
+    let channel = Arc::new(Declared::throttling_probes(h.channel(), 2));
+    let messenger = h.messenger(channel.clone());
+    let mut live = h.begin(&messenger, 10_000).await;
+    // The preview lands; its answer is lost.
+    h.platform.inject(MemoryFault::LoseAnswer, 1, 0);
+    live.update("draft").await.expect("the update runs");
+    let preview = h.platform.messages(ROOM)[0].id.clone();
+    assert_eq!(
+        channel.probes.load(Ordering::SeqCst),
+        3,
+        "two probes turned away, the third answered"
+    );
+    assert_eq!(
+        recorded_preview(&h.only_intent().await).as_deref(),
+        Some(preview.as_str()),
+        "the preview found by its key is recorded"
+    );
+
+    let report = live
+        .finalize(reply("the answer"))
+        .await
+        .expect("the final is recorded");
+    assert!(
+        matches!(report.outcome, SendOutcome::Sent { .. }),
+        "{report:?}"
+    );
+    assert_eq!(h.texts(), ["the answer"], "the preview became the final");
+    assert_eq!(h.platform.sends(), 1, "only the preview was ever sent");
 }
