@@ -7,10 +7,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clawgate_acpx::{AgentLimits, CloseOutcome, SessionStart, SessionUse, system_table};
+use clawgate_acpx::{
+    AcpRuntimeHandle, AgentLimits, CloseOutcome, EnsureInput, SessionStart, SessionUse,
+    system_table,
+};
 use clawgate_store::{LeaseStore as _, SessionStore as _};
 use clawgate_store_sqlite::SqliteStore;
-use clawgate_types::LeaseState;
+use clawgate_types::{LeaseState, SessionKey};
 
 use crate::real_processes::{ensure_input, real_timing};
 use crate::support::*;
@@ -176,6 +179,20 @@ async fn turn(gateway: &Controller, session: &SessionUse, text: &str) -> String 
         .concat()
 }
 
+/// Checks `input`'s session out and gives it back at once: the session is idle, its process
+/// live; the handle it had.
+async fn idle_session(gateway: &Controller, input: EnsureInput) -> AcpRuntimeHandle {
+    let session = gateway.checkout(input).await.expect("the session");
+    session.handle().clone()
+}
+
+async fn close(gateway: &Controller, session_key: &SessionKey) -> CloseOutcome {
+    gateway
+        .close_session(session_key, "test over", 3)
+        .await
+        .expect("the session closes")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_cap_an_idle_process_serves_the_waiting_session_and_later_the_first_again() {
     let dir = tempfile::tempdir().unwrap();
@@ -245,10 +262,7 @@ async fn at_the_cap_an_idle_process_serves_the_waiting_session_and_later_the_fir
         "{figures:?}"
     );
     drop(again);
-    let closed = gateway
-        .close_session(&a.session_key, "test over", 3)
-        .await
-        .unwrap();
+    let closed = close(&gateway, &a.session_key).await;
     assert!(matches!(closed, CloseOutcome::Closed(_)), "{closed:?}");
     assert!(!crate::real_processes::alive(first.root_pid));
 }
@@ -262,9 +276,7 @@ async fn a_handed_over_process_has_forgotten_the_session_it_closed() {
     let adapter = vec![test_agent(), "--chunk-ms".into(), "0".into()];
     let a = ensure_input("forget-a", adapter.clone(), dir.path());
     let b = ensure_input("forget-b", adapter, dir.path());
-    let a_use = gateway.checkout(a.clone()).await.expect("a's session");
-    let first = a_use.handle().clone();
-    drop(a_use);
+    let first = idle_session(&gateway, a.clone()).await;
     drop(gateway.checkout(b).await.expect("b's session"));
     let again = gateway
         .checkout(a.clone())
@@ -279,10 +291,7 @@ async fn a_handed_over_process_has_forgotten_the_session_it_closed() {
         other => panic!("a's closed session was still loadable: {other:?}"),
     }
     drop(again);
-    gateway
-        .close_session(&a.session_key, "test over", 3)
-        .await
-        .unwrap();
+    close(&gateway, &a.session_key).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -294,9 +303,7 @@ async fn an_agent_without_session_close_is_ended_and_started_not_handed_over() {
         adapter.extend(flag.map(str::to_owned));
         let a = ensure_input("end-a", adapter.clone(), dir.path());
         let b = ensure_input("end-b", adapter, dir.path());
-        let a_use = gateway.checkout(a).await.expect("a's session");
-        let first = a_use.handle().clone();
-        drop(a_use);
+        let first = idle_session(&gateway, a).await;
         let b_use = gateway.checkout(b.clone()).await.expect("b's session");
         assert_ne!(
             b_use.handle().root_pid,
@@ -310,10 +317,7 @@ async fn an_agent_without_session_close_is_ended_and_started_not_handed_over() {
         let figures = gateway.figures().await;
         assert_eq!((figures.evictions, figures.handovers), (1, 0));
         drop(b_use);
-        gateway
-            .close_session(&b.session_key, "test over", 3)
-            .await
-            .unwrap();
+        close(&gateway, &b.session_key).await;
     }
 }
 
@@ -330,9 +334,7 @@ async fn a_process_that_refuses_the_new_session_is_closed_and_a_fresh_one_serves
     ];
     let a = ensure_input("refuse-a", adapter.clone(), dir.path());
     let b = ensure_input("refuse-b", adapter, dir.path());
-    let a_use = gateway.checkout(a).await.expect("a's session");
-    let first = a_use.handle().clone();
-    drop(a_use);
+    let first = idle_session(&gateway, a).await;
     let b_use = gateway.checkout(b.clone()).await.expect("b's session");
     assert_ne!(b_use.handle().root_pid, first.root_pid);
     assert_eq!(turn(&gateway, &b_use, "from b").await, "echo: from b");
@@ -346,10 +348,7 @@ async fn a_process_that_refuses_the_new_session_is_closed_and_a_fresh_one_serves
         "{figures:?}"
     );
     drop(b_use);
-    gateway
-        .close_session(&b.session_key, "test over", 3)
-        .await
-        .unwrap();
+    close(&gateway, &b.session_key).await;
 }
 
 // One thread: between the drop of a's use and a's next checkout nothing else runs, so the
@@ -388,8 +387,5 @@ async fn an_idle_process_goes_to_the_waiting_conversation_before_its_own_next_tu
         "b took a's process over"
     );
     drop(b_use);
-    gateway
-        .close_session(&key("agent:codex:acp:fair-b"), "test over", 3)
-        .await
-        .unwrap();
+    close(&gateway, &key("agent:codex:acp:fair-b")).await;
 }

@@ -45,6 +45,12 @@ async fn status(gateway: &GatewayProcess) -> serde_json::Value {
     view["gateway"].clone()
 }
 
+/// The status figures of the agent pool: [evictions, hand-overs, live agent sessions].
+async fn pool_figures(gateway: &GatewayProcess) -> [Option<u64>; 3] {
+    let g = status(gateway).await;
+    ["evictions", "handovers", "agentSessionsLive"].map(|figure| g[figure].as_u64())
+}
+
 /// The final texts of the agent in `conversation`.
 async fn finals(gateway: &GatewayProcess, conversation: &str) -> Vec<String> {
     gateway
@@ -288,13 +294,7 @@ async fn at_the_cap_the_least_recently_used_idle_sessions_process_serves_the_new
         "the recently used one keeps its own: {l1:?}"
     );
     assert_eq!(wrappers(&gateway), 2, "no process ended, none started");
-    let g = status(&gateway).await;
-    assert_eq!(
-        (g["evictions"].as_u64(), g["handovers"].as_u64()),
-        (Some(1), Some(1)),
-        "{g}"
-    );
-    assert_eq!(g["agentSessionsLive"], 2, "{g}");
+    assert_eq!(pool_figures(&gateway).await, [Some(1), Some(1), Some(2)]);
     // l2 again: l1 is now the least recently used, and its process takes l2 back.
     gateway.say("l2", "two again").await;
     answered(&gateway, "l2", "echo: two again", 1).await;
@@ -318,13 +318,7 @@ async fn without_reuse_the_least_recently_used_idle_session_is_closed_to_make_ro
     assert_eq!(state("l2"), "closed", "the least recently used went");
     assert_eq!(state("l1"), "open", "the recently used one stays");
     assert_eq!(state("l3"), "open");
-    let g = status(&gateway).await;
-    assert_eq!(
-        (g["evictions"].as_u64(), g["handovers"].as_u64()),
-        (Some(1), Some(0)),
-        "{g}"
-    );
-    assert_eq!(g["agentSessionsLive"], 2, "{g}");
+    assert_eq!(pool_figures(&gateway).await, [Some(1), Some(0), Some(2)]);
     assert!(gateway.interrupt().success());
 }
 
