@@ -148,8 +148,16 @@ async fn unsigned_forged_and_tampered_deliveries_are_refused_before_parsing() {
         running.seen().contains_key("genuine")
     })
     .await;
+    // Meta records an attempt's status once our answer reaches it, which may be just after
+    // the turn saw the message (and an attempt made before the listener was ready was a 503).
+    until("Meta's record of the genuine delivery answered 200", || {
+        peer.sim
+            .deliveries()
+            .last()
+            .is_some_and(|d| d.attempts.last() == Some(&200))
+    })
+    .await;
     let genuine = peer.sim.deliveries().pop().unwrap();
-    assert_eq!(genuine.attempts.last(), Some(&200));
     // Another message: new text, new wamid (the genuine one's id would be deduplicated).
     let wamid = genuine.body["entry"][0]["changes"][0]["value"]["messages"][0]["id"]
         .as_str()
