@@ -23,6 +23,7 @@ mod polling;
 mod receive;
 mod recovery;
 mod source;
+mod sparse;
 
 // The engine's modules name the one clock `crate::Clock`.
 pub(crate) use clawgate_types::clock::Clock;

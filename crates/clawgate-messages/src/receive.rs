@@ -242,10 +242,12 @@ impl Attempt {
 
 impl Drop for Attempt {
     fn drop(&mut self) {
-        self.in_flight
+        let mut in_flight = self
+            .in_flight
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&self.key);
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        in_flight.remove(&self.key);
+        crate::sparse::shrink_set(&mut in_flight);
     }
 }
 

@@ -419,6 +419,7 @@ impl Lanes {
                 .is_some_and(|lane| Arc::ptr_eq(&lane.pending, pending))
         {
             lanes.remove(key);
+            crate::sparse::shrink_map(&mut lanes);
         }
     }
 }

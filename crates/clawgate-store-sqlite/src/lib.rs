@@ -15,6 +15,7 @@ struct ReadmeExample;
 mod errors;
 mod inbound;
 mod intents;
+mod memory;
 mod migrate;
 mod notices;
 mod registry;
@@ -32,6 +33,7 @@ use std::time::Duration;
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OpenFlags};
 
+pub use memory::{release_page_caches, sqlite_memory_used};
 pub use migrate::{MIGRATIONS, Migration, MigrationStatus, SCHEMA_VERSION};
 
 use self::errors::{DbResult, ErrorContext, Phase};

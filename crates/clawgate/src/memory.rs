@@ -7,8 +7,9 @@
 //! the gateway falls idle (its agent sessions closed, no turn running) `release_free_heap`
 //! collects the calling thread's heap and purges every arena, and asks each runtime worker to
 //! collect its own heap the next time it parks ([`on_worker_park`], the runtime's park hook:
-//! an idle worker parks at once). SQLite allocates with the system allocator, so glibc's free
-//! pages are trimmed too.
+//! an idle worker parks at once). SQLite allocates with the system allocator: its page caches
+//! (up to 2 MiB per connection, full after a burst over a large database) are released first,
+//! then glibc's free pages are trimmed.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,11 +22,14 @@ thread_local! {
 }
 
 /// Returns the allocators' free pages to the system: mimalloc's of this thread and every
-/// arena now, each runtime worker's when it next parks, and glibc's (Linux) now.
+/// arena now, each runtime worker's when it next parks, and, after SQLite's page caches are
+/// released, glibc's (Linux) now.
 pub(crate) fn release_free_heap() {
     let release = RELEASES.fetch_add(1, Ordering::SeqCst) + 1;
     COLLECTED.with(|seen| seen.set(release));
     collect_this_thread();
+    let sqlite_freed = clawgate_store_sqlite::release_page_caches();
+    tracing::debug!(sqlite_freed, "idle: free heap given back");
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[allow(unsafe_code)]
     // SAFETY: malloc_trim takes no pointers and only rearranges the allocator's own free lists

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // Tests fail loudly by design.
 
 mod faults;
+mod memory;
 mod migrations;
 
 use clawgate_store_sqlite::{SqliteOptions, SqliteStore};
