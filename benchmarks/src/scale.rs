@@ -26,7 +26,8 @@ const MAX_LIVE: usize = 64;
 const MESSAGES_PER_CONVERSATION: usize = 3;
 const BASELINE_CONVERSATIONS: usize = 100;
 const IDLE_CLOSE_SECS: u64 = 3;
-/// Tokio's keep-alive of an idle blocking thread (10 s), and some.
+/// Beyond the gateway's keep-alive of an idle blocking thread (1 s), and the runtime's
+/// default (10 s) should a build not set it.
 const IDLE_THREADS_EXIT: Duration = Duration::from_secs(12);
 
 /// What one run measured.
@@ -65,8 +66,8 @@ pub(crate) fn run(root: &Path) -> anyhow::Result<()> {
         "bench scale: release binary, bundled agent (--chunk-ms 0), max_live = {MAX_LIVE}, \
          {MESSAGES_PER_CONVERSATION} messages per conversation in rounds"
     );
-    let small = runtime.block_on(one_run(root, &binary, BASELINE_CONVERSATIONS))?;
-    let large = runtime.block_on(one_run(root, &binary, big))?;
+    let small = runtime.block_on(one_run(root, "baseline", &binary, BASELINE_CONVERSATIONS))?;
+    let large = runtime.block_on(one_run(root, "large", &binary, big))?;
     println!(
         "| figure | {} conversations | {} conversations |",
         small.conversations, large.conversations
@@ -112,13 +113,20 @@ fn mib(kib: u64) -> String {
     format!("{:.1} MiB", kib as f64 / 1024.0)
 }
 
-async fn one_run(root: &Path, binary: &Path, conversations: usize) -> anyhow::Result<Figures> {
+/// One run in its own state directory under `root` (`name`: the baseline and the large run
+/// may have the same size).
+async fn one_run(
+    root: &Path,
+    name: &str,
+    binary: &Path,
+    conversations: usize,
+) -> anyhow::Result<Figures> {
     let platform = QaPlatform::start(QaPlatformConfig {
         token: "bench-token".into(),
         ..QaPlatformConfig::default()
     })
     .await?;
-    let dir = root.join(format!("scale-{conversations}"));
+    let dir = root.join(format!("scale-{name}-{conversations}"));
     std::fs::create_dir_all(&dir)?;
     let state = dir.join("state");
     let config = dir.join("clawgate.toml");

@@ -70,6 +70,7 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .on_thread_park(clawgate::memory::on_worker_park)
+        .thread_keep_alive(clawgate::memory::BLOCKING_THREAD_KEEP_ALIVE)
         .build()
     {
         Ok(runtime) => runtime,
