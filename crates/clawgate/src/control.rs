@@ -236,6 +236,11 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// `{"error": message}` with `status`, for answers made outside the control routes.
+pub(crate) fn api_error(status: StatusCode, message: String) -> Response {
+    ApiError(status, message).into_response()
+}
+
 impl From<ViewError> for ApiError {
     fn from(error: ViewError) -> Self {
         let status =

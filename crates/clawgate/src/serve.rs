@@ -104,6 +104,11 @@ pub fn app(gateway: &Arc<Gateway>, token: &str, port: u16) -> axum::Router {
     if crate::qa::has_qa_channel(&gateway.channels) {
         app = app.merge(crate::qa::routes(shared_token));
     }
+    // Every answer is JSON, a path no route serves and a method a route does not take too
+    // (set last: the method fallback reaches only the routes added so far).
+    let app = app
+        .fallback(unrouted)
+        .method_not_allowed_fallback(wrong_method);
     // One body limit for every route: a declared length over it is refused before anything is
     // read; a chunked body is cut off at it (the extractor then answers 413 too).
     app.layer(axum::extract::DefaultBodyLimit::max(
@@ -121,6 +126,32 @@ pub fn app(gateway: &Arc<Gateway>, token: &str, port: u16) -> axum::Router {
         },
     ))
     .with_state(gateway.clone())
+}
+
+/// `404` for a path no route serves, naming it and where the routes are.
+async fn unrouted(method: axum::http::Method, uri: axum::http::Uri) -> axum::response::Response {
+    crate::control::api_error(
+        axum::http::StatusCode::NOT_FOUND,
+        format!(
+            "no route serves {method} {}: the control API's routes are under /v1/ (listed in \
+             docs/schema/README.md), the console is at /console/",
+            uri.path()
+        ),
+    )
+}
+
+/// `405` for a method the path's route does not take (the `Allow` header lists those it does).
+async fn wrong_method(
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+) -> axum::response::Response {
+    crate::control::api_error(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        format!(
+            "{} does not take {method} (the Allow header names the methods it takes)",
+            uri.path()
+        ),
+    )
 }
 
 /// Whether the request names this server by a loopback name (see

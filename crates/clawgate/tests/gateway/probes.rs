@@ -9,6 +9,8 @@
 //! - odd path ids (traversal, NUL, CR/LF, very long, odd Unicode, invalid UTF-8) and odd query
 //!   values are a 4xx, never a 5xx;
 //! - a malformed JSON body of any shape is a JSON 400 (or 413 over the limit), never a 5xx;
+//! - a path no route serves is a JSON 404, a method a route does not take a JSON 405 (with
+//!   `Allow`), each naming what was asked;
 //! - at `trace`, no token reaches the log.
 
 use std::io::{Read as _, Write as _};
@@ -301,6 +303,64 @@ async fn odd_ids_and_query_values_are_client_errors_never_server_errors() {
             answer.status()
         );
         assert!(!answer.status().is_server_error(), "{query}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_no_route_serves_and_a_method_a_route_does_not_take_answer_json_naming_them() {
+    let p = Probed::start().await;
+    for path in [
+        "/v1/sessions/",
+        "/v1/no-such-route",
+        "/no-such-page",
+        "/v1/outbox/x/y/z",
+    ] {
+        let answer = p
+            .http
+            .get(p.url(path))
+            .bearer_auth(&p.token)
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(answer.status(), StatusCode::NOT_FOUND, "GET {path}");
+        let body: serde_json::Value = answer.json().await.expect("a JSON body");
+        let error = body["error"].as_str().expect("an error text");
+        assert!(
+            error.contains(&format!("GET {path}")) && error.contains("/v1/"),
+            "GET {path}: {error}"
+        );
+    }
+    for (method, path, allowed) in [
+        ("DELETE", "/v1/status", "GET"),
+        ("GET", "/v1/leases/reap", "POST"),
+        ("PUT", "/console/", "GET"),
+    ] {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let answer = p
+            .http
+            .request(method.clone(), p.url(path))
+            .bearer_auth(&p.token)
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(
+            answer.status(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {path}"
+        );
+        let allow = answer
+            .headers()
+            .get("allow")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        assert!(allow.contains(allowed), "{method} {path}: Allow {allow:?}");
+        let body: serde_json::Value = answer.json().await.expect("a JSON body");
+        let error = body["error"].as_str().expect("an error text");
+        assert!(
+            error.contains(path) && error.contains(method.as_str()),
+            "{method} {path}: {error}"
+        );
     }
 }
 
