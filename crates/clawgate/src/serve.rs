@@ -18,6 +18,10 @@ pub async fn up(config: Config) -> Result<(), GatewayError> {
     if !listen.ip().is_loopback() {
         return Err(GatewayError::NotLoopback(listen));
     }
+    // Watched before anything starts: a stop asked for while the gateway starts, or the moment
+    // it says it is up, is kept and honoured once it runs (the default action would end the
+    // process mid-start, or before it closed its agents).
+    let stop = StopSignals::watch();
     let gateway = Gateway::start(config).await?;
     let listener =
         tokio::net::TcpListener::bind(listen)
@@ -79,7 +83,7 @@ pub async fn up(config: Config) -> Result<(), GatewayError> {
     }
     println!("Press Ctrl-C to stop.");
 
-    wait_for_stop_signal().await;
+    stop.wait().await;
     println!("stopping: closing agent sessions…");
     gateway.shutdown().await;
     let _ = stop_http.send(());
@@ -184,19 +188,42 @@ fn misdirected() -> axum::response::Response {
         .into_response()
 }
 
-async fn wait_for_stop_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(e) => {
-            error!(error = %e, "cannot watch SIGTERM; Ctrl-C still works");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+/// SIGINT (Ctrl-C) and SIGTERM, each registered when watched, so none sent after is lost.
+struct StopSignals {
+    interrupt: Option<tokio::signal::unix::Signal>,
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    fn watch() -> StopSignals {
+        use tokio::signal::unix::{SignalKind, signal};
+        let watch = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(stream) => Some(stream),
+            Err(e) => {
+                error!(error = %e, "cannot watch {name}; stop the gateway with the other signal");
+                None
+            }
+        };
+        StopSignals {
+            interrupt: watch(SignalKind::interrupt(), "SIGINT"),
+            terminate: watch(SignalKind::terminate(), "SIGTERM"),
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    }
+
+    /// Until either signal arrives (or arrived since [`StopSignals::watch`]).
+    async fn wait(mut self) {
+        async fn next(signal: Option<&mut tokio::signal::unix::Signal>) {
+            match signal {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = next(self.interrupt.as_mut()) => {}
+            () = next(self.terminate.as_mut()) => {}
+        }
     }
 }
 
