@@ -1500,15 +1500,33 @@ fn take_stdio(child: &mut std::process::Child) -> std::io::Result<Stdio3> {
     Ok((stdin, stdout, stderr))
 }
 
-/// Reaps the wrapper we started once it exits, so no zombie lingers, without blocking.
+/// Reaps the wrapper we started once it exits, so no zombie lingers, without blocking. A task
+/// polls: a blocking `wait` would hold one of the runtime's blocking threads per closing
+/// wrapper (a burst of idle closes, a burst of threads) and hold up the runtime's shutdown
+/// for a wrapper slow to end.
 fn reap_child_later(mut child: std::process::Child) {
     if let Ok(Some(_)) = child.try_wait() {
         return;
     }
     let pid = child.id();
-    tokio::task::spawn_blocking(move || {
-        let _ = child.wait();
-        tracing::debug!(pid, "wrapper reaped");
+    tokio::spawn(async move {
+        let mut pause = Duration::from_millis(10);
+        loop {
+            match child.try_wait() {
+                Ok(None) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                Ok(Some(_)) => {
+                    tracing::debug!(pid, "wrapper reaped");
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(pid, %error, "the wrapper could not be reaped");
+                    return;
+                }
+            }
+        }
     });
 }
 

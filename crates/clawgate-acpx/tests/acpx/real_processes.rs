@@ -113,6 +113,12 @@ async fn close_ends_wrapper_adapter_and_grandchild() {
     for pid in [handle.root_pid, handle.process_group_id, grandchild] {
         eventually(Duration::from_secs(5), "owned process gone", || !alive(pid)).await;
     }
+    // The wrapper is this process's child: reaped, not left a zombie in the process table.
+    let wrapper = std::path::PathBuf::from(format!("/proc/{}", handle.root_pid));
+    eventually(Duration::from_secs(5), "the wrapper reaped", || {
+        !wrapper.exists()
+    })
+    .await;
     let lease = store.load_lease(&handle.lease_id).await.unwrap().unwrap();
     assert_eq!(lease.state, LeaseState::Closed);
     assert_eq!(lease.ended_at, Some(2));
