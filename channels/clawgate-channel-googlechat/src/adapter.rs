@@ -82,6 +82,7 @@ fn failure_letter(code: GatewayFailureCode) -> char {
         GatewayFailureCode::AgentFailedBeforeReply => 'a',
         GatewayFailureCode::MissingApiKey => 'k',
         GatewayFailureCode::ModelLoginExpired => 'l',
+        GatewayFailureCode::AgentsBusy => 'b',
     }
 }
 
@@ -90,6 +91,7 @@ fn failure_code(letter: char) -> Option<GatewayFailureCode> {
         'a' => GatewayFailureCode::AgentFailedBeforeReply,
         'k' => GatewayFailureCode::MissingApiKey,
         'l' => GatewayFailureCode::ModelLoginExpired,
+        'b' => GatewayFailureCode::AgentsBusy,
         _ => return None,
     })
 }
@@ -371,6 +373,7 @@ mod tests {
             GatewayFailureCode::AgentFailedBeforeReply,
             GatewayFailureCode::MissingApiKey,
             GatewayFailureCode::ModelLoginExpired,
+            GatewayFailureCode::AgentsBusy,
         ] {
             let origin = MessageOrigin::gateway_failure(code);
             let id = message_id_for("k#0", Some(&origin));

@@ -535,13 +535,17 @@ impl Turns {
     /// Tells the person their message waits for a free agent: once per event (keyed).
     async fn tell_busy(&self, channel: &Channel, inbound: &NormalizedInbound) {
         let key = busy_key(&channel.name, &inbound.event_id);
-        let notice = reply_message(
+        let mut notice = reply_message(
             channel,
             inbound,
             &key,
             "All agent sessions are busy right now; your message is queued and will be \
              answered as soon as one is free.",
         );
+        // Gateway output, not the agent's: marked so a bot in a shared room drops its echo.
+        notice.origin = Some(clawgate_types::MessageOrigin::gateway_failure(
+            clawgate_types::GatewayFailureCode::AgentsBusy,
+        ));
         let options = SendOptions {
             durability: self.durability,
             idempotency_key: Some(key),

@@ -59,6 +59,9 @@ pub enum GatewayFailureCode {
     MissingApiKey,
     /// The model provider's login has expired.
     ModelLoginExpired,
+    /// Every agent session is busy: the message waits for one (a delay, nothing lost). Beyond
+    /// the design's three codes, so a bot in a shared room drops this notice's echo too.
+    AgentsBusy,
 }
 
 /// What to do when a marked message comes back in as input.

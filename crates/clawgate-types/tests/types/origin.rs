@@ -49,7 +49,7 @@ fn case(
 
 #[test]
 fn echo_table() {
-    use GatewayFailureCode::{MissingApiKey, ModelLoginExpired};
+    use GatewayFailureCode::{AgentsBusy, MissingApiKey, ModelLoginExpired};
     let failure = MessageOrigin::gateway_failure;
     #[rustfmt::skip]
     let cases = [
@@ -57,6 +57,7 @@ fn echo_table() {
         case("marked, bot, room: drop",                true,  true,  Some(marked()), true),
         case("marked missing_api_key: drop",           true,  true,  Some(failure(MissingApiKey)), true),
         case("marked model_login_expired: drop",       true,  true,  Some(failure(ModelLoginExpired)), true),
+        case("marked agents_busy: drop",               true,  true,  Some(failure(AgentsBusy)), true),
         // Marked, but not both a bot author and a room.
         case("marked, bot, direct chat",               true,  false, Some(marked()), false),
         case("marked, human, room",                    false, true,  Some(marked()), false),
@@ -140,6 +141,7 @@ fn gateway_failure_factory() {
         ),
         (GatewayFailureCode::MissingApiKey, "missing_api_key"),
         (GatewayFailureCode::ModelLoginExpired, "model_login_expired"),
+        (GatewayFailureCode::AgentsBusy, "agents_busy"),
     ];
     assert_eq!(spellings.map(|(c, _)| c).as_slice(), GATEWAY_FAILURE_CODES);
     for (code, spelling) in spellings {

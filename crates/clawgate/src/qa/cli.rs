@@ -96,6 +96,8 @@ fn qa_line(message: &QaMessage, json: bool) -> String {
         return format!("{}\n", compact(message));
     }
     let author = match (&message.author_id, message.from_agent) {
+        // The gateway's own notice (a failure, every agent busy), not the agent's words.
+        (_, true) if message.origin.is_some() => "gateway".to_owned(),
         (_, true) => "agent".to_owned(),
         (Some(id), false) => id.clone(),
         (None, false) => "?".to_owned(),
@@ -141,6 +143,7 @@ mod tests {
             text: "hi\u{1b}]0;owned\u{7}\rclear\n".into(),
             edits: 0,
             state: QaMessageState::Final,
+            origin: None,
         };
         let line = qa_line(&message, false);
         assert_eq!(
@@ -168,6 +171,7 @@ mod tests {
             text: "hi".into(),
             edits: 3,
             state: QaMessageState::Streaming,
+            origin: None,
         };
         assert_eq!(
             qa_line(&message, false),
@@ -176,5 +180,17 @@ mod tests {
         let json: serde_json::Value =
             serde_json::from_str(qa_line(&message, true).trim()).expect("one JSON object");
         assert_eq!(json["state"], "streaming");
+        let notice = QaMessage {
+            origin: Some(clawgate_types::MessageOrigin::gateway_failure(
+                clawgate_types::GatewayFailureCode::AgentsBusy,
+            )),
+            state: QaMessageState::Final,
+            edits: 0,
+            ..message
+        };
+        assert_eq!(qa_line(&notice, false), "[m-2] gateway (final): hi\n");
+        let json: serde_json::Value =
+            serde_json::from_str(qa_line(&notice, true).trim()).expect("one JSON object");
+        assert_eq!(json["origin"]["code"], "agents_busy");
     }
 }

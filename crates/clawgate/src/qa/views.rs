@@ -3,8 +3,9 @@
 
 use std::sync::Arc;
 
+use clawgate_channel_sdk::ChannelMessageAdapter as _;
 use clawgate_store::IntentStore;
-use clawgate_types::IntentStatus;
+use clawgate_types::{IntentStatus, MessageOrigin};
 use serde::{Deserialize, Serialize};
 
 use crate::gateway::Channel;
@@ -57,6 +58,10 @@ pub struct QaMessage {
     pub text: String,
     pub edits: u32,
     pub state: QaMessageState,
+    /// The gateway's marker the platform carries with the message, on the gateway's own
+    /// notices (an agent that failed, every agent busy): a bot in a shared room drops their echo.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<MessageOrigin>,
 }
 
 /// Where a QA message stands.
@@ -124,6 +129,7 @@ pub async fn qa_send(channel: &Channel, body: &QaSendBody) -> Result<QaMessage, 
         text: message.text,
         edits: message.edits,
         state: QaMessageState::Sent,
+        origin: None,
     })
 }
 
@@ -133,14 +139,21 @@ pub async fn qa_messages<S: IntentStore + ?Sized>(
     conversation: &str,
 ) -> Result<QaConversation, ViewError> {
     valid_conversation(conversation)?;
-    let listed = super::qa_handle(channel)
+    let adapter = &super::qa_handle(channel)
         .map_err(ViewError::BadRequest)?
-        .adapter
+        .adapter;
+    let listed = adapter
         .list_messages(conversation)
         .await
         .map_err(|e| ViewError::Upstream(format!("QA platform: {}", e.message)))?;
     let mut messages = Vec::with_capacity(listed.len());
     for message in listed {
+        // Read back as the channel reads a marker on any event of its platform.
+        let origin = adapter.origin().and_then(|marker| {
+            serde_json::to_value(&message)
+                .ok()
+                .and_then(|raw| marker.decode(&raw))
+        });
         let from_agent = message.author_is_bot || message.author_id.is_none();
         let state = if from_agent {
             agent_message_state(store, message.idempotency_key.as_deref()).await
@@ -155,6 +168,7 @@ pub async fn qa_messages<S: IntentStore + ?Sized>(
             text: message.text,
             edits: message.edits,
             state,
+            origin,
         });
     }
     Ok(QaConversation {

@@ -235,6 +235,18 @@ async fn at_max_live_turns_wait_none_is_lost_and_no_more_processes_run() {
         let notices = replies.iter().filter(|t| t.contains("are busy")).count();
         assert!(notices <= 1, "at most one busy notice in b{n}: {replies:?}");
         told += notices;
+        // The notice is the gateway's output, marked so a bot in a shared room drops its echo;
+        // the agent's answer is not.
+        for message in gateway.chat(&format!("b{n}")).await {
+            let text = message["text"].as_str().unwrap_or_default();
+            let code = &message["origin"]["code"];
+            if text.contains("are busy") {
+                assert_eq!(code, "agents_busy", "the busy notice is marked: {message}");
+                assert_eq!(message["origin"]["kind"], "gateway_failure", "{message}");
+            } else {
+                assert!(code.is_null(), "only gateway notices are marked: {message}");
+            }
+        }
     }
     assert!(
         told >= 1,
