@@ -772,8 +772,11 @@ impl LifecycleController {
                                     "idle process not handed over: it is closed, and the turn \
                                      looks for a slot again");
                                 // Counted as closing before the start's count goes: the
-                                // process is still there until it is closed.
+                                // process is still there until it is closed. The turn stays
+                                // first in line: turns that came while the process closes
+                                // wait behind it.
                                 self.pools.closing(&agent);
+                                ticket.ticket = Some(self.pools.enqueue_first(&agent));
                                 drop(starting);
                                 let why = "its process could not be handed over";
                                 if let Err(error) = self

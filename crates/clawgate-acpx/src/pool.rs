@@ -163,6 +163,19 @@ impl Pools {
         ticket
     }
 
+    /// Queues a turn of `agent` before every other: it already had its turn at a slot and lost
+    /// it through no doing of its own (its hand-over failed); returns its ticket.
+    pub(crate) fn enqueue_first(&self, agent: &str) -> u64 {
+        let ticket = self.next_ticket.fetch_add(1, Ordering::SeqCst);
+        self.waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(agent.to_owned())
+            .or_default()
+            .push_front(ticket);
+        ticket
+    }
+
     /// Takes `ticket` out of the queue (it got its slot, or gave up), and wakes the others: the
     /// next one may be first now.
     pub(crate) fn leave(&self, agent: &str, ticket: Option<u64>) {

@@ -156,8 +156,17 @@ async fn a_second_turn_of_a_starting_session_uses_the_process_being_started() {
 
 /// A controller whose agent may run one process, handing it over when `reuse` allows.
 async fn one_process(dir: &Path, reuse: bool) -> (Arc<SqliteStore>, Controller) {
+    one_process_timed(dir, reuse, real_timing()).await
+}
+
+/// [`one_process`] with the controller's `timing` of process ends.
+async fn one_process_timed(
+    dir: &Path,
+    reuse: bool,
+    timing: clawgate_acpx::Timing,
+) -> (Arc<SqliteStore>, Controller) {
     let store = store(dir);
-    let gateway = controller(store.clone(), system_table(), &wrapper_bin(), real_timing()).await;
+    let gateway = controller(store.clone(), system_table(), &wrapper_bin(), timing).await;
     gateway.set_limits(
         "codex",
         AgentLimits {
@@ -388,4 +397,66 @@ async fn an_idle_process_goes_to_the_waiting_conversation_before_its_own_next_tu
     );
     drop(b_use);
     close(&gateway, &key("agent:codex:acp:fair-b")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_whose_hand_over_failed_stays_ahead_of_turns_that_came_later() {
+    let dir = tempfile::tempdir().unwrap();
+    // A grace period of 3 s before KILL: c comes well within it.
+    let timing = clawgate_acpx::Timing {
+        grace: Duration::from_secs(3),
+        ..real_timing()
+    };
+    let (_store, gateway) = one_process_timed(dir.path(), true, timing).await;
+    let gateway = Arc::new(gateway);
+    // One session per process: the hand-over of a's process to b is refused. The grandchild
+    // ignores TERM, so closing a's process takes the controller's grace period: c comes then.
+    let adapter = vec![
+        test_agent(),
+        "--chunk-ms".into(),
+        "0".into(),
+        "--sessions-per-process".into(),
+        "1".into(),
+        "--stubborn-grandchild".into(),
+    ];
+    let a = ensure_input("order-a", adapter.clone(), dir.path());
+    let b = ensure_input("order-b", adapter.clone(), dir.path());
+    let c = ensure_input("order-c", adapter, dir.path());
+    let first = idle_session(&gateway, a).await;
+    let checkout = |input: EnsureInput| {
+        let gateway = gateway.clone();
+        tokio::spawn(async move { gateway.checkout(input).await })
+    };
+    let b_turn = checkout(b.clone());
+    // b's hand-over was tried (an eviction) and a's process is being closed.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while gateway.figures().await.evictions == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "b never tried a's process"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        crate::real_processes::alive(first.root_pid),
+        "a's process still closing when c comes"
+    );
+    let c_turn = checkout(c.clone());
+    let b_use = tokio::time::timeout(Duration::from_secs(10), b_turn)
+        .await
+        .expect("b, first in line, gets the slot before c")
+        .unwrap()
+        .expect("b's session");
+    assert_ne!(b_use.handle().root_pid, first.root_pid, "a fresh process");
+    assert!(!c_turn.is_finished(), "c waits behind b");
+    assert_eq!(turn(&gateway, &b_use, "from b").await, "echo: from b");
+    drop(b_use);
+    let c_use = tokio::time::timeout(Duration::from_secs(10), c_turn)
+        .await
+        .expect("c gets the slot once b's turn is over")
+        .unwrap()
+        .expect("c's session");
+    drop(c_use);
+    close(&gateway, &c.session_key).await;
 }
