@@ -200,12 +200,15 @@ impl StateDir {
 
     /// Takes the directory's gateway lock, or says which process holds it.
     pub fn lock_exclusive(&self) -> Result<StateLock, StateError> {
+        use std::os::unix::fs::OpenOptionsExt as _;
         let path = self.path.join(LOCK_FILE);
+        // Private like every file here (else the next start narrows it and says so).
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .read(true)
             .write(true)
+            .mode(0o600)
             .open(&path)
             .map_err(|source| StateError::Lock {
                 path: path.clone(),

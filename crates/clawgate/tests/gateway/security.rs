@@ -212,9 +212,18 @@ async fn the_state_directory_and_its_files_are_private_to_the_user() {
         "state.db-shm",
         "qa-platform.json",
         "gateway.json",
+        "gateway.lock",
     ] {
         assert_eq!(mode(&state.join(file)), 0o600, "{file}");
     }
+    assert!(gateway.interrupt().success());
+    // A plain restart finds nothing to narrow, so it says nothing about it.
+    let gateway = GatewayProcess::start(&state, &config);
+    assert!(
+        !gateway.printed("readable by other accounts"),
+        "nothing was widened: {:?}",
+        gateway.stdout.lock().expect("lines")
+    );
     assert!(gateway.interrupt().success());
 
     // Widened by hand: narrowed at the next start, and said so.
