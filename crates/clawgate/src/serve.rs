@@ -18,11 +18,17 @@ pub async fn up(config: Config) -> Result<(), GatewayError> {
     if !listen.ip().is_loopback() {
         return Err(GatewayError::NotLoopback(listen));
     }
-    // Watched before anything starts: a stop asked for while the gateway starts, or the moment
-    // it says it is up, is kept and honoured once it runs (the default action would end the
-    // process mid-start, or before it closed its agents).
-    let stop = StopSignals::watch();
-    let gateway = Gateway::start(config).await?;
+    // Watched before anything starts, so the default action never ends the process: a stop
+    // while the gateway starts ends the start (as a crash there would, which recovery is built
+    // for), and one sent the moment it says it is up is kept and closes its agents.
+    let mut stop = StopSignals::watch();
+    let gateway = tokio::select! {
+        started = Gateway::start(config) => started?,
+        () = stop.wait() => {
+            println!("stopped while starting");
+            return Ok(());
+        }
+    };
     let listener =
         tokio::net::TcpListener::bind(listen)
             .await
@@ -210,8 +216,8 @@ impl StopSignals {
         }
     }
 
-    /// Until either signal arrives (or arrived since [`StopSignals::watch`]).
-    async fn wait(mut self) {
+    /// Until either signal arrives (or arrived since [`StopSignals::watch`] or the last wait).
+    async fn wait(&mut self) {
         async fn next(signal: Option<&mut tokio::signal::unix::Signal>) {
             match signal {
                 Some(signal) => {

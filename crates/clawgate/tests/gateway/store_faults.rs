@@ -1,5 +1,6 @@
 //! The database in the way mid-reply or before a message arrives, without any crash: the reply
-//! lands once when the fault clears, and nothing extra is left visible.
+//! lands once when the fault clears, and nothing extra is left visible. In the way of a start,
+//! a Ctrl-C still ends the gateway by its own hand.
 
 use std::time::Duration;
 
@@ -210,4 +211,46 @@ async fn starting_on_a_full_disk_says_the_disk_is_full_and_where() {
         stderr.contains("is full") && stderr.contains(&state.display().to_string()),
         "a typed disk-full error naming the state directory: {stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_while_the_start_waits_for_a_locked_database_ends_it_cleanly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let config = config_file(dir.path(), None, &[]);
+    let gateway = GatewayProcess::start(&state, &config);
+    assert!(gateway.interrupt().success());
+    // Another process holds SQLite's write lock: the next start waits for it.
+    let db = rusqlite::Connection::open(state.join("state.db")).expect("state.db");
+    db.execute_batch("BEGIN IMMEDIATE")
+        .expect("write lock taken");
+    let mut starting = std::process::Command::new(crate::support::BIN)
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("--config")
+        .arg(&config)
+        .arg("up")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("clawgate runs");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        starting.try_wait().expect("try_wait").is_none(),
+        "the start waits for the lock"
+    );
+    crate::support::signal(starting.id(), 2);
+    // Ended by its own hand, while the lock is still held (once the database open under way
+    // gives up after the busy timeout, never cut off mid-migration): not killed by the signal.
+    let status = crate::support::wait_with_timeout(&mut starting, Duration::from_secs(20));
+    let mut printed = String::new();
+    std::io::Read::read_to_string(&mut starting.stdout.take().expect("stdout"), &mut printed)
+        .expect("stdout read");
+    assert!(status.success(), "{status}: {printed}");
+    assert!(printed.contains("stopped while starting"), "{printed}");
+    db.execute_batch("ROLLBACK").expect("write lock released");
+    drop(db);
+    // Nothing of the state was harmed: the next start comes up.
+    let gateway = GatewayProcess::start(&state, &config);
+    assert!(gateway.interrupt().success());
 }
