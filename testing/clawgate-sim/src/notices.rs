@@ -42,6 +42,9 @@ impl NoticeWorld {
         let store = Arc::new(
             SqliteStore::open_in_memory(SqliteOptions {
                 commit_hook: Some(crash.hook()),
+                // One write per commit: how many writes the writer finds queued together
+                // depends on thread timing, and the crash counts commits.
+                max_batch: 1,
                 ..SqliteOptions::default()
             })
             .unwrap_or_else(|e| panic!("in-memory store: {e}")),
