@@ -153,26 +153,25 @@ impl Pools {
 
     /// Queues a turn of `agent`; returns its ticket.
     pub(crate) fn enqueue(&self, agent: &str) -> u64 {
-        let ticket = self.next_ticket.fetch_add(1, Ordering::SeqCst);
-        self.waiting
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(agent.to_owned())
-            .or_default()
-            .push_back(ticket);
-        ticket
+        self.queue(agent, VecDeque::push_back)
     }
 
     /// Queues a turn of `agent` before every other: it already had its turn at a slot and lost
     /// it through no doing of its own (its hand-over failed); returns its ticket.
     pub(crate) fn enqueue_first(&self, agent: &str) -> u64 {
+        self.queue(agent, VecDeque::push_front)
+    }
+
+    fn queue(&self, agent: &str, put: fn(&mut VecDeque<u64>, u64)) -> u64 {
         let ticket = self.next_ticket.fetch_add(1, Ordering::SeqCst);
-        self.waiting
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(agent.to_owned())
-            .or_default()
-            .push_front(ticket);
+        put(
+            self.waiting
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(agent.to_owned())
+                .or_default(),
+            ticket,
+        );
         ticket
     }
 

@@ -197,14 +197,7 @@ async fn starting_on_a_full_disk_says_the_disk_is_full_and_where() {
     let gateway = GatewayProcess::start(&state, &config);
     assert!(gateway.interrupt().success());
     let _filler = disk.fill();
-    let output = std::process::Command::new(crate::support::BIN)
-        .arg("--state-dir")
-        .arg(&state)
-        .arg("--config")
-        .arg(&config)
-        .arg("up")
-        .output()
-        .expect("clawgate runs");
+    let output = up_command(&state, &config).output().expect("clawgate runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "refused to start: {stderr}");
     assert!(
@@ -224,12 +217,7 @@ async fn ctrl_c_while_the_start_waits_for_a_locked_database_ends_it_cleanly() {
     let db = rusqlite::Connection::open(state.join("state.db")).expect("state.db");
     db.execute_batch("BEGIN IMMEDIATE")
         .expect("write lock taken");
-    let mut starting = std::process::Command::new(crate::support::BIN)
-        .arg("--state-dir")
-        .arg(&state)
-        .arg("--config")
-        .arg(&config)
-        .arg("up")
+    let mut starting = up_command(&state, &config)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -253,4 +241,17 @@ async fn ctrl_c_while_the_start_waits_for_a_locked_database_ends_it_cleanly() {
     // Nothing of the state was harmed: the next start comes up.
     let gateway = GatewayProcess::start(&state, &config);
     assert!(gateway.interrupt().success());
+}
+
+/// `clawgate up` on `state` with `config`, to run by hand (a start that is not expected to come
+/// up, or is stopped before it does).
+fn up_command(state: &std::path::Path, config: &std::path::Path) -> std::process::Command {
+    let mut command = std::process::Command::new(crate::support::BIN);
+    command
+        .arg("--state-dir")
+        .arg(state)
+        .arg("--config")
+        .arg(config)
+        .arg("up");
+    command
 }
