@@ -99,6 +99,7 @@ async fn start_tree(
         state: LeaseState::Open,
         ended_at: None,
         survivors: Vec::new(),
+        stderr_tail: Vec::new(),
     };
     store.insert_lease(&lease).await?;
     Ok(Tree {

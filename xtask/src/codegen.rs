@@ -226,6 +226,7 @@ const SECTIONS: &[Section] = &[
             SessionsSendBody,
             SessionsSendResult,
             SendStatus,
+            SessionAction,
         ],
     },
     Section {

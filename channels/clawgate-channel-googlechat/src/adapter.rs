@@ -83,6 +83,7 @@ fn failure_letter(code: GatewayFailureCode) -> char {
         GatewayFailureCode::MissingApiKey => 'k',
         GatewayFailureCode::ModelLoginExpired => 'l',
         GatewayFailureCode::AgentsBusy => 'b',
+        GatewayFailureCode::AgentStillWorking => 'w',
     }
 }
 
@@ -92,6 +93,7 @@ fn failure_code(letter: char) -> Option<GatewayFailureCode> {
         'k' => GatewayFailureCode::MissingApiKey,
         'l' => GatewayFailureCode::ModelLoginExpired,
         'b' => GatewayFailureCode::AgentsBusy,
+        'w' => GatewayFailureCode::AgentStillWorking,
         _ => return None,
     })
 }
@@ -374,6 +376,7 @@ mod tests {
             GatewayFailureCode::MissingApiKey,
             GatewayFailureCode::ModelLoginExpired,
             GatewayFailureCode::AgentsBusy,
+            GatewayFailureCode::AgentStillWorking,
         ] {
             let origin = MessageOrigin::gateway_failure(code);
             let id = message_id_for("k#0", Some(&origin));

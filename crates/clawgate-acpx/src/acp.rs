@@ -15,11 +15,11 @@ use std::path::Path;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, CancelNotification, CloseSessionRequest, ContentBlock, InitializeRequest,
-    LoadSessionRequest, NewSessionRequest, PromptRequest, SessionNotification, SessionUpdate,
-    StopReason, TextContent,
+    AgentCapabilities, AuthenticateRequest, CancelNotification, CloseSessionRequest, ContentBlock,
+    InitializeRequest, InitializeResponse, LoadSessionRequest, NewSessionRequest, PromptRequest,
+    SessionNotification, SessionUpdate, StopReason, TextContent,
 };
-use agent_client_protocol::{Agent, ByteStreams, Client};
+use agent_client_protocol::{Agent, ByteStreams, Client, UntypedMessage};
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::{Mutex, mpsc, oneshot};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
@@ -44,7 +44,89 @@ impl AcpError {
     pub fn is_disconnected(&self) -> bool {
         matches!(self, AcpError::Disconnected { .. })
     }
+
+    /// True when the agent refused because it is not logged in: ACP's `auth_required`
+    /// (-32000), or an error whose text says a key or a login is missing (Gemini CLI answers
+    /// "API key is missing" under a generic code). Retrying cannot help until an operator
+    /// logs the agent in.
+    pub fn is_auth_required(&self) -> bool {
+        let AcpError::Protocol { source, .. } = self else {
+            return false;
+        };
+        if i32::from(source.code) == AUTH_REQUIRED_CODE {
+            return true;
+        }
+        let mut text = source.message.to_lowercase();
+        if let Some(data) = &source.data {
+            text.push(' ');
+            text.push_str(&data.to_string().to_lowercase());
+        }
+        AUTH_PHRASES.iter().any(|phrase| text.contains(phrase))
+    }
 }
+
+/// One authentication method an agent advertised.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthMethodInfo {
+    /// Its id (what `authenticate` takes).
+    pub id: String,
+    /// For an `env_var` method, the variables it reads (the agent's key comes from its
+    /// environment); empty for every other kind (a browser login, a terminal command).
+    pub env_vars: Vec<String>,
+}
+
+impl std::fmt::Display for AuthMethodInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.env_vars.is_empty() {
+            f.write_str(&self.id)
+        } else {
+            write!(f, "{} (env {})", self.id, self.env_vars.join(", "))
+        }
+    }
+}
+
+/// The `authMethods` of a raw `initialize` answer. An `env_var` method names its variables in
+/// `vars: [{name}]` (as codex-acp 0.16 sends it) or, in earlier drafts, `varName`.
+fn auth_methods(raw: &serde_json::Value) -> Vec<AuthMethodInfo> {
+    let Some(methods) = raw.get("authMethods").and_then(serde_json::Value::as_array) else {
+        return Vec::new();
+    };
+    methods
+        .iter()
+        .filter_map(|method| {
+            let id = method.get("id")?.as_str()?.to_owned();
+            let env_var = method.get("type").and_then(serde_json::Value::as_str) == Some("env_var");
+            let mut env_vars: Vec<String> = Vec::new();
+            if env_var {
+                if let Some(vars) = method.get("vars").and_then(serde_json::Value::as_array) {
+                    env_vars.extend(
+                        vars.iter()
+                            .filter_map(|v| v.get("name")?.as_str())
+                            .map(str::to_owned),
+                    );
+                }
+                if let Some(name) = method.get("varName").and_then(serde_json::Value::as_str) {
+                    env_vars.push(name.to_owned());
+                }
+            }
+            Some(AuthMethodInfo { id, env_vars })
+        })
+        .collect()
+}
+
+/// ACP's `auth_required` error code.
+pub const AUTH_REQUIRED_CODE: i32 = -32000;
+
+/// What agents say when they have no credentials, lower-cased.
+const AUTH_PHRASES: &[&str] = &[
+    "authentication required",
+    "api key is missing",
+    "not logged in",
+    "please log in",
+    "please login",
+    "invalid api key",
+    "missing api key",
+];
 
 /// A request the SDK failed because the transport reached EOF or the connection ended is a
 /// disconnection, not an answer of the agent: it gets its own variant.
@@ -74,6 +156,7 @@ pub struct AcpClient {
     connection: ConnectionTo<Agent>,
     updates: Mutex<mpsc::UnboundedReceiver<SessionNotification>>,
     capabilities: AgentCapabilities,
+    auth_methods: Vec<AuthMethodInfo>,
     shutdown: std::sync::Mutex<Option<oneshot::Sender<()>>>,
 }
 
@@ -111,14 +194,29 @@ impl AcpClient {
         let connection = connection_rx
             .await
             .map_err(|_| AcpError::Disconnected { step: "initialize" })?;
-        let init = connection
-            .send_request(InitializeRequest::new(ProtocolVersion::V1))
+        // Sent untyped: the schema's types drop what an `env_var` authentication method says
+        // about its variables, which decides whether the gateway can authenticate.
+        let request =
+            UntypedMessage::new("initialize", InitializeRequest::new(ProtocolVersion::V1))
+                .map_err(protocol("initialize"))?;
+        let raw = connection
+            .send_request(request)
             .block_task()
             .await
             .map_err(protocol("initialize"))?;
+        let auth_methods = auth_methods(&raw);
+        let init: InitializeResponse =
+            serde_json::from_value(raw).map_err(|e| AcpError::Protocol {
+                step: "initialize",
+                source: agent_client_protocol::Error::new(
+                    -32603,
+                    format!("the agent's initialize answer is not ACP: {e}"),
+                ),
+            })?;
         Ok(AcpClient {
             connection,
             updates: Mutex::new(updates_rx),
+            auth_methods,
             capabilities: init.agent_capabilities,
             shutdown: std::sync::Mutex::new(Some(shutdown_tx)),
         })
@@ -132,6 +230,21 @@ impl AcpClient {
 
     pub fn capabilities(&self) -> &AgentCapabilities {
         &self.capabilities
+    }
+
+    /// The authentication methods the agent advertised in `initialize`.
+    pub fn auth_methods(&self) -> &[AuthMethodInfo] {
+        &self.auth_methods
+    }
+
+    /// `authenticate` with one of the advertised methods.
+    pub async fn authenticate(&self, method_id: &str) -> Result<(), AcpError> {
+        self.connection
+            .send_request(AuthenticateRequest::new(method_id.to_owned()))
+            .block_task()
+            .await
+            .map_err(protocol("authenticate"))?;
+        Ok(())
     }
 
     /// `session/new`; returns the ACP session id.
@@ -260,5 +373,55 @@ impl AcpClient {
 impl Drop for AcpClient {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_var_auth_methods_keep_their_variables() {
+        // codex-acp 0.16.0's answer, offline, trimmed to its authMethods.
+        let raw = serde_json::json!({"authMethods": [
+            {"id": "chatgpt", "name": "Login with ChatGPT"},
+            {"type": "env_var", "id": "codex-api-key", "name": "Use CODEX_API_KEY",
+             "vars": [{"name": "CODEX_API_KEY"}]},
+            {"type": "env_var", "id": "legacy", "name": "x", "varName": "LEGACY_KEY"},
+            {"type": "terminal", "id": "tui", "name": "Log in", "args": ["login"]}
+        ]});
+        let methods = auth_methods(&raw);
+        let ids: Vec<(&str, Vec<&str>)> = methods
+            .iter()
+            .map(|m| {
+                (
+                    m.id.as_str(),
+                    m.env_vars.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                ("chatgpt", vec![]),
+                ("codex-api-key", vec!["CODEX_API_KEY"]),
+                ("legacy", vec!["LEGACY_KEY"]),
+                ("tui", vec![]),
+            ]
+        );
+        assert_eq!(methods[1].to_string(), "codex-api-key (env CODEX_API_KEY)");
+        assert!(auth_methods(&serde_json::json!({})).is_empty());
+    }
+
+    #[test]
+    fn auth_errors_are_told_apart_from_other_failures() {
+        let error = |code: i32, message: &str| AcpError::Protocol {
+            step: "session/prompt",
+            source: agent_client_protocol::Error::new(code, message.to_owned()),
+        };
+        assert!(error(-32000, "Authentication required").is_auth_required());
+        assert!(error(-32603, "Error: API key is missing").is_auth_required());
+        assert!(!error(-32603, "Internal error: API Error: Unable to connect").is_auth_required());
+        assert!(!AcpError::Disconnected { step: "x" }.is_auth_required());
     }
 }

@@ -44,11 +44,16 @@ use tokio::sync::Mutex;
 use tracing::Instrument;
 
 use crate::acp::{AcpClient, AcpError, TurnOutcome};
+use crate::environment::AgentEnv;
 use crate::evidence::{INSTANCE_FLAG, LEASE_FLAG, PARENT_PID_ENV, command_hash};
 use crate::pool::{AgentLimits, InUse, PoolFigures, Pools, Ticket, Usage};
+use crate::stderr::StderrTail;
 use crate::table::ProcessTable;
-use crate::terminate::{Termination, Timing, terminate_tree};
-use crate::verify::{CannotTell, NotOurs, OwnedTree, Verdict, verify_owned_tree};
+use crate::terminate::{Termination, Timing, terminate_orphans, terminate_tree};
+use crate::verify::{
+    CannotTell, NotOurs, OwnedTree, Verdict, marked_processes, orphaned_members, take_marked,
+    verify_owned_tree,
+};
 
 /// The wrapper's report line prefix on stderr.
 pub const WRAPPER_REPORT_PREFIX: &str = "clawgate-acpx-wrapper ready ";
@@ -143,6 +148,19 @@ pub enum AcpxError {
         to: SessionKey,
         why: String,
     },
+    /// The agent refused because it is not logged in (ACP `auth_required`, or its words for
+    /// a missing key). Retrying cannot help until an operator logs it in.
+    #[error(
+        "agent {agent} is not logged in ({step} refused: {message}); it advertises the \
+         authentication methods {methods:?}: log it in (docs/agents.md says how for each agent) \
+         or pass its key with [[agents]] env_passthrough"
+    )]
+    AgentAuth {
+        agent: String,
+        step: &'static str,
+        message: String,
+        methods: Vec<String>,
+    },
     #[error("ACP with the agent of session {session}: {source}")]
     Acp {
         session: SessionKey,
@@ -156,6 +174,63 @@ impl AcpxError {
     /// more `ensure_session`) is the remedy.
     pub fn agent_exited(&self) -> bool {
         matches!(self, AcpxError::AgentExited { .. })
+    }
+
+    /// True when the agent is not logged in ([`AcpxError::AgentAuth`]).
+    pub fn is_auth(&self) -> bool {
+        matches!(self, AcpxError::AgentAuth { .. })
+    }
+}
+
+/// How long an agent may take to accept a key from its environment.
+const AUTHENTICATE_WAIT: Duration = Duration::from_secs(30);
+
+/// When the agent advertises an `env_var` authentication method whose variables it was given,
+/// `authenticate` with the first such method (an agent such as codex-acp reads the key only
+/// then). Browser and terminal logins are never started. A refusal is logged; the session's
+/// start then says whether the agent is logged in.
+async fn authenticate_from_env(client: &AcpClient, env: &AgentEnv) {
+    let Some(method) = client
+        .auth_methods()
+        .iter()
+        .find(|m| !m.env_vars.is_empty() && m.env_vars.iter().all(|v| env.contains(v)))
+    else {
+        return;
+    };
+    match tokio::time::timeout(AUTHENTICATE_WAIT, client.authenticate(&method.id)).await {
+        Ok(Ok(())) => {
+            tracing::info!(method = %method.id, "authenticated with a key from the agent's environment")
+        }
+        Ok(Err(error)) => tracing::warn!(method = %method.id, %error, "authenticate refused"),
+        Err(_) => tracing::warn!(method = %method.id, "authenticate was not answered in time"),
+    }
+}
+
+/// `error` as [`AcpxError::AgentAuth`] when the agent said it is not logged in (logged at
+/// WARN with the methods it offers, for the operator); otherwise unchanged.
+fn auth_or(error: AcpxError, agent: &str, client: &AcpClient) -> AcpxError {
+    let AcpxError::Acp { source, .. } = &error else {
+        return error;
+    };
+    if !source.is_auth_required() {
+        return error;
+    }
+    let (step, message) = match source {
+        AcpError::Protocol { step, source } => (*step, source.message.clone()),
+        AcpError::Disconnected { step } => (*step, String::new()),
+    };
+    let methods: Vec<String> = client
+        .auth_methods()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    tracing::warn!(agent, step, %message, auth_methods = ?methods,
+        "the agent is not logged in: its turns are not retried until an operator logs it in");
+    AcpxError::AgentAuth {
+        agent: agent.to_owned(),
+        step,
+        message,
+        methods,
     }
 }
 
@@ -206,6 +281,9 @@ pub struct EnsureInput {
     pub spawned_by: Option<SessionKey>,
     /// The adapter command line (argv), e.g. `["gemini", "--acp"]`.
     pub adapter: Vec<String>,
+    /// The adapter's whole environment (the wrapper adds only its lease marks): nothing of
+    /// the gateway's own environment reaches an agent unless it is listed here.
+    pub env: AgentEnv,
     pub cwd: PathBuf,
     pub now: UnixMillis,
 }
@@ -288,9 +366,12 @@ struct LiveSession {
     agent_id: String,
     /// The adapter command line the process runs (a hand-over needs the same one).
     adapter: Vec<String>,
+    /// The environment it was started with (a hand-over needs the same one).
+    env: AgentEnv,
     usage: Arc<Usage>,
     client: Arc<AcpClient>,
     child: Option<std::process::Child>,
+    stderr: StderrTail,
 }
 
 impl LiveSession {
@@ -311,8 +392,9 @@ impl LiveSession {
     /// Whether this process may be handed to a session of `adapter`: the same command line,
     /// and an agent that frees a session on `session/close` (else every hand-over would leave
     /// one more session in the agent's memory).
-    fn can_host(&self, adapter: &[String]) -> bool {
-        self.adapter == adapter
+    fn can_host(&self, input: &EnsureInput) -> bool {
+        self.adapter == input.adapter
+            && self.env == input.env
             && self
                 .client
                 .capabilities()
@@ -414,6 +496,7 @@ impl LifecycleController {
             state: LeaseState::Open,
             ended_at: None,
             survivors: Vec::new(),
+            stderr_tail: Vec::new(),
         };
         // Lease first: a crash after this line leaves an open lease the reaper resolves.
         self.store.insert_lease(&lease).await?;
@@ -436,7 +519,7 @@ impl LifecycleController {
         argv: &[String],
     ) -> Result<(std::process::Child, Option<String>), AcpxError> {
         let previous = self.record_session(input, lease_id).await?;
-        let child = spawn_wrapper(argv)
+        let child = spawn_wrapper(argv, &input.env)
             .await
             .map_err(|source| AcpxError::Spawn {
                 path: self.config.wrapper_path.clone(),
@@ -512,13 +595,14 @@ impl LifecycleController {
         let lease_id = lease.lease_id.clone();
         let pid = child.id();
         let io = take_stdio(&mut child);
+        let tail = StderrTail::new(&input.env);
         let started = async {
             let (stdin, stdout, stderr) = io.map_err(|e| AcpxError::Spawn {
                 path: self.config.wrapper_path.clone(),
                 lease_id: lease_id.clone(),
                 source: e,
             })?;
-            let pgid = self.read_report(stderr, &lease_id, pid).await?;
+            let pgid = self.read_report(stderr, &lease_id, pid, &tail).await?;
             // Our own unreaped child: its pid cannot be recycled while we read its identity.
             let start_time = self
                 .table
@@ -550,7 +634,11 @@ impl LifecycleController {
                         session: input.session_key.clone(),
                         source,
                     })?;
-            let (acp_session_id, start) = self.begin_acp_session(&client, input, previous).await?;
+            authenticate_from_env(&client, &input.env).await;
+            let (acp_session_id, start) = self
+                .begin_acp_session(&client, input, previous)
+                .await
+                .map_err(|error| auth_or(error, &input.agent_id, &client))?;
             Ok::<_, AcpxError>((pgid, client, acp_session_id, start))
         }
         .await;
@@ -569,22 +657,159 @@ impl LifecycleController {
                         handle: handle.clone(),
                         agent_id: input.agent_id.clone(),
                         adapter: input.adapter.clone(),
+                        env: input.env.clone(),
                         usage: Usage::new(),
                         client: Arc::new(client),
                         child: Some(child),
+                        stderr: tail,
                     },
                     handle,
                 ))
             }
             Err(error) => {
-                tracing::warn!(%error, "start failed: ending the wrapper we started");
-                // Our own unreaped child: killing it by pid is safe. The wrapper then ends
-                // its group (parent-death path is not needed: TERM drains it).
-                let _ = child.kill();
-                let _ = tokio::task::spawn_blocking(move || child.wait()).await;
-                self.lose_lease(&lease, input.now).await;
+                let outcome = self.abandon_start(&lease_id, child, input.now).await;
+                // After the tree ended: what the agent wrote as it failed is all in by now.
+                self.keep_stderr(&lease_id, &tail).await;
+                tracing::warn!(%error, agent = %input.agent_id, ?outcome,
+                    stderr = %tail.joined(),
+                    "agent start failed: its whole process tree was ended");
                 Err(error)
             }
+        }
+    }
+
+    /// Ends everything a start that did not become a live session left running, through the
+    /// same verified path as a close: the wrapper, the adapter and every descendant or
+    /// marked member of its group (an `npx`-style `sh -c` launcher's `node`, an adapter's
+    /// native binary), TERM then KILL. The lease ends `closed` (or `closing` with survivors
+    /// named), never `lost` with processes alive. A wrapper that never reported its group is
+    /// our own unreaped child: TERM makes it drain its group before it exits.
+    async fn abandon_start(
+        &self,
+        lease_id: &LeaseId,
+        mut child: std::process::Child,
+        now: UnixMillis,
+    ) -> CloseOutcome {
+        let recorded = match self.store.load_lease(lease_id).await {
+            Ok(Some(lease)) => lease,
+            Ok(None) | Err(_) => {
+                let outcome = self.end_own_child(&mut child).await;
+                reap_child_later(child);
+                return outcome;
+            }
+        };
+        let verified = if recorded.root_pid.is_some() {
+            match self.end_lease(recorded.clone(), now).await {
+                Ok(CloseOutcome::Refused(why)) => {
+                    tracing::warn!(%why, "the failed start's tree did not verify: ending our own \
+                        child instead");
+                    None
+                }
+                Ok(outcome) => Some(outcome),
+                Err(error) => {
+                    tracing::warn!(%error, "the failed start's lease could not be resolved");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let outcome = match verified {
+            // Gone by the time it was looked at, nothing of its group left: the start ended
+            // with nothing alive, which is what a close does.
+            Some(CloseOutcome::Lost(_)) => {
+                self.resolve_abandoned(lease_id, LeaseState::Lost, LeaseState::Closed, now)
+                    .await;
+                CloseOutcome::Closed(Termination::default())
+            }
+            Some(outcome) => outcome,
+            None => {
+                let outcome = self.end_own_child(&mut child).await;
+                let state = match outcome {
+                    CloseOutcome::Closed(_) => LeaseState::Closed,
+                    _ => LeaseState::Lost,
+                };
+                self.resolve_abandoned(lease_id, LeaseState::Open, state, now)
+                    .await;
+                outcome
+            }
+        };
+        reap_child_later(child);
+        outcome
+    }
+
+    /// TERM to our own unreaped wrapper (its pid cannot be recycled while unreaped): it drains
+    /// its group (TERM, its grace, KILL) and exits. KILL only if it has not exited by then.
+    async fn end_own_child(&self, child: &mut std::process::Child) -> CloseOutcome {
+        if let Ok(Some(_)) = child.try_wait() {
+            return CloseOutcome::Closed(Termination::default());
+        }
+        let pid = child.id();
+        #[cfg(unix)]
+        let termed = rustix::process::Pid::from_raw(pid.cast_signed()).is_some_and(|p| {
+            rustix::process::kill_process(p, rustix::process::Signal::TERM).is_ok()
+        });
+        #[cfg(not(unix))]
+        let termed = false;
+        let deadline =
+            std::time::Instant::now() + self.config.wrapper_grace + self.config.timing.kill_wait;
+        while termed && std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return CloseOutcome::Closed(Termination {
+                    termed: vec![pid],
+                    ..Termination::default()
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let _ = child.kill();
+        CloseOutcome::Lost(format!(
+            "the wrapper (pid {pid}) did not end on TERM and was killed: its group could not \
+             be drained"
+        ))
+    }
+
+    /// Records the agent's last stderr lines on its lease, for the operator (best effort: a
+    /// lease whose state changed meanwhile is tried once more).
+    async fn keep_stderr(&self, lease_id: &LeaseId, tail: &StderrTail) {
+        let lines = tail.lines();
+        if lines.is_empty() {
+            return;
+        }
+        for _ in 0..2 {
+            let Ok(Some(mut lease)) = self.store.load_lease(lease_id).await else {
+                return;
+            };
+            if lease.stderr_tail == lines {
+                return;
+            }
+            lease.stderr_tail = lines.clone();
+            let expected = lease.state;
+            if self.store.save_lease(&lease, expected).await.is_ok() {
+                return;
+            }
+        }
+    }
+
+    /// Moves the lease of an abandoned start from `from` to `to` (best effort: a lease in
+    /// another state is left as it is, and the next reap looks at it).
+    async fn resolve_abandoned(
+        &self,
+        lease_id: &LeaseId,
+        from: LeaseState,
+        to: LeaseState,
+        now: UnixMillis,
+    ) {
+        let Ok(Some(mut lease)) = self.store.load_lease(lease_id).await else {
+            return;
+        };
+        if lease.state != from {
+            return;
+        }
+        lease.state = to;
+        lease.ended_at = Some(now);
+        if let Err(error) = self.store.save_lease(&lease, from).await {
+            tracing::warn!(%error, "the abandoned start's lease could not be resolved");
         }
     }
 
@@ -676,7 +901,7 @@ impl LifecycleController {
                             );
                             return Ok(session_use);
                         }
-                        None if limits.reuse_processes && session.can_host(&input.adapter) => {
+                        None if limits.reuse_processes && session.can_host(&input) => {
                             // Idle while turns of other conversations wait for a slot: left
                             // for the first of them, which takes its process over; this turn
                             // queues behind.
@@ -717,7 +942,7 @@ impl LifecycleController {
                             .map(|(key, _)| key.clone());
                         let reusable = |key: &SessionKey| {
                             limits.reuse_processes
-                                && live.get(key).is_some_and(|s| s.can_host(&input.adapter))
+                                && live.get(key).is_some_and(|s| s.can_host(&input))
                         };
                         match idlest {
                             Some(key) if reusable(&key) => {
@@ -958,6 +1183,7 @@ impl LifecycleController {
         stderr: ChildStderr,
         lease_id: &LeaseId,
         pid: u32,
+        tail: &StderrTail,
     ) -> Result<u32, AcpxError> {
         let mut lines = BufReader::new(stderr).lines();
         let waited_ms = self.config.report_timeout.as_millis() as u64;
@@ -974,6 +1200,7 @@ impl LifecycleController {
                         if let Some(json) = line.strip_prefix(WRAPPER_REPORT_PREFIX) {
                             return parse_report(json, pid);
                         }
+                        let line = tail.push(&line);
                         tracing::info!(target: "acpx_stderr", "{line}");
                     }
                     Ok(None) => return Err("stderr closed: the wrapper exited".to_owned()),
@@ -986,9 +1213,11 @@ impl LifecycleController {
         .map_err(no_report)?;
         // Keep draining the adapter's stderr into the log, under this lease's span.
         let span = tracing::Span::current();
+        let tail = tail.clone();
         tokio::spawn(
             async move {
                 while let Ok(Some(line)) = lines.next_line().await {
+                    let line = tail.push(&line);
                     tracing::info!(target: "acpx_stderr", "{line}");
                 }
             }
@@ -997,7 +1226,10 @@ impl LifecycleController {
         Ok(found)
     }
 
-    async fn client(&self, key: &SessionKey) -> Result<(Arc<AcpClient>, String), AcpxError> {
+    async fn client(
+        &self,
+        key: &SessionKey,
+    ) -> Result<(Arc<AcpClient>, String, String, StderrTail), AcpxError> {
         let live = self.live.lock().await;
         let session = live
             .get(key)
@@ -1005,6 +1237,8 @@ impl LifecycleController {
         Ok((
             session.client.clone(),
             session.handle.acp_session_id.clone(),
+            session.agent_id.clone(),
+            session.stderr.clone(),
         ))
     }
 
@@ -1020,8 +1254,14 @@ impl LifecycleController {
         text: &str,
         on_chunk: impl FnMut(&str) + Send,
     ) -> Result<TurnOutcome, AcpxError> {
-        let (client, session_id) = self.client(&handle.session_key).await?;
-        match client.prompt(&session_id, text, on_chunk).await {
+        let (client, session_id, agent, tail) = self.client(&handle.session_key).await?;
+        let result = client.prompt(&session_id, text, on_chunk).await;
+        if let Err(error) = &result {
+            tracing::warn!(lease_id = %handle.lease_id, %error, stderr = %tail.joined(),
+                "the agent's turn failed");
+            self.keep_stderr(&handle.lease_id, &tail).await;
+        }
+        match result {
             Ok(outcome) => Ok(outcome),
             Err(source) if source.is_disconnected() || client.is_closed() => {
                 drop(client);
@@ -1032,10 +1272,14 @@ impl LifecycleController {
                     step: "session/prompt",
                 })
             }
-            Err(source) => Err(AcpxError::Acp {
-                session: handle.session_key.clone(),
-                source,
-            }),
+            Err(source) => Err(auth_or(
+                AcpxError::Acp {
+                    session: handle.session_key.clone(),
+                    source,
+                },
+                &agent,
+                &client,
+            )),
         }
     }
 
@@ -1101,7 +1345,7 @@ impl LifecycleController {
 
     /// Aborts the active turn only: the session, wrapper and adapter stay.
     pub async fn cancel_turn(&self, handle: &AcpRuntimeHandle) -> Result<(), AcpxError> {
-        let (client, session_id) = self.client(&handle.session_key).await?;
+        let (client, session_id, _, _) = self.client(&handle.session_key).await?;
         tracing::info!(lease_id = %handle.lease_id, "cancel turn (processes stay)");
         client.cancel(&session_id).map_err(|source| AcpxError::Acp {
             session: handle.session_key.clone(),
@@ -1124,6 +1368,26 @@ impl LifecycleController {
             self.take(&mut live, key)
         };
         self.close_removed(key, live, reason, now).await
+    }
+
+    /// Closes `key`'s session (as [`LifecycleController::close_session`]) and forgets its ACP
+    /// session id, so the next start begins a fresh ACP session (`session/new`) instead of
+    /// loading the old one.
+    pub async fn reset_session(
+        &self,
+        key: &SessionKey,
+        reason: &str,
+        now: UnixMillis,
+    ) -> Result<CloseOutcome, AcpxError> {
+        let outcome = self.close_session(key, reason, now).await?;
+        if let Some(mut row) = self.store.load_session(key).await?
+            && row.acp_session_id.is_some()
+        {
+            row.acp_session_id = None;
+            row.updated_at = now;
+            self.store.upsert_session(&row).await?;
+        }
+        Ok(outcome)
     }
 
     /// Takes `key`'s session out of the live set to close it: until
@@ -1293,6 +1557,11 @@ impl LifecycleController {
                 self.settle(lease, report, now).await
             }
             Verdict::NotOurs(reason) if reason.process_gone() => {
+                // The root is gone, but its group may not be: an adapter's children outlive a
+                // wrapper that was killed before it could drain them.
+                if let Some(outcome) = self.end_orphans(&mut lease, now).await? {
+                    return Ok(outcome);
+                }
                 let expected = lease.state;
                 lease.state = LeaseState::Lost;
                 lease.ended_at = Some(now);
@@ -1352,6 +1621,97 @@ impl LifecycleController {
             }
         }
         None
+    }
+
+    /// Ends the live processes of `lease` whose root is gone (see
+    /// [`crate::verify::orphaned_members`]) and settles the lease (`closed`, or `closing` with
+    /// survivors); `None` when there are none (or the table cannot be listed: the caller then
+    /// resolves the lease by its root alone).
+    async fn end_orphans(
+        &self,
+        lease: &mut AcpxProcessLease,
+        now: UnixMillis,
+    ) -> Result<Option<CloseOutcome>, AcpxError> {
+        let orphans = match orphaned_members(self.table.as_ref(), lease, &self.instance) {
+            Ok(orphans) if !orphans.is_empty() => orphans,
+            Ok(_) => return Ok(None),
+            Err(error) => {
+                tracing::warn!(lease_id = %lease.lease_id, %error,
+                    "the lease's process group could not be looked at");
+                return Ok(None);
+            }
+        };
+        Ok(Some(
+            self.end_orphan_list(lease.clone(), orphans, now).await?,
+        ))
+    }
+
+    async fn end_orphan_list(
+        &self,
+        mut lease: AcpxProcessLease,
+        orphans: Vec<crate::verify::OwnedProcess>,
+        now: UnixMillis,
+    ) -> Result<CloseOutcome, AcpxError> {
+        let pids: Vec<u32> = orphans.iter().map(|p| p.stat.pid).collect();
+        tracing::warn!(lease_id = %lease.lease_id, ?pids,
+            "the lease's wrapper is gone but processes it started live on: ending them");
+        if lease.state != LeaseState::Closing {
+            let expected = lease.state;
+            lease.state = LeaseState::Closing;
+            lease.ended_at = None;
+            self.store.save_lease(&lease, expected).await?;
+        }
+        let report = terminate_orphans(&lease, orphans, self.config.timing).await;
+        self.settle(lease, report, now).await
+    }
+
+    /// Leases of this instance already marked `lost` whose processes live on, carrying the
+    /// lease's mark (a start that failed before this was checked, a wrapper killed by hand):
+    /// each such tree is ended and its lease closed. One pass over the process table serves
+    /// every lease.
+    pub async fn reap_lost_groups(
+        &self,
+        now: UnixMillis,
+    ) -> Result<Vec<(LeaseId, CloseOutcome)>, AcpxError> {
+        let Ok(boot) = self.table.boot_id() else {
+            return Ok(Vec::new());
+        };
+        let lost: Vec<AcpxProcessLease> = self
+            .store
+            .list_leases(Some(&self.instance), &[LeaseState::Lost])
+            .await?
+            .into_iter()
+            .filter(|l| l.boot_id.as_deref() == Some(boot.as_str()) && l.root_start_time.is_some())
+            .collect();
+        let Some(since) = lost.iter().filter_map(|l| l.root_start_time).min() else {
+            return Ok(Vec::new());
+        };
+        let listed = match self.table.list() {
+            Ok(listed) => listed,
+            Err(error) => {
+                tracing::warn!(%error, "process table unreadable: lost leases not looked at");
+                return Ok(Vec::new());
+            }
+        };
+        let mut marked = marked_processes(self.table.as_ref(), &listed, since);
+        let mut outcomes = Vec::new();
+        for lease in lost {
+            let Some(root_start) = lease.root_start_time else {
+                continue;
+            };
+            let orphans = take_marked(&mut marked, &listed, &lease, root_start);
+            if orphans.is_empty() {
+                continue;
+            }
+            let lease_id = lease.lease_id.clone();
+            let span = tracing::info_span!("acpx_reap", lease_id = %lease_id);
+            let outcome = self
+                .end_orphan_list(lease, orphans, now)
+                .instrument(span)
+                .await?;
+            outcomes.push((lease_id, outcome));
+        }
+        Ok(outcomes)
     }
 
     /// Records the end of a termination of a `closing` lease: `closed` when nothing owned
@@ -1463,6 +1823,7 @@ impl LifecycleController {
             let outcome = self.end_lease(lease, now).instrument(span).await?;
             report.outcomes.push((lease_id, outcome));
         }
+        report.outcomes.extend(self.reap_lost_groups(now).await?);
         report.pruned = self.prune_finished(now).await?;
         Ok(report)
     }
@@ -1535,21 +1896,22 @@ fn reap_child_later(mut child: std::process::Child) {
 
 type SpawnJob = (
     Vec<String>,
+    AgentEnv,
     tokio::sync::oneshot::Sender<std::io::Result<std::process::Child>>,
 );
 
 /// Wrappers are started from one dedicated thread that lives as long as the process:
 /// `PR_SET_PDEATHSIG` fires when the *thread* that forked the wrapper ends, so forking from a
 /// short-lived runtime thread would kill healthy sessions.
-async fn spawn_wrapper(argv: &[String]) -> std::io::Result<std::process::Child> {
+async fn spawn_wrapper(argv: &[String], env: &AgentEnv) -> std::io::Result<std::process::Child> {
     static SPAWNER: OnceLock<std::sync::Mutex<std_mpsc::Sender<SpawnJob>>> = OnceLock::new();
     let sender = SPAWNER.get_or_init(|| {
         let (tx, rx) = std_mpsc::channel::<SpawnJob>();
         std::thread::Builder::new()
             .name("clawgate-acpx-spawner".into())
             .spawn(move || {
-                for (argv, reply) in rx {
-                    let _ = reply.send(spawn_now(&argv));
+                for (argv, env, reply) in rx {
+                    let _ = reply.send(spawn_now(&argv, &env));
                 }
             })
             .map(|_| ())
@@ -1560,19 +1922,23 @@ async fn spawn_wrapper(argv: &[String]) -> std::io::Result<std::process::Child> 
     sender
         .lock()
         .unwrap_or_else(|poison| poison.into_inner())
-        .send((argv.to_vec(), reply_tx))
+        .send((argv.to_vec(), env.clone(), reply_tx))
         .map_err(|_| std::io::Error::other("the wrapper spawner thread is gone"))?;
     reply_rx
         .await
         .map_err(|_| std::io::Error::other("the wrapper spawner thread dropped the request"))?
 }
 
-fn spawn_now(argv: &[String]) -> std::io::Result<std::process::Child> {
+/// The wrapper starts from an empty environment plus `env`: the agent below it inherits
+/// exactly that (and the wrapper's lease marks), never the gateway's tokens.
+fn spawn_now(argv: &[String], env: &AgentEnv) -> std::io::Result<std::process::Child> {
     let (program, args) = argv
         .split_first()
         .ok_or_else(|| std::io::Error::other("empty wrapper command"))?;
     std::process::Command::new(program)
         .args(args)
+        .env_clear()
+        .envs(env.iter())
         .env(PARENT_PID_ENV, std::process::id().to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -23,16 +23,21 @@ pub mod acp;
 pub mod controller;
 #[cfg(feature = "demo-agent")]
 pub mod demo_agent;
+pub mod environment;
 pub mod evidence;
 pub mod pool;
 #[cfg(feature = "testing")]
 pub mod sim;
+pub mod stderr;
 pub mod table;
 pub mod terminate;
 pub mod verify;
 
 pub use acp::{AcpClient, AcpError, TurnOutcome};
+/// How an agent ended a prompt turn (ACP `stopReason`).
+pub use agent_client_protocol::v1::schema::StopReason;
 pub use controller::*;
+pub use environment::AgentEnv;
 pub use pool::{AgentLimits, PoolFigures};
 pub use table::{ProcessHandle, ProcessTable, Sig, TableError, system_table};
 pub use terminate::{Termination, Timing, terminate_tree};

@@ -133,10 +133,22 @@ pub async fn terminate_tree(
     }
     // Children first: leftovers of the first pass, then the fresh tree (deepest first, root last).
     let kill_order: Vec<&OwnedProcess> = previous.into_iter().chain(kill_set.iter()).collect();
-    // Everything alive at KILL time is watched, also where the KILL could not be delivered: an
-    // owned process left alive is a survivor either way.
+    kill_and_watch(lease, kill_order, timing, &mut report).await;
+    report
+}
+
+/// KILL to each process of `order` still alive (through its bound handle, so never a process
+/// that took its pid since), then waits for them; what outlives the wait is recorded as a
+/// survivor. Everything alive at KILL time is watched, also where the KILL could not be
+/// delivered: an owned process left alive is a survivor either way.
+async fn kill_and_watch(
+    lease: &AcpxProcessLease,
+    order: Vec<&OwnedProcess>,
+    timing: Timing,
+    report: &mut Termination,
+) {
     let mut watched = Vec::new();
-    for process in kill_order {
+    for process in order {
         if !alive(process.handle.as_ref()) {
             continue;
         }
@@ -157,7 +169,6 @@ pub async fn terminate_tree(
         tracing::error!(lease_id = %lease.lease_id, survivors = ?report.survivors,
             "owned processes survived KILL");
     }
-    report
 }
 
 /// Re-verification of a previously verified descendant through its bound handle: still the
@@ -171,4 +182,26 @@ fn still_in_group(process: &OwnedProcess, lease: &AcpxProcessLease) -> bool {
         }
         _ => false,
     }
+}
+
+/// Ends the orphaned processes of a lease whose root is gone (from
+/// [`crate::verify::orphaned_members`]): TERM, grace, then KILL to each that is still the same
+/// process, through its bound handle.
+pub async fn terminate_orphans(
+    lease: &AcpxProcessLease,
+    orphans: Vec<OwnedProcess>,
+    timing: Timing,
+) -> Termination {
+    let mut report = Termination::default();
+    let all: Vec<&OwnedProcess> = orphans.iter().collect();
+    for process in &all {
+        if send(process, Sig::Term, lease) {
+            report.termed.push(process.stat.pid);
+        }
+    }
+    if wait_all_gone(&all, timing.grace, timing.poll).await {
+        return report;
+    }
+    kill_and_watch(lease, all, timing, &mut report).await;
+    report
 }

@@ -376,3 +376,83 @@ fn chain_passes(
     }
     false
 }
+
+/// The live processes of a lease that outlived its root: the wrapper is gone (killed before it
+/// could drain its group, say) and an adapter's children live on, reparented — in the lease's
+/// process group, or in sessions of their own (an agent's shell started with `setsid`). Each
+/// is ours only with all of: this instance's lease, the recorded boot, a start no earlier than
+/// the root's, and this lease's id in its environment (the wrapper's mark, inherited). Anything
+/// else, and anything whose environment cannot be read, is left alone. The caller has
+/// established that the root itself is gone.
+pub fn orphaned_members(
+    table: &dyn ProcessTable,
+    lease: &AcpxProcessLease,
+    instance: &GatewayInstanceId,
+) -> Result<Vec<OwnedProcess>, TableError> {
+    let (Some(root_start), Some(boot_id)) = (lease.root_start_time, lease.boot_id.as_deref())
+    else {
+        return Ok(Vec::new());
+    };
+    if lease.gateway_instance_id != *instance || table.boot_id()? != boot_id {
+        return Ok(Vec::new());
+    }
+    let listed = table.list()?;
+    let mut marked = marked_processes(table, &listed, root_start);
+    Ok(take_marked(&mut marked, &listed, lease, root_start))
+}
+
+/// Every live process started at or after `since` whose environment carries a lease mark, by
+/// lease id, with a handle bound to it. One pass over the table serves many leases.
+pub(crate) fn marked_processes(
+    table: &dyn ProcessTable,
+    listed: &[ProcStat],
+    since: u64,
+) -> HashMap<String, Vec<OwnedProcess>> {
+    let mut marked: HashMap<String, Vec<OwnedProcess>> = HashMap::new();
+    for stat in listed.iter().filter(|s| !s.zombie && s.start_time >= since) {
+        let Ok(Some(handle)) = table.open(stat.pid) else {
+            continue;
+        };
+        // The handle is bound to whatever has the pid now: it must be the process listed.
+        match handle.stat() {
+            Ok(Some(live)) if live.start_time == stat.start_time && !live.zombie => {}
+            _ => continue,
+        }
+        let Ok(Some(Some(lease_id))) = handle.environ_var(LEASE_ENV) else {
+            continue;
+        };
+        marked.entry(lease_id).or_default().push(OwnedProcess {
+            stat: *stat,
+            handle,
+            depth: u32::MAX,
+        });
+    }
+    marked
+}
+
+/// The processes of `marked` that are `lease`'s orphans (not its root, started no earlier).
+///
+/// The adapter, its group's leader, dies with the wrapper (its death signal is KILL), and the
+/// kernel hands out a group's number again only once the group is empty. So with the root gone,
+/// a live process whose pid is the lease's group number is never the adapter: the group was
+/// emptied and its number reused, and nothing in that group now is ours, whatever its
+/// environment says (a decoy can carry a mark).
+pub(crate) fn take_marked(
+    marked: &mut HashMap<String, Vec<OwnedProcess>>,
+    listed: &[ProcStat],
+    lease: &AcpxProcessLease,
+    root_start: u64,
+) -> Vec<OwnedProcess> {
+    let recycled = lease
+        .process_group_id
+        .filter(|pgid| listed.iter().any(|s| s.pid == *pgid && !s.zombie));
+    let mut out: Vec<OwnedProcess> = marked
+        .remove(lease.lease_id.as_str())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.stat.start_time >= root_start && Some(p.stat.pid) != lease.root_pid)
+        .filter(|p| recycled.is_none_or(|group| p.stat.pgid != group))
+        .collect();
+    out.sort_by_key(|p| p.stat.pid);
+    out
+}

@@ -39,6 +39,14 @@ pub trait EventHandler: Send + Sync + 'static {
     async fn accept(&self, raw: &serde_json::Value, ack: &AckController) {
         let _ = (raw, ack);
     }
+
+    /// Whether `raw` is a control command that must not wait behind its conversation's work
+    /// (a person's `/stop` of the turn running there): it is worked on in a lane of its own.
+    /// The default: none is.
+    fn is_control(&self, raw: &serde_json::Value) -> bool {
+        let _ = raw;
+        false
+    }
 }
 
 /// Where a runner keeps its durable state.
@@ -154,10 +162,17 @@ impl SourceRunner {
     /// The conversation an event belongs to (its lane); events that do not normalize share
     /// one lane, where the receive context drops them.
     fn lane_of(&self, raw: &serde_json::Value) -> String {
-        self.normalizer
+        let conversation = self
+            .normalizer
             .normalize(raw)
             .map(|inbound| inbound.message.target.id)
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if self.handler.is_control(raw) {
+            // Beside the conversation's lane, not behind it.
+            format!("{conversation}\u{0}control")
+        } else {
+            conversation
+        }
     }
 
     async fn run_polling(self: Arc<Self>, feed: Arc<dyn PollingFeed>) {

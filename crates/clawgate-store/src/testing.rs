@@ -1539,6 +1539,7 @@ fn lease(id: &str, instance: &str, started_at: i64) -> AcpxProcessLease {
         state: LeaseState::Open,
         ended_at: None,
         survivors: Vec::new(),
+        stderr_tail: Vec::new(),
     }
 }
 

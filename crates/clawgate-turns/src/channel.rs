@@ -22,6 +22,9 @@ pub struct Channel {
     /// Whether messages other bots write are answered (after the echo gate; the bot-loop guard
     /// still applies). Off unless the channel entry turns it on.
     pub allow_bots: bool,
+    /// Whether `/stop` and `/new` from a person are commands (cancel the running turn; begin
+    /// a fresh agent session) rather than prompts. On unless the channel entry turns it off.
+    pub commands: bool,
 }
 
 impl Channel {
@@ -43,7 +46,15 @@ impl Channel {
             plugin,
             max_turn_attempts,
             allow_bots: false,
+            commands: true,
         }
+    }
+
+    /// The same channel, taking `/stop` and `/new` as commands when `on` is set.
+    #[must_use]
+    pub fn with_commands(mut self, on: bool) -> Channel {
+        self.commands = on;
+        self
     }
 
     /// The same channel, answering other bots' messages when `allow` is set.

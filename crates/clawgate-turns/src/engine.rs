@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use clawgate_acpx::{EnsureInput, LifecycleController, SessionStart, SessionUse};
+use clawgate_acpx::{
+    AcpRuntimeHandle, AgentEnv, EnsureInput, LifecycleController, SessionStart, SessionUse,
+};
 use clawgate_awareness::{Actor, Awareness, NewSession, Notice, StateChange};
 use clawgate_channel_sdk::NormalizedInbound;
 use clawgate_messages::{LiveOptions, Messenger, SendOptions, SendOutcome};
@@ -16,7 +18,8 @@ use clawgate_types::{IntentId, IntentStatus, MessageDurabilityPolicy, SessionKey
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 
-use crate::keys::{busy_key, failure_key, reply_key, reply_message, session_key_for};
+use crate::commands::Command;
+use crate::keys::{busy_key, failure_key, progress_key, reply_key, reply_message, session_key_for};
 use crate::{Channel, TurnError};
 
 /// Now, in the clock every durable record uses.
@@ -36,6 +39,64 @@ pub struct Counters {
     pub turns_completed: AtomicU64,
     /// Turns that ended with an error (their events are tried again).
     pub turns_failed: AtomicU64,
+    /// Turns an agent refused because it is not logged in (not retried).
+    pub agent_auth_failures: AtomicU64,
+    /// Prompts cancelled at their agent's `turn_timeout`.
+    pub turn_deadlines: AtomicU64,
+    /// Turns a person (`/stop`) or an operator cancelled.
+    pub turns_cancelled: AtomicU64,
+}
+
+/// A turn whose agent is prompted now: what `/stop` needs to reach it.
+#[derive(Debug)]
+struct Running {
+    handle: AcpRuntimeHandle,
+    /// Set by a cancel from a person or an operator: the turn's final says it was stopped.
+    cancelled: Arc<CancelFlag>,
+}
+
+/// Set once when a person or an operator cancels a turn; the turn waits on it.
+#[derive(Debug, Default)]
+struct CancelFlag {
+    set: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl CancelFlag {
+    fn set(&self) {
+        self.set.store(true, Ordering::SeqCst);
+        // One waiter (the turn): a permit is kept if it is not waiting yet.
+        self.notify.notify_one();
+    }
+
+    fn is_set(&self) -> bool {
+        self.set.load(Ordering::SeqCst)
+    }
+
+    async fn wait(&self) {
+        while !self.is_set() {
+            self.notify.notified().await;
+        }
+    }
+}
+
+/// The line a preview shows while the agent works without visible output.
+const STILL_WORKING: &str = "⏳ The agent is still working on this…";
+
+/// Takes a running turn out of the table when the turn ends, however it ends.
+struct RunningGuard<'a> {
+    turns: &'a Turns,
+    session: SessionKey,
+}
+
+impl Drop for RunningGuard<'_> {
+    fn drop(&mut self) {
+        self.turns
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.session);
+    }
 }
 
 /// How one agent is started: its ACP adapter's argv and working directory.
@@ -46,22 +107,67 @@ pub struct AgentCommand {
     pub argv: Vec<String>,
     /// The directory it runs in.
     pub cwd: PathBuf,
+    /// Its whole environment (`Debug` shows names only).
+    pub env: AgentEnv,
     /// A turn that waits this long for an agent session (every one busy at the agent's
     /// `max_live`) tells the person once that the message is queued.
     pub busy_notice_after: Duration,
+    /// One prompt may run this long; then the turn is cancelled (`session/cancel`, the session
+    /// closed if the agent does not end the turn within `cancel_grace`) and counted as a
+    /// failed attempt.
+    pub turn_timeout: Duration,
+    /// After this long without visible output the person is told once that the agent is
+    /// still working.
+    pub progress_notice_after: Duration,
+    /// How long an agent asked to cancel a turn may take to end it before its session is
+    /// closed.
+    pub cancel_grace: Duration,
 }
 
 /// How long a turn waits for a busy agent before the person is told, by default.
 pub const DEFAULT_BUSY_NOTICE_AFTER: Duration = Duration::from_secs(30);
+/// How long one prompt may run, by default.
+pub const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long a turn runs without visible output before the person hears it is still working.
+pub const DEFAULT_PROGRESS_NOTICE_AFTER: Duration = Duration::from_secs(60);
+/// How long a cancelled turn may take to end, by default.
+pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(10);
 
 impl AgentCommand {
-    /// The adapter `argv`, run in `cwd`.
+    /// The adapter `argv`, run in `cwd` with the base environment
+    /// ([`AgentEnv::base`]: `PATH`, `HOME`, locale, `TERM`, `TMPDIR`, `USER`).
     pub fn new(argv: Vec<String>, cwd: impl Into<PathBuf>) -> AgentCommand {
         AgentCommand {
             argv,
             cwd: cwd.into(),
+            env: AgentEnv::base(),
             busy_notice_after: DEFAULT_BUSY_NOTICE_AFTER,
+            turn_timeout: DEFAULT_TURN_TIMEOUT,
+            progress_notice_after: DEFAULT_PROGRESS_NOTICE_AFTER,
+            cancel_grace: DEFAULT_CANCEL_GRACE,
         }
+    }
+
+    /// As [`AgentCommand::new`], started with exactly `env`.
+    #[must_use]
+    pub fn with_env(mut self, env: AgentEnv) -> AgentCommand {
+        self.env = env;
+        self
+    }
+
+    /// As [`AgentCommand::new`], with a prompt deadline of `timeout`, a progress notice after
+    /// `progress` without output, and `grace` for a cancelled turn to end.
+    #[must_use]
+    pub fn with_turn_limits(
+        mut self,
+        timeout: Duration,
+        progress: Duration,
+        grace: Duration,
+    ) -> AgentCommand {
+        self.turn_timeout = timeout;
+        self.progress_notice_after = progress;
+        self.cancel_grace = grace;
+        self
     }
 
     /// As [`AgentCommand::new`], telling a person whose turn waits `after` for a busy agent.
@@ -114,6 +220,8 @@ pub struct Turns {
     /// The control API's `http://host:port`, once it listens: stale-state notices in a
     /// prompt link to the changed session's status there.
     control_url: std::sync::OnceLock<String>,
+    /// The turns prompting their agent now, by session.
+    running: std::sync::Mutex<HashMap<SessionKey, Running>>,
 }
 
 /// How many replies of one event may be abandoned before the event is given up.
@@ -152,6 +260,7 @@ impl Turns {
             counters,
             stop,
             control_url: std::sync::OnceLock::new(),
+            running: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -204,22 +313,10 @@ impl Turns {
             return true;
         };
         let key = failure_key(&channel.name, &inbound.event_id);
-        let mut notice = reply_message(
-            channel,
-            &inbound,
-            &key,
-            "The agent could not answer this message; it has been set aside for an operator. \
-             Please try again later.",
-        );
-        notice.origin = Some(clawgate_types::MessageOrigin::gateway_failure(
-            clawgate_types::GatewayFailureCode::AgentFailedBeforeReply,
-        ));
-        let options = SendOptions {
-            durability: self.durability,
-            idempotency_key: Some(key),
-            time_to_live_ms: None,
-        };
-        match self.messenger.send(notice, options).await {
+        let text = "The agent could not answer this message; it has been set aside for an \
+                    operator. Please try again later.";
+        let code = clawgate_types::GatewayFailureCode::AgentFailedBeforeReply;
+        match self.send_notice(channel, &inbound, key, text, code).await {
             Ok(report) => {
                 if !matches!(
                     report.outcome,
@@ -233,6 +330,19 @@ impl Turns {
                 warn!(error = %e, "the failure notice could not be recorded; asked again");
                 false
             }
+        }
+    }
+
+    /// The person's message reached an agent that is not logged in: they are told so (no
+    /// secret, no internals) under the event's failure key, so the dead-letter notice that
+    /// follows finds it sent and says nothing more.
+    async fn tell_not_logged_in(&self, channel: &Channel, inbound: &NormalizedInbound) {
+        let key = failure_key(&channel.name, &inbound.event_id);
+        let text = "The agent is not logged in, so it cannot answer right now. An operator has \
+                    been told; your message has been set aside.";
+        let code = clawgate_types::GatewayFailureCode::MissingApiKey;
+        if let Err(e) = self.send_notice(channel, inbound, key, text, code).await {
+            warn!(error = %e, "the not-logged-in notice could not be recorded; the failure notice follows");
         }
     }
 
@@ -273,8 +383,17 @@ impl Turns {
         author: Option<Actor>,
     ) -> Result<(), TurnError> {
         self.counters.turns_in_flight.fetch_add(1, Ordering::SeqCst);
+        let asked = inbound.clone();
         let result = self.turn_inner(channel, inbound, author).await;
         self.counters.turns_in_flight.fetch_sub(1, Ordering::SeqCst);
+        if let Err(error) = &result
+            && error.is_agent_auth()
+        {
+            self.counters
+                .agent_auth_failures
+                .fetch_add(1, Ordering::Relaxed);
+            self.tell_not_logged_in(channel, &asked).await;
+        }
         match &result {
             Ok(()) => self
                 .counters
@@ -326,10 +445,27 @@ impl Turns {
                 return self.await_reply(&id).await;
             }
         };
+        let text = inbound
+            .message
+            .body
+            .as_ref()
+            .map(|b| b.text.clone())
+            .unwrap_or_default();
+        if channel.commands
+            && let Some(command) = Command::parse(&text)
+        {
+            return self
+                .answer_command(channel, &inbound, &session, &reply_key, command)
+                .await;
+        }
         let AgentCommand {
             argv,
             cwd,
+            env,
             busy_notice_after,
+            turn_timeout,
+            progress_notice_after,
+            cancel_grace,
         } = self
             .agents
             .get(&channel.agent_id)
@@ -349,6 +485,7 @@ impl Turns {
                     owner_session_key: session.clone(),
                     spawned_by: None,
                     adapter: argv,
+                    env,
                     cwd,
                     now: now_ms(),
                 },
@@ -383,12 +520,6 @@ impl Turns {
             idempotency_key: Some(reply_key.clone()),
             time_to_live_ms: None,
         };
-        let text = inbound
-            .message
-            .body
-            .as_ref()
-            .map(|b| b.text.clone())
-            .unwrap_or_default();
         // Notices are acknowledged only once the agent answered the prompt that carried them:
         // a turn that dies first leaves them pending for the next one.
         let notices = self.awareness.pending_notices(&session);
@@ -414,11 +545,27 @@ impl Turns {
         // The agent streams chunks; the preview shows the text so far (edits coalesced by the
         // live context to the platform's rate).
         let (text_tx, mut text_rx) = mpsc::unbounded_channel::<String>();
+        // Weak: the preview ends when the prompt's own sender goes, whatever the loop holds.
+        let progress_tx = text_tx.downgrade();
+        let produced = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut so_far = String::new();
+        let chunk_seen = produced.clone();
+        // Where the preview can carry the "still working" line, it does (the final replaces
+        // it); elsewhere it is a notice of its own.
+        let preview_carries_progress =
+            live.is_some() && clawgate_messages::previews_possible(&channel.plugin.sender, &reply);
+        let cancelled = self.track_running(&session, session_use.handle());
+        let _running = RunningGuard {
+            turns: self,
+            session: session.clone(),
+        };
         let prompt_turn = self
             .acpx
             .prompt(session_use.handle(), &prompt, move |chunk| {
                 so_far.push_str(chunk);
+                if !so_far.trim().is_empty() {
+                    chunk_seen.store(true, Ordering::SeqCst);
+                }
                 let _ = text_tx.send(so_far.clone());
             });
         let preview = async {
@@ -436,14 +583,97 @@ impl Turns {
             }
             error
         };
-        // "Typing…" while the agent works, on channels that show it (best effort).
-        let typing = show_typing(channel, &inbound.message.target);
-        let (outcome, preview_error) = tokio::select! {
-            both = async { tokio::join!(prompt_turn, preview) } => both,
-            never = typing => match never {},
+        // The loop's futures borrow the preview: they end with this block.
+        let (outcome, preview_error, timed_out, closed) = {
+            // "Typing…" while the agent works, on channels that show it (best effort).
+            let typing = show_typing(channel, &inbound.message.target);
+            let work = async { tokio::join!(prompt_turn, preview) };
+            tokio::pin!(work, typing);
+            let deadline = tokio::time::sleep(turn_timeout);
+            let progress = tokio::time::sleep(progress_notice_after);
+            let grace = tokio::time::sleep(Duration::MAX);
+            tokio::pin!(deadline, progress, grace);
+            let mut timed_out = false;
+            let mut cancelling = false;
+            let mut told_progress = false;
+            let mut closed = false;
+            let (outcome, preview_error) = loop {
+                tokio::select! {
+                    both = &mut work => break both,
+                    never = &mut typing => match never {},
+                    () = &mut deadline, if !timed_out => {
+                        timed_out = true;
+                        self.counters.turn_deadlines.fetch_add(1, Ordering::Relaxed);
+                        warn!(session = %session, seconds = turn_timeout.as_secs(),
+                            "the agent's turn reached its deadline: cancelling it");
+                        self.cancel_prompt(session_use.handle()).await;
+                        if !cancelling {
+                            cancelling = true;
+                            grace.as_mut().reset(tokio::time::Instant::now() + cancel_grace);
+                        }
+                    }
+                    () = &mut grace, if cancelling && !closed => {
+                        // The agent did not end the turn it was asked to cancel: its session is
+                        // closed (the prompt then fails as the process goes).
+                        closed = true;
+                        warn!(session = %session, "the agent ignored session/cancel: closing its session");
+                        if let Err(e) = self
+                            .acpx
+                            .close_session(&session, "the agent ignored session/cancel", now_ms())
+                            .await
+                        {
+                            warn!(session = %session, error = %e, "the session could not be closed");
+                        }
+                    }
+                    () = &mut progress, if !told_progress && !cancelling => {
+                        told_progress = true;
+                        if !produced.load(Ordering::SeqCst) {
+                            if preview_carries_progress {
+                                if let Some(tx) = progress_tx.upgrade() {
+                                    let _ = tx.send(STILL_WORKING.to_owned());
+                                }
+                            } else {
+                                self.tell_progress(channel, &inbound).await;
+                            }
+                        }
+                    }
+                    () = cancelled.wait(), if !cancelling => {
+                        cancelling = true;
+                        grace.as_mut().reset(tokio::time::Instant::now() + cancel_grace);
+                    }
+                }
+            };
+            (outcome, preview_error, timed_out, closed)
         };
+        let stopped = cancelled.is_set();
         let outcome = match outcome {
-            Ok(outcome) => outcome,
+            Ok(outcome) if !timed_out && (!self.stopping() || stopped) => outcome,
+            Ok(_) | Err(_) if timed_out => {
+                if let Some(live) = live {
+                    let _ = live.abandon().await;
+                }
+                return Err(TurnError::Deadline {
+                    seconds: turn_timeout.as_secs(),
+                    closed: if closed {
+                        ", and its session closed"
+                    } else {
+                        ""
+                    },
+                });
+            }
+            Ok(_) => {
+                // Cancelled by the gateway's stop: the event is worked on again after the
+                // restart.
+                if let Some(live) = live {
+                    let _ = live.abandon().await;
+                }
+                return Err(TurnError::Stopping);
+            }
+            // A stopped turn whose session had to be closed: it ends as stopped all the same.
+            Err(_) if stopped => clawgate_acpx::TurnOutcome {
+                stop_reason: clawgate_acpx::StopReason::Cancelled,
+                chunks: Vec::new(),
+            },
             Err(e) => {
                 if let Some(live) = live {
                     let _ = live.abandon().await;
@@ -463,7 +693,16 @@ impl Turns {
             );
         }
         let mut text = outcome.chunks.concat();
-        if text.trim().is_empty() {
+        if stopped {
+            self.counters
+                .turns_cancelled
+                .fetch_add(1, Ordering::Relaxed);
+            text = if text.trim().is_empty() {
+                "(stopped before the agent answered)".to_owned()
+            } else {
+                format!("{}\n\n(stopped)", text.trim_end())
+            };
+        } else if text.trim().is_empty() {
             text = format!(
                 "(the agent ended its turn without text: {:?})",
                 outcome.stop_reason
@@ -532,31 +771,204 @@ impl Turns {
         }
     }
 
+    /// Enters the turn prompting `handle`'s session in the table `/stop` looks in.
+    fn track_running(&self, session: &SessionKey, handle: &AcpRuntimeHandle) -> Arc<CancelFlag> {
+        let cancelled = Arc::new(CancelFlag::default());
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                session.clone(),
+                Running {
+                    handle: handle.clone(),
+                    cancelled: cancelled.clone(),
+                },
+            );
+        cancelled
+    }
+
+    /// `session/cancel` to the agent of `handle` (logged when it cannot be sent: the grace
+    /// then closes the session).
+    async fn cancel_prompt(&self, handle: &AcpRuntimeHandle) {
+        if let Err(e) = self.acpx.cancel_turn(handle).await {
+            warn!(session = %handle.session_key, error = %e, "session/cancel not sent");
+        }
+    }
+
+    /// Cancels the turn running in `session` (ACP `session/cancel`; the session and its process
+    /// stay): its final says it was stopped. Recorded in the signal log as `actor`'s. Returns
+    /// whether a turn was running.
+    pub async fn cancel_turn_of(&self, session: &SessionKey, actor: Actor) -> bool {
+        let running = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(session)
+            .map(|r| (r.handle.clone(), r.cancelled.clone()));
+        let Some((handle, cancelled)) = running else {
+            return false;
+        };
+        cancelled.set();
+        self.cancel_prompt(&handle).await;
+        self.awareness
+            .record(
+                session,
+                StateChange::run_completed(actor, "the running turn was cancelled (stop)"),
+            )
+            .await;
+        info!(session = %session, "turn cancelled on request");
+        true
+    }
+
+    /// Closes `session`'s agent session (a running turn is cancelled first): the next message
+    /// begins a fresh ACP session, without the agent's memory of the conversation. Recorded in
+    /// the signal log as `actor`'s. Returns whether a turn was running.
+    pub async fn close_session_of(
+        &self,
+        session: &SessionKey,
+        actor: Actor,
+    ) -> Result<bool, TurnError> {
+        let was_running = self.cancel_turn_of(session, actor.clone()).await;
+        match self
+            .acpx
+            .reset_session(session, "a new session was asked for", now_ms())
+            .await
+        {
+            Ok(_) | Err(clawgate_acpx::AcpxError::UnknownSession(_)) => {}
+            Err(e) => return Err(TurnError::Agent(Box::new(e))),
+        }
+        self.awareness
+            .record(
+                session,
+                StateChange::compacted(
+                    actor,
+                    "the agent session was closed; the next message begins a fresh one (new)",
+                ),
+            )
+            .await;
+        Ok(was_running)
+    }
+
+    /// `session/cancel` to every running turn (a stopping gateway, before it closes the
+    /// sessions): each turn ends and its event is worked on again after the restart.
+    pub async fn cancel_running(&self) -> usize {
+        let handles: Vec<AcpRuntimeHandle> = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|r| r.handle.clone())
+            .collect();
+        for handle in &handles {
+            self.cancel_prompt(handle).await;
+        }
+        handles.len()
+    }
+
+    /// A person's `/stop` or `/new`: done at once, and answered with one short line under
+    /// the event's reply key (a replayed command finds its answer and does nothing again).
+    async fn answer_command(
+        &self,
+        channel: &Channel,
+        inbound: &NormalizedInbound,
+        session: &SessionKey,
+        reply_key: &str,
+        command: Command,
+    ) -> Result<(), TurnError> {
+        let person = Actor::human(
+            inbound
+                .message
+                .sender
+                .as_ref()
+                .map_or_else(|| "unknown".to_owned(), |s| s.id.clone()),
+        );
+        let answer = match command {
+            Command::Stop => {
+                if self.cancel_turn_of(session, person).await {
+                    "Stopping the agent's current turn."
+                } else {
+                    "Nothing is running to stop."
+                }
+            }
+            Command::New => {
+                self.close_session_of(session, person).await?;
+                "Started a new session: the agent begins afresh with your next message."
+            }
+        };
+        let message = reply_message(channel, inbound, reply_key, answer);
+        let options = SendOptions {
+            durability: self.durability,
+            idempotency_key: Some(reply_key.to_owned()),
+            time_to_live_ms: None,
+        };
+        let report = self
+            .messenger
+            .send(message, options)
+            .await
+            .map_err(TurnError::Final)?;
+        // As a final: the event completes once the answer is committed.
+        match (&report.outcome, &report.intent_id) {
+            (
+                SendOutcome::Sent { .. }
+                | SendOutcome::AlreadySent { .. }
+                | SendOutcome::Partial { .. },
+                _,
+            )
+            | (_, None) => {}
+            (_, Some(id)) => self.await_reply(id).await?,
+        }
+        info!(?command, "command answered");
+        Ok(())
+    }
+
+    /// Tells the person once (keyed by the event) that the agent is still working, where the
+    /// reply's preview cannot say so.
+    async fn tell_progress(&self, channel: &Channel, inbound: &NormalizedInbound) {
+        let key = progress_key(&channel.name, &inbound.event_id);
+        let code = clawgate_types::GatewayFailureCode::AgentStillWorking;
+        match self
+            .send_notice(channel, inbound, key, STILL_WORKING, code)
+            .await
+        {
+            Ok(_) => {
+                info!(event = %inbound.event_id, "the person was told the agent is still working")
+            }
+            Err(e) => warn!(error = %e, "the progress notice could not be sent"),
+        }
+    }
+
     /// Tells the person their message waits for a free agent: once per event (keyed).
     async fn tell_busy(&self, channel: &Channel, inbound: &NormalizedInbound) {
         let key = busy_key(&channel.name, &inbound.event_id);
-        let mut notice = reply_message(
-            channel,
-            inbound,
-            &key,
-            "All agent sessions are busy right now; your message is queued and will be \
-             answered as soon as one is free.",
-        );
-        // Gateway output, not the agent's: marked so a bot in a shared room drops its echo.
-        notice.origin = Some(clawgate_types::MessageOrigin::gateway_failure(
-            clawgate_types::GatewayFailureCode::AgentsBusy,
-        ));
-        let options = SendOptions {
-            durability: self.durability,
-            idempotency_key: Some(key),
-            time_to_live_ms: None,
-        };
-        match self.messenger.send(notice, options).await {
+        let text = "All agent sessions are busy right now; your message is queued and will be \
+                    answered as soon as one is free.";
+        let code = clawgate_types::GatewayFailureCode::AgentsBusy;
+        match self.send_notice(channel, inbound, key, text, code).await {
             Ok(_) => {
                 info!(event = %inbound.event_id, "the turn waits for a busy agent; the person was told")
             }
             Err(e) => warn!(error = %e, "the busy notice could not be sent"),
         }
+    }
+
+    /// Sends `text` to the person as the gateway's own output, once per `key` (durable and
+    /// keyed): marked with `code`, so a bot in a shared room drops its echo.
+    async fn send_notice(
+        &self,
+        channel: &Channel,
+        inbound: &NormalizedInbound,
+        key: String,
+        text: &str,
+        code: clawgate_types::GatewayFailureCode,
+    ) -> Result<clawgate_messages::SendReport, clawgate_messages::MessagesError> {
+        let mut notice = reply_message(channel, inbound, &key, text);
+        notice.origin = Some(clawgate_types::MessageOrigin::gateway_failure(code));
+        let options = SendOptions {
+            durability: self.durability,
+            idempotency_key: Some(key),
+            time_to_live_ms: None,
+        };
+        self.messenger.send(notice, options).await
     }
 
     /// Creates the session row on first contact.

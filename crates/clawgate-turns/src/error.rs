@@ -50,6 +50,18 @@ pub enum TurnError {
     /// The host is stopping.
     #[error("stopping before the reply was delivered")]
     Stopping,
+    /// The agent's prompt ran past its `turn_timeout` and was cancelled (its session closed
+    /// when it did not end the turn within the grace).
+    #[error(
+        "the agent did not finish its turn within {seconds} s (turn_timeout_secs); the turn was \
+         cancelled{closed}"
+    )]
+    Deadline {
+        /// The deadline, in seconds.
+        seconds: u64,
+        /// ", and its session closed" when the agent ignored the cancel.
+        closed: &'static str,
+    },
 }
 
 impl TurnError {
@@ -60,7 +72,13 @@ impl TurnError {
         matches!(
             self,
             TurnError::Undelivered(_) | TurnError::TooManyReplies(_) | TurnError::NoAgent(_)
-        )
+        ) || self.is_agent_auth()
+    }
+
+    /// Whether the agent refused because it is not logged in: not retried (a new process would
+    /// be refused the same way), and the person is told so.
+    pub fn is_agent_auth(&self) -> bool {
+        matches!(self, TurnError::Agent(error) if error.is_auth())
     }
 }
 

@@ -46,6 +46,18 @@ impl EventHandler for TurnHandler {
         }
     }
 
+    fn is_control(&self, raw: &serde_json::Value) -> bool {
+        self.channel.commands
+            && self
+                .channel
+                .plugin
+                .receiver
+                .as_ref()
+                .and_then(|receiver| receiver.normalize(raw).ok())
+                .and_then(|inbound| inbound.message.body)
+                .is_some_and(|body| crate::Command::parse(&body.text).is_some())
+    }
+
     async fn handle(&self, raw: &serde_json::Value, ack: &AckController, attempt: u32) -> bool {
         let gateway = &*self.turns;
         let channel = &self.channel;

@@ -42,6 +42,12 @@ pub fn busy_key(channel: &str, event_id: &str) -> String {
     format!("{channel}:busy:{event_id}")
 }
 
+/// The idempotency key of the one "the agent is still working" notice of `event_id` (sent only
+/// where the reply's preview cannot carry it).
+pub fn progress_key(channel: &str, event_id: &str) -> String {
+    format!("{channel}:progress:{event_id}")
+}
+
 /// The outbound message answering `inbound` on `channel` under `reply_key`, with `text`.
 pub fn reply_message(
     channel: &Channel,

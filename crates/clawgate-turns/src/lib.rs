@@ -31,6 +31,7 @@
 struct ReadmeExample;
 
 mod channel;
+mod commands;
 mod dead_letters;
 mod engine;
 mod error;
@@ -39,7 +40,11 @@ mod keys;
 mod relay;
 
 pub use channel::Channel;
-pub use engine::{AgentCommand, Counters, DEFAULT_BUSY_NOTICE_AFTER, Turns};
+pub use commands::Command;
+pub use engine::{
+    AgentCommand, Counters, DEFAULT_BUSY_NOTICE_AFTER, DEFAULT_CANCEL_GRACE,
+    DEFAULT_PROGRESS_NOTICE_AFTER, DEFAULT_TURN_TIMEOUT, Turns,
+};
 pub use error::{RelayError, TurnError};
 pub use handler::TurnHandler;
-pub use keys::{busy_key, failure_key, reply_key, reply_message, session_key_for};
+pub use keys::{busy_key, failure_key, progress_key, reply_key, reply_message, session_key_for};

@@ -131,6 +131,10 @@ pub struct AcpxProcessLease {
     /// them): while any is listed the lease stays `closing` and is looked at again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub survivors: Vec<LeaseSurvivor>,
+    /// The last lines the agent wrote on stderr before its start or a turn failed (secrets
+    /// masked): why it failed, for the operator (`leases list`, the console).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stderr_tail: Vec<String>,
 }
 
 /// One owned process that outlived KILL, named by pid and start time (in the lease's boot), so

@@ -62,6 +62,8 @@ pub enum GatewayFailureCode {
     /// Every agent session is busy: the message waits for one (a delay, nothing lost). Beyond
     /// the design's three codes, so a bot in a shared room drops this notice's echo too.
     AgentsBusy,
+    /// The agent works on the message without visible output yet: a delay, nothing lost.
+    AgentStillWorking,
 }
 
 /// What to do when a marked message comes back in as input.

@@ -168,6 +168,23 @@ pub const ROUTES: &[RouteDoc] = &[
         "`sessions_send`: the message goes into the session's QA conversation, authored by \
          `session:<from>`; with `watch` the sender watches the receiving session.",
     ),
+    route(
+        "POST",
+        "/v1/sessions/{key}/cancel",
+        None,
+        "SessionAction",
+        "Cancels the session's running turn (ACP `session/cancel`): the agent ends it, its \
+         reply says it was stopped, and the session and its process stay for the next \
+         message. `turnWasRunning` false: nothing ran.",
+    ),
+    route(
+        "POST",
+        "/v1/sessions/{key}/close",
+        None,
+        "SessionAction",
+        "Closes the session's agent session (a running turn is cancelled first; the process \
+         ended, its lease closed): the next message begins a fresh ACP session.",
+    ),
 ];
 
 /// The control routes; `token` guards all of them. `delivery` carries `sessions_send` into the
@@ -188,7 +205,9 @@ pub fn routes(token: Arc<String>, delivery: Arc<dyn SessionDelivery>) -> Router<
         .route("/v1/sessions/{key}", get(session_status))
         .route("/v1/sessions/{key}/history", get(sessions_history))
         .route("/v1/sessions/{key}/watchers", get(session_watchers))
-        .route("/v1/sessions/{key}/send", post(sessions_send));
+        .route("/v1/sessions/{key}/send", post(sessions_send))
+        .route("/v1/sessions/{key}/cancel", post(session_cancel))
+        .route("/v1/sessions/{key}/close", post(session_close));
     require_token(router, token).layer(Extension(delivery))
 }
 
@@ -479,6 +498,42 @@ async fn session_watchers(
 ) -> Answer<views::SessionWatchers> {
     let key = session_key(key)?;
     Ok(Json(views::session_watchers(&*gateway.store, key).await?))
+}
+
+async fn session_cancel(
+    State(gateway): State<Arc<Gateway>>,
+    key: PathOf,
+) -> Answer<views::SessionAction> {
+    let key = session_key(key)?;
+    let running = gateway
+        .turns
+        .cancel_turn_of(&key, clawgate_awareness::Actor::human("operator"))
+        .await;
+    Ok(Json(views::SessionAction {
+        session: key,
+        action: "cancel".into(),
+        turn_was_running: running,
+    }))
+}
+
+async fn session_close(
+    State(gateway): State<Arc<Gateway>>,
+    key: PathOf,
+) -> Answer<views::SessionAction> {
+    let key = session_key(key)?;
+    let running = gateway
+        .turns
+        .close_session_of(&key, clawgate_awareness::Actor::human("operator"))
+        .await
+        .map_err(|e| match e {
+            clawgate_turns::TurnError::Agent(e) => views::ViewError::Acpx(e),
+            other => views::ViewError::Unavailable(other.to_string()),
+        })?;
+    Ok(Json(views::SessionAction {
+        session: key,
+        action: "close".into(),
+        turn_was_running: running,
+    }))
 }
 
 async fn sessions_send(

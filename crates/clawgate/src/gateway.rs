@@ -62,7 +62,7 @@ pub enum GatewayError {
     AnotherGateway(clawgate_acpx::AcpxError),
     #[error("cannot find this program's own path (needed to start agents under the wrapper): {0}")]
     OwnPath(std::io::Error),
-    #[error("cannot read the working directory (the agents' default cwd): {0}")]
+    #[error("cannot create the agents' working directory under the state directory: {0}")]
     WorkingDir(std::io::Error),
     #[error("cannot read random bytes from /dev/urandom (for a token): {0}")]
     Random(std::io::Error),
@@ -231,12 +231,20 @@ impl Gateway {
             };
             let cwd = match &agent.cwd {
                 Some(dir) => dir.clone(),
-                None => std::env::current_dir().map_err(GatewayError::WorkingDir)?,
+                None => state
+                    .agent_dir(&agent.id)
+                    .map_err(GatewayError::WorkingDir)?,
             };
             agents.insert(
                 agent.id.clone(),
                 AgentCommand::new(argv, cwd)
-                    .with_busy_notice_after(Duration::from_secs(agent.busy_notice_secs)),
+                    .with_env(agent_env(agent))
+                    .with_busy_notice_after(Duration::from_secs(agent.busy_notice_secs))
+                    .with_turn_limits(
+                        Duration::from_secs(agent.turn_timeout_secs),
+                        Duration::from_secs(agent.progress_notice_secs),
+                        Duration::from_secs(agent.cancel_grace_secs),
+                    ),
             );
             acpx.set_limits(
                 &agent.id,
@@ -302,7 +310,8 @@ impl Gateway {
                     plugin,
                     section.max_turn_attempts,
                 )
-                .with_allow_bots(section.allow_bots),
+                .with_allow_bots(section.allow_bots)
+                .with_commands(section.commands),
             ));
         }
 
@@ -403,8 +412,18 @@ impl Gateway {
         self.close_agent_sessions().await;
     }
 
-    /// Closes every live agent session through the controller (verified, lease closed).
+    /// Closes every live agent session through the controller (verified, lease closed). A
+    /// turn still running is asked to cancel first (`session/cancel`), so the agent ends it
+    /// itself before its process goes.
     async fn close_agent_sessions(&self) {
+        if self.turns.cancel_running().await > 0 {
+            let deadline = tokio::time::Instant::now() + CANCEL_BEFORE_CLOSE;
+            while self.counters.turns_in_flight.load(Ordering::SeqCst) > 0
+                && tokio::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
         for key in self.acpx.live_sessions().await {
             match self
                 .acpx
@@ -636,6 +655,25 @@ const IDLE_SWEEP: Duration = Duration::from_secs(1);
 
 /// How long a stopping gateway waits for the turns its closed agent sessions cut short.
 const RECEIVE_SETTLE: Duration = Duration::from_secs(5);
+/// How long running turns get to end after `session/cancel` before their sessions close.
+const CANCEL_BEFORE_CLOSE: Duration = Duration::from_secs(2);
+
+/// The environment of `agent`'s processes: the base allowlist, the variables it passes
+/// through from the gateway's environment, then the ones it sets (validated already: none is
+/// a gateway secret).
+fn agent_env(agent: &crate::config::AgentSection) -> clawgate_acpx::AgentEnv {
+    let mut env = clawgate_acpx::AgentEnv::base();
+    for name in &agent.env_passthrough {
+        if !env.pass_through(name) {
+            warn!(agent = %agent.id, variable = %name,
+                "env_passthrough names a variable the gateway's environment does not have");
+        }
+    }
+    for (name, value) in &agent.env {
+        env.set(name, value);
+    }
+    env
+}
 
 /// How many rows one retention write removes.
 const PRUNE_SLICE: u32 = 500;

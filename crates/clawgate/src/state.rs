@@ -159,6 +159,19 @@ impl StateDir {
         &self.path
     }
 
+    /// `agents/<id>/` in the state directory, created private (0700) if needed: an agent's
+    /// default working directory, its own and not the gateway's (whatever the gateway was
+    /// started in — a repository, a home directory — is not the agent's to read or change).
+    pub fn agent_dir(&self, agent_id: &str) -> std::io::Result<PathBuf> {
+        use std::os::unix::fs::DirBuilderExt as _;
+        let dir = self.path.join("agents").join(agent_id);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)?;
+        Ok(dir)
+    }
+
     /// Takes away what other accounts on this machine may do with the directory (to 0700) and
     /// with the state files in it (to 0600): a directory made by hand, or by an earlier build,
     /// may be wider. Returns one line per change, for the operator.

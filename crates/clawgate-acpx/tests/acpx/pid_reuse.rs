@@ -87,6 +87,7 @@ async fn inside_namespace() {
             state: LeaseState::Open,
             ended_at: None,
             survivors: Vec::new(),
+            stderr_tail: Vec::new(),
         };
         store.insert_lease(&lease).await.unwrap();
         store

@@ -54,6 +54,7 @@ pub(crate) fn ensure_input(name: &str, adapter: Vec<String>, cwd: &std::path::Pa
         owner_session_key: key("agent:main:main"),
         spawned_by: Some(key("agent:main:main")),
         adapter,
+        env: clawgate_acpx::AgentEnv::base(),
         cwd: cwd.to_path_buf(),
         now: 1,
     }
@@ -236,6 +237,7 @@ async fn start_script_under_stand_in_gateway(
         state: LeaseState::Open,
         ended_at: None,
         survivors: Vec::new(),
+        stderr_tail: Vec::new(),
     };
     store.insert_lease(&lease).await.unwrap();
     let mut sh = Command::new("sh")
@@ -450,4 +452,46 @@ async fn a_descendant_marked_for_another_lease_is_never_signalled() {
     handle
         .signal(clawgate_acpx::Sig::Kill)
         .expect("kill the foreign process");
+}
+
+/// A start whose `session/new` fails ends the agent's whole tree — a grandchild that ignores
+/// TERM and stdin EOF included — through the verified path, and closes the lease (the gateway
+/// ended it on purpose and nothing of it is left).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_start_ends_the_whole_tree_and_closes_the_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let gateway = controller(store.clone(), system_table(), &wrapper_bin(), real_timing()).await;
+    let pid_file = dir.path().join("grandchild.pid");
+    let adapter = vec![
+        test_agent(),
+        "--sessions-per-process".into(),
+        "0".into(),
+        "--stubborn-grandchild".into(),
+        "--grandchild-pid-file".into(),
+        pid_file.display().to_string(),
+    ];
+    let input = ensure_input("failed-start", adapter, dir.path());
+    let error = gateway.ensure_session(input.clone()).await.unwrap_err();
+    assert!(error.to_string().contains("session/new"), "{error}");
+    let grandchild = read_pid_file(&pid_file).expect("the grandchild started");
+    assert!(
+        !alive(grandchild),
+        "the stubborn grandchild was ended with the tree"
+    );
+    let row = store
+        .load_session(&input.session_key)
+        .await
+        .unwrap()
+        .unwrap();
+    let lease = store
+        .load_lease(&row.lease_id.unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(lease.state, LeaseState::Closed, "{lease:?}");
+    assert!(
+        members_of_group(lease.process_group_id.unwrap()).is_empty(),
+        "nothing of the group left"
+    );
 }

@@ -344,6 +344,61 @@ fn rows() -> Vec<Row> {
             survivors: &[(A, 9_600)],
         },
         Row {
+            name: "wrapper and adapter gone, a marked grandchild lives on in the group: ended",
+            op: Op::Reap,
+            // Reparented to init, still in the adapter's group, carrying the lease's mark.
+            setup: |w| {
+                w.table.spawn(
+                    SimProcess::new(G, 1, A, 1_002, "/usr/bin/node")
+                        .env(LEASE_ENV, w.lease.lease_id.as_str()),
+                )
+            },
+            outcome: Outcome::Closed,
+            signals: &[(G, 1_002, T)],
+            state: LeaseState::Closed,
+            survivors: &[],
+        },
+        Row {
+            name: "wrapper gone, a marked child in a session of its own lives on: ended",
+            op: Op::Close,
+            setup: |w| {
+                w.table.spawn(
+                    SimProcess::new(G, 1, G, 1_003, "/bin/bash")
+                        .env(LEASE_ENV, w.lease.lease_id.as_str()),
+                )
+            },
+            outcome: Outcome::Closed,
+            signals: &[(G, 1_003, T)],
+            state: LeaseState::Closed,
+            survivors: &[],
+        },
+        Row {
+            name: "wrapper gone, an unmarked process in the lease's group is left alone",
+            op: Op::Reap,
+            setup: |w| {
+                w.table
+                    .spawn(SimProcess::new(G, 1, A, 1_002, "/usr/bin/node"))
+            },
+            outcome: Outcome::Lost,
+            signals: &[],
+            state: LeaseState::Lost,
+            survivors: &[(G, 1_002)],
+        },
+        Row {
+            name: "wrapper gone, a marked process older than the wrapper is left alone",
+            op: Op::Reap,
+            setup: |w| {
+                w.table.spawn(
+                    SimProcess::new(G, 1, A, 900, "/usr/bin/node")
+                        .env(LEASE_ENV, w.lease.lease_id.as_str()),
+                )
+            },
+            outcome: Outcome::Lost,
+            signals: &[],
+            state: LeaseState::Lost,
+            survivors: &[(G, 900)],
+        },
+        Row {
             name: "stale lease whose process is gone",
             op: Op::Close,
             setup: |_| {},
@@ -498,6 +553,7 @@ async fn process_lifecycle_simulator() {
             state: LeaseState::Open,
             ended_at: None,
             survivors: Vec::new(),
+            stderr_tail: Vec::new(),
         };
         let mut world = World {
             table: &table,
@@ -632,6 +688,7 @@ async fn an_enormous_retention_keeps_every_finished_lease() {
         state: LeaseState::Closed,
         ended_at: Some(now - 86_400_000),
         survivors: Vec::new(),
+        stderr_tail: Vec::new(),
     };
     store.insert_lease(&lease).await.unwrap();
     assert_eq!(controller.prune_finished(now).await.unwrap(), 0);
@@ -672,6 +729,7 @@ async fn retention_prunes_only_old_finished_leases() {
             state,
             ended_at: ended,
             survivors: Vec::new(),
+            stderr_tail: Vec::new(),
         };
         store.insert_lease(&lease).await.unwrap();
     }
@@ -733,6 +791,7 @@ async fn a_later_look_closes_the_lease_once_its_survivors_are_gone() {
             state: LeaseState::Open,
             ended_at: None,
             survivors: Vec::new(),
+            stderr_tail: Vec::new(),
         };
         let world = World {
             table: &table,

@@ -294,6 +294,7 @@ pub(crate) fn acpx_lease() -> AcpxProcessLease {
             pid: 31_340,
             start_time: 987_700,
         }],
+        stderr_tail: Vec::new(),
     }
 }
 

@@ -142,6 +142,7 @@ fn gateway_failure_factory() {
         (GatewayFailureCode::MissingApiKey, "missing_api_key"),
         (GatewayFailureCode::ModelLoginExpired, "model_login_expired"),
         (GatewayFailureCode::AgentsBusy, "agents_busy"),
+        (GatewayFailureCode::AgentStillWorking, "agent_still_working"),
     ];
     assert_eq!(spellings.map(|(c, _)| c).as_slice(), GATEWAY_FAILURE_CODES);
     for (code, spelling) in spellings {

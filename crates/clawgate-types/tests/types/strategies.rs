@@ -436,6 +436,7 @@ prop_compose! {
         (command_hash, started_at) in (text(), any::<i64>()),
         (state, ended_at) in (one_of(LEASE_STATES), maybe(any::<i64>())),
         survivors in vec((any::<u32>(), any::<u64>()), 0..3),
+        stderr_tail in vec(text(), 0..3),
     ) -> AcpxProcessLease {
         let survivors = survivors
             .into_iter()
@@ -444,7 +445,7 @@ prop_compose! {
         AcpxProcessLease {
             lease_id, gateway_instance_id, session_key, wrapper_root, wrapper_path, root_pid,
             root_start_time, boot_id, process_group_id, command_hash, started_at, state, ended_at,
-            survivors,
+            survivors, stderr_tail,
         }
     }
 }

@@ -25,7 +25,7 @@ all_variants! {
     MESSAGE_DIRECTIONS: MessageDirection { Inbound, Outbound }
     BATCH_ATOMICITIES: BatchAtomicity { AllOrRetryRemaining, BestEffortParts }
     GATEWAY_FAILURE_CODES: GatewayFailureCode {
-        AgentFailedBeforeReply, MissingApiKey, ModelLoginExpired, AgentsBusy,
+        AgentFailedBeforeReply, MissingApiKey, ModelLoginExpired, AgentsBusy, AgentStillWorking,
     }
     GATEWAY_ORIGIN_KINDS: GatewayOriginKind { GatewayFailure }
     ECHO_POLICIES: EchoPolicy { DropBotRoomEcho }

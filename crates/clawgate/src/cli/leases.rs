@@ -11,7 +11,7 @@ use crate::views::{self, ViewError};
 
 use super::{
     Backend, CliError, CliResult, Render, Table, emit, fmt_time, more_note, now, opt, opt_time,
-    wire,
+    terminal_safe, wire,
 };
 
 #[derive(Debug, Subcommand)]
@@ -110,7 +110,15 @@ impl Render for views::LeaseList {
                 survivors(&l.survivors),
             ]);
         }
-        t.render() + more_note(self.more)
+        let mut out = t.render() + more_note(self.more);
+        // Why an agent failed, under the table: the lines are long.
+        for l in self.leases.iter().filter(|l| !l.stderr_tail.is_empty()) {
+            out.push_str(&format!("\nagent stderr of lease {}:\n", l.lease_id));
+            for line in &l.stderr_tail {
+                out.push_str(&format!("  {}\n", terminal_safe(line)));
+            }
+        }
+        out
     }
 }
 
@@ -174,6 +182,7 @@ mod tests {
             state: LeaseState::Closing,
             ended_at: None,
             survivors: vec![survivor],
+            stderr_tail: vec!["error: no API key".into()],
         };
         let list = views::LeaseList {
             leases: vec![views::LeaseSummary::of(&lease)],

@@ -48,6 +48,12 @@ pub enum SessionsCommand {
         #[arg(long)]
         from: Option<String>,
     },
+    /// Cancel the session's running turn (ACP session/cancel): its reply says it was stopped,
+    /// the session and its agent process stay (needs a running gateway).
+    Cancel { key: String },
+    /// Close the session's agent session: the next message begins a fresh one (needs a
+    /// running gateway).
+    Close { key: String },
 }
 
 pub(super) async fn sessions(
@@ -98,6 +104,43 @@ pub(super) async fn sessions(
             let path = format!("/v1/sessions/{}/send", segment(&key));
             let view: views::SessionsSendResult = api.post(&path, &body).await?;
             emit(&view, json)
+        }
+        SessionsCommand::Cancel { key } => session_action(backend, &key, "cancel", json).await,
+        SessionsCommand::Close { key } => session_action(backend, &key, "close", json).await,
+    }
+}
+
+/// `sessions cancel` / `sessions close`: through the running gateway, which holds the turns.
+async fn session_action(
+    backend: &Backend,
+    key: &str,
+    action: &'static str,
+    json: bool,
+) -> CliResult<()> {
+    let api = backend.running(if action == "cancel" {
+        "sessions cancel"
+    } else {
+        "sessions close"
+    })?;
+    let path = format!("/v1/sessions/{}/{action}", segment(key));
+    let view: views::SessionAction = api.post(&path, &()).await?;
+    emit(&view, json)
+}
+
+impl Render for views::SessionAction {
+    fn table(&self) -> String {
+        match (self.action.as_str(), self.turn_was_running) {
+            ("cancel", true) => format!("{}: the running turn was cancelled\n", self.session),
+            ("cancel", false) => format!("{}: no turn was running\n", self.session),
+            (_, true) => format!(
+                "{}: the running turn was cancelled and the agent session closed; the next \
+                 message begins a fresh one\n",
+                self.session
+            ),
+            _ => format!(
+                "{}: the agent session was closed; the next message begins a fresh one\n",
+                self.session
+            ),
         }
     }
 }

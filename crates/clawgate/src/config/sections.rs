@@ -265,8 +265,27 @@ pub struct AgentSection {
     pub id: String,
     /// The ACP adapter command line. Empty = the bundled deterministic demo agent.
     pub command: Vec<String>,
-    /// Working directory of the agent's sessions (default: the working directory).
+    /// Working directory of the agent's sessions (default: `agents/<id>/` in the state
+    /// directory, created private; never the gateway's own working directory).
     pub cwd: Option<PathBuf>,
+    /// Variables set in the agent's environment, on top of the base allowlist (`PATH`,
+    /// `HOME`, `LANG`, `LC_*`, `TERM`, `TMPDIR`, `USER`). Values are written here in the clear:
+    /// put secrets in `env_passthrough` instead.
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Variables of the gateway's environment the agent gets too (an API key such as
+    /// `ANTHROPIC_API_KEY`). Nothing else of the gateway's environment reaches an agent, and a
+    /// variable any `*_env` setting names (a channel token, the PostgreSQL URL) is refused.
+    pub env_passthrough: Vec<String>,
+    /// One prompt may run this long; then the turn is cancelled (`session/cancel`; the session
+    /// closed if the agent does not end it within `cancel_grace_secs`), counted as an attempt,
+    /// and retried or set aside.
+    pub turn_timeout_secs: u64,
+    /// After this long without visible output the person is told once that the agent is still
+    /// working (in the reply's preview where the platform has one, else a marked notice).
+    pub progress_notice_secs: u64,
+    /// How long an agent asked to cancel a turn (`/stop`, the deadline, a stop of the gateway)
+    /// may take before its session is closed.
+    pub cancel_grace_secs: u64,
     /// A session idle this long is closed (process ended, lease `closed`); its next message
     /// starts a process again and resumes the ACP session (`session/load`) when the agent can.
     /// 0 keeps idle sessions open.
@@ -291,6 +310,11 @@ impl Default for AgentSection {
             id: "main".into(),
             command: Vec::new(),
             cwd: None,
+            env: std::collections::BTreeMap::new(),
+            env_passthrough: Vec::new(),
+            turn_timeout_secs: 600,
+            progress_notice_secs: 60,
+            cancel_grace_secs: 10,
             idle_close_secs: 600,
             max_live: None,
             reuse_processes: true,
@@ -341,6 +365,9 @@ pub struct ChannelSection {
     /// are dropped before this is asked (by their origin marker, or the channel's outbound
     /// registry), and the bot-loop guard still cools down a pair of bots answering each other.
     pub allow_bots: bool,
+    /// Whether a person's `/stop` (cancel the running turn) and `/new` (begin a fresh agent
+    /// session) are commands to the gateway rather than prompts.
+    pub commands: bool,
 }
 
 impl Default for ChannelSection {
@@ -352,6 +379,7 @@ impl Default for ChannelSection {
             settings: toml::Table::new(),
             max_turn_attempts: 5,
             allow_bots: false,
+            commands: true,
         }
     }
 }

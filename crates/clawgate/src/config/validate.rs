@@ -96,6 +96,36 @@ impl Config {
                         .into(),
                 ));
             }
+            if agent.turn_timeout_secs == 0 {
+                return Err(invalid(
+                    &format!("agents[{n}].turn_timeout_secs"),
+                    "must be at least 1: a turn needs time to answer".into(),
+                ));
+            }
+            let secret_names = self.secret_env_names();
+            for (field, name) in agent
+                .env_passthrough
+                .iter()
+                .map(|name| ("env_passthrough", name))
+                .chain(agent.env.keys().map(|name| ("env", name)))
+            {
+                if !is_env_name(name) {
+                    return Err(invalid(
+                        &format!("agents[{n}].{field}"),
+                        format!("{name:?} is not an environment variable name"),
+                    ));
+                }
+                if let Some(setting) = secret_names.iter().find(|(_, v)| v == name) {
+                    return Err(invalid(
+                        &format!("agents[{n}].{field}"),
+                        format!(
+                            "{name:?} holds the gateway's own secret ({} names it): it is never \
+                             handed to an agent, where anyone who can prompt it could read it",
+                            setting.0
+                        ),
+                    ));
+                }
+            }
             if let Some(program) = agent.command.first() {
                 if program.is_empty() {
                     return Err(invalid(
@@ -155,6 +185,49 @@ impl Config {
 }
 
 /// Where `program` would be run from: a path as given, a bare name through `PATH`.
+impl Config {
+    /// Every environment variable a `*_env` setting names, with the setting: the gateway's own
+    /// secrets (channel tokens, signing secrets, the PostgreSQL URL).
+    pub fn secret_env_names(&self) -> Vec<(String, String)> {
+        let mut names = vec![(
+            "state.postgres_url_env".to_owned(),
+            self.state.postgres_url_env.clone(),
+        )];
+        for (n, channel) in self.channels.iter().enumerate() {
+            collect_env_names(
+                &format!("channels[{n}].settings"),
+                &toml::Value::Table(channel.settings.clone()),
+                &mut names,
+            );
+        }
+        names
+    }
+}
+
+/// The string values of every key ending in `_env` under `value` (nested tables and arrays
+/// too), with their paths.
+fn collect_env_names(path: &str, value: &toml::Value, out: &mut Vec<(String, String)>) {
+    match value {
+        toml::Value::Table(table) => {
+            for (key, value) in table {
+                let at = format!("{path}.{key}");
+                match value {
+                    toml::Value::String(name) if key.ends_with("_env") => {
+                        out.push((at, name.clone()));
+                    }
+                    other => collect_env_names(&at, other, out),
+                }
+            }
+        }
+        toml::Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                collect_env_names(&format!("{path}[{i}]"), item, out);
+            }
+        }
+        _ => {}
+    }
+}
+
 fn find_program(program: &str) -> Option<std::path::PathBuf> {
     use std::os::unix::fs::PermissionsExt as _;
     let executable = |path: &Path| {
@@ -181,6 +254,33 @@ fn is_env_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gateway_secret_is_never_passed_to_an_agent() {
+        let e = error_of(
+            "[[agents]]\nenv_passthrough = [\"ANTHROPIC_API_KEY\", \"E2E_BOT_TOKEN\"]\n\
+             [[channels]]\nsettings = { token_env = \"E2E_BOT_TOKEN\" }\n",
+        );
+        assert!(
+            e.contains("`agents[0].env_passthrough`")
+                && e.contains("E2E_BOT_TOKEN")
+                && e.contains("channels[0].settings.token_env"),
+            "{e}"
+        );
+        let e = error_of("[[agents]]\nenv = { CLAWGATE_POSTGRES_URL = \"x\" }\n");
+        assert!(
+            e.contains("`agents[0].env`") && e.contains("state.postgres_url_env"),
+            "{e}"
+        );
+        let e = error_of("[[agents]]\nenv_passthrough = [\"A=B\"]\n");
+        assert!(e.contains("not an environment variable name"), "{e}");
+        // A key the gateway does not hold itself is fine.
+        Config::parse(
+            "[[agents]]\nenv_passthrough = [\"ANTHROPIC_API_KEY\"]\nenv = { X = \"1\" }\n",
+            "clawgate.toml",
+        )
+        .expect("valid");
+    }
 
     fn error_of(text: &str) -> String {
         Config::parse(text, "clawgate.toml")

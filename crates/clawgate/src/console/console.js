@@ -536,6 +536,9 @@ async function loadInbox() {
 
 // ---- sessions ----------------------------------------------------------------------------
 
+let openSession = null;
+let sessionBusy = false;
+
 async function loadSessions(key) {
   const list = await api("/v1/sessions");
   fillBody($("sessions-table"), list.sessions.map((s) =>
@@ -546,10 +549,15 @@ async function loadSessions(key) {
       el("td", {}, s.label || ""),
       el("td", {}, when(s.updatedAt)))));
   if (key) await showSession(key);
-  else $("session-detail").hidden = true;
+  else { openSession = null; $("session-detail").hidden = true; }
 }
 
 async function showSession(key) {
+  if (openSession !== key) {
+    $("session-action-result").textContent = "";
+    $("session-action-result").className = "";
+  }
+  openSession = key;
   const path = "/v1/sessions/" + encodeURIComponent(key);
   const [status, history, leases, watchers] = await Promise.all([
     api(path), api(path + "/history?limit=100"), api("/v1/leases?limit=1000"), api(path + "/watchers"),
@@ -575,9 +583,39 @@ async function showSession(key) {
     [el("tr", {}, el("td", { colspan: 6 }, "No session watches this one, and it watches none."))]);
   const own = leases.leases.filter((l) => l.sessionKey === key);
   fillBody($("session-leases"), own.length ? own.map((l) =>
-    el("tr", {}, el("td", {}, l.leaseId), el("td", {}, badge(l.state)), el("td", { class: "num" }, l.rootPid ? String(l.rootPid) : "–"),
-      el("td", {}, when(l.startedAt)), el("td", {}, l.endedAt ? when(l.endedAt) : ""))) :
-    [el("tr", {}, el("td", { colspan: 5 }, "No agent process lease."))]);
+    el("tr", { "data-lease": l.leaseId, "data-state": l.state },
+      el("td", {}, l.leaseId), el("td", {}, badge(l.state)), el("td", { class: "num" }, l.rootPid ? String(l.rootPid) : "–"),
+      el("td", {}, when(l.startedAt)), el("td", {}, l.endedAt ? when(l.endedAt) : ""),
+      el("td", { class: "wrap" }, stderrTail(l.stderrTail)))) :
+    [el("tr", {}, el("td", { colspan: 6 }, "No agent process lease."))]);
+}
+
+/** "Cancel turn" (the running turn ends, the agent session stays) or "Close session" (the
+ *  agent session ends: the next message begins a fresh one), then the session read again. */
+async function sessionAction(action) {
+  const key = openSession;
+  if (!key || sessionBusy) return;
+  if (action === "close" && !(await confirmAction("Close this agent session?",
+    "The agent session is closed (a running turn is cancelled first) and its process ended. The next message in this conversation begins a fresh agent session, without the agent's memory of the conversation so far.",
+    "Close the session"))) return;
+  const result = $("session-action-result");
+  sessionBusy = true;
+  try {
+    const done = await api("/v1/sessions/" + encodeURIComponent(key) + "/" + action, "POST");
+    // Said from the gateway's answer (what it did), not from the button pressed.
+    result.textContent = done.action !== "close"
+      ? (done.turnWasRunning ? "The running turn was cancelled." : "No turn was running.")
+      : (done.turnWasRunning ? "The running turn was cancelled and the agent session closed" : "The agent session was closed") +
+        "; the next message begins a fresh one.";
+    result.className = "";
+  } catch (error) {
+    result.textContent = "Could not " + (action === "cancel" ? "cancel the turn" : "close the session") +
+      " (" + error.status + "): " + error.message;
+    result.className = "error";
+  } finally {
+    sessionBusy = false;
+  }
+  if (openSession === key) await showSession(key);
 }
 
 // ---- leases ------------------------------------------------------------------------------
@@ -601,8 +639,17 @@ async function loadLeases() {
       ].filter(Boolean).join(", ")),
       el("td", {}, when(l.startedAt)),
       el("td", {}, l.endedAt ? when(l.endedAt) : ""),
-      el("td", {}, (l.survivors || []).map((s) => s.pid).join(", ")))));
+      el("td", {}, (l.survivors || []).map((s) => s.pid).join(", ")),
+      el("td", { class: "wrap" }, stderrTail(l.stderrTail)))));
   $("leases-more").hidden = !list.more;
+}
+
+/** A lease's last agent stderr lines (secrets masked by the gateway), folded; as text only. */
+function stderrTail(lines) {
+  if (!Array.isArray(lines) || lines.length === 0) return null;
+  return el("details", { class: "stderr" },
+    el("summary", {}, "stderr (" + lines.length + (lines.length === 1 ? " line)" : " lines)")),
+    el("pre", {}, lines.join("\n")));
 }
 
 async function reap() {
@@ -676,6 +723,8 @@ document.addEventListener("DOMContentLoaded", () => {
   $("sessions-refresh").addEventListener("click", () => route(false));
   $("intent-retry").addEventListener("click", () => intentAction("retry").catch((x) => showError("Retry", x)));
   $("intent-cancel").addEventListener("click", () => intentAction("cancel").catch((x) => showError("Cancel", x)));
+  $("session-cancel").addEventListener("click", () => sessionAction("cancel").catch((x) => showError("Cancel turn", x)));
+  $("session-close").addEventListener("click", () => sessionAction("close").catch((x) => showError("Close session", x)));
   window.addEventListener("hashchange", () => route(true));
   if (token()) start();
   else showLogin();

@@ -58,6 +58,9 @@ pub struct LeaseSummary {
     /// (the gateway looks again every few seconds, and at start).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub survivors: Vec<LeaseSurvivor>,
+    /// The agent's last stderr lines before its start or a turn failed (secrets masked).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stderr_tail: Vec<String>,
 }
 
 impl LeaseSummary {
@@ -73,6 +76,7 @@ impl LeaseSummary {
             command_hash: lease.command_hash.clone(),
             started_at: lease.started_at,
             ended_at: lease.ended_at,
+            stderr_tail: lease.stderr_tail.clone(),
             survivors: lease.survivors.clone(),
         }
     }

@@ -303,3 +303,15 @@ mod tests {
         assert!(requester.can_see(&row("legacy", "main")));
     }
 }
+
+/// `POST /v1/sessions/{key}/cancel` and `/close`: what was done to the session's agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionAction {
+    pub session: SessionKey,
+    /// `cancel` (the running turn ended with ACP `session/cancel`; the session and its process
+    /// stay) or `close` (the agent session closed: the next message begins a fresh one).
+    pub action: String,
+    /// Whether a turn was running (and was cancelled).
+    pub turn_was_running: bool,
+}

@@ -269,6 +269,7 @@ fn stopped_inbox_leases_and_status_read_the_state_directory() {
             state: LeaseState::Open,
             ended_at: None,
             survivors: Vec::new(),
+            stderr_tail: Vec::new(),
         };
         store.insert_lease(&lease).await.expect("lease");
         lease.lease_id

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::support::{
     BIN, GatewayProcess, config_file, config_file_with_agent, demo_reply, eventually,
-    inject_faults, processes_mentioning,
+    inject_faults, leases, processes_mentioning,
 };
 use crate::webdriver::{Chromedriver, Session};
 
@@ -693,6 +693,221 @@ async fn the_leases_page_lists_the_agent_processes_the_process_table_has() {
         .expect("watcher shown");
     assert_eq!(pending, Value::from(format!("up to version {notice}")));
     screenshot(&browser, "sessions").await;
+    browser.close().await.expect("session closed");
+    assert!(gateway.interrupt().success());
+}
+
+/// The session page's actions: "Cancel turn" with no turn running changes nothing; "Close
+/// session" asks first (Escape keeps the session), then closes the agent session: its lease
+/// closes in the store, and the next message begins a fresh agent process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_page_closes_the_agent_session_after_asking() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let config = config_file(dir.path(), None, &[]);
+    let gateway = GatewayProcess::start(&state, &config);
+    let conversation = "dm-close";
+    let finals = || async {
+        gateway
+            .chat(conversation)
+            .await
+            .into_iter()
+            .filter(|m| m["fromAgent"] == true && m["state"] == "final")
+            .count()
+    };
+    gateway.say(conversation, "hello").await;
+    eventually(Duration::from_secs(30), "the reply", || async {
+        (finals().await == 1).then_some(())
+    })
+    .await;
+    // The agent process stays for the next message: one open lease.
+    let lease = eventually(
+        Duration::from_secs(10),
+        "the session's open lease",
+        || async {
+            match leases(&state).as_slice() {
+                [(id, lease_state)] if lease_state == "open" => Some(id.clone()),
+                _ => None,
+            }
+        },
+    )
+    .await;
+
+    let driver = Chromedriver::start().await.expect("chromedriver");
+    let browser = open_console(&driver, &gateway).await;
+    go(&browser, "sessions").await;
+    let key = browser
+        .wait_for(
+            &format!(
+                "document.querySelector('#sessions-table tr[data-key*=\"{conversation}\"]')\
+                   ?.dataset.key"
+            ),
+            Duration::from_secs(10),
+            "the session listed",
+        )
+        .await
+        .expect("session listed");
+    let key = key.as_str().expect("a session key").to_owned();
+    browser
+        .find(&format!("#sessions-table tr[data-key=\"{key}\"] button"))
+        .await
+        .expect("session link")
+        .click()
+        .await
+        .expect("click");
+    browser
+        .wait_for(
+            &format!(
+                "!document.querySelector('#session-detail').hidden \
+                 && document.querySelector('#session-leases tr[data-lease=\"{lease}\"]')\
+                      ?.dataset.state === 'open'"
+            ),
+            Duration::from_secs(10),
+            "the session with its open lease",
+        )
+        .await
+        .expect("session detail");
+
+    // No turn runs: cancelling says so, and the agent session stays.
+    browser
+        .find("#session-cancel")
+        .await
+        .expect("cancel button")
+        .click()
+        .await
+        .expect("click");
+    let said = browser
+        .wait_for(
+            "document.querySelector('#session-action-result').textContent",
+            Duration::from_secs(10),
+            "the cancel's answer",
+        )
+        .await
+        .expect("cancel answered");
+    assert_eq!(said, Value::from("No turn was running."));
+    assert_eq!(
+        leases(&state),
+        vec![(lease.clone(), "open".to_owned())],
+        "a cancel with nothing running leaves the agent session"
+    );
+
+    // Close asks first; Escape keeps the session.
+    browser
+        .find("#session-close")
+        .await
+        .expect("close button")
+        .click()
+        .await
+        .expect("click");
+    let asked = browser
+        .wait_for(
+            "document.querySelector('#confirm').open && document.querySelector('#confirm-text').textContent",
+            Duration::from_secs(5),
+            "the confirmation with what closing means",
+        )
+        .await
+        .expect("asked");
+    let asked = asked.as_str().unwrap_or_default().to_owned();
+    assert!(
+        asked.contains("begins a fresh agent session") && asked.contains("memory"),
+        "{asked}"
+    );
+    browser
+        .active_element()
+        .await
+        .expect("the focused button")
+        .send_keys("\u{E00C}")
+        .await
+        .expect("Escape");
+    browser
+        .wait_for(
+            "!document.querySelector('#confirm').open",
+            Duration::from_secs(5),
+            "the confirmation dismissed",
+        )
+        .await
+        .expect("dismissed");
+    assert_eq!(
+        leases(&state),
+        vec![(lease.clone(), "open".to_owned())],
+        "not closed on Escape"
+    );
+
+    browser
+        .find("#session-close")
+        .await
+        .expect("close button")
+        .click()
+        .await
+        .expect("click");
+    browser
+        .wait_for(
+            "document.querySelector('#confirm').open",
+            Duration::from_secs(5),
+            "the confirmation",
+        )
+        .await
+        .expect("asked again");
+    screenshot(&browser, "session-close-confirm").await;
+    browser
+        .find("#confirm-yes")
+        .await
+        .expect("confirm")
+        .click()
+        .await
+        .expect("click");
+    let said = browser
+        .wait_for(
+            "(t => t.includes('closed') && t)\
+               (document.querySelector('#session-action-result').textContent)",
+            Duration::from_secs(15),
+            "the close's answer",
+        )
+        .await
+        .expect("close answered");
+    assert_eq!(
+        said,
+        Value::from("The agent session was closed; the next message begins a fresh one.")
+    );
+    eventually(Duration::from_secs(15), "the lease closed", || async {
+        (leases(&state) == vec![(lease.clone(), "closed".to_owned())]).then_some(())
+    })
+    .await;
+    // The page, read again, shows the lease closed (and keeps the answer).
+    browser
+        .find("#sessions-refresh")
+        .await
+        .expect("refresh")
+        .click()
+        .await
+        .expect("click");
+    browser
+        .wait_for(
+            &format!(
+                "document.querySelector('#session-leases tr[data-lease=\"{lease}\"]')\
+                   ?.dataset.state === 'closed' \
+                 && document.querySelector('#session-action-result').textContent.includes('closed')"
+            ),
+            Duration::from_secs(10),
+            "the closed lease on the page",
+        )
+        .await
+        .expect("closed lease shown");
+    screenshot(&browser, "session-closed").await;
+
+    // The next message begins a fresh agent session: a new process, a new open lease.
+    gateway.say(conversation, "hello again").await;
+    eventually(Duration::from_secs(30), "the second reply", || async {
+        (finals().await == 2).then_some(())
+    })
+    .await;
+    let now = leases(&state);
+    assert!(
+        now.len() == 2
+            && now.contains(&(lease.clone(), "closed".to_owned()))
+            && now.iter().any(|(id, s)| *id != lease && s == "open"),
+        "the closed lease and a fresh open one: {now:?}"
+    );
     browser.close().await.expect("session closed");
     assert!(gateway.interrupt().success());
 }

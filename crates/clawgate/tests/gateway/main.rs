@@ -5,6 +5,7 @@
 //! per channel: a reply through it, and its random-instant crash matrix).
 
 mod agent_pool;
+mod agents;
 mod backlog;
 mod bots;
 mod browser;
