@@ -3,7 +3,7 @@
 //! (Chromium + chromedriver for the chat page's browser test, the IRC servers ngircd and
 //! InspIRCd); pinned Python venvs under `<target>/python` (the simulators' cross-check clients
 //! written against the real APIs, and Synapse, the Matrix channel's real homeserver); pinned npm
-//! packages under `<target>/node` (more cross-check clients). The lists are [`PYTHON_TOOLS`] and
+//! packages under `<target>/node` (more cross-check clients, and real ACP agents). The lists are [`PYTHON_TOOLS`] and
 //! [`NPM_TOOLS`]; [`ensure_test_tools`] installs them. `cargo xtask setup` runs this alone;
 //! `cargo xtask ci` runs it beside its first steps.
 
@@ -247,6 +247,19 @@ const ZCAJS: NpmTool = NpmTool {
                at a directory with node_modules/zca-js)",
 };
 
+/// Real ACP agents the gateway's agent tests run offline (they start, handshake and refuse or
+/// retry without a network): Codex's adapter (its linux-x64 binary comes as an optional
+/// dependency) and Claude Code's.
+const ACP_AGENTS: NpmTool = NpmTool {
+    dir: "acp-agents",
+    packages: &[
+        "@zed-industries/codex-acp@0.16.0",
+        "@zed-industries/claude-code-acp@0.16.2",
+    ],
+    for_what: "the gateway's tests with real ACP agents (or point CLAWGATE_ACP_AGENTS_DIR at a \
+               directory with node_modules/@zed-industries/codex-acp and claude-code-acp)",
+};
+
 /// Each npm tool, with the variable that points its tests at a directory of one's own instead.
 const NPM_TOOLS: &[(&NpmTool, Option<&str>)] = &[
     (&NOSTR_TOOLS, None),
@@ -256,6 +269,7 @@ const NPM_TOOLS: &[(&NpmTool, Option<&str>)] = &[
     (&BOTBUILDER, Some("CLAWGATE_BOTBUILDER_MODULES")),
     (&URBIT_HTTP_API, Some("CLAWGATE_URBIT_HTTP_API_MODULES")),
     (&ZCAJS, Some("CLAWGATE_ZCAJS_DIR")),
+    (&ACP_AGENTS, Some("CLAWGATE_ACP_AGENTS_DIR")),
 ];
 
 /// Whether a tool is wanted: no variable points at one of the developer's own.

@@ -1528,6 +1528,12 @@ impl LifecycleController {
                     self.config.timing,
                 )
                 .await;
+                // A process the tree started while it was being ended (an agent's shell in a
+                // session of its own, forked after the listing) outlives the root, reparented
+                // away from it: it still carries the lease's mark, and is ended too.
+                if report.survivors.is_empty() && report.kill_refused.is_none() {
+                    self.sweep_marked(&lease, &mut report).await;
+                }
                 // Survivors of an earlier pass the fresh tree no longer reaches still count.
                 for earlier in self.still_alive(&lease) {
                     if !report.survivors.contains(&earlier) {
@@ -1644,6 +1650,27 @@ impl LifecycleController {
         Ok(Some(
             self.end_orphan_list(lease.clone(), orphans, now).await?,
         ))
+    }
+
+    /// After a termination that ended the root: ends what still carries the lease's mark
+    /// (see [`LifecycleController::end_lease`]), adding to `report`.
+    async fn sweep_marked(&self, lease: &AcpxProcessLease, report: &mut Termination) {
+        let orphans = match orphaned_members(self.table.as_ref(), lease, &self.instance) {
+            Ok(orphans) if !orphans.is_empty() => orphans,
+            Ok(_) => return,
+            Err(error) => {
+                tracing::warn!(lease_id = %lease.lease_id, %error,
+                    "processes carrying the lease's mark could not be looked for");
+                return;
+            }
+        };
+        let pids: Vec<u32> = orphans.iter().map(|p| p.stat.pid).collect();
+        tracing::info!(lease_id = %lease.lease_id, ?pids,
+            "processes the tree started while it was ended: ending them too");
+        let swept = terminate_orphans(lease, orphans, self.config.timing).await;
+        report.termed.extend(swept.termed);
+        report.killed.extend(swept.killed);
+        report.survivors.extend(swept.survivors);
     }
 
     async fn end_orphan_list(

@@ -555,6 +555,7 @@ impl Turns {
         let preview_carries_progress =
             live.is_some() && clawgate_messages::previews_possible(&channel.plugin.sender, &reply);
         let cancelled = self.track_running(&session, session_use.handle());
+        info!(session = %session, lease_id = %handle.lease_id, "the agent is prompted");
         let _running = RunningGuard {
             turns: self,
             session: session.clone(),

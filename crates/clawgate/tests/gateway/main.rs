@@ -35,6 +35,7 @@ mod plugin_channel;
 mod probes;
 mod proxy;
 mod qq;
+mod real_agents;
 mod security;
 mod shared_postgres;
 mod signal;
