@@ -46,9 +46,9 @@ impl AcpError {
     }
 
     /// True when the agent refused because it is not logged in: ACP's `auth_required`
-    /// (-32000), or an error whose text says a key or a login is missing (Gemini CLI answers
-    /// "API key is missing" under a generic code). Retrying cannot help until an operator
-    /// logs the agent in.
+    /// (-32000: codex-acp, claude-code-acp and Gemini CLI 0.61 all use it), or an error whose
+    /// text says a key or a login is missing under a generic code (as agents did before they
+    /// adopted -32000). Retrying cannot help until an operator logs the agent in.
     pub fn is_auth_required(&self) -> bool {
         let AcpError::Protocol { source, .. } = self else {
             return false;

@@ -374,6 +374,9 @@ async fn status_view(gateway: &Gateway) -> Result<views::StatusView, ApiError> {
         idle_closes: pools.idle_closes,
         evictions: pools.evictions,
         handovers: pools.handovers,
+        agent_auth_failures: counters.agent_auth_failures.load(Ordering::Relaxed),
+        turn_deadlines: counters.turn_deadlines.load(Ordering::Relaxed),
+        turns_cancelled: counters.turns_cancelled.load(Ordering::Relaxed),
         channels: gateway
             .channels
             .iter()

@@ -495,3 +495,71 @@ async fn a_failed_start_ends_the_whole_tree_and_closes_the_lease() {
         "nothing of the group left"
     );
 }
+
+/// A lease already marked `lost` whose wrapper was killed (so it could not drain its group)
+/// while a grandchild lived on: the startup reaper (and `leases reap`) finds the grandchild by
+/// the lease's mark, ends it and closes the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reaper_ends_what_a_lost_lease_left_alive() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let gateway = controller(store.clone(), system_table(), &wrapper_bin(), real_timing()).await;
+    let mut dead = start_script_under_stand_in_gateway(
+        &gateway,
+        &store,
+        "lost-orphan",
+        60_000,
+        "sleep 600 & exec sleep 601",
+    )
+    .await;
+    eventually(Duration::from_secs(5), "adapter and grandchild", || {
+        members_of_group(dead.adapter_pid).len() == 2
+    })
+    .await;
+    // KILL the wrapper: it cannot drain; the adapter dies with it (its death signal), the
+    // grandchild lives on, reparented.
+    let root = dead.lease.root_pid.unwrap();
+    let killed = Command::new("kill")
+        .args(["-9", &root.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    dead.sh.wait().unwrap();
+    eventually(Duration::from_secs(10), "only the grandchild left", || {
+        !alive(root) && !alive(dead.adapter_pid) && members_of_group(dead.adapter_pid).len() == 1
+    })
+    .await;
+    let orphan = members_of_group(dead.adapter_pid)[0];
+    // What an earlier build recorded for such a start: lost.
+    let mut lease = store
+        .load_lease(&dead.lease.lease_id)
+        .await
+        .unwrap()
+        .unwrap();
+    lease.state = LeaseState::Lost;
+    lease.ended_at = Some(3);
+    store.save_lease(&lease, LeaseState::Open).await.unwrap();
+
+    let report = gateway.reap_startup_orphans(5).await.unwrap();
+    let outcome = report
+        .outcomes
+        .iter()
+        .find(|(id, _)| *id == lease.lease_id)
+        .map(|(_, outcome)| outcome.clone());
+    assert!(
+        matches!(&outcome, Some(CloseOutcome::Closed(t)) if t.termed == [orphan]),
+        "{report:?}"
+    );
+    eventually(Duration::from_secs(5), "the orphan ended", || {
+        !alive(orphan)
+    })
+    .await;
+    let lease = store.load_lease(&lease.lease_id).await.unwrap().unwrap();
+    assert_eq!(lease.state, LeaseState::Closed);
+    // A second reap finds nothing more to do.
+    let again = gateway.reap_startup_orphans(6).await.unwrap();
+    assert!(
+        again.outcomes.iter().all(|(id, _)| *id != lease.lease_id),
+        "{again:?}"
+    );
+}

@@ -47,6 +47,13 @@ impl Render for views::StatusView {
                     g.handovers
                 ),
             ]);
+            t.row([
+                "agent turns".to_owned(),
+                format!(
+                    "{} refused (agent not logged in), {} past their deadline, {} cancelled",
+                    g.agent_auth_failures, g.turn_deadlines, g.turns_cancelled
+                ),
+            ]);
         }
         t.row([
             "schema".to_owned(),

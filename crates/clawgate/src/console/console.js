@@ -274,6 +274,9 @@ function renderStatus(view) {
   set("agents-in-use", g.agentSessionsInUse);
   set("turns-completed", g.turnsCompleted);
   set("turns-failed", g.turnsFailed);
+  set("agent-auth-failures", g.agentAuthFailures);
+  set("turn-deadlines", g.turnDeadlines);
+  set("turns-cancelled", g.turnsCancelled);
   set("dead-letters", view.inboundDeadLettered);
   set("inbound-unfinished", view.inboundUnfinished);
   set("replies-streaming", view.repliesStreaming);

@@ -72,6 +72,15 @@ pub struct GatewayInfo {
     /// (`agents[].reuse_processes`) instead of ending.
     #[serde(default)]
     pub handovers: u64,
+    /// Turns an agent refused because it is not logged in (not retried; the person told once).
+    #[serde(default)]
+    pub agent_auth_failures: u64,
+    /// Prompts cancelled at their agent's `turn_timeout_secs`.
+    #[serde(default)]
+    pub turn_deadlines: u64,
+    /// Turns a person (`/stop`) or an operator cancelled.
+    #[serde(default)]
+    pub turns_cancelled: u64,
     /// The configured channels, in configuration order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub channels: Vec<ChannelSummary>,

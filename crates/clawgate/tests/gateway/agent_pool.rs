@@ -27,7 +27,7 @@ fn start(dir: &Path, agent_args: &[&str], agent_keys: &str) -> GatewayProcess {
 }
 
 /// `GET /v1/status` of the running gateway: its `gateway` part.
-async fn status(gateway: &GatewayProcess) -> serde_json::Value {
+pub(crate) async fn status(gateway: &GatewayProcess) -> serde_json::Value {
     let runtime: serde_json::Value = serde_json::from_slice(
         &std::fs::read(gateway.state.join("gateway.json")).expect("gateway.json"),
     )

@@ -283,6 +283,11 @@ async fn a_hung_agent_hears_still_working_then_the_deadline_ends_each_attempt() 
         texts.iter().all(|t| !t.contains("still working")),
         "the still-working preview was removed, not left beside the notice: {texts:?}"
     );
+    let status = crate::agent_pool::status(&gateway).await;
+    assert_eq!(
+        status["turnDeadlines"], 2,
+        "one deadline per attempt: {status}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -314,6 +319,8 @@ async fn an_agent_that_is_not_logged_in_is_started_once_and_the_person_told_once
         log.contains("not logged in") && log.contains("fake-login"),
         "the operator's WARN names the advertised auth methods"
     );
+    let status = crate::agent_pool::status(&gateway).await;
+    assert_eq!(status["agentAuthFailures"], 1, "status counts it: {status}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -399,4 +406,6 @@ async fn stop_cancels_the_running_turn_and_new_begins_a_fresh_session() {
         "{texts:?}"
     );
     assert!(texts.iter().all(|t| !t.contains(NOTICE)), "{texts:?}");
+    let status = crate::agent_pool::status(&gateway).await;
+    assert_eq!(status["turnsCancelled"], 1, "{status}");
 }
