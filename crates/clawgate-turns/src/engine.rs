@@ -613,7 +613,13 @@ impl Turns {
                             grace.as_mut().reset(tokio::time::Instant::now() + cancel_grace);
                         }
                     }
-                    () = &mut grace, if cancelling && !closed => {
+                    () = &mut grace, if cancelling => {
+                        if closed {
+                            // Closed (or refused: not verifiably ours), and still no answer:
+                            // the turn stops waiting rather than hang.
+                            warn!(session = %session, "no answer after the session was closed: the turn gives up on it");
+                            break (Err(clawgate_acpx::AcpxError::NotRunning(session.clone())), None);
+                        }
                         // The agent did not end the turn it was asked to cancel: its session is
                         // closed (the prompt then fails as the process goes).
                         closed = true;
@@ -625,6 +631,7 @@ impl Turns {
                         {
                             warn!(session = %session, error = %e, "the session could not be closed");
                         }
+                        grace.as_mut().reset(tokio::time::Instant::now() + cancel_grace);
                     }
                     () = &mut progress, if !told_progress && !cancelling => {
                         told_progress = true;
@@ -647,9 +654,15 @@ impl Turns {
             (outcome, preview_error, timed_out, closed)
         };
         let stopped = cancelled.is_set();
+        // A turn the gateway's own stop cancelled (not a person's): worked on again after the
+        // restart. A turn that finished within the stop's grace keeps its answer.
+        let cancelled_by_stop = |outcome: &clawgate_acpx::TurnOutcome| {
+            !stopped
+                && self.stopping()
+                && matches!(outcome.stop_reason, clawgate_acpx::StopReason::Cancelled)
+        };
         let outcome = match outcome {
-            Ok(outcome) if !timed_out && (!self.stopping() || stopped) => outcome,
-            Ok(_) | Err(_) if timed_out => {
+            _ if timed_out => {
                 if let Some(live) = live {
                     let _ = live.abandon().await;
                 }
@@ -662,14 +675,13 @@ impl Turns {
                     },
                 });
             }
-            Ok(_) => {
-                // Cancelled by the gateway's stop: the event is worked on again after the
-                // restart.
+            Ok(outcome) if cancelled_by_stop(&outcome) => {
                 if let Some(live) = live {
                     let _ = live.abandon().await;
                 }
                 return Err(TurnError::Stopping);
             }
+            Ok(outcome) => outcome,
             // A stopped turn whose session had to be closed: it ends as stopped all the same.
             Err(_) if stopped => clawgate_acpx::TurnOutcome {
                 stop_reason: clawgate_acpx::StopReason::Cancelled,

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::support::{
-    BIN, GatewayProcess, bot_texts, eventually, external_platform, lease_processes, leases,
+    BIN, GatewayProcess, MidReply, bot_texts, eventually, external_platform, lease_processes,
+    leases,
 };
 
 fn fake_agent() -> String {
@@ -408,4 +409,50 @@ async fn stop_cancels_the_running_turn_and_new_begins_a_fresh_session() {
     assert!(texts.iter().all(|t| !t.contains(NOTICE)), "{texts:?}");
     let status = crate::agent_pool::status(&gateway).await;
     assert_eq!(status["turnsCancelled"], 1, "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_that_ends_within_the_stops_grace_keeps_its_answer() {
+    // The bundled agent streams three words 300 ms apart: well within the 3 s grace.
+    let mid = MidReply::start("dm-grace", "finish me", &["--chunk-ms", "300"]).await;
+    let status = mid.gateway.interrupt();
+    assert!(status.success(), "clean stop: {status}");
+    let texts = bot_texts(&mid.platform, "dm-grace");
+    assert_eq!(texts, ["echo: finish me"], "the answer, delivered once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_cancels_a_running_turn_before_it_closes_the_session() {
+    let platform = external_platform().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let events = dir.path().join("events");
+    let events_arg = events.display().to_string();
+    let agent = fake(&["--hang-on", "forever", "--events", &events_arg]);
+    let config = config(dir.path(), &platform, &agent, "", 2);
+    let gateway = GatewayProcess::start(&state, &config);
+    gateway.say("dm-stop-gateway", "work forever").await;
+    eventually(
+        Duration::from_secs(20),
+        "the prompt reaching the agent",
+        || async {
+            std::fs::read_to_string(&events)
+                .unwrap_or_default()
+                .contains("session/prompt")
+                .then_some(())
+        },
+    )
+    .await;
+    let status = gateway.interrupt();
+    assert!(status.success(), "clean stop: {status}");
+    let received = std::fs::read_to_string(&events).unwrap_or_default();
+    assert!(
+        received.lines().any(|l| l == "session/cancel"),
+        "session/cancel before the close: {received}"
+    );
+    // The turn the stop cut short is not answered (it is worked on after the restart): no
+    // "(stopped)" reply, and its preview was removed.
+    let texts = bot_texts(&platform, "dm-stop-gateway");
+    assert!(texts.is_empty(), "{texts:?}");
+    assert!(leftovers(&state).is_empty(), "nothing left");
 }
