@@ -8,6 +8,8 @@
 //! * [`controller`]: the lifecycle controller (`ensure_session`, `cancel_turn`, `close_session`,
 //!   `reap_startup_orphans`, retention), writing leases before wrappers start.
 //! * [`acp`]: the ACP client runtime over the wrapper's stdio.
+//! * [`environment`]: [`AgentEnv`], the allowlisted environment an agent starts with.
+//! * [`stderr`]: the last lines an agent wrote on stderr, secrets masked.
 //! * `demo_agent` (feature `demo-agent`): the bundled deterministic ACP agent (echoes prompts
 //!   word by word).
 //!
@@ -15,8 +17,9 @@
 //! * no signal without live evidence matching a lease of *this* gateway instance;
 //! * evidence missing or unreadable → nothing is signalled, and the refusal is logged with its
 //!   reason;
-//! * startup reaping starts from this instance's open leases, never from a scan for look-alike
-//!   command lines;
+//! * startup reaping starts from this instance's open leases (and its lost ones whose processes
+//!   carry the lease's mark), never from a scan for look-alike command lines;
+//! * nothing of the gateway's environment reaches an agent but its [`AgentEnv`];
 //! * depends on the store traits only (never on SQLite).
 
 pub mod acp;

@@ -727,18 +727,7 @@ impl Turns {
             None => self.messenger.send(final_message, options).await,
         }
         .map_err(TurnError::Final)?;
-        // The event is completed only once its final is committed: a final that is scheduled
-        // for a retry or being reconciled is waited for here.
-        match (&report.outcome, &report.intent_id) {
-            (
-                SendOutcome::Sent { .. }
-                | SendOutcome::AlreadySent { .. }
-                | SendOutcome::Partial { .. },
-                _,
-            )
-            | (_, None) => {}
-            (_, Some(id)) => self.await_reply(id).await?,
-        }
+        self.until_committed(&report).await?;
         info!(outcome = ?report.outcome, "reply delivered");
         self.awareness
             .record(
@@ -920,6 +909,17 @@ impl Turns {
             .await
             .map_err(TurnError::Final)?;
         // As a final: the event completes once the answer is committed.
+        self.until_committed(&report).await?;
+        info!(?command, "command answered");
+        Ok(())
+    }
+
+    /// Returns once the reply of `report` is committed: the event is completed only then. A
+    /// reply scheduled for a retry or being reconciled is driven and waited for here.
+    async fn until_committed(
+        &self,
+        report: &clawgate_messages::SendReport,
+    ) -> Result<(), TurnError> {
         match (&report.outcome, &report.intent_id) {
             (
                 SendOutcome::Sent { .. }
@@ -927,11 +927,9 @@ impl Turns {
                 | SendOutcome::Partial { .. },
                 _,
             )
-            | (_, None) => {}
-            (_, Some(id)) => self.await_reply(id).await?,
+            | (_, None) => Ok(()),
+            (_, Some(id)) => self.await_reply(id).await,
         }
-        info!(?command, "command answered");
-        Ok(())
     }
 
     /// Tells the person once (keyed by the event) that the agent is still working, where the

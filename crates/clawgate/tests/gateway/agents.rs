@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::support::{
-    BIN, GatewayProcess, MidReply, bot_texts, eventually, external_platform, lease_processes,
-    leases,
+    BIN, GatewayProcess, MidReply, agent_config, bot_texts, eventually, external_platform,
+    lease_processes, leases,
 };
 
 fn fake_agent() -> String {
@@ -44,33 +44,6 @@ fn fake(flags: &[&str]) -> Vec<String> {
     command
 }
 
-/// A gateway configuration on `platform` whose agent is `command` with `agent_keys` (TOML
-/// lines of the `[[agents]]` entry); each message gets `attempts` turn starts.
-fn config(
-    dir: &Path,
-    platform: &clawgate_channel_qa::QaPlatform,
-    command: &[String],
-    agent_keys: &str,
-    attempts: u32,
-) -> PathBuf {
-    let command = command
-        .iter()
-        .map(|a| format!("{a:?}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let text = format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
-         [retry]\nbase_delay_ms = 100\nreconcile_delay_ms = 100\n\n\
-         [[agents]]\nid = \"main\"\ncommand = [{command}]\n{agent_keys}\n\n\
-         [[channels]]\nkind = \"qa\"\nmax_turn_attempts = {attempts}\n\
-         settings = {{ poll_timeout_ms = 1000, base_url = \"{}\", token_env = \"E2E_QA_TOKEN\" }}\n",
-        platform.base_url()
-    );
-    let path = dir.join("clawgate.toml");
-    std::fs::write(&path, text).expect("config written");
-    path
-}
-
 /// Every process alive that is one of this gateway's leases': its wrapper, or anything carrying
 /// its mark (the agent, the launcher, the grandchild: the mark is inherited). Other tests run
 /// fake agents at the same time: only the marks tell them apart.
@@ -85,6 +58,18 @@ fn leftovers(state: &Path) -> Vec<u32> {
 }
 
 const NOTICE: &str = "could not answer";
+
+/// Waits until the fake agent has logged `method` in its events file.
+async fn received(events: &Path, method: &str) {
+    eventually(Duration::from_secs(20), method, || async {
+        std::fs::read_to_string(events)
+            .unwrap_or_default()
+            .lines()
+            .any(|line| line == method)
+            .then_some(())
+    })
+    .await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_start_ends_the_agents_whole_tree_and_closes_its_lease() {
@@ -101,7 +86,7 @@ async fn a_failed_start_ends_the_agents_whole_tree_and_closes_its_lease() {
             fake_agent()
         ),
     ];
-    let config = config(dir.path(), &platform, &launcher, "", 2);
+    let config = agent_config(dir.path(), &platform, &launcher, "", 2);
     let gateway = GatewayProcess::start(&state, &config);
     gateway.say("dm-failed-start", "hello").await;
     eventually(Duration::from_secs(60), "the failure notice", || async {
@@ -139,7 +124,7 @@ async fn an_agent_sees_only_the_allowlisted_environment() {
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("state");
     let keys = "env_passthrough = [\"E2E_AGENT_KEY\"]\nenv = { E2E_AGENT_SETTING = \"on\" }";
-    let config = config(dir.path(), &platform, &fake(&["--print-env"]), keys, 2);
+    let config = agent_config(dir.path(), &platform, &fake(&["--print-env"]), keys, 2);
     let gateway = GatewayProcess::try_start(
         &state,
         &config,
@@ -220,7 +205,7 @@ fn config_with_passthrough(
     platform: &clawgate_channel_qa::QaPlatform,
     name: &str,
 ) -> PathBuf {
-    config(
+    agent_config(
         dir,
         platform,
         &fake(&[]),
@@ -244,7 +229,7 @@ async fn a_hung_agent_hears_still_working_then_the_deadline_ends_each_attempt() 
         "--events",
         &events_arg,
     ]);
-    let config = config(dir.path(), &platform, &agent, keys, 2);
+    let config = agent_config(dir.path(), &platform, &agent, keys, 2);
     let gateway = GatewayProcess::start(&state, &config);
     gateway.say("dm-hung", "think hard").await;
     eventually(
@@ -296,7 +281,7 @@ async fn an_agent_that_is_not_logged_in_is_started_once_and_the_person_told_once
     let platform = external_platform().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let state = dir.path().join("state");
-    let config = config(dir.path(), &platform, &fake(&["--auth-required"]), "", 5);
+    let config = agent_config(dir.path(), &platform, &fake(&["--auth-required"]), "", 5);
     let gateway = GatewayProcess::start(&state, &config);
     gateway.say("dm-auth", "hello").await;
     eventually(
@@ -332,20 +317,10 @@ async fn stop_cancels_the_running_turn_and_new_begins_a_fresh_session() {
     let events = dir.path().join("events");
     let events_arg = events.display().to_string();
     let agent = fake(&["--hang-on", "long task", "--events", &events_arg]);
-    let config = config(dir.path(), &platform, &agent, "", 2);
+    let config = agent_config(dir.path(), &platform, &agent, "", 2);
     let gateway = GatewayProcess::start(&state, &config);
     gateway.say("dm-stop", "long task").await;
-    eventually(
-        Duration::from_secs(20),
-        "the prompt reaching the agent",
-        || async {
-            std::fs::read_to_string(&events)
-                .unwrap_or_default()
-                .contains("session/prompt")
-                .then_some(())
-        },
-    )
-    .await;
+    received(&events, "session/prompt").await;
     gateway.say("dm-stop", "/stop").await;
     eventually(Duration::from_secs(20), "the stopped reply", || async {
         bot_texts(&platform, "dm-stop")
@@ -429,20 +404,10 @@ async fn a_stop_cancels_a_running_turn_before_it_closes_the_session() {
     let events = dir.path().join("events");
     let events_arg = events.display().to_string();
     let agent = fake(&["--hang-on", "forever", "--events", &events_arg]);
-    let config = config(dir.path(), &platform, &agent, "", 2);
+    let config = agent_config(dir.path(), &platform, &agent, "", 2);
     let gateway = GatewayProcess::start(&state, &config);
     gateway.say("dm-stop-gateway", "work forever").await;
-    eventually(
-        Duration::from_secs(20),
-        "the prompt reaching the agent",
-        || async {
-            std::fs::read_to_string(&events)
-                .unwrap_or_default()
-                .contains("session/prompt")
-                .then_some(())
-        },
-    )
-    .await;
+    received(&events, "session/prompt").await;
     let status = gateway.interrupt();
     assert!(status.success(), "clean stop: {status}");
     let received = std::fs::read_to_string(&events).unwrap_or_default();

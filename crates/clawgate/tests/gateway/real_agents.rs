@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::support::{
-    GatewayProcess, bot_texts, eventually, external_platform, lease_processes, leases,
+    GatewayProcess, agent_config, bot_texts, eventually, external_platform, lease_processes, leases,
 };
 
 /// `<target>/node/acp-agents/node_modules`, found from this test binary
@@ -58,33 +58,6 @@ fn claude() -> Vec<String> {
         "-c".to_owned(),
         format!("node '{}'", index.display()),
     ]
-}
-
-/// A gateway on `platform` answering with `command` (one `[[agents]]` entry with `agent_keys`),
-/// each message getting `attempts` turn starts.
-fn config(
-    dir: &Path,
-    platform: &clawgate_channel_qa::QaPlatform,
-    command: &[String],
-    agent_keys: &str,
-    attempts: u32,
-) -> PathBuf {
-    let command = command
-        .iter()
-        .map(|a| format!("{a:?}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let text = format!(
-        "[gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
-         [retry]\nbase_delay_ms = 100\nreconcile_delay_ms = 100\n\n\
-         [[agents]]\nid = \"main\"\ncommand = [{command}]\n{agent_keys}\n\n\
-         [[channels]]\nkind = \"qa\"\nmax_turn_attempts = {attempts}\n\
-         settings = {{ poll_timeout_ms = 1000, base_url = \"{}\", token_env = \"E2E_QA_TOKEN\" }}\n",
-        platform.base_url()
-    );
-    let path = dir.join("clawgate.toml");
-    std::fs::write(&path, text).expect("config written");
-    path
 }
 
 /// Every live process of the gateway's leases (the mark is inherited by the launcher, node and
@@ -137,7 +110,7 @@ async fn codex_without_credentials_is_started_once_and_leaves_no_process() {
         "env = {{ CODEX_HOME = {:?} }}",
         codex_home.display().to_string()
     );
-    let config = config(dir.path(), &platform, &codex(), &keys, 5);
+    let config = agent_config(dir.path(), &platform, &codex(), &keys, 5);
     let gateway = GatewayProcess::start(&state, &config);
     gateway.say("dm-codex", "hello").await;
     one_start_one_notice(&platform, &state, "dm-codex").await;
@@ -170,7 +143,7 @@ async fn claude_without_a_key_is_started_once_and_the_person_told_once() {
     let keys = "env = { ANTHROPIC_BASE_URL = \"http://127.0.0.1:9\", \
                 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = \"1\", DISABLE_TELEMETRY = \"1\", \
                 DISABLE_ERROR_REPORTING = \"1\", DISABLE_AUTOUPDATER = \"1\" }";
-    let config = config(dir.path(), &platform, &claude(), keys, 5);
+    let config = agent_config(dir.path(), &platform, &claude(), keys, 5);
     let gateway = GatewayProcess::start(&state, &config);
     gateway.say("dm-claude", "hello").await;
     one_start_one_notice(&platform, &state, "dm-claude").await;
@@ -208,7 +181,7 @@ async fn stop_reaches_codex_as_session_cancel_and_the_next_message_reuses_its_pr
         "env_passthrough = [\"OPENAI_API_KEY\"]\nenv = {{ CODEX_HOME = {:?} }}",
         codex_home.display().to_string()
     );
-    let config = config(dir.path(), &platform, &codex(), &keys, 2);
+    let config = agent_config(dir.path(), &platform, &codex(), &keys, 2);
     let gateway = GatewayProcess::try_start(&state, &config, &[("OPENAI_API_KEY", "sk-e2e-fake")])
         .unwrap_or_else(|why| panic!("{why}"));
     for (n, message) in ["write a poem", "write another"].into_iter().enumerate() {

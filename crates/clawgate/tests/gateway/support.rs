@@ -81,6 +81,34 @@ pub(crate) fn config_file_with_agent_keys(
     path
 }
 
+/// A gateway configuration on `platform` whose one agent is `command` with `agent_keys` (TOML
+/// lines of its `[[agents]]` entry), each message getting `attempts` turn starts: the agent
+/// tests' configuration (a fake agent, or a real one from npm).
+pub(crate) fn agent_config(
+    dir: &Path,
+    platform: &QaPlatform,
+    command: &[String],
+    agent_keys: &str,
+    attempts: u32,
+) -> PathBuf {
+    let command = command
+        .iter()
+        .map(|a| format!("{a:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let text = format!(
+        "[gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
+         [retry]\nbase_delay_ms = 100\nreconcile_delay_ms = 100\n\n\
+         [[agents]]\nid = \"main\"\ncommand = [{command}]\n{agent_keys}\n\n\
+         [[channels]]\nkind = \"qa\"\nmax_turn_attempts = {attempts}\n\
+         settings = {{ poll_timeout_ms = 1000, base_url = \"{}\", token_env = \"E2E_QA_TOKEN\" }}\n",
+        platform.base_url()
+    );
+    let path = dir.join("clawgate.toml");
+    std::fs::write(&path, text).expect("config written");
+    path
+}
+
 /// A configuration with the bundled agent (`demo-agent` with `agent_args`) answering one
 /// `[[channels]]` entry of `kind`, whose inline settings table holds `settings`: quick retries,
 /// reconciliation after `reconcile_delay_ms`, and 50 turn starts per message (the channels'
