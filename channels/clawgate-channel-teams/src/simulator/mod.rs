@@ -471,9 +471,13 @@ impl TeamsSimulator {
         let Some(event) = world.events.iter_mut().find(|e| e.id == event_id) else {
             return false;
         };
-        event.acked = false;
-        event.given_up = false;
-        event.next_at = Instant::now();
+        if event.in_flight {
+            event.redeliver = true;
+        } else {
+            event.acked = false;
+            event.given_up = false;
+            event.next_at = Instant::now();
+        }
         drop(world);
         self.inner.events_changed.notify_one();
         true

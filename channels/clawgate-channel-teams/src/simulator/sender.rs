@@ -109,7 +109,12 @@ async fn attempt(
         }
         Outcome::NoAnswer => None,
     };
-    if !event.acked {
+    if std::mem::take(&mut event.redeliver) {
+        // Asked for while this attempt was out: it comes after it, whatever it answered.
+        event.acked = false;
+        event.given_up = false;
+        event.next_at = Instant::now();
+    } else if !event.acked {
         match inner.config.retry_delays.get(attempt_no as usize) {
             Some(delay) => event.next_at = Instant::now() + *delay,
             None => event.given_up = true,

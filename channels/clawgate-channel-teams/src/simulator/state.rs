@@ -81,6 +81,9 @@ pub(crate) struct QueuedEvent {
     pub(crate) acked: bool,
     pub(crate) given_up: bool,
     pub(crate) in_flight: bool,
+    /// A redelivery asked for while an attempt was in flight: made once that attempt's answer
+    /// is in (else the answer would mark it acknowledged and the redelivery would be lost).
+    pub(crate) redeliver: bool,
     pub(crate) attempts: u32,
     pub(crate) next_at: Instant,
 }
@@ -445,6 +448,7 @@ impl World {
             acked: false,
             given_up: false,
             in_flight: false,
+            redeliver: false,
             attempts: 0,
             next_at: Instant::now(),
         });
