@@ -40,11 +40,11 @@ pub trait EventHandler: Send + Sync + 'static {
         let _ = (raw, ack);
     }
 
-    /// Whether `raw` is a control command that must not wait behind its conversation's work
-    /// (a person's `/stop` of the turn running there): it is worked on in a lane of its own.
-    /// The default: none is.
-    fn is_control(&self, raw: &serde_json::Value) -> bool {
-        let _ = raw;
+    /// Whether `inbound` (an event as the channel normalized it) is a control command that must
+    /// not wait behind its conversation's work (a person's `/stop` of the turn running there):
+    /// it is worked on in a lane of its own. The default: none is.
+    fn is_control(&self, inbound: &clawgate_channel_sdk::NormalizedInbound) -> bool {
+        let _ = inbound;
         false
     }
 }
@@ -162,16 +162,13 @@ impl SourceRunner {
     /// The conversation an event belongs to (its lane); events that do not normalize share
     /// one lane, where the receive context drops them.
     fn lane_of(&self, raw: &serde_json::Value) -> String {
-        let conversation = self
-            .normalizer
-            .normalize(raw)
-            .map(|inbound| inbound.message.target.id)
-            .unwrap_or_default();
-        if self.handler.is_control(raw) {
+        match self.normalizer.normalize(raw) {
             // Beside the conversation's lane, not behind it.
-            format!("{conversation}\u{0}control")
-        } else {
-            conversation
+            Ok(inbound) if self.handler.is_control(&inbound) => {
+                format!("{}\u{0}control", inbound.message.target.id)
+            }
+            Ok(inbound) => inbound.message.target.id,
+            Err(_) => String::new(),
         }
     }
 

@@ -46,15 +46,12 @@ impl EventHandler for TurnHandler {
         }
     }
 
-    fn is_control(&self, raw: &serde_json::Value) -> bool {
+    fn is_control(&self, inbound: &clawgate_channel_sdk::NormalizedInbound) -> bool {
         self.channel.commands
-            && self
-                .channel
-                .plugin
-                .receiver
+            && inbound
+                .message
+                .body
                 .as_ref()
-                .and_then(|receiver| receiver.normalize(raw).ok())
-                .and_then(|inbound| inbound.message.body)
                 .is_some_and(|body| crate::Command::parse(&body.text).is_some())
     }
 
