@@ -159,7 +159,12 @@ const RULES: &[Rule] = &[
         Layer::Product(1),
         Arrows::To(&[TYPES]),
     ),
-    Rule::new(Pattern::Exact(SDK), Layer::Product(1), Arrows::To(&[TYPES])),
+    // The SDK hands channels the channel-state port (scoped to their account); no backend.
+    Rule::new(
+        Pattern::Exact(SDK),
+        Layer::Product(1),
+        Arrows::To(&[TYPES, STORE]),
+    ),
     // Storage backends implement the ports beside them; only the binary (and tests, tools)
     // picks one, so no engine links a database driver (see `check_backend_free`).
     Rule::new(

@@ -247,7 +247,7 @@ mod tests {
     use super::*;
 
     fn setup(settings: serde_json::Value) -> ChannelSetup {
-        ChannelSetup::new(1, "nostr", "default", settings, std::env::temp_dir())
+        clawgate_conformance::channel_setup_in_memory(1, "nostr", "default", settings)
     }
 
     #[tokio::test]

@@ -96,8 +96,22 @@ impl PollingFeed for QaFeed {
 }
 
 /// Builds `qa` channels.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct QaFactory;
+#[derive(Debug, Clone, Default)]
+pub struct QaFactory {
+    /// Where embedded platforms keep their state (the platform's record, which the crash
+    /// matrices judge by); `None`: in memory only.
+    platform_dir: Option<PathBuf>,
+}
+
+impl QaFactory {
+    /// A factory whose embedded platforms keep their state in `dir` (the gateway's state
+    /// directory), so it outlives a restart of the gateway.
+    pub fn keeping_platforms_in(dir: impl Into<PathBuf>) -> QaFactory {
+        QaFactory {
+            platform_dir: Some(dir.into()),
+        }
+    }
+}
 
 /// 32 random bytes from the OS, hex: the token of an embedded platform.
 fn random_token() -> std::io::Result<String> {
@@ -147,7 +161,10 @@ impl ChannelFactory for QaFactory {
                 };
                 let platform = QaPlatform::start(QaPlatformConfig {
                     token: token.clone(),
-                    state_path: Some(platform_state_file(&setup.state_dir, &setup.name)),
+                    state_path: self
+                        .platform_dir
+                        .as_deref()
+                        .map(|dir| platform_state_file(dir, &setup.name)),
                     ..QaPlatformConfig::default()
                 })
                 .await
@@ -181,11 +198,14 @@ mod tests {
     use super::*;
 
     fn setup(settings: serde_json::Value) -> ChannelSetup {
-        ChannelSetup::new(1, "qa", "default", settings, std::env::temp_dir())
+        clawgate_conformance::channel_setup_in_memory(1, "qa", "default", settings)
     }
 
     async fn error_of(settings: serde_json::Value) -> SetupError {
-        QaFactory.build(setup(settings)).await.expect_err("refused")
+        QaFactory::default()
+            .build(setup(settings))
+            .await
+            .expect_err("refused")
     }
 
     #[tokio::test]
@@ -208,8 +228,8 @@ mod tests {
     #[tokio::test]
     async fn an_embedded_platform_starts_and_is_kept_by_the_channel() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let plugin = QaFactory
-            .build(ChannelSetup::new(
+        let plugin = QaFactory::keeping_platforms_in(dir.path())
+            .build(clawgate_conformance::channel_setup(
                 0,
                 "qa",
                 "default",

@@ -317,7 +317,7 @@ mod tests {
     use super::*;
 
     fn setup(settings: serde_json::Value) -> ChannelSetup {
-        ChannelSetup::new(1, "twitch", "default", settings, std::env::temp_dir())
+        clawgate_conformance::channel_setup_in_memory(1, "twitch", "default", settings)
     }
 
     async fn build(settings: serde_json::Value) -> Result<ChannelPlugin, SetupError> {

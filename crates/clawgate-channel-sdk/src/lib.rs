@@ -1,4 +1,5 @@
-//! The surface a clawgate channel author implements (layer 1; depends on `clawgate-types` only).
+//! The surface a clawgate channel author implements (layer 1; depends on `clawgate-types` and
+//! the storage ports of `clawgate-store` only).
 //!
 //! A channel crate hands the gateway one [`ChannelPlugin`], built by its [`ChannelFactory`] from
 //! the account's `settings` table: a [`ChannelMessageAdapter`] that sends, a
@@ -18,7 +19,10 @@
 //! [`MessageCapabilities`](types::MessageCapabilities); the engine trusts the declaration and the conformance suite checks it.
 //!
 //! The engine (`clawgate-messages`) owns durability: it records the intent before calling the
-//! adapter, records each unit's receipt part, and commits. An adapter never persists anything.
+//! adapter, records each unit's receipt part, and commits. What a channel itself must remember
+//! between runs (send journals, echo books, cursors, rotating tokens) goes through the
+//! [`ChannelState`] its [`ChannelSetup`] carries — into the gateway's store, scoped to the
+//! account — never into files of its own.
 //!
 //! # Example
 //!
@@ -87,6 +91,7 @@ mod render;
 #[cfg(feature = "simulator")]
 pub mod simulator;
 mod source;
+pub mod state;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -104,6 +109,7 @@ pub use source::{
     AckAnswer, AckSignal, EventSink, InboundSource, NoTransportAck, PollFrom, PollWait,
     PolledEvent, PollingFeed, PushedEvent, PushedFeed, SourceError, TransportAck,
 };
+pub use state::{Book, ChannelState, LegacyFiles, StateError, StateErrorKind};
 
 /// The async-trait macro the SDK's traits are written with (implement them with
 /// `#[async_trait]`).
@@ -115,11 +121,11 @@ pub use clawgate_types as types;
 pub mod prelude {
     pub use crate::{
         AckSignal, ChannelFactory, ChannelMessageAdapter, ChannelPlugin, ChannelSetup,
-        DefaultRenderer, EventSink, InboundSource, MessageLiveAdapter, MessageOriginAdapter,
-        MessageReceiveAdapter, MessageRenderAdapter, NormalizedInbound, PollFrom, PollWait,
-        PolledEvent, PollingFeed, PushedEvent, PushedFeed, ReceiveError, Reconciliation,
-        RenderError, Secret, SendContext, SendError, SetupError, SideEffect, SourceError,
-        TransportAck, async_trait, classify_http_status,
+        ChannelState, DefaultRenderer, EventSink, InboundSource, MessageLiveAdapter,
+        MessageOriginAdapter, MessageReceiveAdapter, MessageRenderAdapter, NormalizedInbound,
+        PollFrom, PollWait, PolledEvent, PollingFeed, PushedEvent, PushedFeed, ReceiveError,
+        Reconciliation, RenderError, Secret, SendContext, SendError, SetupError, SideEffect,
+        SourceError, TransportAck, async_trait, classify_http_status,
     };
     pub use clawgate_types::{
         ChannelMessage, DeliveryFailureKind, LiveCancelReason, MessageActor, MessageAttachment,

@@ -11,6 +11,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 
+use clawgate_types::clock::Clock;
+
+use crate::state::{ChannelState, LegacyFiles};
 use crate::{ChannelMessageAdapter, InboundSource, MessageReceiveAdapter};
 
 /// Everything the gateway needs of one configured channel account.
@@ -126,27 +129,55 @@ pub struct ChannelSetup {
     pub account: String,
     /// The entry's `settings` table, as JSON.
     pub settings: serde_json::Value,
-    /// A directory the channel may keep files in (created; inside the gateway's state
-    /// directory).
+    /// This account's durable state in the gateway's store, and the gateway's clock: the one
+    /// place a channel keeps anything between runs.
+    pub state: ChannelState,
+    /// Files an earlier release of the channel kept in the gateway's state directory, to
+    /// import into [`state`](Self::state) once.
+    pub legacy: LegacyFiles,
+    /// The gateway's state directory, for the channel crates that still keep files of their
+    /// own while they move to [`state`](Self::state); it goes away once none reads it. New code
+    /// uses `state`.
     pub state_dir: PathBuf,
 }
 
 impl ChannelSetup {
-    /// A setup for entry `index` named `name`.
+    /// A setup for entry `index` named `name`, keeping its state in `state`.
     pub fn new(
         index: usize,
         name: impl Into<String>,
         account: impl Into<String>,
         settings: serde_json::Value,
-        state_dir: impl Into<PathBuf>,
+        state: ChannelState,
     ) -> ChannelSetup {
         ChannelSetup {
             index,
             name: name.into(),
             account: account.into(),
             settings,
-            state_dir: state_dir.into(),
+            state,
+            legacy: LegacyFiles::none(),
+            state_dir: std::env::temp_dir(),
         }
+    }
+
+    /// With the gateway's state directory (see [`state_dir`](Self::state_dir)).
+    #[must_use]
+    pub fn with_state_dir(mut self, dir: impl Into<PathBuf>) -> ChannelSetup {
+        self.state_dir = dir.into();
+        self
+    }
+
+    /// With files of an earlier release to import.
+    #[must_use]
+    pub fn with_legacy_files(mut self, legacy: LegacyFiles) -> ChannelSetup {
+        self.legacy = legacy;
+        self
+    }
+
+    /// The gateway's clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        self.state.clock()
     }
 
     /// The path of a settings key in errors: `channels[2].settings.token_env`.
@@ -315,7 +346,13 @@ mod tests {
     }
 
     fn setup(settings: serde_json::Value) -> ChannelSetup {
-        ChannelSetup::new(2, "memory", "default", settings, "/tmp")
+        ChannelSetup::new(
+            2,
+            "memory",
+            "default",
+            settings,
+            crate::state::tests::unused_state(),
+        )
     }
 
     #[test]

@@ -92,6 +92,7 @@ macro_rules! transaction {
 }
 
 mod accounts;
+mod channels;
 mod errors;
 mod feed;
 mod inbound;

@@ -49,10 +49,15 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "agent_global_sessions",
         sql: include_str!("../migrations/0004_agent_global_sessions.sql"),
     },
+    Migration {
+        version: 5,
+        name: "channel_state",
+        sql: include_str!("../migrations/0005_channel_state.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS clawgate_schema_migrations (
     version    BIGINT PRIMARY KEY,

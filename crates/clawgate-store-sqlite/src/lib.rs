@@ -12,6 +12,7 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeExample;
 
+mod channels;
 mod errors;
 mod inbound;
 mod intents;

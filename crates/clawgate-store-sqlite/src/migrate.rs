@@ -47,10 +47,15 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "agent_global_sessions",
         sql: include_str!("../migrations/0006_agent_global_sessions.sql"),
     },
+    Migration {
+        version: 7,
+        name: "channel_state",
+        sql: include_str!("../migrations/0007_channel_state.sql"),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 pub use clawgate_store::MigrationStatus;
 

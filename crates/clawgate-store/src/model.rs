@@ -319,3 +319,77 @@ pub enum AccountClaim {
     /// Another gateway holds it, live until `until`.
     HeldBy(AccountLease),
 }
+
+/// Whose channel state a call reads or writes: one channel kind and one of its accounts. Two
+/// accounts of one kind never see each other's records or values.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ChannelScope {
+    /// The channel kind (`zalo`, `matrix`…).
+    pub kind: String,
+    /// The account id of the `[[channels]]` entry (`default` when none is named).
+    pub account: String,
+}
+
+impl ChannelScope {
+    pub fn new(kind: impl Into<String>, account: impl Into<String>) -> ChannelScope {
+        ChannelScope {
+            kind: kind.into(),
+            account: account.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ChannelScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.kind, self.account)
+    }
+}
+
+/// One record of a channel's book (a send journal, an echo book…).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChannelRecord {
+    /// Its position in the book: appends are numbered 1, 2, 3… in the order they commit, so
+    /// a reader that has seen up to `seq` finds every later record after it.
+    pub seq: i64,
+    /// Unique in its book.
+    pub key: String,
+    pub value: serde_json::Value,
+    pub recorded_at: UnixMillis,
+}
+
+/// What an append did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppendedRecord {
+    pub record: ChannelRecord,
+    /// False when the book already held a record with that key (it is returned unchanged).
+    pub new: bool,
+}
+
+/// A named value of a channel (a cursor, a token, a reference) with its version: 1 when first
+/// written, one more with every write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChannelValue {
+    pub value: serde_json::Value,
+    pub version: i64,
+    pub updated_at: UnixMillis,
+}
+
+/// What a write of a named value requires of the stored one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueExpectation {
+    /// Nothing is stored under the name yet.
+    Absent,
+    /// The stored value has this version (another writer has not changed it since it was read).
+    Version(i64),
+    /// Anything: the write replaces whatever is there.
+    Any,
+}
+
+/// What a write of a named value did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ValueSwap {
+    /// Written; the stored value now.
+    Written(ChannelValue),
+    /// The expectation did not hold; nothing written. The stored value (`None`: absent).
+    Conflict(Option<ChannelValue>),
+}

@@ -12,10 +12,11 @@ use clawgate_types::{
 
 use crate::StoreResult;
 use crate::model::{
-    AccountClaim, AccountLease, AppendWithNotices, AppendedEvent, ChangesSince, Claim, ClaimToken,
-    ConsumedNotice, InboundKey, InboundRecord, InboundStatus, InsertIntentOutcome, IntentCursor,
-    IntentFilter, MigrationStatus, NewSessionEvent, PruneReport, RecordInboundOutcome, SessionHead,
-    SessionRow, WatchCursor, WatermarkKey,
+    AccountClaim, AccountLease, AppendWithNotices, AppendedEvent, AppendedRecord, ChangesSince,
+    ChannelRecord, ChannelScope, ChannelValue, Claim, ClaimToken, ConsumedNotice, InboundKey,
+    InboundRecord, InboundStatus, InsertIntentOutcome, IntentCursor, IntentFilter, MigrationStatus,
+    NewSessionEvent, PruneReport, RecordInboundOutcome, SessionHead, SessionRow, ValueExpectation,
+    ValueSwap, WatchCursor, WatermarkKey,
 };
 
 /// Durable send intents, their receipts and the per-intent idempotency lock.
@@ -374,6 +375,74 @@ pub trait AccountLeaseStore: Send + Sync {
     async fn account_leases(&self) -> StoreResult<Vec<AccountLease>>;
 }
 
+/// What channel crates keep between runs — send journals, echo books, sync cursors, rotating
+/// tokens, conversation references — scoped to one channel account, so two accounts of a kind
+/// never collide and every gateway sharing the database sees the same evidence. Two shapes:
+/// books of keyed records (append once, find, read in order, prune) and named values written
+/// with compare-and-set. A write reported `Ok` is durable, like every other port's.
+#[async_trait]
+pub trait ChannelStateStore: Send + Sync {
+    /// Appends a record under `key` to `book`. A key the book already holds changes nothing:
+    /// the stored record is returned with `new: false` (so an append repeated after a crash,
+    /// or made by two gateways at once, is recorded once).
+    async fn append_channel_record(
+        &self,
+        scope: &ChannelScope,
+        book: &str,
+        key: &str,
+        value: &serde_json::Value,
+        now: UnixMillis,
+    ) -> StoreResult<AppendedRecord>;
+
+    /// The record under `key` in `book`.
+    async fn find_channel_record(
+        &self,
+        scope: &ChannelScope,
+        book: &str,
+        key: &str,
+    ) -> StoreResult<Option<ChannelRecord>>;
+
+    /// Up to `limit` records of `book` with `seq > after`, in `seq` order.
+    async fn channel_records_since(
+        &self,
+        scope: &ChannelScope,
+        book: &str,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<ChannelRecord>>;
+
+    /// Removes the records of `book` recorded before `older_than` and, of the rest, all but
+    /// the newest `keep_newest`; returns how many. The sequence never restarts.
+    async fn prune_channel_records(
+        &self,
+        scope: &ChannelScope,
+        book: &str,
+        older_than: UnixMillis,
+        keep_newest: u64,
+    ) -> StoreResult<u64>;
+
+    /// The value stored under `name`.
+    async fn load_channel_value(
+        &self,
+        scope: &ChannelScope,
+        name: &str,
+    ) -> StoreResult<Option<ChannelValue>>;
+
+    /// Writes `value` under `name` if the stored one meets `expected` (in one write, so of two
+    /// writers expecting the same version exactly one succeeds).
+    async fn swap_channel_value(
+        &self,
+        scope: &ChannelScope,
+        name: &str,
+        expected: ValueExpectation,
+        value: &serde_json::Value,
+        now: UnixMillis,
+    ) -> StoreResult<ValueSwap>;
+
+    /// Removes the value under `name`; true when there was one.
+    async fn delete_channel_value(&self, scope: &ChannelScope, name: &str) -> StoreResult<bool>;
+}
+
 /// The database behind the ports, as operators see it.
 #[async_trait]
 pub trait SchemaStore: Send + Sync {
@@ -406,6 +475,7 @@ pub trait Store:
     + ChangeFeed
     + SchemaStore
     + AccountLeaseStore
+    + ChannelStateStore
     + 'static
 {
 }
@@ -424,6 +494,7 @@ impl<T> Store for T where
         + ChangeFeed
         + SchemaStore
         + AccountLeaseStore
+        + ChannelStateStore
         + 'static
 {
 }

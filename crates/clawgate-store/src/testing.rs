@@ -22,9 +22,9 @@ use clawgate_types::{
 };
 
 use crate::{
-    Claim, ClaimToken, InboundKey, InboundStatus, InsertIntentOutcome, IntentCursor, IntentFilter,
-    NewSessionEvent, RecordInboundOutcome, SessionRow, Store, StoreError, WatchCursor, WatchSource,
-    WatermarkKey,
+    ChannelScope, Claim, ClaimToken, InboundKey, InboundStatus, InsertIntentOutcome, IntentCursor,
+    IntentFilter, NewSessionEvent, RecordInboundOutcome, SessionRow, Store, StoreError,
+    ValueExpectation, ValueSwap, WatchCursor, WatchSource, WatermarkKey,
 };
 
 /// Generates one `#[tokio::test]` per conformance case.
@@ -60,7 +60,12 @@ macro_rules! store_conformance_tests {
             instance_id_is_stable, notices_open_once_and_consume_reopens_once,
             global_sessions_of_two_agents_are_independent,
             deleting_a_watched_session_leaves_each_watcher_one_deletion_notice,
-            account_leases_have_one_holder_and_change_hands_only_when_expired
+            account_leases_have_one_holder_and_change_hands_only_when_expired,
+            channel_records_are_appended_once_and_read_in_order,
+            channel_state_of_one_account_is_invisible_to_every_other,
+            channel_records_are_pruned_by_age_and_by_count,
+            channel_values_are_compare_and_set_under_concurrent_writers,
+            concurrent_channel_appends_are_numbered_once_each
             $(, $extra)*);
     };
     (@cases $open:expr; $($case:ident),+ $(,)?) => {
@@ -1830,9 +1835,49 @@ pub async fn reopen_keeps_committed_state<S: Store>(
             .insert_lease(&lease("lease-9", "gw-a", 1))
             .await
             .unwrap();
+        let zalo = ChannelScope::new("zalo", "oa-1");
+        store
+            .append_channel_record(
+                &zalo,
+                "sends",
+                "attempt/u1",
+                &serde_json::json!({"n": 1}),
+                7,
+            )
+            .await
+            .unwrap();
+        store
+            .swap_channel_value(
+                &zalo,
+                "tokens",
+                ValueExpectation::Absent,
+                &serde_json::json!({"refresh": "r1"}),
+                8,
+            )
+            .await
+            .unwrap();
         (store.gateway_instance_id().await.unwrap(), intent)
     };
     let store = open(dir);
+    let zalo = ChannelScope::new("zalo", "oa-1");
+    assert_eq!(
+        store
+            .find_channel_record(&zalo, "sends", "attempt/u1")
+            .await
+            .unwrap()
+            .map(|r| r.value),
+        Some(serde_json::json!({"n": 1})),
+        "a channel record reported appended survives a restart"
+    );
+    assert_eq!(
+        store
+            .load_channel_value(&zalo, "tokens")
+            .await
+            .unwrap()
+            .map(|v| (v.value, v.version)),
+        Some((serde_json::json!({"refresh": "r1"}), 1)),
+        "a channel value reported written survives a restart"
+    );
     assert_eq!(
         store.gateway_instance_id().await.unwrap(),
         instance,
@@ -2235,5 +2280,471 @@ pub async fn deleting_a_watched_session_leaves_each_watcher_one_deletion_notice<
         store.cursors_with_pending_notice().await.unwrap(),
         vec![notified[1].clone()],
         "the peer's notice is still pending"
+    );
+}
+
+fn record_value(n: u64) -> serde_json::Value {
+    serde_json::json!({"n": n, "text": format!("record {n}")})
+}
+
+/// A key is appended once (a repeat returns the stored record unchanged, `new: false`); records
+/// are found by key and read back in append order after any position.
+pub async fn channel_records_are_appended_once_and_read_in_order<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let scope = ChannelScope::new("zalo", "oa-1");
+    let mut seqs = Vec::new();
+    for n in 1..=5u64 {
+        let appended = store
+            .append_channel_record(
+                &scope,
+                "sends",
+                &format!("k{n}"),
+                &record_value(n),
+                100 + i64::try_from(n).unwrap(),
+            )
+            .await
+            .unwrap();
+        assert!(appended.new, "k{n} is new");
+        assert_eq!(appended.record.key, format!("k{n}"));
+        assert_eq!(appended.record.value, record_value(n));
+        seqs.push(appended.record.seq);
+    }
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "appends are numbered in order: {seqs:?}"
+    );
+    let again = store
+        .append_channel_record(&scope, "sends", "k3", &serde_json::json!("other"), 999)
+        .await
+        .unwrap();
+    assert!(!again.new, "a repeated key is not appended again");
+    assert_eq!(
+        (
+            again.record.seq,
+            again.record.value.clone(),
+            again.record.recorded_at
+        ),
+        (seqs[2], record_value(3), 103),
+        "a repeated key returns the stored record unchanged"
+    );
+    let found = store
+        .find_channel_record(&scope, "sends", "k4")
+        .await
+        .unwrap()
+        .expect("k4 is found by its key");
+    assert_eq!(
+        (found.seq, found.value, found.recorded_at),
+        (seqs[3], record_value(4), 104)
+    );
+    assert!(
+        store
+            .find_channel_record(&scope, "sends", "k9")
+            .await
+            .unwrap()
+            .is_none(),
+        "a key never appended is not found"
+    );
+    let all = store
+        .channel_records_since(&scope, "sends", 0, 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        all.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(),
+        ["k1", "k2", "k3", "k4", "k5"],
+        "every record once, in append order"
+    );
+    let after = store
+        .channel_records_since(&scope, "sends", seqs[1], 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        after.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(),
+        ["k3", "k4"],
+        "records after a position, at most the limit"
+    );
+    assert!(
+        store
+            .channel_records_since(&scope, "sends", seqs[4], 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing after the newest"
+    );
+}
+
+/// Two accounts of one kind, two kinds with one account name, and two books of one account
+/// never see each other's records or values.
+pub async fn channel_state_of_one_account_is_invisible_to_every_other<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let a = ChannelScope::new("matrix", "one");
+    let b = ChannelScope::new("matrix", "two");
+    let c = ChannelScope::new("teams", "one");
+    for (scope, text) in [(&a, "a"), (&b, "b"), (&c, "c")] {
+        let appended = store
+            .append_channel_record(scope, "journal", "same-key", &serde_json::json!(text), 1)
+            .await
+            .unwrap();
+        assert!(
+            appended.new,
+            "{scope}: the same key in another scope is a new record"
+        );
+        store
+            .swap_channel_value(
+                scope,
+                "since",
+                ValueExpectation::Absent,
+                &serde_json::json!(text),
+                1,
+            )
+            .await
+            .unwrap();
+    }
+    store
+        .append_channel_record(&a, "other-book", "same-key", &serde_json::json!("a2"), 1)
+        .await
+        .unwrap();
+    for (scope, text) in [(&a, "a"), (&b, "b"), (&c, "c")] {
+        let records = store
+            .channel_records_since(scope, "journal", 0, 10)
+            .await
+            .unwrap();
+        assert_eq!(
+            records.iter().map(|r| r.value.clone()).collect::<Vec<_>>(),
+            [serde_json::json!(text)],
+            "{scope} reads only its own book"
+        );
+        assert_eq!(
+            store
+                .load_channel_value(scope, "since")
+                .await
+                .unwrap()
+                .map(|v| v.value),
+            Some(serde_json::json!(text)),
+            "{scope} reads only its own value"
+        );
+    }
+    store
+        .prune_channel_records(&b, "journal", i64::MAX, 0)
+        .await
+        .unwrap();
+    assert!(store.delete_channel_value(&b, "since").await.unwrap());
+    assert_eq!(
+        store
+            .channel_records_since(&a, "journal", 0, 10)
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "pruning one account's book leaves another's"
+    );
+    assert!(
+        store
+            .load_channel_value(&a, "since")
+            .await
+            .unwrap()
+            .is_some(),
+        "deleting one account's value leaves another's"
+    );
+    assert_eq!(
+        store
+            .find_channel_record(&a, "other-book", "same-key")
+            .await
+            .unwrap()
+            .map(|r| r.value),
+        Some(serde_json::json!("a2")),
+        "another book of the account is its own"
+    );
+}
+
+/// Pruning removes records older than the cut-off and, of the rest, all but the newest N;
+/// numbering goes on after the last number ever given, so a reader's position stays valid.
+pub async fn channel_records_are_pruned_by_age_and_by_count<S: Store>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = open(dir);
+    let scope = ChannelScope::new("qq", "bot");
+    let mut last = 0;
+    for n in 1..=10u64 {
+        last = store
+            .append_channel_record(
+                &scope,
+                "active",
+                &format!("k{n}"),
+                &record_value(n),
+                i64::try_from(n).unwrap() * 10,
+            )
+            .await
+            .unwrap()
+            .record
+            .seq;
+    }
+    // Older than 35: k1, k2, k3 go.
+    let removed = store
+        .prune_channel_records(&scope, "active", 35, u64::MAX)
+        .await
+        .unwrap();
+    assert_eq!(removed, 3, "the records recorded before the cut-off");
+    let keys =
+        |records: Vec<crate::ChannelRecord>| records.into_iter().map(|r| r.key).collect::<Vec<_>>();
+    assert_eq!(
+        keys(
+            store
+                .channel_records_since(&scope, "active", 0, 100)
+                .await
+                .unwrap()
+        ),
+        ["k4", "k5", "k6", "k7", "k8", "k9", "k10"]
+    );
+    // Keep the newest 4.
+    let removed = store
+        .prune_channel_records(&scope, "active", 0, 4)
+        .await
+        .unwrap();
+    assert_eq!(removed, 3, "all but the newest four");
+    assert_eq!(
+        keys(
+            store
+                .channel_records_since(&scope, "active", 0, 100)
+                .await
+                .unwrap()
+        ),
+        ["k7", "k8", "k9", "k10"]
+    );
+    assert_eq!(
+        store
+            .prune_channel_records(&scope, "active", 0, 4)
+            .await
+            .unwrap(),
+        0,
+        "nothing more to prune"
+    );
+    let next = store
+        .append_channel_record(&scope, "active", "k11", &record_value(11), 200)
+        .await
+        .unwrap()
+        .record
+        .seq;
+    assert!(
+        next > last,
+        "numbering goes on after pruning: {next} after {last}"
+    );
+}
+
+/// A named value is written only when the stored one meets the expectation; of several writers
+/// expecting the same version (or its absence) at once, exactly one wins and is what is stored.
+pub async fn channel_values_are_compare_and_set_under_concurrent_writers<S: Store + 'static>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = std::sync::Arc::new(open(dir));
+    let scope = ChannelScope::new("zalo", "oa-1");
+    assert!(
+        store
+            .load_channel_value(&scope, "tokens")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let racers = |expected: ValueExpectation| {
+        (0..12u32)
+            .map(|n| {
+                let store = store.clone();
+                let scope = scope.clone();
+                tokio::spawn(async move {
+                    let value = serde_json::json!({"writer": n});
+                    (
+                        n,
+                        store
+                            .swap_channel_value(&scope, "tokens", expected, &value, i64::from(n))
+                            .await
+                            .unwrap(),
+                    )
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut winners = Vec::new();
+    for task in racers(ValueExpectation::Absent) {
+        match task.await.unwrap() {
+            (n, ValueSwap::Written(v)) => {
+                assert_eq!(v.version, 1, "a first write is version 1");
+                winners.push(n);
+            }
+            (_, ValueSwap::Conflict(stored)) => {
+                assert!(stored.is_some(), "a loser is shown the stored value");
+            }
+        }
+    }
+    assert_eq!(
+        winners.len(),
+        1,
+        "one writer creates the value: {winners:?}"
+    );
+    let stored = store
+        .load_channel_value(&scope, "tokens")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (stored.value.clone(), stored.version),
+        (serde_json::json!({"writer": winners[0]}), 1),
+        "the winner's value is stored"
+    );
+
+    let mut winners = Vec::new();
+    for task in racers(ValueExpectation::Version(1)) {
+        match task.await.unwrap() {
+            (n, ValueSwap::Written(v)) => {
+                assert_eq!(v.version, 2);
+                winners.push(n);
+            }
+            (_, ValueSwap::Conflict(stored)) => {
+                assert_eq!(
+                    stored.map(|s| s.version),
+                    Some(2),
+                    "a loser sees the winner's version"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        winners.len(),
+        1,
+        "one writer of version 1 wins: {winners:?}"
+    );
+    assert_eq!(
+        store
+            .load_channel_value(&scope, "tokens")
+            .await
+            .unwrap()
+            .map(|v| v.value),
+        Some(serde_json::json!({"writer": winners[0]}))
+    );
+
+    assert!(
+        matches!(
+            store
+                .swap_channel_value(&scope, "tokens", ValueExpectation::Version(1), &serde_json::json!("stale"), 50)
+                .await
+                .unwrap(),
+            ValueSwap::Conflict(Some(ref v)) if v.version == 2
+        ),
+        "a stale version is refused"
+    );
+    assert!(
+        matches!(
+            store
+                .swap_channel_value(
+                    &scope,
+                    "tokens",
+                    ValueExpectation::Absent,
+                    &serde_json::json!("again"),
+                    50
+                )
+                .await
+                .unwrap(),
+            ValueSwap::Conflict(Some(_))
+        ),
+        "Absent is refused once a value exists"
+    );
+    assert!(
+        matches!(
+            store
+                .swap_channel_value(
+                    &scope,
+                    "missing",
+                    ValueExpectation::Version(1),
+                    &serde_json::json!(1),
+                    50
+                )
+                .await
+                .unwrap(),
+            ValueSwap::Conflict(None)
+        ),
+        "a version of a value never written is refused"
+    );
+    let any = store
+        .swap_channel_value(
+            &scope,
+            "tokens",
+            ValueExpectation::Any,
+            &serde_json::json!("any"),
+            60,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(any, ValueSwap::Written(ref v) if v.version == 3 && v.updated_at == 60),
+        "Any writes over whatever is there: {any:?}"
+    );
+    assert!(store.delete_channel_value(&scope, "tokens").await.unwrap());
+    assert!(
+        !store.delete_channel_value(&scope, "tokens").await.unwrap(),
+        "nothing left to delete"
+    );
+    assert!(
+        store
+            .load_channel_value(&scope, "tokens")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// Appends racing on one book each get their own number, every number is used once, and of
+/// several appends of one key exactly one is new.
+pub async fn concurrent_channel_appends_are_numbered_once_each<S: Store + 'static>(
+    dir: &std::path::Path,
+    open: &impl Fn(&std::path::Path) -> S,
+) {
+    let store = std::sync::Arc::new(open(dir));
+    let scope = ChannelScope::new("line", "main");
+    let tasks: Vec<_> = (0..30u64)
+        .map(|n| {
+            let store = store.clone();
+            let scope = scope.clone();
+            tokio::spawn(async move {
+                // Every third task appends the shared key; the rest a key of their own.
+                let key = if n % 3 == 0 {
+                    "shared".to_owned()
+                } else {
+                    format!("own-{n}")
+                };
+                store
+                    .append_channel_record(&scope, "replies", &key, &record_value(n), 1)
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut new_shared = 0;
+    for task in tasks {
+        let appended = task.await.unwrap();
+        if appended.record.key == "shared" && appended.new {
+            new_shared += 1;
+        }
+    }
+    assert_eq!(new_shared, 1, "one append of the shared key is new");
+    let records = store
+        .channel_records_since(&scope, "replies", 0, 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        records.len(),
+        21,
+        "20 own keys and the shared one, each once"
+    );
+    let seqs: BTreeSet<i64> = records.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs.len(), 21, "no number given twice");
+    assert!(
+        records.windows(2).all(|w| w[0].seq < w[1].seq),
+        "read back in number order"
     );
 }

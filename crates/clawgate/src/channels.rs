@@ -5,8 +5,9 @@
 
 use clawgate_channel_sdk::ChannelRegistry;
 
-/// Every channel kind compiled into this build.
-pub fn registry() -> ChannelRegistry {
+/// Every channel kind compiled into this build. An embedded QA platform keeps its state (the
+/// platform's, not the channel's) in `state_dir`.
+pub fn registry(state_dir: &std::path::Path) -> ChannelRegistry {
     #[cfg_attr(
         not(any(
             feature = "channel-qa",
@@ -35,8 +36,12 @@ pub fn registry() -> ChannelRegistry {
         allow(unused_mut)
     )]
     let mut registry = ChannelRegistry::new();
+    #[cfg(not(feature = "channel-qa"))]
+    let _ = state_dir;
     #[cfg(feature = "channel-qa")]
-    registry.register(std::sync::Arc::new(clawgate_channel_qa::QaFactory));
+    registry.register(std::sync::Arc::new(
+        clawgate_channel_qa::QaFactory::keeping_platforms_in(state_dir),
+    ));
     #[cfg(feature = "channel-telegram")]
     registry.register(std::sync::Arc::new(
         clawgate_channel_telegram::TelegramFactory,

@@ -22,9 +22,9 @@ use std::time::Duration;
 
 use clawgate_acpx::{AgentLimits, ControllerConfig, LifecycleController, system_table};
 use clawgate_awareness::{Awareness, AwarenessConfig, RetentionPolicy};
-use clawgate_channel_sdk::{ChannelRegistry, ChannelSetup, SetupError};
+use clawgate_channel_sdk::{ChannelRegistry, ChannelSetup, ChannelState, LegacyFiles, SetupError};
 use clawgate_messages::{Messenger, ReceiveOptions, Receiver, SourceRunner, SourceStores};
-use clawgate_store::{Store, WatermarkKey};
+use clawgate_store::{ChannelScope, Store, WatermarkKey};
 
 use crate::ownership::{AccountOwnership, TenureEnd};
 use clawgate_turns::{AgentCommand, Counters, TurnHandler, Turns};
@@ -128,7 +128,8 @@ impl Gateway {
     /// [`Gateway::start_with`] the channel kinds of this build ([`crate::channels::registry`]).
     pub async fn start(config: Config) -> Result<Arc<Gateway>, GatewayError> {
         let exe = std::env::current_exe().map_err(GatewayError::OwnPath)?;
-        Gateway::start_with(config, &crate::channels::registry(), exe).await
+        let registry = crate::channels::registry(&config.state_dir);
+        Gateway::start_with(config, &registry, exe).await
     }
 
     /// Locks the state directory, opens the store, reaps earlier agent processes, builds the
@@ -257,6 +258,7 @@ impl Gateway {
             );
         }
 
+        let clock = Arc::new(SystemClock);
         let mut channels = Vec::new();
         for (n, section) in config.channels.iter().enumerate() {
             let name = if section.account == "default" {
@@ -281,14 +283,25 @@ impl Gateway {
                     e.to_string(),
                 ))
             })?;
+            // Channel state lives in the store, scoped to the account; files an earlier release
+            // kept in the state directory are imported by the channel once.
+            let channel_state = ChannelState::new(
+                store.clone(),
+                ChannelScope::new(section.kind.clone(), section.account.clone()),
+                clock.clone(),
+            );
             let plugin = factory
-                .build(ChannelSetup::new(
-                    n,
-                    name.clone(),
-                    section.account.clone(),
-                    settings,
-                    state.path(),
-                ))
+                .build(
+                    ChannelSetup::new(
+                        n,
+                        name.clone(),
+                        section.account.clone(),
+                        settings,
+                        channel_state,
+                    )
+                    .with_legacy_files(LegacyFiles::in_dir(state.path()))
+                    .with_state_dir(state.path()),
+                )
                 .await
                 .map_err(GatewayError::Channel)?;
             if plugin.name() != name {
@@ -315,7 +328,6 @@ impl Gateway {
             ));
         }
 
-        let clock = Arc::new(SystemClock);
         let messenger = Messenger::new(
             store.clone(),
             crate::crash_points::wrap(channels.iter().map(|c| c.plugin.sender.clone()).collect()),

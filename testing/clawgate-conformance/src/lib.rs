@@ -195,3 +195,62 @@ macro_rules! conformance_tests {
         }
     };
 }
+
+/// The state a gateway hands channel `name` of `account`, kept in the SQLite store of `dir`
+/// (created and migrated there): a channel built again on the same `dir` — a restart — finds
+/// what the first one wrote.
+pub fn channel_state(
+    dir: impl AsRef<std::path::Path>,
+    name: &str,
+    account: &str,
+) -> clawgate_channel_sdk::ChannelState {
+    let store = std::sync::Arc::new(clawgate_store_sqlite::testing::open_store(dir.as_ref()));
+    clawgate_channel_sdk::ChannelState::with_system_clock(
+        store,
+        clawgate_store::ChannelScope::new(name, account),
+    )
+}
+
+/// A [`ChannelSetup`](clawgate_channel_sdk::ChannelSetup) for entry `index`, as the gateway
+/// builds it, with its state in the SQLite store of `dir` (see [`channel_state`]).
+pub fn channel_setup(
+    index: usize,
+    name: &str,
+    account: &str,
+    settings: serde_json::Value,
+    dir: impl AsRef<std::path::Path>,
+) -> clawgate_channel_sdk::ChannelSetup {
+    let dir = dir.as_ref();
+    clawgate_channel_sdk::ChannelSetup::new(
+        index,
+        name,
+        account,
+        settings,
+        channel_state(dir, name, account),
+    )
+    .with_state_dir(dir)
+}
+
+/// A [`ChannelSetup`](clawgate_channel_sdk::ChannelSetup) whose state is kept in an in-memory
+/// SQLite store (gone with the channel): for a test that restarts nothing.
+pub fn channel_setup_in_memory(
+    index: usize,
+    name: &str,
+    account: &str,
+    settings: serde_json::Value,
+) -> clawgate_channel_sdk::ChannelSetup {
+    let store = clawgate_store_sqlite::SqliteStore::open_in_memory(
+        clawgate_store_sqlite::SqliteOptions::default(),
+    )
+    .expect("an in-memory SQLite store");
+    clawgate_channel_sdk::ChannelSetup::new(
+        index,
+        name,
+        account,
+        settings,
+        clawgate_channel_sdk::ChannelState::with_system_clock(
+            std::sync::Arc::new(store),
+            clawgate_store::ChannelScope::new(name, account),
+        ),
+    )
+}

@@ -87,7 +87,7 @@ pub(crate) async fn build(
     for (key, value) in settings.as_object().unwrap() {
         merged[key] = value.clone();
     }
-    let setup = ChannelSetup::new(0, name, "default", merged, state_dir);
+    let setup = clawgate_conformance::channel_setup(0, name, "default", merged, state_dir);
     factory
         .build_with_secrets(&setup, Secret::new(bot.token.clone().unwrap()))
         .await

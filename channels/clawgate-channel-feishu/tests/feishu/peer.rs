@@ -58,7 +58,7 @@ pub(crate) async fn build(
     for (key, value) in settings.as_object().unwrap() {
         merged[key] = value.clone();
     }
-    let setup = ChannelSetup::new(0, "feishu", "default", merged, state);
+    let setup = clawgate_conformance::channel_setup(0, "feishu", "default", merged, state);
     FeishuFactory.build_with_secrets(&setup, secrets).await
 }
 

@@ -189,7 +189,7 @@ fn setup_with(settings: Value, dir: &std::path::Path) -> ChannelSetup {
     for (key, value) in settings.as_object().unwrap() {
         merged[key] = value.clone();
     }
-    ChannelSetup::new(0, "googlechat", "default", merged, dir)
+    clawgate_conformance::channel_setup(0, "googlechat", "default", merged, dir)
 }
 
 async fn build_error(settings: Value, credentials: Option<GoogleChatCredentials>) -> SetupError {

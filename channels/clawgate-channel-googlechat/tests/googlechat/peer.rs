@@ -91,7 +91,8 @@ impl Peer {
                     .insert(key.clone(), value.clone()),
             };
         }
-        let setup = ChannelSetup::new(0, "googlechat", "default", merged, state.path());
+        let setup =
+            clawgate_conformance::channel_setup(0, "googlechat", "default", merged, state.path());
         let plugin = GoogleChatFactory
             .build_with_secrets(&setup, credentials)
             .await

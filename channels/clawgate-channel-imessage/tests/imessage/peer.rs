@@ -94,7 +94,7 @@ pub(crate) async fn build(
     state: &std::path::Path,
     settings: Value,
 ) -> Result<ChannelPlugin, SetupError> {
-    let setup = ChannelSetup::new(0, "imessage", "default", settings, state);
+    let setup = clawgate_conformance::channel_setup(0, "imessage", "default", settings, state);
     ImessageFactory
         .build_with_secrets(&setup, Secret::new(sim.password()), Secret::new(TOKEN))
         .await

@@ -309,7 +309,7 @@ async fn without_the_private_api_nothing_live_is_declared_and_sends_use_applescr
 #[tokio::test]
 async fn a_wrong_password_stops_the_start_naming_the_setting_and_never_prints() {
     let peer = Peer::start().await;
-    let setup = ChannelSetup::new(
+    let setup = clawgate_conformance::channel_setup(
         0,
         "imessage",
         "default",

@@ -359,7 +359,7 @@ async fn notices_and_ctcp_reach_the_feed_but_are_never_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sasl_against_a_server_without_it_is_refused_with_the_reason() {
     let server = Ngircd::start(Penalties::Off);
-    let setup = ChannelSetup::new(
+    let setup = clawgate_conformance::channel_setup_in_memory(
         0,
         "irc",
         "default",
@@ -367,7 +367,6 @@ async fn sasl_against_a_server_without_it_is_refused_with_the_reason() {
             server.port,
             json!({ "sasl_account": "claw", "send_wait_ms": 5000 }),
         ),
-        std::env::temp_dir(),
     );
     let plugin = clawgate_channel_irc::IrcFactory
         .build_with_secrets(&setup, Some(Secret::new("hunter2")))
@@ -553,12 +552,11 @@ async fn lost_answers_at_seeded_points_never_put_a_line_twice() {
 async fn the_server_password_logs_in_and_a_wrong_one_is_refused() {
     let server = Ngircd::start_with(Penalties::Off, Some("s3cret-pass"));
     let build_with = |password: &'static str| {
-        let setup = ChannelSetup::new(
+        let setup = clawgate_conformance::channel_setup_in_memory(
             0,
             "irc",
             "default",
             settings(server.port, json!({ "send_wait_ms": 5000 })),
-            std::env::temp_dir(),
         );
         async move {
             clawgate_channel_irc::IrcFactory

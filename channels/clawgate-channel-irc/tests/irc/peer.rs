@@ -70,7 +70,7 @@ pub(crate) fn settings(port: u16, extra: Value) -> Value {
 }
 
 pub(crate) async fn build(settings: Value) -> ChannelPlugin {
-    let setup = ChannelSetup::new(0, "irc", "default", settings, std::env::temp_dir());
+    let setup = clawgate_conformance::channel_setup_in_memory(0, "irc", "default", settings);
     IrcFactory.build_with_secrets(&setup, None).await.unwrap()
 }
 

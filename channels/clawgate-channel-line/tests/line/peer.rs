@@ -56,7 +56,7 @@ pub(crate) async fn build(
     for (key, value) in settings.as_object().unwrap() {
         merged[key] = value.clone();
     }
-    let setup = ChannelSetup::new(0, "line", "default", merged, state);
+    let setup = clawgate_conformance::channel_setup(0, "line", "default", merged, state);
     LineFactory
         .build_with_secrets(
             &setup,

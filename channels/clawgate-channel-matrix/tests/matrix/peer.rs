@@ -201,7 +201,7 @@ pub(crate) async fn build(
     for (key, value) in settings.as_object().unwrap() {
         merged[key] = value.clone();
     }
-    let setup = ChannelSetup::new(0, "matrix", "default", merged, state_dir);
+    let setup = clawgate_conformance::channel_setup(0, "matrix", "default", merged, state_dir);
     MatrixFactory
         .build_with_secrets(&setup, Secret::new(gateway.token.clone()))
         .await

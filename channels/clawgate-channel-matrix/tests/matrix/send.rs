@@ -397,7 +397,9 @@ async fn an_encrypted_room_is_refused_and_nothing_is_sent_in_the_clear() {
 async fn the_factory_checks_the_token_and_names_each_bad_setting() {
     let peer = Peer::start().await;
     let state = tempfile::tempdir().unwrap();
-    let setup = |settings: Value| ChannelSetup::new(2, "matrix", "default", settings, state.path());
+    let setup = |settings: Value| {
+        clawgate_conformance::channel_setup(2, "matrix", "default", settings, state.path())
+    };
     let good = json!({
         "homeserver_url": peer.synapse.base, "user_id": peer.gateway.user_id,
         "token_env": "MATRIX_TOKEN",

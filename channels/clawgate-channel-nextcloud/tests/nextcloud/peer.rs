@@ -97,7 +97,8 @@ impl BotPeer {
             }),
             &settings,
         );
-        let setup = ChannelSetup::new(0, "nextcloud", "default", merged, state.path());
+        let setup =
+            clawgate_conformance::channel_setup(0, "nextcloud", "default", merged, state.path());
         let plugin = NextcloudFactory
             .build_with_secret(
                 &setup,
@@ -308,7 +309,7 @@ impl UserPeer {
             }),
             settings,
         );
-        let setup = ChannelSetup::new(0, "nextcloud", "default", merged, dir);
+        let setup = clawgate_conformance::channel_setup(0, "nextcloud", "default", merged, dir);
         NextcloudFactory
             .build_with_secret(
                 &setup,

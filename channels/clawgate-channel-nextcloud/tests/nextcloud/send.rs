@@ -67,7 +67,7 @@ async fn a_bot_with_the_wrong_secret_is_refused_as_auth_and_nothing_lands() {
     .await;
     // The peer signs with the simulator's secret; build a second channel with a wrong one.
     let state = tempfile::tempdir().unwrap();
-    let setup = ChannelSetup::new(
+    let setup = clawgate_conformance::channel_setup(
         0,
         "nextcloud",
         "default",
@@ -368,7 +368,7 @@ async fn edits_are_allowed_for_24_hours_and_deletes_for_6() {
 async fn a_wrong_app_password_stops_the_start_naming_the_setting() {
     let peer = UserPeer::start().await;
     let state = tempfile::tempdir().unwrap();
-    let setup = ChannelSetup::new(
+    let setup = clawgate_conformance::channel_setup(
         0,
         "nextcloud",
         "default",

@@ -27,7 +27,7 @@ pub(crate) fn settings(relays: &[String], extra: Value) -> Value {
 }
 
 pub(crate) async fn build(keys: &Keys, settings: Value, state: &std::path::Path) -> ChannelPlugin {
-    let setup = ChannelSetup::new(0, "nostr", "default", settings, state.to_path_buf());
+    let setup = clawgate_conformance::channel_setup(0, "nostr", "default", settings, state);
     let secret = Secret::new(keys.secret_key().to_secret_hex());
     let plugin = NostrFactory
         .build_with_secrets(&setup, &secret)

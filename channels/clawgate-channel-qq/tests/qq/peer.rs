@@ -104,7 +104,7 @@ pub(crate) async fn build(
     settings: Value,
     secret: &str,
 ) -> Result<ChannelPlugin, SetupError> {
-    let setup = ChannelSetup::new(0, "qq", "default", settings, state);
+    let setup = clawgate_conformance::channel_setup(0, "qq", "default", settings, state);
     QqFactory
         .build_with_secret(&setup, Secret::new(secret))
         .await

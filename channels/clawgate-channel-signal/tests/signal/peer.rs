@@ -39,7 +39,7 @@ pub(crate) async fn build(
     settings: Value,
     state: &std::path::Path,
 ) -> Result<ChannelPlugin, SetupError> {
-    let setup = ChannelSetup::new(0, "signal", "default", settings, state);
+    let setup = clawgate_conformance::channel_setup(0, "signal", "default", settings, state);
     SignalFactory.build(setup).await
 }
 

@@ -53,7 +53,8 @@ impl Peer {
         for (key, value) in settings.as_object().unwrap() {
             merged[key] = value.clone();
         }
-        let setup = ChannelSetup::new(0, "slack", "default", merged, state.path());
+        let setup =
+            clawgate_conformance::channel_setup(0, "slack", "default", merged, state.path());
         let plugin = SlackFactory
             .build_with_secrets(
                 &setup,

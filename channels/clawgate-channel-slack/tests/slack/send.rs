@@ -207,7 +207,7 @@ async fn update_errors_are_classified_and_a_lost_edit_answer_is_sent_again() {
 async fn a_refused_token_stops_the_start_naming_the_setting() {
     let peer = Peer::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let setup = ChannelSetup::new(
+    let setup = clawgate_conformance::channel_setup(
         0,
         "slack",
         "default",
@@ -232,7 +232,7 @@ async fn a_refused_token_stops_the_start_naming_the_setting() {
         !error.contains("xoxb-wrong"),
         "the token never prints: {error}"
     );
-    let unknown = ChannelSetup::new(
+    let unknown = clawgate_conformance::channel_setup(
         0,
         "slack",
         "default",

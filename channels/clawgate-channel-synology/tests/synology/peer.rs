@@ -133,7 +133,8 @@ impl Peer {
         for (key, value) in settings.as_object().unwrap() {
             merged[key] = value.clone();
         }
-        let setup = ChannelSetup::new(0, "synology", "default", merged, state.path());
+        let setup =
+            clawgate_conformance::channel_setup(0, "synology", "default", merged, state.path());
         let mut secrets = SynologySecrets {
             bot_token: Some(Secret::new(sim.bot_token())),
             ..SynologySecrets::default()

@@ -359,7 +359,7 @@ async fn a_refused_bot_token_stops_the_start_naming_the_setting() {
     let peer = Peer::start().await;
     peer.sim.revoke_bot_token();
     let state = tempfile::tempdir().unwrap();
-    let setup = ChannelSetup::new(
+    let setup = clawgate_conformance::channel_setup(
         0,
         "synology",
         "default",
@@ -385,7 +385,7 @@ async fn a_refused_bot_token_stops_the_start_naming_the_setting() {
     );
     assert!(!text.contains(&peer.sim.bot_token()), "{text}");
     // Unknown settings are refused.
-    let typo = ChannelSetup::new(
+    let typo = clawgate_conformance::channel_setup(
         0,
         "synology",
         "default",

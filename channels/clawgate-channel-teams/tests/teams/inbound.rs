@@ -298,7 +298,8 @@ async fn the_service_url_of_each_conversation_is_kept_for_sends_after_a_restart(
         "openid_url": peer.sim.openid_url(),
     });
     settings["request_timeout_ms"] = json!(3000);
-    let setup = ChannelSetup::new(0, "teams", "default", settings, peer.state.path());
+    let setup =
+        clawgate_conformance::channel_setup(0, "teams", "default", settings, peer.state.path());
     let again = TeamsFactory
         .build_with_secrets(&setup, Secret::new(peer.sim.app_password()))
         .await

@@ -71,7 +71,8 @@ impl Peer {
                     .insert(key.clone(), value.clone()),
             };
         }
-        let setup = ChannelSetup::new(0, "teams", "default", merged, state.path());
+        let setup =
+            clawgate_conformance::channel_setup(0, "teams", "default", merged, state.path());
         let plugin = TeamsFactory
             .build_with_secrets(&setup, Secret::new(sim.app_password()))
             .await

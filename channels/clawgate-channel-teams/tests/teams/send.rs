@@ -360,7 +360,7 @@ async fn a_wrong_client_secret_stops_the_start_naming_the_setting_not_the_secret
         "app_id": sim.app_id(), "app_password_env": "TEAMS_APP_PASSWORD",
         "listen": "127.0.0.1:0", "token_url": sim.token_url(), "openid_url": sim.openid_url(),
     });
-    let setup = ChannelSetup::new(0, "teams", "default", settings, dir.path());
+    let setup = clawgate_conformance::channel_setup(0, "teams", "default", settings, dir.path());
     let error = TeamsFactory
         .build_with_secrets(&setup, Secret::new("not-the-secret-value"))
         .await
@@ -392,7 +392,8 @@ async fn a_misspelt_setting_and_a_plain_http_service_stop_the_start_naming_the_k
         (misspelt, "channels[0].settings"),
         (no_url, "channels[0].settings.service_url"),
     ] {
-        let setup = ChannelSetup::new(0, "teams", "default", settings, dir.path());
+        let setup =
+            clawgate_conformance::channel_setup(0, "teams", "default", settings, dir.path());
         let error = TeamsFactory
             .build_with_secrets(&setup, Secret::new(sim.app_password()))
             .await

@@ -15,7 +15,7 @@ use crate::peer::{Peer, build, quiet};
 async fn a_wrong_token_stops_the_start_naming_the_setting() {
     let sim = BotApiSimulator::start(quiet()).await.unwrap();
     let state = tempfile::tempdir().unwrap();
-    let setup = ChannelSetup::new(
+    let setup = clawgate_conformance::channel_setup(
         3,
         "telegram",
         "default",

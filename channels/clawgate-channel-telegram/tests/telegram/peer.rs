@@ -117,7 +117,7 @@ pub(crate) async fn build(
         merged[key] = value.clone();
     }
     let webhook = merged.get("mode") == Some(&json!("webhook"));
-    let setup = ChannelSetup::new(0, "telegram", "default", merged, state_dir);
+    let setup = clawgate_conformance::channel_setup(0, "telegram", "default", merged, state_dir);
     TelegramFactory
         .build_with_secrets(
             &setup,

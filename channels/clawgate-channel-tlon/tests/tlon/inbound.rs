@@ -328,7 +328,7 @@ async fn without_a_session_nothing_is_read_or_done_and_a_wrong_code_stops_the_st
     // A wrong +code is refused at start, naming the setting, never printing the code.
     let state = tempfile::tempdir().unwrap();
     let settings = json!({ "url": ship.url(), "ship": "~zod", "code_env": "TLON_CODE" });
-    let setup = ChannelSetup::new(3, "tlon", "default", settings, state.path());
+    let setup = clawgate_conformance::channel_setup(3, "tlon", "default", settings, state.path());
     let error = clawgate_channel_tlon::TlonFactory
         .build_with_code(&setup, Secret::new("wrong-code-sampel"))
         .await
@@ -344,7 +344,7 @@ async fn without_a_session_nothing_is_read_or_done_and_a_wrong_code_stops_the_st
     )
     .await;
     assert!(!format!("{plugin:?}").contains(ship.code()));
-    let unset = ChannelSetup::new(
+    let unset = clawgate_conformance::channel_setup(
         0,
         "tlon",
         "default",

@@ -102,7 +102,7 @@ impl Peer {
 }
 
 pub(crate) async fn build(ship: &Ship, settings: &Value, state: &std::path::Path) -> ChannelPlugin {
-    let setup = ChannelSetup::new(0, "tlon", "default", settings.clone(), state);
+    let setup = clawgate_conformance::channel_setup(0, "tlon", "default", settings.clone(), state);
     TlonFactory
         .build_with_code(&setup, Secret::new(ship.code()))
         .await

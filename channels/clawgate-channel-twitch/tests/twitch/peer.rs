@@ -48,7 +48,7 @@ pub(crate) fn settings(sim: &TwitchSimulator, extra: Value) -> Value {
 }
 
 pub(crate) async fn build(sim: &TwitchSimulator, settings: Value) -> ChannelPlugin {
-    let setup = ChannelSetup::new(0, "twitch", "default", settings, std::env::temp_dir());
+    let setup = clawgate_conformance::channel_setup_in_memory(0, "twitch", "default", settings);
     TwitchFactory
         .build_with_secrets(&setup, Secret::new(sim.config().bot_token))
         .await

@@ -345,12 +345,11 @@ async fn helix_errors_and_a_bad_token_are_classified() {
     assert_eq!(error.kind, DeliveryFailureKind::RateLimit, "{error:?}");
     assert_eq!(error.platform_code.as_deref(), Some("429"));
     // A wrong token: the chat login fails, and so does the send, as Auth.
-    let setup = ChannelSetup::new(
+    let setup = clawgate_conformance::channel_setup_in_memory(
         0,
         "twitch",
         "default",
         settings(&peer.sim, json!({})),
-        std::env::temp_dir(),
     );
     let wrong = clawgate_channel_twitch::TwitchFactory
         .build_with_secrets(&setup, Secret::new("oauth:wrong"))

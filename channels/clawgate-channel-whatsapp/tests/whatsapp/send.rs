@@ -233,7 +233,8 @@ async fn the_factory_checks_the_token_and_the_number_and_names_the_key() {
         })
     };
     let build = |settings: serde_json::Value, token: &str| {
-        let setup = ChannelSetup::new(3, "whatsapp", "default", settings, state.path());
+        let setup =
+            clawgate_conformance::channel_setup(3, "whatsapp", "default", settings, state.path());
         let token = Secret::new(token);
         async move {
             WhatsAppFactory

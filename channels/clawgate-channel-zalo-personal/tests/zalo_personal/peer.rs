@@ -130,7 +130,7 @@ pub(crate) async fn build(
     state: &std::path::Path,
     settings: Value,
 ) -> Result<ChannelPlugin, SetupError> {
-    let setup = ChannelSetup::new(0, "zalo-personal", "default", settings, state);
+    let setup = clawgate_conformance::channel_setup(0, "zalo-personal", "default", settings, state);
     ZaloPersonalFactory
         .build_with_secrets(&setup, Secret::new(sim.cookie()), Secret::new(sim.imei()))
         .await

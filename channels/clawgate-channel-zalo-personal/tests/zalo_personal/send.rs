@@ -310,7 +310,7 @@ async fn secrets_stay_out_of_debug_output_and_errors() {
         .await
         .unwrap();
     let state = tempfile::tempdir().unwrap();
-    let setup = ChannelSetup::new(
+    let setup = clawgate_conformance::channel_setup(
         0,
         "zalo-personal",
         "default",

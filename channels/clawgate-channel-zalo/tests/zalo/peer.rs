@@ -105,7 +105,7 @@ pub(crate) async fn build(
     settings: Value,
     refresh: &str,
 ) -> Result<ChannelPlugin, SetupError> {
-    let setup = ChannelSetup::new(0, "zalo", "default", settings, state);
+    let setup = clawgate_conformance::channel_setup(0, "zalo", "default", settings, state);
     ZaloFactory
         .build_with_secrets(
             &setup,

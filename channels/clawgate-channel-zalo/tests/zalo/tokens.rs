@@ -219,7 +219,8 @@ async fn a_refused_refresh_spends_nothing_and_is_never_mistaken_for_a_lost_one()
         &json!({}),
     );
     for _ in 0..2 {
-        let setup = ChannelSetup::new(0, "zalo", "default", config.clone(), state.path());
+        let setup =
+            clawgate_conformance::channel_setup(0, "zalo", "default", config.clone(), state.path());
         let error = clawgate_channel_zalo::ZaloFactory
             .build_with_secrets(
                 &setup,

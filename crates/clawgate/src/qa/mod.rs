@@ -43,13 +43,17 @@ mod tests {
     #[tokio::test]
     async fn a_channel_never_prints_its_token() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let plugin = clawgate_channel_qa::QaFactory
+        let store = std::sync::Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
+        let plugin = clawgate_channel_qa::QaFactory::keeping_platforms_in(dir.path())
             .build(ChannelSetup::new(
                 0,
                 "qa",
                 "default",
                 serde_json::Value::Null,
-                dir.path(),
+                clawgate_channel_sdk::ChannelState::with_system_clock(
+                    store,
+                    clawgate_store::ChannelScope::new("qa", "default"),
+                ),
             ))
             .await
             .expect("an embedded QA channel");

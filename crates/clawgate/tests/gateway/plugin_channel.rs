@@ -174,7 +174,7 @@ async fn the_chat_page_and_qa_routes_are_served_only_beside_a_qa_channel() {
         dir.path()
     );
     let config = Config::parse(&text, "qa.toml").expect("valid configuration");
-    let with_qa = Gateway::start_with(config, &clawgate::channels::registry(), program())
+    let with_qa = Gateway::start_with(config, &clawgate::channels::registry(dir.path()), program())
         .await
         .expect("a gateway with an embedded QA channel");
     assert_eq!(status_of(&with_qa, "/").await, 200, "the chat page");

@@ -1,0 +1,589 @@
+//! What a channel keeps between runs, kept in the gateway's store.
+//!
+//! A channel that must remember something — the sends it attempted (to settle a lost answer),
+//! the echoes it saw, a sync cursor, a rotating token, a conversation reference — writes it
+//! through the [`ChannelState`] its [`ChannelSetup`](crate::ChannelSetup) carries. The handle is
+//! scoped to the channel's kind and account, so two accounts of one kind never collide, and it
+//! lives in the gateway's store, so every gateway sharing a PostgreSQL database sees the same
+//! evidence when it takes the account over. A write that returns `Ok` is durable: evidence
+//! written before a platform call is there after a crash at any later instant.
+//!
+//! Two shapes: a [`Book`] of keyed records (append once, find by key, read in order, prune) for
+//! journals and echo books, and named values written with compare-and-set ([`ChannelState::swap`])
+//! for cursors, tokens and references.
+//!
+//! [`LegacyFiles`] reads the files an earlier release kept in the state directory, so a channel
+//! imports them once and sets them aside.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clawgate_store::{ChannelStateStore, StoreError};
+use clawgate_types::UnixMillis;
+use clawgate_types::clock::{Clock, SystemClock};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+pub use clawgate_store::{ChannelRecord, ChannelScope, ValueExpectation};
+
+/// A channel state read or write failed (what happened: [`StateError::kind`]).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct StateError(Box<StateErrorKind>);
+
+impl StateError {
+    /// What failed.
+    pub fn kind(&self) -> &StateErrorKind {
+        &self.0
+    }
+}
+
+impl From<StateErrorKind> for StateError {
+    fn from(kind: StateErrorKind) -> Self {
+        StateError(Box::new(kind))
+    }
+}
+
+/// What failed in a [`StateError`].
+#[derive(Debug, thiserror::Error)]
+pub enum StateErrorKind {
+    /// The store refused or failed the call (full, locked, unreachable…).
+    #[error("the channel state of {scope} ({what}) could not be used: {source}")]
+    Store {
+        /// Whose state.
+        scope: ChannelScope,
+        /// The book or value.
+        what: String,
+        /// The store's error.
+        #[source]
+        source: StoreError,
+    },
+    /// A stored record or value does not have the shape this build reads.
+    #[error(
+        "the channel state of {scope} ({what}) holds a value this build cannot read: {reason}; \
+         it was written by another version of the channel"
+    )]
+    Shape {
+        /// Whose state.
+        scope: ChannelScope,
+        /// The book or value.
+        what: String,
+        /// What did not fit.
+        reason: String,
+    },
+}
+
+/// A value read with its version (pass the version to [`ChannelState::swap`] to write it only
+/// if no one else did since).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Versioned<T> {
+    /// The value.
+    pub value: T,
+    /// 1 when first written, one more with every write.
+    pub version: i64,
+}
+
+/// What [`ChannelState::swap`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Swapped<T> {
+    /// Written: the new version.
+    Written(i64),
+    /// The stored value did not meet the expectation; nothing was written. The stored value.
+    Conflict(Option<Versioned<T>>),
+}
+
+/// One channel account's state in the gateway's store (cheap to clone).
+#[derive(Clone)]
+pub struct ChannelState {
+    store: Arc<dyn ChannelStateStore>,
+    scope: ChannelScope,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for ChannelState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelState")
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChannelState {
+    /// The state of `scope` in `store`, stamped by `clock`.
+    pub fn new(
+        store: Arc<dyn ChannelStateStore>,
+        scope: ChannelScope,
+        clock: Arc<dyn Clock>,
+    ) -> ChannelState {
+        ChannelState {
+            store,
+            scope,
+            clock,
+        }
+    }
+
+    /// [`ChannelState::new`] with the system clock.
+    pub fn with_system_clock(store: Arc<dyn ChannelStateStore>, scope: ChannelScope) -> Self {
+        ChannelState::new(store, scope, Arc::new(SystemClock))
+    }
+
+    /// Whose state this is.
+    pub fn scope(&self) -> &ChannelScope {
+        &self.scope
+    }
+
+    /// The gateway's clock (the one every stored time is stamped with).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The gateway clock's now, in milliseconds since the Unix epoch.
+    pub fn now_ms(&self) -> UnixMillis {
+        self.clock.now_ms()
+    }
+
+    /// The book named `name` (a journal, an echo book…).
+    pub fn book(&self, name: &str) -> Book {
+        Book {
+            state: self.clone(),
+            name: name.to_owned(),
+        }
+    }
+
+    fn store_error(&self, what: &str, source: StoreError) -> StateError {
+        StateErrorKind::Store {
+            scope: self.scope.clone(),
+            what: what.to_owned(),
+            source,
+        }
+        .into()
+    }
+
+    fn shape_error(&self, what: &str, reason: impl ToString) -> StateError {
+        StateErrorKind::Shape {
+            scope: self.scope.clone(),
+            what: what.to_owned(),
+            reason: reason.to_string(),
+        }
+        .into()
+    }
+
+    fn decode<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        value: serde_json::Value,
+    ) -> Result<T, StateError> {
+        serde_json::from_value(value).map_err(|e| self.shape_error(what, e))
+    }
+
+    fn encode<T: Serialize>(&self, what: &str, value: &T) -> Result<serde_json::Value, StateError> {
+        serde_json::to_value(value).map_err(|e| self.shape_error(what, e))
+    }
+
+    /// The value named `name`, with its version.
+    pub async fn value<T: DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> Result<Option<Versioned<T>>, StateError> {
+        let what = format!("value {name}");
+        let stored = self
+            .store
+            .load_channel_value(&self.scope, name)
+            .await
+            .map_err(|e| self.store_error(&what, e))?;
+        stored
+            .map(|v| {
+                Ok(Versioned {
+                    value: self.decode(&what, v.value)?,
+                    version: v.version,
+                })
+            })
+            .transpose()
+    }
+
+    /// Writes `value` under `name` if the stored one meets `expected`, in one write: of two
+    /// gateways expecting the same version, exactly one writes.
+    pub async fn swap<T: Serialize + DeserializeOwned>(
+        &self,
+        name: &str,
+        expected: ValueExpectation,
+        value: &T,
+    ) -> Result<Swapped<T>, StateError> {
+        let what = format!("value {name}");
+        let json = self.encode(&what, value)?;
+        match self
+            .store
+            .swap_channel_value(&self.scope, name, expected, &json, self.now_ms())
+            .await
+            .map_err(|e| self.store_error(&what, e))?
+        {
+            clawgate_store::ValueSwap::Written(v) => Ok(Swapped::Written(v.version)),
+            clawgate_store::ValueSwap::Conflict(stored) => Ok(Swapped::Conflict(
+                stored
+                    .map(|v| {
+                        Ok::<_, StateError>(Versioned {
+                            value: self.decode(&what, v.value)?,
+                            version: v.version,
+                        })
+                    })
+                    .transpose()?,
+            )),
+        }
+    }
+
+    /// Writes `value` under `name` whatever is stored (for a value one writer owns, like a
+    /// cursor the account holder moves); returns its version.
+    pub async fn put<T: Serialize + DeserializeOwned>(
+        &self,
+        name: &str,
+        value: &T,
+    ) -> Result<i64, StateError> {
+        match self.swap(name, ValueExpectation::Any, value).await? {
+            Swapped::Written(version) => Ok(version),
+            Swapped::Conflict(_) => Err(self.shape_error(
+                &format!("value {name}"),
+                "an unconditional write was refused by the store",
+            )),
+        }
+    }
+
+    /// Removes the value named `name`; true when there was one.
+    pub async fn delete(&self, name: &str) -> Result<bool, StateError> {
+        self.store
+            .delete_channel_value(&self.scope, name)
+            .await
+            .map_err(|e| self.store_error(&format!("value {name}"), e))
+    }
+}
+
+/// A record read from a [`Book`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record<T> {
+    /// Its position in the book (appends are numbered in the order they commit).
+    pub seq: i64,
+    /// Its key (unique in the book).
+    pub key: String,
+    /// What was recorded.
+    pub value: T,
+    /// When it was appended, by the gateway's clock.
+    pub recorded_at: UnixMillis,
+}
+
+/// One book of keyed records in a channel's state.
+#[derive(Debug, Clone)]
+pub struct Book {
+    state: ChannelState,
+    name: String,
+}
+
+/// How many records one read of a book returns at most.
+const PAGE: u32 = 500;
+
+impl Book {
+    fn what(&self) -> String {
+        format!("book {}", self.name)
+    }
+
+    fn typed<T: DeserializeOwned>(&self, record: ChannelRecord) -> Result<Record<T>, StateError> {
+        Ok(Record {
+            seq: record.seq,
+            value: self.state.decode(&self.what(), record.value)?,
+            key: record.key,
+            recorded_at: record.recorded_at,
+        })
+    }
+
+    /// Appends `value` under `key`, durably. A key the book holds already changes nothing (the
+    /// append is repeatable after a crash); true when the record is new.
+    pub async fn append<T: Serialize>(&self, key: &str, value: &T) -> Result<bool, StateError> {
+        let json = self.state.encode(&self.what(), value)?;
+        let appended = self
+            .state
+            .store
+            .append_channel_record(
+                &self.state.scope,
+                &self.name,
+                key,
+                &json,
+                self.state.now_ms(),
+            )
+            .await
+            .map_err(|e| self.state.store_error(&self.what(), e))?;
+        Ok(appended.new)
+    }
+
+    /// The record under `key`.
+    pub async fn find<T: DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> Result<Option<Record<T>>, StateError> {
+        self.state
+            .store
+            .find_channel_record(&self.state.scope, &self.name, key)
+            .await
+            .map_err(|e| self.state.store_error(&self.what(), e))?
+            .map(|r| self.typed(r))
+            .transpose()
+    }
+
+    /// Every record after position `after` (0: from the start), in order. A reader that keeps
+    /// the last `seq` it saw and reads again from there sees every later append, whichever
+    /// gateway made it.
+    pub async fn since<T: DeserializeOwned>(
+        &self,
+        mut after: i64,
+    ) -> Result<Vec<Record<T>>, StateError> {
+        let mut out = Vec::new();
+        loop {
+            let page = self
+                .state
+                .store
+                .channel_records_since(&self.state.scope, &self.name, after, PAGE)
+                .await
+                .map_err(|e| self.state.store_error(&self.what(), e))?;
+            let full = page.len() == PAGE as usize;
+            for record in page {
+                after = record.seq;
+                out.push(self.typed(record)?);
+            }
+            if !full {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Removes the records older than `max_age` and, of the rest, all but the newest
+    /// `keep_newest`; returns how many.
+    pub async fn prune(
+        &self,
+        max_age: std::time::Duration,
+        keep_newest: u64,
+    ) -> Result<u64, StateError> {
+        let age = i64::try_from(max_age.as_millis()).unwrap_or(i64::MAX);
+        let older_than = self.state.now_ms().saturating_sub(age);
+        self.state
+            .store
+            .prune_channel_records(&self.state.scope, &self.name, older_than, keep_newest)
+            .await
+            .map_err(|e| self.state.store_error(&self.what(), e))
+    }
+}
+
+/// The files an earlier release of a channel kept in the gateway's state directory, for a
+/// one-time import into the store: read a file, write what it holds through the
+/// [`ChannelState`] (repeatable: records by their keys, values only where none is stored),
+/// then [`retire`](LegacyFiles::retire) it. A crash anywhere in between imports again on the
+/// next start and loses nothing.
+#[derive(Debug, Clone, Default)]
+pub struct LegacyFiles {
+    dir: Option<PathBuf>,
+}
+
+/// A file of a legacy directory: its name and bytes.
+pub type LegacyFile = (String, Vec<u8>);
+
+/// The suffix a retired file is renamed with.
+pub const RETIRED_SUFFIX: &str = ".imported";
+
+impl LegacyFiles {
+    /// The files in `dir` (the gateway's state directory).
+    pub fn in_dir(dir: impl Into<PathBuf>) -> LegacyFiles {
+        LegacyFiles {
+            dir: Some(dir.into()),
+        }
+    }
+
+    /// No files to import (a new account, a test).
+    pub fn none() -> LegacyFiles {
+        LegacyFiles { dir: None }
+    }
+
+    fn path(&self, name: &str) -> Option<PathBuf> {
+        self.dir.as_ref().map(|dir| dir.join(name))
+    }
+
+    /// The bytes of file `name`, when it is there and not yet retired.
+    pub fn read(&self, name: &str) -> std::io::Result<Option<Vec<u8>>> {
+        let Some(path) = self.path(name) else {
+            return Ok(None);
+        };
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            // A directory of that name: not a file to read.
+            Err(_) if path.is_dir() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The files in directory `name` (name and bytes, sorted by name), when it is there.
+    pub fn read_dir(&self, name: &str) -> std::io::Result<Option<Vec<LegacyFile>>> {
+        let Some(path) = self.path(name) else {
+            return Ok(None);
+        };
+        let entries = match std::fs::read_dir(&path) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry?;
+            if entry.file_type()?.is_file() {
+                out.push((
+                    entry.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(entry.path())?,
+                ));
+            }
+        }
+        out.sort();
+        Ok(Some(out))
+    }
+
+    /// Sets file (or directory) `name` aside as `<name>.imported`, durably; nothing when it
+    /// is not there.
+    pub fn retire(&self, name: &str) -> std::io::Result<()> {
+        let (Some(dir), Some(path)) = (self.dir.as_ref(), self.path(name)) else {
+            return Ok(());
+        };
+        if std::fs::symlink_metadata(&path).is_err() {
+            return Ok(());
+        }
+        std::fs::rename(&path, dir.join(format!("{name}{RETIRED_SUFFIX}")))?;
+        sync_dir(dir)
+    }
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) mod tests {
+    use super::*;
+    use clawgate_store::{AppendedRecord, ChannelValue, StoreResult, ValueSwap};
+
+    /// A store for tests that never reach the state (settings parsing); every call fails.
+    struct Unused;
+
+    fn unused<T>() -> StoreResult<T> {
+        Err(StoreError::InvalidInput(
+            "this test keeps no channel state".into(),
+        ))
+    }
+
+    #[async_trait::async_trait]
+    impl ChannelStateStore for Unused {
+        async fn append_channel_record(
+            &self,
+            _: &ChannelScope,
+            _: &str,
+            _: &str,
+            _: &serde_json::Value,
+            _: UnixMillis,
+        ) -> StoreResult<AppendedRecord> {
+            unused()
+        }
+        async fn find_channel_record(
+            &self,
+            _: &ChannelScope,
+            _: &str,
+            _: &str,
+        ) -> StoreResult<Option<ChannelRecord>> {
+            unused()
+        }
+        async fn channel_records_since(
+            &self,
+            _: &ChannelScope,
+            _: &str,
+            _: i64,
+            _: u32,
+        ) -> StoreResult<Vec<ChannelRecord>> {
+            unused()
+        }
+        async fn prune_channel_records(
+            &self,
+            _: &ChannelScope,
+            _: &str,
+            _: UnixMillis,
+            _: u64,
+        ) -> StoreResult<u64> {
+            unused()
+        }
+        async fn load_channel_value(
+            &self,
+            _: &ChannelScope,
+            _: &str,
+        ) -> StoreResult<Option<ChannelValue>> {
+            unused()
+        }
+        async fn swap_channel_value(
+            &self,
+            _: &ChannelScope,
+            _: &str,
+            _: ValueExpectation,
+            _: &serde_json::Value,
+            _: UnixMillis,
+        ) -> StoreResult<ValueSwap> {
+            unused()
+        }
+        async fn delete_channel_value(&self, _: &ChannelScope, _: &str) -> StoreResult<bool> {
+            unused()
+        }
+    }
+
+    pub(crate) fn unused_state() -> ChannelState {
+        ChannelState::with_system_clock(Arc::new(Unused), ChannelScope::new("memory", "default"))
+    }
+
+    #[tokio::test]
+    async fn a_failed_store_call_names_the_scope_and_the_book() {
+        let error = unused_state()
+            .book("sends")
+            .append("k", &1)
+            .await
+            .expect_err("the store refuses");
+        let text = error.to_string();
+        assert!(
+            text.contains("memory/default") && text.contains("book sends"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn legacy_files_are_read_once_and_set_aside_durably() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("journal.jsonl"), b"{\"a\":1}\n").unwrap();
+        std::fs::create_dir(dir.path().join("refs")).unwrap();
+        std::fs::write(dir.path().join("refs").join("b"), b"2").unwrap();
+        std::fs::write(dir.path().join("refs").join("a"), b"1").unwrap();
+        let legacy = LegacyFiles::in_dir(dir.path());
+        assert_eq!(
+            legacy.read("journal.jsonl").unwrap().as_deref(),
+            Some(&b"{\"a\":1}\n"[..])
+        );
+        assert_eq!(legacy.read("missing").unwrap(), None);
+        assert_eq!(
+            legacy.read("refs").unwrap(),
+            None,
+            "a directory is not a file"
+        );
+        assert_eq!(
+            legacy.read_dir("refs").unwrap(),
+            Some(vec![
+                ("a".into(), b"1".to_vec()),
+                ("b".into(), b"2".to_vec())
+            ]),
+            "a directory's files, by name"
+        );
+        legacy.retire("journal.jsonl").unwrap();
+        legacy.retire("refs").unwrap();
+        legacy.retire("missing").unwrap();
+        assert_eq!(legacy.read("journal.jsonl").unwrap(), None, "retired");
+        assert_eq!(legacy.read_dir("refs").unwrap(), None, "retired");
+        assert!(dir.path().join("journal.jsonl.imported").is_file());
+        assert!(dir.path().join("refs.imported").is_dir());
+        assert_eq!(LegacyFiles::none().read("journal.jsonl").unwrap(), None);
+    }
+}
