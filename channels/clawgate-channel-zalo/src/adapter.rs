@@ -6,10 +6,11 @@
 //! An access token Zalo refuses (`-216`) is refreshed once and the send tried again: the
 //! refusal had no effect, and the attempt record already covers both requests.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use clawgate_channel_sdk::{ChannelMessageAdapter, Reconciliation, SendContext, SendError};
+use clawgate_types::clock::Clock;
 use clawgate_types::{
     DeliveryCapabilities, DeliveryFailureKind, MessageCapabilities, MessagePartKind,
     MessageReceiptPart, RenderedMessageUnit, TextCapabilities,
@@ -30,6 +31,7 @@ pub struct ZaloAdapter {
     api: OaApi,
     tokens: TokenStore,
     book: EchoBook,
+    clock: Arc<dyn Clock>,
     capabilities: MessageCapabilities,
 }
 
@@ -65,19 +67,20 @@ fn invalid(message: impl Into<String>) -> SendError {
     SendError::before_io(DeliveryFailureKind::InvalidPayload, message)
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 impl ZaloAdapter {
-    pub(crate) fn new(name: &str, api: OaApi, tokens: TokenStore, book: EchoBook) -> ZaloAdapter {
+    pub(crate) fn new(
+        name: &str,
+        api: OaApi,
+        tokens: TokenStore,
+        book: EchoBook,
+        clock: Arc<dyn Clock>,
+    ) -> ZaloAdapter {
         ZaloAdapter {
             name: name.to_owned(),
             api,
             tokens,
             book,
+            clock,
             capabilities: capabilities(),
         }
     }
@@ -123,7 +126,12 @@ impl ChannelMessageAdapter for ZaloAdapter {
             .map_err(|e| e.into_send_error())?;
         // Before any I/O: a key without this record provably never went out.
         self.book
-            .attempted(&key, user_id, text, now_ms())
+            .attempted(
+                &key,
+                user_id,
+                text,
+                u64::try_from(self.clock.now_ms()).unwrap_or(0),
+            )
             .await
             .map_err(|e| SendError::before_io(DeliveryFailureKind::Transient, e.to_string()))?;
         let sent = match self.api.send_text(&token, user_id, text).await {
@@ -145,12 +153,13 @@ impl ChannelMessageAdapter for ZaloAdapter {
         Ok(MessageReceiptPart::new(msg_id, unit.kind, unit.index))
     }
 
-    /// Settled from the [`EchoBook`]: an answer, or an `oa_send_text` echo to the same person
-    /// with the same text since the attempt, proves Zalo has it (its `msg_id`); no attempt
-    /// record proves it never went out. An attempt without either stays unknown: Zalo posts
-    /// echoes late when our listener was down (retrying for about an hour) and has no message
-    /// lookup, so no wait proves it absent. The engine asks again within its reconciliation
-    /// window, then parks it for an operator; it is never sent twice.
+    /// Settled from the [`EchoBook`], read from the store (the attempt, the answer and the echo
+    /// may have been written by another gateway sharing it): an answer, or an `oa_send_text`
+    /// echo to the same person with the same text since the attempt, proves Zalo has it (its
+    /// `msg_id`); no attempt record proves it never went out. An attempt without either stays
+    /// unknown: Zalo posts echoes late when our listener was down (retrying for about an hour)
+    /// and has no message lookup, so no wait proves it absent. The engine asks again within its
+    /// reconciliation window, then parks it for an operator; it is never sent twice.
     async fn reconcile_unknown_send(
         &self,
         ctx: &SendContext,

@@ -210,6 +210,11 @@ impl OaApi {
         }
     }
 
+    /// How long one call may take.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     pub(crate) fn api_base(&self) -> &str {
         &self.api_base
     }

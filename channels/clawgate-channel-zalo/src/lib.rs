@@ -3,7 +3,8 @@
 //! [`ZaloFactory`] builds `kind = "zalo"` accounts from their settings ([`ZaloSettings`]):
 //! the sender ([`ZaloAdapter`]: consultation messages `POST /v3.0/oa/message/cs`, text in
 //! 2000-character chunks), its access tokens ([`TokenStore`]: refreshed with the rotating
-//! refresh token, the new pair persisted atomically before use), the receiver
+//! refresh token, the new pair written to the gateway's store with compare-and-set before
+//! use, so gateways sharing the store spend each refresh token once), the receiver
 //! ([`ZaloReceiver`]) and the source ([`WebhookSource`]: `X-ZEvent-Signature` checked before
 //! anything else, answered 200 after the durable record; the OA's `oa_send_text` echoes of our
 //! own sends written to the [`EchoBook`] that settles sends whose answer was lost). The crate
@@ -24,10 +25,10 @@ mod source;
 mod tokens;
 
 pub use adapter::{MAX_TEXT_CHARS, ZaloAdapter};
-pub use echoes::{BOOK_FILE, BookError, CLOCK_SKEW_MS, EchoBook, SendEvidence};
+pub use echoes::{BOOK_FILE, BookError, CLOCK_SKEW_MS, EchoBook, SENDS_BOOK, SendEvidence};
 pub use plugin::{
     DEFAULT_API_BASE, DEFAULT_OAUTH_BASE, OfficialAccount, ZaloFactory, ZaloSettings,
 };
 pub use receive::ZaloReceiver;
 pub use source::{WebhookConfig, WebhookSource};
-pub use tokens::{TOKEN_FILE, TokenError, TokenStore};
+pub use tokens::{TOKEN_FILE, TOKENS_VALUE, TokenError, TokenStore};

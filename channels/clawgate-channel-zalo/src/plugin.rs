@@ -38,8 +38,8 @@ pub struct ZaloSettings {
     /// Webhook → OA Secret Key).
     pub oa_secret_key_env: String,
     /// The environment variable holding the refresh token of the OA's authorization. Read to
-    /// seed the channel's token file; afterwards the file holds the rotated one, and a
-    /// different value here (a re-authorization) replaces it.
+    /// seed the account's tokens in the gateway's store; afterwards the store holds the
+    /// rotated one, and a different value here (a re-authorization) replaces it.
     pub refresh_token_env: String,
     /// The address the webhook listener binds; the app's webhook URL must reach it.
     pub webhook_listen: SocketAddr,
@@ -148,7 +148,7 @@ async fn check_account(
         Err(error @ (TokenError::Refused { .. } | TokenError::Stranded { .. })) => {
             return Err(setup.invalid("refresh_token_env", error.to_string()));
         }
-        Err(error @ TokenError::Io { .. }) => {
+        Err(error @ (TokenError::State(_) | TokenError::Legacy(_))) => {
             return Err(SetupError::new(setup.key(""), error.to_string()));
         }
         Err(error) => {
@@ -240,21 +240,28 @@ impl ZaloFactory {
             timeout,
         );
         let tokens = TokenStore::open(
-            &setup.state_dir,
+            setup.state.clone(),
+            &setup.legacy,
             api.clone(),
             &settings.refresh_token_env,
             &refresh_token,
             Duration::from_millis(settings.refresh_ahead_ms),
         )
+        .await
         .map_err(|e| SetupError::new(setup.key(""), e.to_string()))?;
         let account = check_account(setup, &settings, &api, &tokens).await?;
-        let book = EchoBook::open(&setup.state_dir)
+        let book = EchoBook::open(&setup.state)
+            .await
+            .map_err(|e| SetupError::new(setup.key(""), e.to_string()))?;
+        book.import_legacy(&setup.legacy)
+            .await
             .map_err(|e| SetupError::new(setup.key(""), e.to_string()))?;
         let adapter = Arc::new(ZaloAdapter::new(
             &setup.name,
             api.clone(),
             tokens.clone(),
             book.clone(),
+            setup.clock().clone(),
         ));
         let receiver = Arc::new(ZaloReceiver::new(
             &setup.name,

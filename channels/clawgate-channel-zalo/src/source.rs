@@ -2,7 +2,7 @@
 //!
 //! - Each `POST` is checked before anything else reads it: `X-ZEvent-Signature` over the raw
 //!   body ([`signature`]), in constant time; 401 without one, 403 when it does not match.
-//! - `oa_send_text` (the OA's own texts) is written to the [`EchoBook`], synced, and answered
+//! - `oa_send_text` (the OA's own texts) is written to the [`EchoBook`], durably, and answered
 //!   200: it settles sends, it is never a turn.
 //! - Every other event is handed to the engine (event id: its `msg_id`) and answered 200 only
 //!   once the engine recorded it durably; otherwise 500 and Zalo posts it again (reported at

@@ -8,6 +8,7 @@
 mod conformance;
 mod cross_check;
 mod inbound;
+mod legacy;
 mod peer;
 mod send;
 mod simulator;

@@ -7,12 +7,14 @@
 //! the case's event sink to it; while no case listens, people's messages are answered 500 and
 //! the simulator posts them again, as Zalo does.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use clawgate_channel_sdk::LegacyFiles;
 use clawgate_channel_sdk::prelude::*;
-use clawgate_channel_zalo::ZaloFactory;
 use clawgate_channel_zalo::simulator::{Fault, FaultKind, SimulatorConfig, ZaloSimulator};
+use clawgate_channel_zalo::{TOKENS_VALUE, ZaloFactory};
 use serde_json::{Value, json};
 
 /// The automated account the channel's settings list in `bot_senders`.
@@ -24,7 +26,8 @@ pub(crate) struct Peer {
     pub(crate) webhook_url: String,
     relay: Arc<Relay>,
     listener: tokio::task::JoinHandle<()>,
-    _state: tempfile::TempDir,
+    refresh: String,
+    state: tempfile::TempDir,
 }
 
 /// Quick redeliveries (Zalo's 30 s … 1 h schedule, compressed), so a delivery nobody took is
@@ -98,14 +101,30 @@ pub(crate) fn settings(sim: &ZaloSimulator, port: u16, overrides: &Value) -> Val
     merged
 }
 
-/// Builds a channel on `sim` in `state` with the configured refresh token `refresh`.
+/// Builds a channel on `sim` with its state in the store in `state` and the configured refresh
+/// token `refresh`.
 pub(crate) async fn build(
     sim: &ZaloSimulator,
-    state: &std::path::Path,
+    state: &Path,
     settings: Value,
     refresh: &str,
 ) -> Result<ChannelPlugin, SetupError> {
-    let setup = clawgate_conformance::channel_setup(0, "zalo", "default", settings, state);
+    build_account(sim, state, "default", settings, refresh, None).await
+}
+
+/// [`build`] for `account`, importing the files of an earlier release in `legacy`.
+pub(crate) async fn build_account(
+    sim: &ZaloSimulator,
+    state: &Path,
+    account: &str,
+    settings: Value,
+    refresh: &str,
+    legacy: Option<&Path>,
+) -> Result<ChannelPlugin, SetupError> {
+    let mut setup = clawgate_conformance::channel_setup(0, "zalo", account, settings, state);
+    if let Some(dir) = legacy {
+        setup = setup.with_legacy_files(LegacyFiles::in_dir(dir));
+    }
     ZaloFactory
         .build_with_secrets(
             &setup,
@@ -114,6 +133,16 @@ pub(crate) async fn build(
             Secret::new(refresh),
         )
         .await
+}
+
+/// The tokens `account` keeps in the store in `state`, as stored.
+pub(crate) async fn stored_tokens(state: &Path, account: &str) -> Value {
+    clawgate_conformance::channel_state(state, "zalo", account)
+        .value::<Value>(TOKENS_VALUE)
+        .await
+        .unwrap()
+        .expect("the account keeps its tokens")
+        .value
 }
 
 impl Peer {
@@ -151,11 +180,26 @@ impl Peer {
             webhook_url,
             relay,
             listener,
-            _state: state,
+            refresh,
+            state,
         };
         peer.listening().await;
         peer.sim.set_webhook_url(Some(&peer.webhook_url));
         peer
+    }
+
+    /// The same account built by another gateway sharing this one's store (its webhook
+    /// listener not running: the echoes reach this one's).
+    pub(crate) async fn second_gateway(&self) -> ChannelPlugin {
+        let port = clawgate_conformance::ports::reserve_loopback_port();
+        build(
+            &self.sim,
+            self.state.path(),
+            settings(&self.sim, port, &json!({})),
+            &self.refresh,
+        )
+        .await
+        .unwrap()
     }
 
     /// The plugin with the case-attaching source.

@@ -340,3 +340,47 @@ async fn a_key_never_attempted_is_not_sent_and_an_attempt_without_an_echo_stays_
     );
     assert!(peer.sim.sent(&person.id).is_empty());
 }
+
+#[tokio::test]
+async fn another_gateway_on_the_same_store_settles_a_lost_send_instead_of_sending_it_again() {
+    let peer = Peer::start().await;
+    // A second gateway sharing the store, running since before the send: it made no attempt
+    // itself and its webhook listener gets no echo (the first one's does).
+    let other = peer.second_gateway().await;
+    let person = peer.person("shared");
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    peer.sim.inject(Fault::new(FaultKind::LoseAnswer));
+    {
+        let (messenger, _store) = engine_in(dir.path(), peer.plugin.sender.clone(), clock.clone());
+        let report = messenger
+            .send(
+                reply(&person, "shared-1", "exactly once, anywhere"),
+                SendOptions::default(),
+            )
+            .await
+            .unwrap();
+        assert!(
+            matches!(report.outcome, SendOutcome::Unknown { .. }),
+            "{report:?}"
+        );
+    }
+    assert!(peer.sim.echoes_settled(Duration::from_secs(20)).await);
+    // The first gateway is gone; the other takes the account over and recovers the send.
+    clock.advance(60_000);
+    let (messenger, store) = engine_in(dir.path(), other.sender.clone(), clock);
+    messenger.recover().await.unwrap();
+    assert_eq!(statuses(&store).await, vec![IntentStatus::Sent]);
+    let landed = peer.sim.sent(&person.id);
+    assert_eq!(landed.len(), 1, "sent exactly once");
+    let intent = store
+        .list_intents(&IntentFilter {
+            limit: 1,
+            ..IntentFilter::default()
+        })
+        .await
+        .unwrap()
+        .remove(0);
+    let receipt = intent.receipt.or(intent.partial_receipt).unwrap();
+    assert_eq!(receipt.parts[0].platform_message_id, landed[0].msg_id);
+}
