@@ -218,22 +218,27 @@ impl TeamsAdapter {
     }
 
     /// Where the connector of `conversation` is: the service URL Teams gave with its
-    /// activities, else the configured one.
-    fn service_url(&self, conversation: &str) -> Result<String, SendError> {
+    /// activities (read from the store: another gateway may have learned it), else the
+    /// configured one.
+    async fn service_url(&self, conversation: &str) -> Result<String, CallError> {
         let (base, _) = split_thread(conversation);
-        if let Some(reference) = self.references.get(base) {
-            return Ok(reference.service_url);
+        match self.references.get(base).await {
+            Ok(Some(reference)) => return Ok(reference.service_url),
+            Ok(None) => {}
+            Err(error) => return Err(CallError::State(error.to_string())),
         }
-        self.default_service_url.clone().ok_or_else(|| {
-            SendError::before_io(
-                DeliveryFailureKind::NotFound,
-                format!(
+        self.default_service_url
+            .clone()
+            .ok_or_else(|| CallError::Refused {
+                status: 404,
+                code: "NoConversationReference".into(),
+                message: format!(
                     "Teams: no conversation reference for {base}: the bot learns where to send \
                      from the activities Teams sends it (install the bot there, or have someone \
                      write to it first), or set service_url"
                 ),
-            )
-        })
+                retry_after_ms: None,
+            })
     }
 
     async fn call(
@@ -243,17 +248,7 @@ impl TeamsAdapter {
         activity: Option<&str>,
         body: Option<&Value>,
     ) -> Result<(u16, Value), CallError> {
-        let service_url = match self.service_url(conversation) {
-            Ok(url) => url,
-            Err(error) => {
-                return Err(CallError::Refused {
-                    status: 404,
-                    code: "NoConversationReference".into(),
-                    message: error.message,
-                    retry_after_ms: None,
-                });
-            }
-        };
+        let service_url = self.service_url(conversation).await?;
         let (base, _) = split_thread(conversation);
         // The limits that answered 429 count sends; updates and deletes go on.
         let send = method == Method::POST;

@@ -32,6 +32,9 @@ pub(crate) enum CallError {
     Unreachable(String),
     /// The request went out and no usable answer came back.
     Lost(String),
+    /// The conversation reference could not be read from the gateway's store: the call never
+    /// went out.
+    State(String),
     /// No access token could be had: the call never went out.
     Token {
         failure: TokenFailure,
@@ -72,7 +75,7 @@ impl CallError {
                 _ => InvalidPayload,
             },
             CallError::Dropped { .. } => Conflict,
-            CallError::Unreachable(_) => Transient,
+            CallError::Unreachable(_) | CallError::State(_) => Transient,
             CallError::Token { failure, .. } => failure.kind(),
             CallError::Lost(_) => Unknown,
         }
@@ -110,6 +113,10 @@ impl CallError {
             CallError::Unreachable(reason) => SendError::before_io(
                 kind,
                 format!("Teams {operation}: the Bot Connector is unreachable: {reason}"),
+            ),
+            CallError::State(reason) => SendError::before_io(
+                kind,
+                format!("Teams {operation}: nothing was sent: {reason}"),
             ),
             CallError::Lost(reason) => SendError::after_io(
                 kind,

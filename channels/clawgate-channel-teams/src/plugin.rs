@@ -140,7 +140,9 @@ impl TeamsFactory {
         if !settings.path.starts_with('/') {
             return Err(setup.invalid("path", "a path starts with /"));
         }
-        let references = References::open(&setup.state_dir).map_err(|e| setup.invalid("", e))?;
+        let references = References::open(setup.state.clone(), &setup.legacy)
+            .await
+            .map_err(|e| setup.invalid("", e.to_string()))?;
         let timeout = Duration::from_millis(settings.request_timeout_ms.max(1));
         let http = http_client();
         let tokens = Arc::new(TokenSource::new(

@@ -6,7 +6,7 @@
 //! lists endorsements, `iss` = `https://api.botframework.com`, `aud` = the app id, not expired
 //! (five minutes of clock skew, as Bot Builder allows), and its `serviceurl` claim equal to the
 //! activity's `serviceUrl`. A refused token is answered 401. An activity is answered 200 only
-//! once the engine has recorded it durably and its conversation reference is on disk;
+//! once the engine has recorded it durably and its conversation reference is in the store;
 //! otherwise 503, and it may come again, which the engine deduplicates by the activity id.
 
 use std::net::SocketAddr;
@@ -307,7 +307,7 @@ async fn deliver(
                 .unwrap_or("personal")
                 .to_owned(),
         };
-        if let Err(error) = delivery.endpoint.references.learn(base, reference) {
+        if let Err(error) = delivery.endpoint.references.learn(base, reference).await {
             warn!(%error, "a Teams conversation reference could not be stored");
             return StatusCode::SERVICE_UNAVAILABLE.into_response();
         }

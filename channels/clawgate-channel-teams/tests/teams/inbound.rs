@@ -1,8 +1,8 @@
 //! Receiving activities: the Bot Framework JWT checked before anything (missing, another key,
 //! another key's channel, expired, wrong issuer, audience or service URL: 401), the 2xx only
 //! after the durable record, retried POSTs deduplicated by the activity id, installs and other
-//! activities not prompts, and the service URL of every conversation kept on disk for later
-//! sends (after a restart, and where no `service_url` is configured).
+//! activities not prompts, and the service URL of every conversation kept in the store for
+//! later sends (after a restart, and where no `service_url` is configured).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use clawgate_channel_sdk::prelude::*;
 use clawgate_channel_teams::simulator::{ConversationKind, keys};
-use clawgate_channel_teams::{REFERENCES_FILE, TeamsFactory};
+use clawgate_channel_teams::{ConversationReference, TeamsFactory};
 use clawgate_messages::{
     AckController, EventHandler, ReceiveOptions, Receiver, SourceRunner, SourceStores,
 };
@@ -51,14 +51,14 @@ impl EventHandler for Counting {
     }
 }
 
-struct Running {
+pub(crate) struct Running {
     dispatched: Arc<Mutex<HashMap<String, u32>>>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Running {
-    fn start(plugin: &ChannelPlugin, store: &Arc<SqliteStore>) -> Running {
+    pub(crate) fn start(plugin: &ChannelPlugin, store: &Arc<SqliteStore>) -> Running {
         let normalizer = plugin.receiver.clone().unwrap();
         let dispatched = Arc::new(Mutex::new(HashMap::new()));
         let (stop, stopped) = watch::channel(false);
@@ -96,11 +96,11 @@ impl Running {
         }
     }
 
-    fn seen(&self) -> HashMap<String, u32> {
+    pub(crate) fn seen(&self) -> HashMap<String, u32> {
         self.dispatched.lock().unwrap().clone()
     }
 
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         let _ = self.stop.send(true);
         tokio::time::timeout(Duration::from_secs(10), self.task)
             .await
@@ -109,7 +109,7 @@ impl Running {
     }
 }
 
-async fn until(what: &str, mut check: impl FnMut() -> bool) {
+pub(crate) async fn until(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !check() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -117,7 +117,7 @@ async fn until(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-fn store() -> (tempfile::TempDir, Arc<SqliteStore>) {
+pub(crate) fn store() -> (tempfile::TempDir, Arc<SqliteStore>) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(clawgate_store_sqlite::testing::open_store(dir.path()));
     (dir, store)
@@ -283,14 +283,25 @@ async fn the_service_url_of_each_conversation_is_kept_for_sends_after_a_restart(
     })
     .await;
     running.stop().await;
-    let file = std::fs::read_to_string(peer.state.path().join(REFERENCES_FILE)).unwrap();
-    let refs: Value = serde_json::from_str(&file).unwrap();
+    let state = clawgate_conformance::channel_state(peer.state.path(), "teams", "default");
+    let reference = |conversation: &str| {
+        let state = state.clone();
+        let name = format!("reference/{conversation}");
+        async move {
+            state
+                .value::<ConversationReference>(&name)
+                .await
+                .unwrap()
+                .map(|v| v.value)
+        }
+    };
     assert_eq!(
-        refs[&channel]["service_url"],
-        peer.sim.service_url(),
-        "{refs}"
+        reference(&channel).await,
+        Some(ConversationReference {
+            service_url: peer.sim.service_url(),
+            conversation_type: "channel".into(),
+        })
     );
-    assert_eq!(refs[&channel]["conversation_type"], "channel", "{refs}");
     // A new process on the same state directory answers in the thread.
     let mut settings = json!({
         "app_id": peer.sim.app_id(), "app_password_env": "UNUSED_IN_TESTS",
@@ -326,11 +337,14 @@ async fn the_service_url_of_each_conversation_is_kept_for_sends_after_a_restart(
         std::slice::from_ref(&peer.person),
     );
     let running = Running::start(&peer.plugin, &store);
-    until("the install acknowledged", || {
-        std::fs::read_to_string(peer.state.path().join(REFERENCES_FILE))
-            .is_ok_and(|f| f.contains(&group))
-    })
-    .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while reference(&group).await.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the install was never acknowledged"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(running.seen().is_empty(), "an install is not a prompt");
     running.stop().await;
 }

@@ -9,4 +9,5 @@ mod conformance;
 mod connector;
 mod inbound;
 mod peer;
+mod references;
 mod send;
