@@ -210,7 +210,8 @@ impl ChannelMessageAdapter for WhatsAppAdapter {
         Ok(MessageReceiptPart::new(wamid, unit.kind, unit.index))
     }
 
-    /// Settled from the [`StatusBook`]: an answer or a `sent`/`delivered`/`read` status with
+    /// Settled from the [`StatusBook`] (read from the store at this moment: the evidence may
+    /// have been written by another gateway): an answer or a `sent`/`delivered`/`read` status with
     /// the unit's key proves the message is WhatsApp's (its `wamid`); no attempt record proves
     /// it never went out. An attempt without either stays unknown: there is no "get sent
     /// message" API, Meta delivers a status late when our listener was down (retrying for
@@ -222,7 +223,13 @@ impl ChannelMessageAdapter for WhatsAppAdapter {
         unit: &RenderedMessageUnit,
     ) -> Result<Reconciliation, SendError> {
         let key = ctx.unit_key(unit);
-        let Some(evidence) = self.book.get(&key) else {
+        let evidence = self.book.get(&key).await.map_err(|e| {
+            SendError::before_io(
+                DeliveryFailureKind::Transient,
+                format!("{e}; the send is settled once the store answers"),
+            )
+        })?;
+        let Some(evidence) = evidence else {
             return Ok(Reconciliation::NotSent);
         };
         match evidence.wamid {

@@ -27,4 +27,4 @@ pub use plugin::{
 };
 pub use receive::WhatsAppReceiver;
 pub use source::{WebhookConfig, WebhookSource};
-pub use status::{BOOK_FILE, BookError, StatusBook, StatusEvidence};
+pub use status::{BOOK_FILE, BookError, STATUS_BOOK, StatusBook, StatusEvidence};

@@ -205,8 +205,12 @@ impl WhatsAppFactory {
             timeout,
         );
         let number = check_number(setup, &settings, &api).await?;
-        let book =
-            StatusBook::open(&setup.state_dir).map_err(|e| setup.invalid("", e.to_string()))?;
+        let book = StatusBook::open(&setup.state)
+            .await
+            .map_err(|e| setup.invalid("", e.to_string()))?;
+        book.import_legacy(&setup.legacy)
+            .await
+            .map_err(|e| setup.invalid("", e.to_string()))?;
         let adapter = Arc::new(WhatsAppAdapter::new(
             &setup.name,
             api.clone(),

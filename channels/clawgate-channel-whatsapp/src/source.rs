@@ -8,8 +8,8 @@
 //! - A delivery may batch several messages and statuses. Each message is handed to the engine
 //!   as an envelope of its own (event id: its `wamid`); each status carrying our
 //!   `biz_opaque_callback_data` is written to the [`StatusBook`] (it settles sends; it is never
-//!   a turn). The answer is 200 only once every message is recorded durably and every status
-//!   synced; otherwise 503 and Meta delivers the whole batch again, which the engine and the
+//!   a turn). The answer is 200 only once every message and every status is recorded durably;
+//!   otherwise 503 and Meta delivers the whole batch again, which the engine and the
 //!   book deduplicate.
 
 use std::net::SocketAddr;

@@ -341,8 +341,8 @@ async fn a_batch_is_one_event_per_message_and_statuses_are_never_turns() {
         counts(&[("one", 1), ("two", 1), ("three", 1)])
     );
     running.stop().await;
-    let book = clawgate_channel_whatsapp::StatusBook::open(peer.state_dir()).unwrap();
-    let evidence = book.get("s-1#0").unwrap();
+    let book = peer.status_book().await;
+    let evidence = book.get("s-1#0").await.unwrap().unwrap();
     assert!(evidence.accepted);
     assert_eq!(evidence.wamid.as_deref(), Some(wamid.as_str()));
 }

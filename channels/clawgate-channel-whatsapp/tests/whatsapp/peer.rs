@@ -10,6 +10,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use clawgate_channel_sdk::LegacyFiles;
 use clawgate_channel_sdk::prelude::*;
 use clawgate_channel_whatsapp::WhatsAppFactory;
 use clawgate_channel_whatsapp::simulator::{
@@ -144,6 +145,41 @@ impl Peer {
     /// The channel's state directory.
     pub(crate) fn state_dir(&self) -> &std::path::Path {
         self._state.path()
+    }
+
+    /// The channel built again on the same store for `account`, as another gateway (or a
+    /// restart) builds it, with `legacy` files to import; its webhook listener is not run.
+    pub(crate) async fn build_again(&self, account: &str, legacy: LegacyFiles) -> ChannelPlugin {
+        let settings = json!({
+            "token_env": "UNUSED_IN_TESTS",
+            "app_secret_env": "UNUSED_IN_TESTS",
+            "verify_token_env": "UNUSED_IN_TESTS",
+            "phone_number_id": self.sim.phone_number_id(),
+            "webhook_listen": "127.0.0.1:0",
+            "api_base": self.sim.api_url(),
+            "bot_senders": [BOT],
+            "request_timeout_ms": 3000,
+        });
+        let setup =
+            clawgate_conformance::channel_setup(0, "whatsapp", account, settings, self.state_dir())
+                .with_legacy_files(legacy);
+        WhatsAppFactory
+            .build_with_secrets(
+                &setup,
+                Secret::new(self.sim.token()),
+                Secret::new(self.sim.app_secret()),
+                Secret::new(VERIFY_TOKEN),
+            )
+            .await
+            .unwrap()
+    }
+
+    /// The status book of the channel's account, on its store.
+    pub(crate) async fn status_book(&self) -> clawgate_channel_whatsapp::StatusBook {
+        let state = clawgate_conformance::channel_state(self.state_dir(), "whatsapp", "default");
+        clawgate_channel_whatsapp::StatusBook::open(&state)
+            .await
+            .unwrap()
     }
 
     /// The plugin with the case-attaching source.

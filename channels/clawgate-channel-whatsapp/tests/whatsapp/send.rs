@@ -18,7 +18,7 @@ use serde_json::json;
 use crate::peer::{Peer, VERIFY_TOKEN, quick};
 
 /// An engine over `sender`, on the store in `dir` and a driven clock.
-fn engine_in(
+pub(crate) fn engine_in(
     dir: &std::path::Path,
     sender: Arc<dyn ChannelMessageAdapter>,
     clock: Arc<ManualClock>,
@@ -33,11 +33,11 @@ fn engine_in(
     (messenger, store)
 }
 
-fn reply(target: &MessageTarget, id: &str, text: &str) -> ChannelMessage {
+pub(crate) fn reply(target: &MessageTarget, id: &str, text: &str) -> ChannelMessage {
     ChannelMessage::outbound(id, "whatsapp", target.clone(), text)
 }
 
-async fn statuses(store: &clawgate_store_sqlite::SqliteStore) -> Vec<IntentStatus> {
+pub(crate) async fn statuses(store: &clawgate_store_sqlite::SqliteStore) -> Vec<IntentStatus> {
     store
         .list_intents(&IntentFilter {
             limit: 10,
@@ -396,8 +396,8 @@ async fn a_send_that_fails_after_acceptance_is_reported_by_its_status() {
     let landed = peer.sim.sent(&person.id).remove(0);
     assert_eq!(landed.wamid, part.platform_message_id);
     assert_eq!(landed.status, "failed");
-    let book = clawgate_channel_whatsapp::StatusBook::open(peer.state_dir()).unwrap();
-    let evidence = book.get("async-1#0").unwrap();
+    let book = peer.status_book().await;
+    let evidence = book.get("async-1#0").await.unwrap().unwrap();
     assert_eq!(evidence.failed_codes, vec![131_047]);
 }
 
