@@ -16,7 +16,7 @@ use tracing::warn;
 use crate::adapter::{EncryptedRooms, MatrixAdapter};
 use crate::client::{CallError, MatrixApi};
 use crate::receive::MatrixReceiver;
-use crate::source::{JoinPolicy, SyncSource};
+use crate::source::{JoinPolicy, SyncSource, import_legacy_sync_start};
 
 /// The longest `/sync` wait accepted (homeservers and proxies cut longer requests).
 pub const MAX_POLL_TIMEOUT_S: u64 = 60;
@@ -175,6 +175,17 @@ impl MatrixFactory {
         let timeout = Duration::from_millis(settings.request_timeout_ms.max(1));
         let api = MatrixApi::new(url, token, timeout);
         check_token(setup, &settings, &api).await?;
+        import_legacy_sync_start(&setup.state, &setup.legacy)
+            .await
+            .map_err(|reason| {
+                setup.invalid(
+                    "",
+                    format!(
+                        "the state an earlier release kept in the gateway's state directory: \
+                         {reason}; fix the file's permissions or the store and start again"
+                    ),
+                )
+            })?;
         let encrypted = EncryptedRooms::default();
         let source = SyncSource::new(
             api.clone(),
@@ -185,7 +196,7 @@ impl MatrixFactory {
                 allowed_rooms: settings.allowed_rooms.clone(),
             },
             encrypted.clone(),
-            &setup.state_dir,
+            setup.state.clone(),
         );
         let receiver = MatrixReceiver::new(
             &setup.name,

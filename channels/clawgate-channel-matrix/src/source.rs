@@ -7,15 +7,18 @@
 //! are deduplicated by event id), the last carries `next_batch`. Within one process the batches
 //! are kept until the watermark passes them, so an event polled again has the same position and
 //! the events after an unfinished one are still polled. After a restart the batch is fetched
-//! again from the durable token. An account's very first token is kept in its state directory,
-//! so events written before its first inbound event are not skipped by a restart either.
+//! again from the durable token. An account's very first token is kept in its state in the
+//! gateway's store (value `sync-start`), so events written before its first inbound event are
+//! not skipped by a restart either.
 
-use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use clawgate_channel_sdk::{PollFrom, PollWait, PolledEvent, PollingFeed, SourceError};
+use clawgate_channel_sdk::state::{Swapped, ValueExpectation};
+use clawgate_channel_sdk::{
+    ChannelState, LegacyFiles, PollFrom, PollWait, PolledEvent, PollingFeed, SourceError,
+};
 use clawgate_types::DeliveryFailureKind;
 use reqwest::Method;
 use serde::Deserialize;
@@ -27,6 +30,44 @@ use crate::client::{MatrixApi, segment};
 
 /// Events of one room per `/sync` answer; more sets the timeline `limited` flag.
 const TIMELINE_LIMIT: u32 = 200;
+
+/// The value holding the account's first `since` token (a JSON string).
+pub(crate) const SYNC_START: &str = "sync-start";
+
+/// The file an earlier release kept the first token in, in the gateway's state directory (one
+/// name for every Matrix account).
+pub(crate) const LEGACY_SYNC_START: &str = "matrix-sync-start";
+
+/// Imports the first token an earlier release kept in [`LEGACY_SYNC_START`], once: written only
+/// where the store holds none (a token already stored wins, so a repeat after a crash before
+/// the file was set aside changes nothing), then the file is set aside.
+pub(crate) async fn import_legacy_sync_start(
+    state: &ChannelState,
+    legacy: &LegacyFiles,
+) -> Result<(), String> {
+    let Some(bytes) = legacy
+        .read(LEGACY_SYNC_START)
+        .map_err(|e| format!("{LEGACY_SYNC_START} cannot be read: {e}"))?
+    else {
+        return Ok(());
+    };
+    let token = String::from_utf8_lossy(&bytes).trim().to_owned();
+    if !token.is_empty() {
+        match state
+            .swap(SYNC_START, ValueExpectation::Absent, &token)
+            .await
+            .map_err(|e| format!("{LEGACY_SYNC_START} cannot be imported: {e}"))?
+        {
+            Swapped::Written(_) => {
+                info!("the Matrix sync start token of an earlier release was imported")
+            }
+            Swapped::Conflict(_) => {}
+        }
+    }
+    legacy
+        .retire(LEGACY_SYNC_START)
+        .map_err(|e| format!("{LEGACY_SYNC_START} was imported but cannot be set aside: {e}"))
+}
 
 #[derive(Debug, Deserialize)]
 struct SyncAnswer {
@@ -67,8 +108,8 @@ pub struct SyncSource {
     timeout_s: u64,
     joins: JoinPolicy,
     encrypted: EncryptedRooms,
-    /// Where the account's first `since` token is kept.
-    start_file: PathBuf,
+    /// The account's state, where its first `since` token is kept.
+    state: ChannelState,
     /// The batches the watermark has not passed yet, in order (each `since` is the previous
     /// `next`).
     chain: Mutex<Vec<Batch>>,
@@ -98,7 +139,7 @@ impl SyncSource {
         timeout_s: u64,
         joins: JoinPolicy,
         encrypted: EncryptedRooms,
-        state_dir: &std::path::Path,
+        state: ChannelState,
     ) -> SyncSource {
         SyncSource {
             api,
@@ -106,7 +147,7 @@ impl SyncSource {
             timeout_s,
             joins,
             encrypted,
-            start_file: state_dir.join("matrix-sync-start"),
+            state,
             chain: Mutex::new(Vec::new()),
         }
     }
@@ -128,26 +169,36 @@ impl SyncSource {
             .map_err(|e| e.into_source_error("sync"))
     }
 
-    /// The token polling starts from when the engine has none: the one kept in the state
-    /// directory, or (first start) the homeserver's current one, kept there.
+    /// The token polling starts from when the engine has none: the one kept in the account's
+    /// state, or (first start) the homeserver's current one, kept there.
     async fn start_token(&self) -> Result<String, SourceError> {
-        if let Ok(token) = std::fs::read_to_string(&self.start_file)
-            && !token.trim().is_empty()
+        let unusable = |e: clawgate_channel_sdk::StateError| {
+            SourceError::new(
+                DeliveryFailureKind::Transient,
+                format!("the Matrix sync start token cannot be kept: {e}"),
+            )
+        };
+        if let Some(kept) = self
+            .state
+            .value::<String>(SYNC_START)
+            .await
+            .map_err(unusable)?
         {
-            return Ok(token.trim().to_owned());
+            return Ok(kept.value);
         }
         let answer = self.sync(None, 0).await?;
         // Invites that came before the first start are only in this first answer.
         self.join_invites(&answer.rooms.invite).await;
-        std::fs::write(&self.start_file, &answer.next_batch).map_err(|e| {
-            SourceError::new(
-                DeliveryFailureKind::Transient,
-                format!(
-                    "the Matrix sync start token cannot be kept in {}: {e}",
-                    self.start_file.display()
-                ),
-            )
-        })?;
+        // Only where none is kept: a token another start of this account kept first is older,
+        // so listening from it misses nothing.
+        if let Swapped::Conflict(Some(kept)) = self
+            .state
+            .swap(SYNC_START, ValueExpectation::Absent, &answer.next_batch)
+            .await
+            .map_err(unusable)?
+        {
+            return Ok(kept.value);
+        }
         info!(user = %self.user_id, "Matrix account listens from now on (earlier history is not answered)");
         Ok(answer.next_batch)
     }

@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use clawgate_channel_sdk::NoTransportAck;
 use clawgate_channel_sdk::prelude::*;
+use clawgate_channel_sdk::state::Versioned;
+use clawgate_channel_sdk::{LegacyFiles, NoTransportAck};
 use clawgate_messages::{
     AckController, EventHandler, ReceiveOptions, ReceiveOutcome, Receiver, SourceRunner,
     SourceStores,
@@ -19,7 +20,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::peer::{Peer, build};
+use crate::peer::{Peer, build, build_from, setup};
 use crate::proxy::FaultKind;
 use clawgate_channel_matrix::testing::enc;
 
@@ -363,6 +364,155 @@ async fn messages_before_the_first_inbound_event_survive_a_restart() {
     .unwrap();
     let events = poll_until(&restarted, &PollFrom::new(0, None), &["early"]).await;
     assert_eq!(events.len(), 1);
+}
+
+/// The first `since` token the store keeps for Matrix account `account`.
+async fn kept_start(dir: &std::path::Path, account: &str) -> Option<Versioned<String>> {
+    clawgate_conformance::channel_state(dir, "matrix", account)
+        .value::<String>("sync-start")
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_accounts_on_one_store_keep_their_sync_starts_apart() {
+    // The peer's account (`default`) listened once: its start is kept.
+    let peer = Peer::start().await;
+    let first_start = kept_start(peer.state.path(), "default").await;
+    let second = peer.synapse.register("second").await;
+    let created = peer
+        .synapse
+        .call(
+            &second,
+            Method::POST,
+            "createRoom",
+            Some(json!({ "preset": "private_chat", "invite": [peer.ada.user_id] })),
+        )
+        .await;
+    let room = created["room_id"].as_str().unwrap().to_owned();
+    peer.synapse
+        .call(
+            &peer.ada,
+            Method::POST,
+            &format!("join/{}", enc(&room)),
+            Some(json!({})),
+        )
+        .await;
+    peer.write(
+        &peer.ada,
+        &room,
+        json!({ "msgtype": "m.text", "body": "before the second account started" }),
+    )
+    .await;
+    // The second account, on the same store: it listens from its own first start (one token
+    // file for both accounts handed it the first account's older token, and with it history).
+    let second_setup = || {
+        setup(
+            &peer.proxy.base,
+            &second,
+            &peer.otherbot,
+            peer.state.path(),
+            "second",
+            json!({}),
+        )
+    };
+    let plugin = build_from(&second_setup(), &second).await.unwrap();
+    let first_poll = poll(&plugin, &PollFrom::new(0, None)).await;
+    let texts: Vec<&str> = first_poll.iter().map(|e| text(&e.raw)).collect();
+    assert!(
+        texts.is_empty(),
+        "history from before the second account's first start is not answered: {texts:?}"
+    );
+    peer.write(
+        &peer.ada,
+        &room,
+        json!({ "msgtype": "m.text", "body": "while the second account was down" }),
+    )
+    .await;
+    let restarted = build_from(&second_setup(), &second).await.unwrap();
+    let events = poll_until(
+        &restarted,
+        &PollFrom::new(0, None),
+        &["while the second account was down"],
+    )
+    .await;
+    let texts: Vec<&str> = events.iter().map(|e| text(&e.raw)).collect();
+    assert_eq!(
+        texts,
+        vec!["while the second account was down"],
+        "the restarted second account resumes from its own start"
+    );
+    let first_start = first_start.expect("the first account's start is kept");
+    assert_eq!(
+        kept_start(peer.state.path(), "default").await,
+        Some(first_start.clone()),
+        "the first account's start is untouched"
+    );
+    let second_start = kept_start(peer.state.path(), "second").await.unwrap();
+    assert_ne!(second_start.value, first_start.value);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sync_start_an_earlier_release_kept_is_imported_once() {
+    let peer = Peer::start().await;
+    let room = peer.room(json!({})).await;
+    // The token an earlier release kept at its first start, then a message after it.
+    let old_token = peer
+        .synapse
+        .call(&peer.gateway, Method::GET, "sync?timeout=0", None)
+        .await["next_batch"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    peer.write(
+        &peer.ada,
+        &room,
+        json!({ "msgtype": "m.text", "body": "after the old start" }),
+    )
+    .await;
+    let old_dir = tempfile::tempdir().unwrap();
+    let file = old_dir.path().join("matrix-sync-start");
+    std::fs::write(&file, format!("{old_token}\n")).unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let upgraded = || {
+        setup(
+            &peer.proxy.base,
+            &peer.gateway,
+            &peer.otherbot,
+            store.path(),
+            "default",
+            json!({}),
+        )
+        .with_legacy_files(LegacyFiles::in_dir(old_dir.path()))
+    };
+    let plugin = build_from(&upgraded(), &peer.gateway).await.unwrap();
+    assert!(!file.exists(), "the file is set aside");
+    assert_eq!(
+        std::fs::read_to_string(old_dir.path().join("matrix-sync-start.imported")).unwrap(),
+        format!("{old_token}\n")
+    );
+    let imported = Versioned {
+        value: old_token,
+        version: 1,
+    };
+    assert_eq!(
+        kept_start(store.path(), "default").await,
+        Some(imported.clone())
+    );
+    // The upgraded account resumes from the kept token: the message after it is answered.
+    let events = poll_until(&plugin, &PollFrom::new(0, None), &["after the old start"]).await;
+    assert_eq!(events.len(), 1);
+    // A crash after the import and before the file was set aside leaves it there: read again,
+    // the stored token wins and is written no second time.
+    std::fs::write(&file, "s_a_later_token").unwrap();
+    build_from(&upgraded(), &peer.gateway).await.unwrap();
+    assert!(!file.exists(), "the file is set aside");
+    build_from(&upgraded(), &peer.gateway).await.unwrap();
+    assert_eq!(
+        kept_start(store.path(), "default").await,
+        Some(imported),
+        "imported once"
+    );
 }
 
 /// A room Ada created and invited the gateway to.

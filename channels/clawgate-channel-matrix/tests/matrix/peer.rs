@@ -182,7 +182,8 @@ impl Peer {
     }
 }
 
-/// The channel the factory builds against the homeserver at `base` as `gateway`.
+/// The channel the factory builds against the homeserver at `base` as `gateway` (account
+/// `default`).
 pub(crate) async fn build(
     base: &str,
     gateway: &User,
@@ -190,6 +191,20 @@ pub(crate) async fn build(
     state_dir: &std::path::Path,
     settings: Value,
 ) -> Result<ChannelPlugin, SetupError> {
+    let setup = setup(base, gateway, otherbot, state_dir, "default", settings);
+    build_from(&setup, gateway).await
+}
+
+/// The setup the gateway gives account `account`, run as `gateway`, with its state in the
+/// store of `state_dir`.
+pub(crate) fn setup(
+    base: &str,
+    gateway: &User,
+    otherbot: &User,
+    state_dir: &std::path::Path,
+    account: &str,
+    settings: Value,
+) -> ChannelSetup {
     let mut merged = json!({
         "homeserver_url": base,
         "user_id": gateway.user_id,
@@ -201,9 +216,16 @@ pub(crate) async fn build(
     for (key, value) in settings.as_object().unwrap() {
         merged[key] = value.clone();
     }
-    let setup = clawgate_conformance::channel_setup(0, "matrix", "default", merged, state_dir);
+    clawgate_conformance::channel_setup(0, "matrix", account, merged, state_dir)
+}
+
+/// The channel the factory builds from `setup`, with `gateway`'s access token.
+pub(crate) async fn build_from(
+    setup: &ChannelSetup,
+    gateway: &User,
+) -> Result<ChannelPlugin, SetupError> {
     MatrixFactory
-        .build_with_secrets(&setup, Secret::new(gateway.token.clone()))
+        .build_with_secrets(setup, Secret::new(gateway.token.clone()))
         .await
 }
 
