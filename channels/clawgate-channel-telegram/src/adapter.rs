@@ -252,7 +252,7 @@ impl TelegramAdapter {
             }) => {
                 let moved = moved.to_string();
                 info!(from = chat, to = %moved, "the group was upgraded to a supergroup; following it");
-                self.migrations.remember(chat, &moved);
+                self.migrations.remember(chat, &moved).await;
                 params["chat_id"] = chat_value(&moved);
                 let result = self.api.call::<T>(method, &params, Duration::ZERO).await?;
                 Ok((result, moved))

@@ -14,7 +14,7 @@ use tracing::warn;
 
 use crate::adapter::TelegramAdapter;
 use crate::client::{BotApi, CallError};
-use crate::migrations::Migrations;
+use crate::migrations::{self, Migrations};
 use crate::receive::TelegramReceiver;
 use crate::source::{MAX_POLL_TIMEOUT_S, PollingSource, WebhookConfig, WebhookSource};
 use crate::wire::BotUser;
@@ -214,8 +214,15 @@ impl TelegramFactory {
                 webhook_config(setup, &settings, webhook_secret)?,
             ))),
         };
-        let migrations = Migrations::load(setup.state_dir.join("telegram-chat-migrations.json"))
+        migrations::import_legacy(&setup.state.book(migrations::BOOK), &setup.legacy)
+            .await
             .map_err(|reason| setup.invalid("", reason))?;
+        let migrations = Migrations::load(&setup.state).await.map_err(|e| {
+            setup.invalid(
+                "",
+                format!("the chat migrations cannot be read: {e}; check the store and start again"),
+            )
+        })?;
         let bot = check_token(setup, &settings, &api).await?;
         let adapter = Arc::new(
             TelegramAdapter::new(&setup.name, api, Arc::new(migrations), settings.drafts)

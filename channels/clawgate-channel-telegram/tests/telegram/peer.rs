@@ -101,12 +101,23 @@ pub(crate) fn quiet() -> SimulatorConfig {
     }
 }
 
-/// The channel the factory builds for `settings` against `sim`.
+/// The channel the factory builds for `settings` against `sim` (account `default`).
 pub(crate) async fn build(
     sim: &BotApiSimulator,
     state_dir: &std::path::Path,
     settings: Value,
 ) -> Result<ChannelPlugin, SetupError> {
+    build_from(sim, &setup(sim, state_dir, "default", settings)).await
+}
+
+/// The setup the gateway gives account `account` against `sim`, with its state in the store
+/// of `state_dir`.
+pub(crate) fn setup(
+    sim: &BotApiSimulator,
+    state_dir: &std::path::Path,
+    account: &str,
+    settings: Value,
+) -> ChannelSetup {
     let mut merged = json!({
         "token_env": "UNUSED_IN_TESTS",
         "api_base": sim.base_url(),
@@ -116,11 +127,18 @@ pub(crate) async fn build(
     for (key, value) in settings.as_object().unwrap() {
         merged[key] = value.clone();
     }
-    let webhook = merged.get("mode") == Some(&json!("webhook"));
-    let setup = clawgate_conformance::channel_setup(0, "telegram", "default", merged, state_dir);
+    clawgate_conformance::channel_setup(0, "telegram", account, merged, state_dir)
+}
+
+/// The channel the factory builds from `setup` with the simulator's secrets.
+pub(crate) async fn build_from(
+    sim: &BotApiSimulator,
+    setup: &ChannelSetup,
+) -> Result<ChannelPlugin, SetupError> {
+    let webhook = setup.settings.get("mode") == Some(&json!("webhook"));
     TelegramFactory
         .build_with_secrets(
-            &setup,
+            setup,
             Secret::new(sim.token()),
             webhook.then(|| Secret::new(WEBHOOK_SECRET)),
         )

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use clawgate_channel_sdk::LegacyFiles;
 use clawgate_channel_sdk::prelude::*;
 use clawgate_channel_telegram::simulator::{Fault, FaultKind, SimUser, WriteOptions};
 use clawgate_messages::{LiveOptions, Messenger, RetryPolicy, SendOptions, SendOutcome};
@@ -11,7 +12,7 @@ use clawgate_types::clock::ManualClock;
 use clawgate_types::{IntentStatus, MessageQuote, MessageRelation};
 use serde_json::json;
 
-use crate::peer::{Peer, build, quiet};
+use crate::peer::{Peer, build, build_from, quiet, setup};
 
 fn ctx(target: &MessageTarget, key: &str) -> SendContext {
     SendContext::new(
@@ -158,6 +159,131 @@ async fn a_group_upgraded_to_a_supergroup_is_followed_once_and_remembered() {
     assert_eq!(
         refused, 2,
         "the restarted channel did not have to learn it again"
+    );
+}
+
+/// The old chat ids of the moves account `account` keeps in the store of `dir`.
+async fn kept_moves(dir: &std::path::Path, account: &str) -> Vec<(String, String)> {
+    clawgate_conformance::channel_state(dir, "telegram", account)
+        .book("chat-migrations")
+        .since::<String>(0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.key, r.value))
+        .collect()
+}
+
+fn refused_sends(peer: &Peer) -> usize {
+    calls(peer, "sendMessage")
+        .iter()
+        .filter(|s| **s == 400)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_accounts_on_one_store_keep_their_chat_moves_apart() {
+    let peer = Peer::polling().await;
+    let state = tempfile::tempdir().unwrap();
+    let account = |name: &str| setup(&peer.sim, state.path(), name, json!({}));
+    let first = build_from(&peer.sim, &account("default")).await.unwrap();
+    let second = build_from(&peer.sim, &account("second")).await.unwrap();
+    let first_old = peer.sim.group("the first account's group");
+    let first_new = peer.sim.upgrade_to_supergroup(first_old);
+    let second_old = peer.sim.group("the second account's group");
+    let second_new = peer.sim.upgrade_to_supergroup(second_old);
+    let first_target = MessageTarget::group(first_old.to_string());
+    let second_target = MessageTarget::group(second_old.to_string());
+    // Each learns its own move (one file for both kept only the last writer's moves).
+    first
+        .sender
+        .send_unit(&ctx(&first_target, "1"), &text("first learns"))
+        .await
+        .unwrap();
+    second
+        .sender
+        .send_unit(&ctx(&second_target, "2"), &text("second learns"))
+        .await
+        .unwrap();
+    assert_eq!(refused_sends(&peer), 2);
+    let first = build_from(&peer.sim, &account("default")).await.unwrap();
+    let second = build_from(&peer.sim, &account("second")).await.unwrap();
+    first
+        .sender
+        .send_unit(&ctx(&first_target, "3"), &text("first knows"))
+        .await
+        .unwrap();
+    second
+        .sender
+        .send_unit(&ctx(&second_target, "4"), &text("second knows"))
+        .await
+        .unwrap();
+    assert_eq!(
+        refused_sends(&peer),
+        2,
+        "after a restart each account still knows its move"
+    );
+    assert_eq!(peer.texts(first_new), vec!["first learns", "first knows"]);
+    assert_eq!(
+        peer.texts(second_new),
+        vec!["second learns", "second knows"]
+    );
+    assert_eq!(
+        kept_moves(state.path(), "default").await,
+        vec![(first_old.to_string(), first_new.to_string())]
+    );
+    assert_eq!(
+        kept_moves(state.path(), "second").await,
+        vec![(second_old.to_string(), second_new.to_string())]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_moves_an_earlier_release_kept_are_imported_once() {
+    let peer = Peer::polling().await;
+    let old = peer.sim.group("moved before the upgrade");
+    let new = peer.sim.upgrade_to_supergroup(old);
+    let old_dir = tempfile::tempdir().unwrap();
+    let file = old_dir.path().join("telegram-chat-migrations.json");
+    // The earlier release's format: a pretty-printed JSON object, old chat id → new chat id.
+    let content = serde_json::to_vec_pretty(&json!({ old.to_string(): new.to_string() })).unwrap();
+    std::fs::write(&file, &content).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let upgraded = || {
+        setup(&peer.sim, state.path(), "default", json!({}))
+            .with_legacy_files(LegacyFiles::in_dir(old_dir.path()))
+    };
+    let plugin = build_from(&peer.sim, &upgraded()).await.unwrap();
+    assert!(!file.exists(), "the file is set aside");
+    assert_eq!(
+        std::fs::read(
+            old_dir
+                .path()
+                .join("telegram-chat-migrations.json.imported")
+        )
+        .unwrap(),
+        content
+    );
+    plugin
+        .sender
+        .send_unit(
+            &ctx(&MessageTarget::group(old.to_string()), "1"),
+            &text("known"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(peer.texts(new), vec!["known"]);
+    assert_eq!(refused_sends(&peer), 0, "the imported move is followed");
+    // A crash after the import and before the file was set aside leaves it there: imported
+    // again, it adds nothing.
+    std::fs::write(&file, &content).unwrap();
+    build_from(&peer.sim, &upgraded()).await.unwrap();
+    assert!(!file.exists(), "the file is set aside");
+    build_from(&peer.sim, &upgraded()).await.unwrap();
+    assert_eq!(
+        kept_moves(state.path(), "default").await,
+        vec![(old.to_string(), new.to_string())],
+        "imported once"
     );
 }
 
