@@ -21,7 +21,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use base64::Engine;
@@ -29,6 +29,7 @@ use clawgate_channel_sdk::{
     ChannelMessageAdapter, MessageLiveAdapter, MessageRenderAdapter, Reconciliation, SendContext,
     SendError,
 };
+use clawgate_types::clock::Clock;
 use clawgate_types::{
     AttachmentCapabilities, ChannelMessage, DeliveryCapabilities, DeliveryFailureKind,
     LiveCancelReason, LiveCapabilities, MessageCapabilities, MessagePartKind, MessageReceiptPart,
@@ -39,7 +40,7 @@ use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use crate::client::{CODE_DEDUPLICATED, CODE_MESSAGE_GONE, CallError, OpenApi, send_error};
-use crate::journal::{ActiveAttempt, ActiveJournal};
+use crate::journal::{ActiveAttempt, ActiveJournal, JournalError};
 use crate::passive::{answered_msg_id, msg_seq_of};
 use crate::receive::RecentInbound;
 use crate::render::{FILE_VOICE, MAX_TEXT_CHARS, QqRenderer};
@@ -89,10 +90,9 @@ fn invalid(message: impl Into<String>) -> SendError {
     SendError::before_io(DeliveryFailureKind::InvalidPayload, message)
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+/// A journal that cannot be read or written: nothing was sent; try again later.
+fn journal_failed(error: JournalError) -> SendError {
+    SendError::before_io(DeliveryFailureKind::Transient, error.to_string())
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -152,6 +152,8 @@ pub struct QqAdapter {
     name: String,
     api: OpenApi,
     journal: ActiveJournal,
+    /// The gateway's clock (the month an active message is counted in).
+    clock: Arc<dyn Clock>,
     capabilities: MessageCapabilities,
     renderer: QqRenderer,
     tts: Option<Tts>,
@@ -183,6 +185,7 @@ pub(crate) struct AdapterConfig {
     pub(crate) text_as_voice: bool,
     pub(crate) tts: Option<Tts>,
     pub(crate) recent: Arc<RecentInbound>,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl QqAdapter {
@@ -196,6 +199,7 @@ impl QqAdapter {
             name: name.to_owned(),
             api,
             journal,
+            clock: config.clock,
             capabilities: capabilities(),
             renderer: QqRenderer {
                 text_as_voice: config.text_as_voice,
@@ -212,7 +216,7 @@ impl QqAdapter {
     }
 
     /// Journals the id of a passive reply QQ answered (not an id-less dedupe receipt).
-    async fn remember(&self, key: &str, chat: Chat<'_>, part: &MessageReceiptPart) {
+    async fn remember(&self, key: &str, part: &MessageReceiptPart) {
         let deduplicated = part
             .raw
             .as_ref()
@@ -222,7 +226,7 @@ impl QqAdapter {
         }
         if let Err(error) = self
             .journal
-            .answered_passive(key, chat.id(), &part.platform_message_id)
+            .answered_passive(key, &part.platform_message_id)
             .await
         {
             warn!(channel = %self.name, %error, "a passive reply's id was not journaled; a later check of it gets the id-less receipt");
@@ -240,8 +244,8 @@ impl QqAdapter {
     }
 
     /// The inbound message a unit answers: from durable data, else the choice an earlier
-    /// attempt journaled, else the chat's latest message — journaled (synced) before the send,
-    /// so every attempt answers the same message under the same `msg_seq`.
+    /// attempt journaled (on any gateway), else the chat's latest message — journaled, durably,
+    /// before the send, so every attempt answers the same message under the same `msg_seq`.
     async fn choose_reply_to(
         &self,
         ctx: &SendContext,
@@ -251,17 +255,18 @@ impl QqAdapter {
             return Ok(Some(msg_id));
         }
         let key = ctx.unit_key(unit);
-        if let Some(msg_id) = self.journal.chosen(&key).await {
+        if let Some(msg_id) = self.journal.chosen(&key).await.map_err(journal_failed)? {
             return Ok(Some(msg_id));
         }
         let Some(msg_id) = self.renderer.recent.latest(&ctx.message.target) else {
             return Ok(None);
         };
-        self.journal
+        let chosen = self
+            .journal
             .chose(&key, &msg_id)
             .await
-            .map_err(|e| SendError::before_io(DeliveryFailureKind::Transient, e.to_string()))?;
-        Ok(Some(msg_id))
+            .map_err(journal_failed)?;
+        Ok(Some(chosen))
     }
 
     /// The inbound message an earlier attempt of a unit answered, when it was a passive reply.
@@ -269,10 +274,14 @@ impl QqAdapter {
         &self,
         ctx: &SendContext,
         unit: &RenderedMessageUnit,
-    ) -> Option<String> {
+    ) -> Result<Option<String>, SendError> {
         match Self::durable_reply_to(ctx, unit) {
-            Some(msg_id) => Some(msg_id),
-            None => self.journal.chosen(&ctx.unit_key(unit)).await,
+            Some(msg_id) => Ok(Some(msg_id)),
+            None => self
+                .journal
+                .chosen(&ctx.unit_key(unit))
+                .await
+                .map_err(journal_failed),
         }
     }
 
@@ -430,9 +439,9 @@ impl QqAdapter {
         }
         let reserved = self
             .journal
-            .reserve(&key, chat.id(), now_ms(), self.active_quota)
+            .reserve(&key, chat.id(), self.clock.now_ms(), self.active_quota)
             .await
-            .map_err(|e| SendError::before_io(DeliveryFailureKind::Transient, e.to_string()))?;
+            .map_err(journal_failed)?;
         if !reserved {
             return Err(SendError::before_io(
                 DeliveryFailureKind::Permission,
@@ -630,7 +639,7 @@ impl ChannelMessageAdapter for QqAdapter {
                     .await?
                 {
                     Passive::Sent(part) => {
-                        self.remember(&ctx.unit_key(unit), chat, &part).await;
+                        self.remember(&ctx.unit_key(unit), &part).await;
                         return Ok(part);
                     }
                     Passive::Closed(error) => {
@@ -664,7 +673,8 @@ impl ChannelMessageAdapter for QqAdapter {
             return self.reconcile_preview(ctx, unit).await;
         }
         let key = ctx.unit_key(unit);
-        match self.journal.attempt(&key).await {
+        // From the store, not from what this process saw: another gateway may have sent it.
+        match self.journal.attempt(&key).await.map_err(journal_failed)? {
             Some(ActiveAttempt::Answered(id)) => {
                 return Ok(Reconciliation::Sent(Box::new(Self::part(
                     unit,
@@ -678,7 +688,12 @@ impl ChannelMessageAdapter for QqAdapter {
             }
             None => {}
         }
-        if let Some(id) = self.journal.passive_id(&key).await {
+        if let Some(id) = self
+            .journal
+            .passive_id(&key)
+            .await
+            .map_err(journal_failed)?
+        {
             return Ok(Reconciliation::Sent(Box::new(Self::part(
                 unit,
                 &id,
@@ -690,7 +705,7 @@ impl ChannelMessageAdapter for QqAdapter {
             // A direct send (no durable intent) this process never made.
             return Ok(Reconciliation::NotSent);
         }
-        let Some(msg_id) = self.attempted_reply_to(ctx, unit).await else {
+        let Some(msg_id) = self.attempted_reply_to(ctx, unit).await? else {
             // Not a passive reply, and no active attempt in the journal: it never went out.
             return Ok(Reconciliation::NotSent);
         };

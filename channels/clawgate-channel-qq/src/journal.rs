@@ -1,5 +1,5 @@
-//! The active-message journal: every active message (one without `msg_id`) is written here,
-//! synced, before it is sent, and its message id after QQ answered.
+//! The active-message journal, in the gateway's store: every active message (one without
+//! `msg_id`) is recorded, durably, before it is sent, and its message id after QQ answered.
 //!
 //! Active messages are what QQ does not deduplicate: a lost answer cannot be settled by sending
 //! again. The journal tells a unit that never went out actively (no entry: its passive
@@ -9,48 +9,76 @@
 //!
 //! It also keeps, not counted: the ids QQ answered passive replies with (best effort), so a
 //! later check of such a unit names its message rather than the id-less dedupe receipt; and,
-//! synced before the send, the inbound message a passive reply answers when that was chosen at
-//! send time from the chat's latest message (which a restart forgets), so every attempt of the
-//! unit repeats the same `(msg_id, msg_seq)` pair.
+//! durable before the send, the inbound message a passive reply answers when that was chosen
+//! at send time from the chat's latest message (which a restart forgets), so every attempt of
+//! the unit repeats the same `(msg_id, msg_seq)` pair.
 //!
-//! The file is JSON lines (`active-sends.jsonl` in the channel's state directory), appended
-//! and synced per record; a torn last line (a crash mid-write) is skipped on load.
+//! Two books of the account's [`ChannelState`], read from the store when they decide something,
+//! since another gateway on the same store may have written them:
+//!
+//! - `active-sends`, by unit key: `attempt:<key>` (target, month, quota slot), `answered:<key>`
+//!   (the active message's id), `passive:<key>` (a passive reply's id), `chosen:<key>` (the
+//!   inbound message chosen at send time).
+//! - `active-quota`: one record per counted attempt, `<month>/<target>/<n>` naming the unit, n
+//!   below the quota. A slot is claimed by appending it, and an append of a key already there
+//!   changes nothing, so two gateways sending to one chat at once cannot both take the last one.
+//!
+//! An earlier release kept all of it in `active-sends.jsonl` in the state directory; it is
+//! imported once ([`ActiveJournal::import_legacy`]).
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
+use clawgate_channel_sdk::state::{Book, ChannelState, LegacyFiles, StateError};
 use serde::{Deserialize, Serialize};
-use tokio::io::AsyncWriteExt;
 use tokio::sync::Mutex;
 
-/// The journal's file name in the channel's state directory.
+/// The file an earlier release kept the journal in (in the gateway's state directory), read
+/// once by [`ActiveJournal::import_legacy`].
 pub const JOURNAL_FILE: &str = "active-sends.jsonl";
+
+/// The book of attempts, answers and chosen reply targets, by unit key.
+const SENDS_BOOK: &str = "active-sends";
+/// The book of counted active attempts, one slot each.
+const QUOTA_BOOK: &str = "active-quota";
+
+/// Records older than this are pruned at start: a quota counts one calendar month, and an
+/// unknown send is settled (or parked for an operator) long before three months pass.
+const KEEP_FOR: Duration = Duration::from_secs(93 * 24 * 3_600);
+/// At most this many records per book are kept (the newest): a bound for a busy bot, far above
+/// what one month of replies and quota slots writes.
+const KEEP_NEWEST: u64 = 200_000;
 
 /// A journal operation failed.
 #[derive(Debug, thiserror::Error)]
-#[error("the QQ active-message journal {path} cannot be {what}: {source}")]
-pub struct JournalError {
-    path: PathBuf,
-    what: &'static str,
-    #[source]
-    source: std::io::Error,
+pub enum JournalError {
+    /// The store could not be read or written.
+    #[error("the QQ active-message journal could not be {what}: {source}")]
+    State {
+        /// What was being done.
+        what: &'static str,
+        /// The store's error.
+        #[source]
+        source: StateError,
+    },
+    /// The journal file of an earlier release could not be imported.
+    #[error(
+        "the QQ active-message journal of an earlier release ({JOURNAL_FILE} in the state \
+         directory) could not be {what}: {source}; make it readable (or move it aside to give \
+         up its records) and start again"
+    )]
+    Legacy {
+        /// What was being done.
+        what: &'static str,
+        /// The file system's error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Record {
-    key: String,
-    target: String,
-    /// `YYYY-MM` of the attempt (UTC).
-    month: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    id: Option<String>,
-    /// A passive reply's answer or chosen target (not an active attempt; never counted).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    passive: bool,
-    /// The inbound message a passive reply answers, when it was chosen at send time.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    reply_to: Option<String>,
+fn state_error(what: &'static str) -> impl FnOnce(StateError) -> JournalError {
+    move |source| JournalError::State { what, source }
 }
 
 /// What the journal knows of one unit key.
@@ -62,34 +90,76 @@ pub enum ActiveAttempt {
     Unanswered,
 }
 
-#[derive(Default)]
-struct State {
-    attempts: HashMap<String, Record>,
-    /// Unit key → the id QQ answered a passive reply with.
-    passive: HashMap<String, String>,
-    /// Unit key → the inbound message chosen for it at send time.
-    chosen: HashMap<String, String>,
-    /// (target, month) → attempts.
-    counts: HashMap<(String, String), u32>,
+/// `attempt:<key>`: the unit was (or is about to be) sent actively.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Attempt {
+    target: String,
+    /// `YYYY-MM` of the attempt (UTC).
+    month: String,
+    /// Its slot in the `active-quota` book.
+    slot: u32,
 }
 
-/// The journal (cheap to clone; one file per channel).
+/// `answered:<key>` / `passive:<key>`: the id QQ answered with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Answer {
+    id: String,
+}
+
+/// `chosen:<key>`: the inbound message a passive reply answers, chosen at send time.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Chosen {
+    #[serde(rename = "msgId")]
+    msg_id: String,
+}
+
+/// A counted attempt in the `active-quota` book.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Slot {
+    key: String,
+}
+
+/// A line of the earlier release's `active-sends.jsonl`.
+#[derive(Debug, Deserialize)]
+struct LegacyRecord {
+    key: String,
+    target: String,
+    month: String,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    passive: bool,
+    #[serde(default)]
+    reply_to: Option<String>,
+}
+
+/// The slots of the quota book this process has read (a cache: a slot's append decides).
+#[derive(Debug, Default)]
+struct QuotaCache {
+    /// The last quota record read.
+    seen: i64,
+    /// (target, month) → slot → unit key.
+    slots: HashMap<(String, String), BTreeMap<u32, String>>,
+}
+
+/// The journal (cheap to clone; one per account).
 #[derive(Clone)]
 pub struct ActiveJournal {
-    path: PathBuf,
-    state: Arc<Mutex<State>>,
+    sends: Book,
+    quota: Book,
+    cache: Arc<Mutex<QuotaCache>>,
 }
 
 impl std::fmt::Debug for ActiveJournal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ActiveJournal")
-            .field("path", &self.path)
+            .field("sends", &self.sends)
             .finish_non_exhaustive()
     }
 }
 
 /// `YYYY-MM` (UTC) of `ms` since the epoch.
-pub(crate) fn month_of(ms: u64) -> String {
+pub fn month_of(ms: u64) -> String {
     // Civil-from-days (Howard Hinnant's algorithm), valid for every date after 1970.
     let days = i64::try_from(ms / 86_400_000).unwrap_or(0);
     let z = days + 719_468;
@@ -103,208 +173,302 @@ pub(crate) fn month_of(ms: u64) -> String {
     format!("{year:04}-{month:02}")
 }
 
+fn month_at(now_ms: i64) -> String {
+    month_of(u64::try_from(now_ms).unwrap_or(0))
+}
+
+fn slot_key(month: &str, target: &str, n: u32) -> String {
+    format!("{month}/{target}/{n}")
+}
+
+/// (month, target, n) of a slot key.
+fn parse_slot_key(key: &str) -> Option<(String, String, u32)> {
+    let (rest, n) = key.rsplit_once('/')?;
+    let (month, target) = rest.split_once('/')?;
+    Some((month.to_owned(), target.to_owned(), n.parse().ok()?))
+}
+
 impl ActiveJournal {
-    /// Opens (or creates) the journal in `dir`.
-    pub fn open(dir: &Path) -> Result<ActiveJournal, JournalError> {
-        let path = dir.join(JOURNAL_FILE);
-        let mut state = State::default();
-        match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                if !text.is_empty() && !text.ends_with('\n') {
-                    // A torn last line (a crash mid-write): later records start on a line of
-                    // their own.
-                    use std::io::Write;
-                    let mut file = std::fs::OpenOptions::new()
-                        .append(true)
-                        .open(&path)
-                        .and_then(|mut f| f.write_all(b"\n").and_then(|()| f.sync_data()));
-                    if let Err(source) = file.as_mut() {
-                        return Err(JournalError {
-                            path,
-                            what: "repaired",
-                            source: std::io::Error::new(source.kind(), source.to_string()),
-                        });
-                    }
+    /// The journal of the account whose state is `state`; prunes what is too old to matter.
+    pub async fn open(state: &ChannelState) -> Result<ActiveJournal, JournalError> {
+        let journal = ActiveJournal {
+            sends: state.book(SENDS_BOOK),
+            quota: state.book(QUOTA_BOOK),
+            cache: Arc::new(Mutex::new(QuotaCache::default())),
+        };
+        for book in [&journal.sends, &journal.quota] {
+            book.prune(KEEP_FOR, KEEP_NEWEST)
+                .await
+                .map_err(state_error("pruned"))?;
+        }
+        Ok(journal)
+    }
+
+    /// Imports the `active-sends.jsonl` an earlier release wrote, then sets it aside; returns
+    /// how many of its records were read. Repeatable: a crash before the file is set aside
+    /// imports it again and adds nothing (every record is keyed by its unit; an attempt keeps
+    /// the quota slot it was given the first time).
+    pub async fn import_legacy(&self, legacy: &LegacyFiles) -> Result<usize, JournalError> {
+        let legacy_error = |what| move |source| JournalError::Legacy { what, source };
+        let Some(bytes) = legacy.read(JOURNAL_FILE).map_err(legacy_error("read"))? else {
+            return Ok(0);
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        let mut read = 0;
+        // A torn last line (a crash mid-write) does not parse and is skipped, as the earlier
+        // release skipped it.
+        for record in text
+            .lines()
+            .filter_map(|line| serde_json::from_str::<LegacyRecord>(line).ok())
+        {
+            read += 1;
+            if record.passive {
+                if let Some(msg_id) = &record.reply_to {
+                    self.chose(&record.key, msg_id).await?;
                 }
-                for line in text.lines() {
-                    if let Ok(record) = serde_json::from_str::<Record>(line) {
-                        state.apply(record);
-                    }
+                if let Some(id) = &record.id {
+                    self.answered_passive(&record.key, id).await?;
                 }
+                continue;
             }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(JournalError {
-                    path,
-                    what: "read",
-                    source,
-                });
+            // Every attempt of the file counts, whatever the quota is now: it was made.
+            self.reserve_in(&record.key, &record.target, &record.month, u32::MAX)
+                .await?;
+            if let Some(id) = &record.id {
+                self.answered(&record.key, id).await?;
             }
         }
-        Ok(ActiveJournal {
-            path,
-            state: Arc::new(Mutex::new(state)),
-        })
+        legacy
+            .retire(JOURNAL_FILE)
+            .map_err(legacy_error("set aside"))?;
+        Ok(read)
     }
 
-    /// What the journal holds for `key`.
-    pub async fn attempt(&self, key: &str) -> Option<ActiveAttempt> {
-        let state = self.state.lock().await;
-        state.attempts.get(key).map(|r| match &r.id {
-            Some(id) => ActiveAttempt::Answered(id.clone()),
+    /// What the journal holds for `key` (read from the store: another gateway may have sent
+    /// it).
+    pub async fn attempt(&self, key: &str) -> Result<Option<ActiveAttempt>, JournalError> {
+        let what = "read";
+        if self
+            .sends
+            .find::<Attempt>(&format!("attempt:{key}"))
+            .await
+            .map_err(state_error(what))?
+            .is_none()
+        {
+            return Ok(None);
+        }
+        let answer = self
+            .sends
+            .find::<Answer>(&format!("answered:{key}"))
+            .await
+            .map_err(state_error(what))?;
+        Ok(Some(match answer {
+            Some(record) => ActiveAttempt::Answered(record.value.id),
             None => ActiveAttempt::Unanswered,
-        })
+        }))
     }
 
-    /// Active messages to `target` in the month of `now_ms`.
-    pub async fn used(&self, target: &str, now_ms: u64) -> u32 {
-        let state = self.state.lock().await;
-        state
-            .counts
-            .get(&(target.to_owned(), month_of(now_ms)))
-            .copied()
-            .unwrap_or(0)
+    /// Active messages to `target` in the month of `now_ms`, by every gateway on the store.
+    pub async fn used(&self, target: &str, now_ms: i64) -> Result<u32, JournalError> {
+        let mut cache = self.cache.lock().await;
+        self.catch_up(&mut cache).await?;
+        let count = cache
+            .slots
+            .get(&(target.to_owned(), month_at(now_ms)))
+            .map_or(0, BTreeMap::len);
+        Ok(u32::try_from(count).unwrap_or(u32::MAX))
     }
 
     /// Records an active attempt of `key` to `target`, unless it would be attempt number
-    /// `quota + 1` of this month: `Ok(false)` then, nothing written. Durable on `Ok(true)`.
+    /// `quota + 1` of this month (counting every gateway's): `Ok(false)` then, nothing written.
+    /// Durable on `Ok(true)`.
     pub async fn reserve(
         &self,
         key: &str,
         target: &str,
-        now_ms: u64,
+        now_ms: i64,
         quota: u32,
     ) -> Result<bool, JournalError> {
-        let mut state = self.state.lock().await;
-        let month = month_of(now_ms);
-        if state.attempts.contains_key(key) {
+        let month = month_at(now_ms);
+        // Only this month's slots count from now on: the cache forgets earlier ones.
+        self.cache
+            .lock()
+            .await
+            .slots
+            .retain(|(_, slot_month), _| *slot_month >= month);
+        self.reserve_in(key, target, &month, quota).await
+    }
+
+    async fn reserve_in(
+        &self,
+        key: &str,
+        target: &str,
+        month: &str,
+        quota: u32,
+    ) -> Result<bool, JournalError> {
+        let attempt_key = format!("attempt:{key}");
+        if self
+            .sends
+            .find::<Attempt>(&attempt_key)
+            .await
+            .map_err(state_error("read"))?
+            .is_some()
+        {
             return Ok(true);
         }
-        let used = state
-            .counts
-            .get(&(target.to_owned(), month.clone()))
-            .copied()
-            .unwrap_or(0);
-        if used >= quota {
+        let Some(slot) = self.claim(key, target, month, quota).await? else {
             return Ok(false);
-        }
-        let record = Record {
-            key: key.to_owned(),
-            target: target.to_owned(),
-            month,
-            id: None,
-            passive: false,
-            reply_to: None,
         };
-        self.append(&record).await?;
-        state.apply(record);
+        let attempt = Attempt {
+            target: target.to_owned(),
+            month: month.to_owned(),
+            slot,
+        };
+        self.sends
+            .append(&attempt_key, &attempt)
+            .await
+            .map_err(state_error("written"))?;
         Ok(true)
+    }
+
+    /// Reads the quota slots appended since the last read, by any gateway.
+    async fn catch_up(&self, cache: &mut QuotaCache) -> Result<(), JournalError> {
+        for record in self
+            .quota
+            .since::<Slot>(cache.seen)
+            .await
+            .map_err(state_error("read"))?
+        {
+            cache.seen = record.seq;
+            if let Some((month, target, n)) = parse_slot_key(&record.key) {
+                cache
+                    .slots
+                    .entry((target, month))
+                    .or_default()
+                    .insert(n, record.value.key);
+            }
+        }
+        Ok(())
+    }
+
+    /// Claims a quota slot of (`target`, `month`) for `key`, below `quota`: the one it holds
+    /// already (a crash between the claim and the attempt record), else the first free one.
+    /// `None` when the month's slots are used up.
+    async fn claim(
+        &self,
+        key: &str,
+        target: &str,
+        month: &str,
+        quota: u32,
+    ) -> Result<Option<u32>, JournalError> {
+        let mut cache = self.cache.lock().await;
+        self.catch_up(&mut cache).await?;
+        let chat = (target.to_owned(), month.to_owned());
+        let mut n = 0;
+        loop {
+            let slots = cache.slots.entry(chat.clone()).or_default();
+            if let Some((&held, _)) = slots.iter().find(|(_, holder)| *holder == key) {
+                return Ok(Some(held));
+            }
+            if u32::try_from(slots.len()).unwrap_or(u32::MAX) >= quota {
+                return Ok(None);
+            }
+            while slots.contains_key(&n) {
+                n += 1;
+            }
+            let slot = slot_key(month, target, n);
+            let value = Slot {
+                key: key.to_owned(),
+            };
+            if self
+                .quota
+                .append(&slot, &value)
+                .await
+                .map_err(state_error("written"))?
+            {
+                slots.insert(n, value.key);
+                return Ok(Some(n));
+            }
+            // Taken since the last read: by another gateway, or by this very unit before a
+            // crash. The stored holder decides.
+            let holder = self
+                .quota
+                .find::<Slot>(&slot)
+                .await
+                .map_err(state_error("read"))?
+                .map(|r| r.value.key);
+            let slots = cache.slots.entry(chat.clone()).or_default();
+            match holder {
+                Some(holder) if holder == key => {
+                    slots.insert(n, holder);
+                    return Ok(Some(n));
+                }
+                Some(holder) => {
+                    slots.insert(n, holder);
+                }
+                // Pruned in between: not ours to count; try the next one.
+                None => n += 1,
+            }
+        }
     }
 
     /// Records the message id QQ answered for `key`'s active send.
     pub async fn answered(&self, key: &str, id: &str) -> Result<(), JournalError> {
-        let mut state = self.state.lock().await;
-        let Some(mut record) = state.attempts.get(key).cloned() else {
-            return Ok(());
-        };
-        record.id = Some(id.to_owned());
-        self.append(&record).await?;
-        state.apply(record);
+        self.sends
+            .append(&format!("answered:{key}"), &Answer { id: id.to_owned() })
+            .await
+            .map_err(state_error("written"))?;
         Ok(())
     }
 
     /// Records the id QQ answered a passive reply of `key` with: a later check of that unit
     /// names the message rather than the id-less `<msg_id>:<msg_seq>` receipt. Best effort
     /// (the dedupe settles the unit without it).
-    pub async fn answered_passive(
-        &self,
-        key: &str,
-        target: &str,
-        id: &str,
-    ) -> Result<(), JournalError> {
-        let mut state = self.state.lock().await;
-        let record = Record {
-            key: key.to_owned(),
-            target: target.to_owned(),
-            month: String::new(),
-            id: Some(id.to_owned()),
-            passive: true,
-            reply_to: None,
-        };
-        self.append(&record).await?;
-        state.apply(record);
+    pub async fn answered_passive(&self, key: &str, id: &str) -> Result<(), JournalError> {
+        self.sends
+            .append(&format!("passive:{key}"), &Answer { id: id.to_owned() })
+            .await
+            .map_err(state_error("written"))?;
         Ok(())
     }
 
-    /// Records, synced, that `key` answers `msg_id`: a target chosen at send time (the latest
-    /// message of the chat, which a restart forgets) must be the same on every attempt.
-    pub async fn chose(&self, key: &str, msg_id: &str) -> Result<(), JournalError> {
-        let mut state = self.state.lock().await;
-        if state.chosen.contains_key(key) {
-            return Ok(());
-        }
-        let record = Record {
-            key: key.to_owned(),
-            target: String::new(),
-            month: String::new(),
-            id: None,
-            passive: true,
-            reply_to: Some(msg_id.to_owned()),
+    /// Records, durably, that `key` answers `msg_id`: a target chosen at send time (the latest
+    /// message of the chat, which a restart forgets) must be the same on every attempt. Returns
+    /// the choice that holds: an earlier one (of any gateway) stays.
+    pub async fn chose(&self, key: &str, msg_id: &str) -> Result<String, JournalError> {
+        let chosen_key = format!("chosen:{key}");
+        let value = Chosen {
+            msg_id: msg_id.to_owned(),
         };
-        self.append(&record).await?;
-        state.apply(record);
-        Ok(())
+        if self
+            .sends
+            .append(&chosen_key, &value)
+            .await
+            .map_err(state_error("written"))?
+        {
+            return Ok(value.msg_id);
+        }
+        Ok(self.chosen(key).await?.unwrap_or(value.msg_id))
     }
 
     /// The inbound message chosen for `key` at send time, if any.
-    pub async fn chosen(&self, key: &str) -> Option<String> {
-        self.state.lock().await.chosen.get(key).cloned()
+    pub async fn chosen(&self, key: &str) -> Result<Option<String>, JournalError> {
+        Ok(self
+            .sends
+            .find::<Chosen>(&format!("chosen:{key}"))
+            .await
+            .map_err(state_error("read"))?
+            .map(|r| r.value.msg_id))
     }
 
     /// The id QQ answered `key`'s passive reply with, when it was recorded.
-    pub async fn passive_id(&self, key: &str) -> Option<String> {
-        self.state.lock().await.passive.get(key).cloned()
-    }
-
-    async fn append(&self, record: &Record) -> Result<(), JournalError> {
-        let error = |what, source| JournalError {
-            path: self.path.clone(),
-            what,
-            source,
-        };
-        let mut line = serde_json::to_vec(record).unwrap_or_default();
-        line.push(b'\n');
-        let mut file = tokio::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.path)
+    pub async fn passive_id(&self, key: &str) -> Result<Option<String>, JournalError> {
+        Ok(self
+            .sends
+            .find::<Answer>(&format!("passive:{key}"))
             .await
-            .map_err(|e| error("opened", e))?;
-        file.write_all(&line)
-            .await
-            .map_err(|e| error("written", e))?;
-        file.sync_data().await.map_err(|e| error("synced", e))
-    }
-}
-
-impl State {
-    fn apply(&mut self, record: Record) {
-        if record.passive {
-            if let Some(reply_to) = record.reply_to {
-                self.chosen.insert(record.key.clone(), reply_to);
-            }
-            if let Some(id) = record.id {
-                self.passive.insert(record.key, id);
-            }
-            return;
-        }
-        if !self.attempts.contains_key(&record.key) {
-            *self
-                .counts
-                .entry((record.target.clone(), record.month.clone()))
-                .or_default() += 1;
-        }
-        self.attempts.insert(record.key.clone(), record);
+            .map_err(state_error("read"))?
+            .map(|r| r.value.id))
     }
 }
 
@@ -322,10 +486,20 @@ mod tests {
         assert_eq!(month_of(1_709_251_200_000), "2024-03");
     }
 
+    #[test]
+    fn slot_keys_read_back_whatever_the_target_holds() {
+        assert_eq!(
+            parse_slot_key(&slot_key("2026-12", "a/b", 3)),
+            Some(("2026-12".into(), "a/b".into(), 3))
+        );
+        assert_eq!(parse_slot_key("2026-12/x"), None);
+    }
+
     #[tokio::test]
     async fn the_quota_counts_attempts_and_survives_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let journal = ActiveJournal::open(dir.path()).unwrap();
+        let state = clawgate_conformance::channel_state(dir.path(), "qq", "default");
+        let journal = ActiveJournal::open(&state).await.unwrap();
         let now = 1_796_230_800_000;
         assert!(journal.reserve("k1", "U", now, 2).await.unwrap());
         assert!(
@@ -342,37 +516,79 @@ mod tests {
             "another target"
         );
         journal.answered("k1", "M1").await.unwrap();
-        journal.answered_passive("p1", "U", "P1").await.unwrap();
-        journal.chose("p2", "IN1").await.unwrap();
-        journal.chose("p2", "IN2").await.unwrap();
-        // A torn last line is skipped.
-        let path = dir.path().join(JOURNAL_FILE);
-        let mut text = std::fs::read_to_string(&path).unwrap();
-        text.push_str("{\"key\":\"k9\",\"tar");
-        std::fs::write(&path, text).unwrap();
-        let again = ActiveJournal::open(dir.path()).unwrap();
+        journal.answered_passive("p1", "P1").await.unwrap();
+        assert_eq!(journal.chose("p2", "IN1").await.unwrap(), "IN1");
         assert_eq!(
-            again.attempt("k1").await,
+            journal.chose("p2", "IN2").await.unwrap(),
+            "IN1",
+            "the first choice holds"
+        );
+        let again = ActiveJournal::open(&clawgate_conformance::channel_state(
+            dir.path(),
+            "qq",
+            "default",
+        ))
+        .await
+        .unwrap();
+        assert_eq!(
+            again.attempt("k1").await.unwrap(),
             Some(ActiveAttempt::Answered("M1".into()))
         );
-        assert_eq!(again.attempt("k2").await, Some(ActiveAttempt::Unanswered));
-        assert_eq!(again.attempt("k3-none").await, None);
         assert_eq!(
-            again.used("U", now).await,
+            again.attempt("k2").await.unwrap(),
+            Some(ActiveAttempt::Unanswered)
+        );
+        assert_eq!(again.attempt("k3-none").await.unwrap(), None);
+        assert_eq!(
+            again.used("U", now).await.unwrap(),
             2,
             "passive answers are not counted"
         );
-        assert_eq!(again.passive_id("p1").await.as_deref(), Some("P1"));
-        assert_eq!(again.attempt("p1").await, None);
+        assert_eq!(again.passive_id("p1").await.unwrap().as_deref(), Some("P1"));
+        assert_eq!(again.attempt("p1").await.unwrap(), None);
         assert_eq!(
-            again.chosen("p2").await.as_deref(),
+            again.chosen("p2").await.unwrap().as_deref(),
             Some("IN1"),
             "the first choice stays"
         );
         assert_eq!(
-            again.used("U", now + 40 * 86_400_000).await,
+            again.used("U", now + 40 * 86_400_000).await.unwrap(),
             0,
             "next month"
         );
+    }
+
+    #[tokio::test]
+    async fn a_slot_taken_before_a_crash_is_the_units_again_and_one_taken_by_another_gateway_counts()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let now = 1_796_230_800_000;
+        let month = month_of(1_796_230_800_000);
+        let first = ActiveJournal::open(&clawgate_conformance::channel_state(
+            dir.path(),
+            "qq",
+            "default",
+        ))
+        .await
+        .unwrap();
+        // Another gateway on the store, whose cache is read before the first one's slots.
+        let second = ActiveJournal::open(&clawgate_conformance::channel_state(
+            dir.path(),
+            "qq",
+            "default",
+        ))
+        .await
+        .unwrap();
+        assert_eq!(second.used("U", now).await.unwrap(), 0);
+        // A crash after the slot, before the attempt record: the retry takes the same slot.
+        assert_eq!(first.claim("k1", "U", &month, 2).await.unwrap(), Some(0));
+        assert!(first.reserve("k1", "U", now, 2).await.unwrap());
+        assert_eq!(first.used("U", now).await.unwrap(), 1);
+        // The second gateway tries slot 0 (its cache is stale), finds it taken, takes 1.
+        second.cache.lock().await.seen = i64::MAX;
+        assert!(second.reserve("k2", "U", now, 2).await.unwrap());
+        assert!(!second.reserve("k3", "U", now, 2).await.unwrap(), "full");
+        assert!(!first.reserve("k3", "U", now, 2).await.unwrap(), "full");
+        assert_eq!(first.used("U", now).await.unwrap(), 2);
     }
 }

@@ -4,7 +4,7 @@
 //! [`QqFactory`] builds `kind = "qq"` bots from their settings ([`QqSettings`]): the sender
 //! ([`QqAdapter`]: passive replies under a `(msg_id, msg_seq)` pair derived from the unit's
 //! durable key, so QQ's 40054005 "deduplicated" answer settles a resend; active messages within
-//! a monthly quota, journaled in the [`ActiveJournal`]; C2C stream previews with an accumulator
+//! a monthly quota, journaled in the [`ActiveJournal`] in the gateway's store; C2C stream previews with an accumulator
 //! timeout), the renderer ([`QqRenderer`]: media tags and text as voice through a
 //! [`Tts`] command), the receiver ([`QqReceiver`]) and the source ([`CallbackSource`]: HTTP
 //! callbacks whose Ed25519 signature is checked before anything else, answered after the
@@ -33,7 +33,7 @@ pub use client::{
     CODE_NOT_MEMBER, CODE_PASSIVE_EXPIRED, CODE_PASSIVE_EXPIRED_GROUP, CODE_REPLY_LIMIT,
     CODE_STREAM_CLOSED, CODE_TOKEN_INVALID, TRACE_HEADER, TokenError,
 };
-pub use journal::{ActiveAttempt, ActiveJournal, JOURNAL_FILE, JournalError};
+pub use journal::{ActiveAttempt, ActiveJournal, JOURNAL_FILE, JournalError, month_of};
 pub use passive::{answered_msg_id, answered_of, msg_seq_of};
 pub use plugin::{
     DEFAULT_API_BASE, DEFAULT_TOKEN_BASE, PLATFORM_ACTIVE_QUOTA, QqFactory, QqSettings,

@@ -193,8 +193,16 @@ impl QqFactory {
                 warn!(channel = %setup.name, %error, "no QQ access token yet; it is fetched again on use");
             }
         }
-        let journal = ActiveJournal::open(&setup.state_dir)
-            .map_err(|e| SetupError::new(setup.key(""), e.to_string()))?;
+        // The journal lives in the gateway's store; an earlier release's file is imported once.
+        let journal_error =
+            |e: crate::journal::JournalError| SetupError::new(setup.key(""), e.to_string());
+        let journal = ActiveJournal::open(&setup.state)
+            .await
+            .map_err(journal_error)?;
+        journal
+            .import_legacy(&setup.legacy)
+            .await
+            .map_err(journal_error)?;
         let tts = Tts::new(
             settings.tts_command.clone(),
             Duration::from_millis(settings.tts_timeout_ms.max(1)),
@@ -217,6 +225,7 @@ impl QqFactory {
                 text_as_voice: settings.text_as_voice,
                 tts,
                 recent: recent.clone(),
+                clock: setup.clock().clone(),
             },
         ));
         let receiver = Arc::new(QqReceiver::new(
