@@ -5,7 +5,8 @@
 //!   recovery after a restart) carries the same one: while one is in flight the server refuses
 //!   another with 400 "Message is already queued to be sent!", and the echo cache and the
 //!   reconciliation recognise it.
-//! - Before the request: the attempt is written to the [`SendJournal`] (synced) and the unit to
+//! - Before the request: the attempt is written to the [`SendJournal`] (durably, in the gateway's
+//!   store) and the unit to
 //!   the [`EchoCache`] (the seed's requirement: durable finals populate the sent-echo cache).
 //! - The server answers only once the message's chat.db row exists (up to 2 minutes), with the
 //!   serialized message: its real `guid` is the receipt.
@@ -21,15 +22,15 @@
 //!   four edits on updates and keep the fifth for the final in place; otherwise finals are
 //!   plain sends.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use std::collections::HashMap;
-use std::sync::Mutex;
 
 use clawgate_channel_sdk::{
     ChannelMessageAdapter, MessageLiveAdapter, Reconciliation, SendContext, SendError,
 };
+use clawgate_types::clock::Clock;
 use clawgate_types::{
     ChannelMessage, DeliveryCapabilities, DeliveryFailureKind, LiveCancelReason, LiveCapabilities,
     MessageCapabilities, MessagePartKind, MessageReceiptPart, RenderedMessageUnit,
@@ -41,7 +42,7 @@ use tracing::warn;
 
 use crate::client::{BlueBubbles, CallError};
 use crate::echoes::{CLOCK_SKEW_MS, EchoCache, normalise};
-use crate::journal::SendJournal;
+use crate::journal::{JournalError, SendJournal};
 
 /// The longest text of one message this channel sends (iMessage documents no limit; longer
 /// replies are chunked).
@@ -61,6 +62,8 @@ pub struct ImessageAdapter {
     api: BlueBubbles,
     journal: SendJournal,
     echoes: EchoCache,
+    /// The gateway's clock.
+    clock: Arc<dyn Clock>,
     private_api: bool,
     capabilities: MessageCapabilities,
     /// Edits made per message guid by this process (the server counts them too).
@@ -106,10 +109,14 @@ fn capabilities(private_api: bool) -> MessageCapabilities {
     }
 }
 
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+/// `clock`'s now, as the unsigned milliseconds BlueBubbles times are in.
+pub(crate) fn now_ms(clock: &dyn Clock) -> u64 {
+    u64::try_from(clock.now_ms()).unwrap_or(0)
+}
+
+/// A journal that cannot be read or written: settles nothing, sends nothing; tried again later.
+fn journal_failed(error: JournalError) -> SendError {
+    SendError::before_io(DeliveryFailureKind::Transient, error.to_string())
 }
 
 fn invalid(message: impl Into<String>) -> SendError {
@@ -189,6 +196,7 @@ impl ImessageAdapter {
         api: BlueBubbles,
         journal: SendJournal,
         echoes: EchoCache,
+        clock: Arc<dyn Clock>,
         private_api: bool,
     ) -> ImessageAdapter {
         ImessageAdapter {
@@ -196,6 +204,7 @@ impl ImessageAdapter {
             api,
             journal,
             echoes,
+            clock,
             private_api,
             capabilities: capabilities(private_api),
             edits: Mutex::new(HashMap::new()),
@@ -212,6 +221,10 @@ impl ImessageAdapter {
             .copied()
             .unwrap_or(0);
         known.max(field_u64(part.raw.as_ref(), "edits").unwrap_or(0))
+    }
+
+    fn now(&self) -> u64 {
+        now_ms(self.clock.as_ref())
     }
 
     fn method(&self) -> &'static str {
@@ -273,13 +286,13 @@ impl ChannelMessageAdapter for ImessageAdapter {
         let text = text_of(unit)?;
         let chat = ctx.message.target.id.as_str();
         let key = ctx.unit_key(unit);
-        let now = now_ms();
+        let now = self.now();
         // Before any I/O: a key without this record provably never went out.
         let attempt = self
             .journal
             .attempted(&key, chat, text, &temp_guid_for(&key), now)
             .await
-            .map_err(|e| SendError::before_io(DeliveryFailureKind::Transient, e.to_string()))?;
+            .map_err(journal_failed)?;
         // The echo of this send may come back before its answer does.
         self.echoes
             .remember(chat, text, &attempt.temp_guid, now, now);
@@ -299,7 +312,7 @@ impl ChannelMessageAdapter for ImessageAdapter {
                 )
             })?;
         self.echoes.learn_guid(&attempt.temp_guid, guid);
-        if let Err(error) = self.journal.answered(&key, guid).await {
+        if let Err(error) = self.journal.answered(&key, guid, &attempt.temp_guid).await {
             // The engine records the receipt itself; the journal only backs reconciliation.
             warn!(channel = %self.name, %error, "the answer was not written to the send journal");
         }
@@ -329,7 +342,7 @@ impl ChannelMessageAdapter for ImessageAdapter {
             )));
         }
         if let Some(sent) = field_u64(raw, "dateCreated")
-            && now_ms().saturating_sub(sent) > EDIT_WINDOW_MS
+            && self.now().saturating_sub(sent) > EDIT_WINDOW_MS
         {
             return Err(invalid("an iMessage can be edited only within 15 minutes"));
         }
@@ -351,7 +364,7 @@ impl ChannelMessageAdapter for ImessageAdapter {
     async fn delete(&self, ctx: &SendContext, part: &MessageReceiptPart) -> Result<(), SendError> {
         self.check_private(&ctx.message.target.id, "unsend", "unsent")?;
         if let Some(sent) = field_u64(part.raw.as_ref(), "dateCreated")
-            && now_ms().saturating_sub(sent) > UNSEND_WINDOW_MS
+            && self.now().saturating_sub(sent) > UNSEND_WINDOW_MS
         {
             return Err(invalid("an iMessage can be unsent only within 2 minutes"));
         }
@@ -362,15 +375,17 @@ impl ChannelMessageAdapter for ImessageAdapter {
             .map_err(|e| change_error("unsend", e))
     }
 
-    /// Settled from the send journal and the chat's own rows:
+    /// Settled from the send journal (read from the store: another gateway may have made the
+    /// attempt) and the chat's own rows:
     ///
-    /// - no attempt line for the unit key: the request never left (the line is synced before
-    ///   it is written) → `NotSent`, and resending is safe;
+    /// - no attempt for the unit key: the request never left (the attempt is durable before
+    ///   it is made) → `NotSent`, and resending is safe;
     /// - an answer or an earlier claim recorded → `Sent` with that guid;
     /// - otherwise `POST /message/query` over the chat from the attempt's time (less
     ///   [`CLOCK_SKEW_MS`]): the oldest row that is ours (`isFromMe`), not failed (`error` 0),
     ///   not given to another send, and carries our `tempGuid` or, failing that, the same
-    ///   normalised text → claimed durably, then `Sent` with its guid;
+    ///   normalised text → claimed durably (a row another unit claimed first, on any gateway,
+    ///   is passed over), then `Sent` with its guid;
     /// - no such row → `Unresolved`: the server may still be waiting for the row (it waits up
     ///   to 2 minutes), or the request may never have reached it, and nothing here can tell
     ///   which. The engine asks again within its reconciliation window, then parks it for an
@@ -382,7 +397,7 @@ impl ChannelMessageAdapter for ImessageAdapter {
         unit: &RenderedMessageUnit,
     ) -> Result<Reconciliation, SendError> {
         let key = ctx.unit_key(unit);
-        let Some(attempt) = self.journal.attempt(&key) else {
+        let Some(attempt) = self.journal.attempt(&key).await.map_err(journal_failed)? else {
             return Ok(Reconciliation::NotSent);
         };
         let part = |guid: &str| {
@@ -416,35 +431,35 @@ impl ChannelMessageAdapter for ImessageAdapter {
         let ours = |row: &&Value| {
             row.get("isFromMe").and_then(Value::as_bool) == Some(true)
                 && row.get("error").and_then(Value::as_i64).unwrap_or(0) == 0
-                && row
-                    .get("guid")
-                    .and_then(Value::as_str)
-                    .is_some_and(|g| !self.journal.taken(g))
+        };
+        let guid_of = |row: &Value| {
+            row.get("guid")
+                .and_then(Value::as_str)
+                .filter(|g| !g.is_empty())
+                .map(str::to_owned)
         };
         let wanted = normalise(&attempt.text);
-        let found = rows
-            .iter()
-            .filter(ours)
-            .find(|row| {
-                row.get("tempGuid").and_then(Value::as_str) == Some(attempt.temp_guid.as_str())
-            })
-            .or_else(|| {
-                rows.iter().filter(ours).find(|row| {
-                    row.get("text")
-                        .and_then(Value::as_str)
-                        .is_some_and(|t| normalise(t) == wanted)
-                })
-            })
-            .and_then(|row| row.get("guid").and_then(Value::as_str));
-        let Some(guid) = found else {
-            return Ok(Reconciliation::Unresolved);
-        };
-        self.journal
-            .claimed(&key, guid)
-            .await
-            .map_err(|e| SendError::before_io(DeliveryFailureKind::Transient, e.to_string()))?;
-        self.echoes.learn_guid(&attempt.temp_guid, guid);
-        Ok(part(guid))
+        // Rows carrying our tempGuid first, then rows with the same words; oldest first.
+        let by_temp_guid = rows.iter().filter(ours).filter(|row| {
+            row.get("tempGuid").and_then(Value::as_str) == Some(attempt.temp_guid.as_str())
+        });
+        let by_text = rows.iter().filter(ours).filter(|row| {
+            row.get("text")
+                .and_then(Value::as_str)
+                .is_some_and(|t| normalise(t) == wanted)
+        });
+        for guid in by_temp_guid.chain(by_text).filter_map(guid_of) {
+            if self
+                .journal
+                .claim(&key, &guid, &attempt.temp_guid)
+                .await
+                .map_err(journal_failed)?
+            {
+                self.echoes.learn_guid(&attempt.temp_guid, &guid);
+                return Ok(part(&guid));
+            }
+        }
+        Ok(Reconciliation::Unresolved)
     }
 
     /// Previews only where edits exist: the Private API, an iMessage chat.
@@ -487,7 +502,7 @@ impl MessageLiveAdapter for ImessageAdapter {
     fn can_finalize_in_place(&self, preview: &MessageReceiptPart) -> bool {
         self.edits_of(preview) < MAX_EDITS
             && field_u64(preview.raw.as_ref(), "dateCreated")
-                .is_none_or(|sent| now_ms().saturating_sub(sent) <= EDIT_WINDOW_MS)
+                .is_none_or(|sent| self.now().saturating_sub(sent) <= EDIT_WINDOW_MS)
     }
 
     async fn finalize(

@@ -24,9 +24,11 @@
 //! which the `isFromMe` guard still keeps from being answered (unless the account answers its
 //! own messages, `from_me_is_inbound`: then it is a duplicate turn, never a lost one).
 //!
-//! Restarts: the entries come from the send journal's attempt lines, synced before each
-//! request, and the cache is seeded from the attempts younger than `ttl` when the channel
-//! opens; so an echo arriving after a crash is still recognised.
+//! Restarts and other gateways: the entries come from the send journal's attempts, in the
+//! gateway's store, written before each request. The cache is fed the attempts younger than
+//! `ttl` when the channel opens, and the ones appended since (by any gateway sharing the store)
+//! whenever an own-account message matches nothing; so an echo arriving after a crash, or of a
+//! send another gateway made, is still recognised.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -109,6 +111,11 @@ impl EchoCache {
         self.inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How long an entry is kept.
+    pub fn ttl_ms(&self) -> u64 {
+        self.cache().ttl_ms
     }
 
     /// Seeds the cache from journal attempts (after a restart).

@@ -1,41 +1,102 @@
-//! The send journal: what this account sent, kept in the channel's state directory
-//! ([`JOURNAL_FILE`], JSON lines, each synced before it is acted on).
+//! The send journal: what this account sent, kept in the gateway's store (the account's
+//! [`ChannelState`], book `imessage-sends`), each record durable before it is acted on.
 //!
-//! - **attempt** (unit key, chat, text, `tempGuid`, time): written *before* the request goes
-//!   out. A unit key without one was never sent by this account: it reconciles as not sent.
-//! - **answered** (key, guid): the server's answer (the real `guid` of the chat.db row).
-//! - **claimed** (key, guid): a row found for a send whose answer was lost.
+//! - `attempt:<unit key>` (chat, text, `tempGuid`, time): written *before* the request goes
+//!   out. A unit key without one was never sent by this account, on any gateway: it reconciles
+//!   as not sent.
+//! - `guid:<unit key>`: the real `guid` of the chat.db row, from the server's answer or a row
+//!   claimed for a send whose answer was lost.
+//! - `taken:<guid>`: which unit a row was given to. A row is claimed by appending this record,
+//!   and an append of a key already there changes nothing: two gateways settling two units
+//!   with the same words cannot both take one row.
 //!
-//! The journal is also what makes the sent-echo cache ([`crate::EchoCache`]) survive a
-//! restart: the cache is seeded from the attempts younger than its TTL when the channel opens.
-//! Lines older than [`RETENTION_MS`] are dropped when the journal is opened (rewritten whole).
+//! Every decision reads the store, since another gateway on the same store may have written
+//! the evidence. The journal also makes the sent-echo cache ([`crate::EchoCache`]) survive a
+//! restart and see the sends of other gateways: the cache is fed the attempts younger than its
+//! TTL when the channel opens, and the ones appended since whenever an own-account message
+//! matches nothing ([`SendJournal::feed`]). Records older than [`RETENTION_MS`] are pruned when
+//! the journal is opened.
+//!
+//! An earlier release kept the journal in [`JOURNAL_FILE`] in the state directory; it is
+//! imported once ([`SendJournal::import_legacy`]).
 
-use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, Write};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
+use clawgate_channel_sdk::state::{Book, ChannelState, LegacyFiles, StateError};
 use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
 use tracing::warn;
 
-/// The journal's name in the channel's state directory.
+use crate::echoes::EchoCache;
+
+/// The file an earlier release kept the journal in (in the gateway's state directory), read
+/// once by [`SendJournal::import_legacy`].
 pub const JOURNAL_FILE: &str = "imessage-sends.jsonl";
 
-/// How long attempts are kept (a week: far beyond the engine's reconciliation window).
+/// How long records are kept (a week: far beyond the engine's reconciliation window).
 pub const RETENTION_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// The book the journal is kept in.
+const BOOK: &str = "imessage-sends";
+
+/// At most this many records are kept (the newest): a bound for a busy account, far above
+/// what a week of sends writes (three records a unit).
+const KEEP_NEWEST: u64 = 300_000;
 
 /// Why the journal could not be read or written.
 #[derive(Debug, thiserror::Error)]
-#[error("the iMessage send journal {path}: {source} (check the state directory is writable)")]
-pub struct JournalError {
-    path: PathBuf,
-    #[source]
-    source: std::io::Error,
+pub enum JournalError {
+    /// The store could not be read or written.
+    #[error("the iMessage send journal could not be {what}: {source}")]
+    State {
+        /// What was being done.
+        what: &'static str,
+        /// The store's error.
+        #[source]
+        source: StateError,
+    },
+    /// The journal file of an earlier release could not be imported.
+    #[error(
+        "the iMessage send journal of an earlier release ({JOURNAL_FILE} in the state \
+         directory) could not be {what}: {source}; make it readable (or move it aside to give \
+         up its records) and start again"
+    )]
+    Legacy {
+        /// What was being done.
+        what: &'static str,
+        /// The file system's error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
+fn state_error(what: &'static str) -> impl FnOnce(StateError) -> JournalError {
+    move |source| JournalError::State { what, source }
+}
+
+/// A record of the book.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
-pub(crate) enum Line {
+enum Entry {
+    /// `attempt:<key>`.
+    Attempt {
+        chat: String,
+        text: String,
+        temp_guid: String,
+        at_ms: u64,
+    },
+    /// `guid:<key>`: the row of the unit.
+    Guid { guid: String, temp_guid: String },
+    /// `taken:<guid>`: the unit the row was given to.
+    Taken { key: String },
+}
+
+/// A line of the earlier release's `imessage-sends.jsonl`.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+enum LegacyLine {
     Attempt {
         key: String,
         chat: String,
@@ -68,168 +129,90 @@ pub struct Attempt {
     pub guid: Option<String>,
 }
 
-#[derive(Debug, Default)]
-struct Book {
-    attempts: HashMap<String, Attempt>,
-    /// Guids given to a send (answered or claimed).
-    taken: HashSet<String>,
+/// The durable record of this account's sends (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct SendJournal {
+    book: Book,
+    /// The last record fed to the echo cache.
+    fed: Arc<Mutex<i64>>,
 }
 
-impl Book {
-    fn apply(&mut self, line: Line) {
-        match line {
-            Line::Attempt {
-                key,
-                chat,
-                text,
-                temp_guid,
-                at_ms,
-            } => {
-                // A retry of the same key keeps the first attempt: any of its rows is its row.
-                self.attempts.entry(key).or_insert(Attempt {
+impl SendJournal {
+    /// The journal of the account whose state is `state`; prunes what is older than
+    /// [`RETENTION_MS`].
+    pub async fn open(state: &ChannelState) -> Result<SendJournal, JournalError> {
+        let book = state.book(BOOK);
+        book.prune(Duration::from_millis(RETENTION_MS), KEEP_NEWEST)
+            .await
+            .map_err(state_error("pruned"))?;
+        Ok(SendJournal {
+            book,
+            fed: Arc::new(Mutex::new(0)),
+        })
+    }
+
+    /// Imports the `imessage-sends.jsonl` an earlier release wrote (what is younger than
+    /// [`RETENTION_MS`] at `now_ms`, as that release kept it), then sets it aside; returns how
+    /// many lines were imported. Repeatable: every record is keyed, so a crash before the file
+    /// is set aside imports it again and adds nothing.
+    pub async fn import_legacy(
+        &self,
+        legacy: &LegacyFiles,
+        now_ms: u64,
+    ) -> Result<usize, JournalError> {
+        let legacy_error = |what| move |source| JournalError::Legacy { what, source };
+        let Some(bytes) = legacy.read(JOURNAL_FILE).map_err(legacy_error("read"))? else {
+            return Ok(0);
+        };
+        let mut imported = 0;
+        // Unit key → tempGuid of the attempts kept.
+        let mut kept: HashMap<String, String> = HashMap::new();
+        for line in String::from_utf8_lossy(&bytes).lines() {
+            // A torn last line (a crash mid-write) was never acted on: nothing was sent before
+            // its attempt line was synced.
+            let Ok(line) = serde_json::from_str::<LegacyLine>(line) else {
+                if !line.trim().is_empty() {
+                    warn!(
+                        file = JOURNAL_FILE,
+                        "skipping an unreadable line of the old send journal"
+                    );
+                }
+                continue;
+            };
+            match line {
+                LegacyLine::Attempt {
+                    key,
                     chat,
                     text,
                     temp_guid,
                     at_ms,
-                    guid: None,
-                });
-            }
-            Line::Answered { key, guid } | Line::Claimed { key, guid } => {
-                self.taken.insert(guid.clone());
-                if let Some(attempt) = self.attempts.get_mut(&key) {
-                    attempt.guid = Some(guid);
-                }
-            }
-        }
-    }
-
-    fn lines(&self) -> Vec<Line> {
-        let mut lines = Vec::new();
-        let mut attempts: Vec<_> = self.attempts.iter().collect();
-        attempts.sort_by_key(|(_, a)| a.at_ms);
-        for (key, a) in attempts {
-            lines.push(Line::Attempt {
-                key: key.clone(),
-                chat: a.chat.clone(),
-                text: a.text.clone(),
-                temp_guid: a.temp_guid.clone(),
-                at_ms: a.at_ms,
-            });
-            if let Some(guid) = &a.guid {
-                lines.push(Line::Answered {
-                    key: key.clone(),
-                    guid: guid.clone(),
-                });
-            }
-        }
-        lines
-    }
-}
-
-#[derive(Debug)]
-struct Inner {
-    path: PathBuf,
-    book: Mutex<Book>,
-    file: Mutex<std::fs::File>,
-}
-
-/// The durable record of this account's sends.
-#[derive(Debug, Clone)]
-pub struct SendJournal {
-    inner: Arc<Inner>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-impl SendJournal {
-    /// Opens (or creates) the journal in `dir`, reading what earlier runs recorded and
-    /// dropping what is older than [`RETENTION_MS`] before `now_ms`.
-    pub fn open(dir: &Path, now_ms: u64) -> Result<SendJournal, JournalError> {
-        let path = dir.join(JOURNAL_FILE);
-        let error = |source| JournalError {
-            path: path.clone(),
-            source,
-        };
-        std::fs::create_dir_all(dir).map_err(error)?;
-        let mut book = Book::default();
-        let mut read = 0usize;
-        if let Ok(file) = std::fs::File::open(&path) {
-            for line in std::io::BufReader::new(file).lines() {
-                let line = line.map_err(error)?;
-                read += 1;
-                // A torn last line (a crash mid-write) was never acted on: nothing is sent
-                // before its attempt line is synced.
-                match serde_json::from_str::<Line>(&line) {
-                    Ok(line) => book.apply(line),
-                    Err(e) if !line.trim().is_empty() => {
-                        warn!(path = %path.display(), error = %e, "skipping an unreadable send-journal line");
+                } => {
+                    if at_ms.saturating_add(RETENTION_MS) < now_ms {
+                        continue;
                     }
-                    Err(_) => {}
+                    let attempt = self
+                        .attempted(&key, &chat, &text, &temp_guid, at_ms)
+                        .await?;
+                    kept.insert(key, attempt.temp_guid);
+                }
+                LegacyLine::Answered { key, guid } | LegacyLine::Claimed { key, guid } => {
+                    let Some(temp_guid) = kept.get(&key) else {
+                        continue;
+                    };
+                    self.give(&key, &guid, temp_guid).await?;
                 }
             }
+            imported += 1;
         }
-        let before = book.attempts.len();
-        book.attempts
-            .retain(|_, a| a.at_ms.saturating_add(RETENTION_MS) >= now_ms);
-        if book.attempts.len() < before || read > 2 * book.lines().len() + 16 {
-            // Rewritten whole, then renamed over the old one: a crash leaves one or the other.
-            let fresh = path.with_extension("jsonl.tmp");
-            let mut bytes = Vec::new();
-            for line in book.lines() {
-                bytes.extend(serde_json::to_vec(&line).unwrap_or_default());
-                bytes.push(b'\n');
-            }
-            std::fs::write(&fresh, &bytes).map_err(error)?;
-            std::fs::File::open(&fresh)
-                .and_then(|f| f.sync_all())
-                .map_err(error)?;
-            std::fs::rename(&fresh, &path).map_err(error)?;
-            book = Book::default();
-            for line in String::from_utf8_lossy(&bytes).lines() {
-                if let Ok(line) = serde_json::from_str::<Line>(line) {
-                    book.apply(line);
-                }
-            }
-        }
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(error)?;
-        Ok(SendJournal {
-            inner: Arc::new(Inner {
-                path,
-                book: Mutex::new(book),
-                file: Mutex::new(file),
-            }),
-        })
-    }
-
-    async fn append(&self, line: Line) -> Result<(), JournalError> {
-        let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
-        bytes.push(b'\n');
-        let inner = self.inner.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            let mut file = lock(&inner.file);
-            file.write_all(&bytes)?;
-            file.sync_data()
-        })
-        .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
-        written.map_err(|source| JournalError {
-            path: self.inner.path.clone(),
-            source,
-        })?;
-        lock(&self.inner.book).apply(line);
-        Ok(())
+        legacy
+            .retire(JOURNAL_FILE)
+            .map_err(legacy_error("set aside"))?;
+        Ok(imported)
     }
 
     /// Records a request of `key` about to go out; durable when this returns `Ok`. Returns the
-    /// attempt as recorded (a retry keeps the first one's `tempGuid` and time).
+    /// attempt as recorded (a retry, here or on another gateway, keeps the first one's
+    /// `tempGuid` and time).
     pub async fn attempted(
         &self,
         key: &str,
@@ -238,61 +221,168 @@ impl SendJournal {
         temp_guid: &str,
         at_ms: u64,
     ) -> Result<Attempt, JournalError> {
-        if let Some(attempt) = self.attempt(key) {
-            return Ok(attempt);
-        }
-        self.append(Line::Attempt {
-            key: key.to_owned(),
+        let entry = Entry::Attempt {
             chat: chat.to_owned(),
             text: text.to_owned(),
             temp_guid: temp_guid.to_owned(),
             at_ms,
-        })
-        .await?;
-        self.attempt(key).ok_or_else(|| JournalError {
-            path: self.inner.path.clone(),
-            source: std::io::Error::other("the attempt line was written but not applied"),
-        })
+        };
+        self.book
+            .append(&format!("attempt:{key}"), &entry)
+            .await
+            .map_err(state_error("written"))?;
+        // The first attempt, whoever wrote it (ours only if it was pruned in between).
+        Ok(self.attempt(key).await?.unwrap_or(Attempt {
+            chat: chat.to_owned(),
+            text: text.to_owned(),
+            temp_guid: temp_guid.to_owned(),
+            at_ms,
+            guid: None,
+        }))
     }
 
-    /// Records the server's answer to a send of `key`.
-    pub async fn answered(&self, key: &str, guid: &str) -> Result<(), JournalError> {
-        self.append(Line::Answered {
-            key: key.to_owned(),
-            guid: guid.to_owned(),
-        })
-        .await
+    /// Records the server's answer to a send of `key`: its row is `guid`.
+    pub async fn answered(
+        &self,
+        key: &str,
+        guid: &str,
+        temp_guid: &str,
+    ) -> Result<(), JournalError> {
+        // The answer is the server's word: the row is the unit's even if a text match of
+        // another unit took it first.
+        self.give(key, guid, temp_guid).await?;
+        Ok(())
     }
 
-    /// Records a row found for `key` after its answer was lost; durable when `Ok`.
-    pub async fn claimed(&self, key: &str, guid: &str) -> Result<(), JournalError> {
-        self.append(Line::Claimed {
-            key: key.to_owned(),
-            guid: guid.to_owned(),
-        })
-        .await
+    /// Claims the row `guid` for `key`, whose answer was lost; durable when `Ok(true)`.
+    /// `Ok(false)`: the row was given to another unit (by any gateway).
+    pub async fn claim(
+        &self,
+        key: &str,
+        guid: &str,
+        temp_guid: &str,
+    ) -> Result<bool, JournalError> {
+        self.give(key, guid, temp_guid).await
     }
 
-    /// What the journal knows of `key`.
-    pub fn attempt(&self, key: &str) -> Option<Attempt> {
-        lock(&self.inner.book).attempts.get(key).cloned()
+    /// Appends `taken:<guid>` (the claim) and then `guid:<key>`; true when the row is `key`'s.
+    /// A crash in between leaves the row taken by `key`, which a later claim finds.
+    async fn give(&self, key: &str, guid: &str, temp_guid: &str) -> Result<bool, JournalError> {
+        let taken = format!("taken:{guid}");
+        let claimed = self
+            .book
+            .append(
+                &taken,
+                &Entry::Taken {
+                    key: key.to_owned(),
+                },
+            )
+            .await
+            .map_err(state_error("written"))?;
+        let ours = claimed
+            || match self
+                .book
+                .find::<Entry>(&taken)
+                .await
+                .map_err(state_error("read"))?
+            {
+                Some(record) => {
+                    record.value
+                        == Entry::Taken {
+                            key: key.to_owned(),
+                        }
+                }
+                None => false,
+            };
+        if ours {
+            self.book
+                .append(
+                    &format!("guid:{key}"),
+                    &Entry::Guid {
+                        guid: guid.to_owned(),
+                        temp_guid: temp_guid.to_owned(),
+                    },
+                )
+                .await
+                .map_err(state_error("written"))?;
+        }
+        Ok(ours)
     }
 
-    /// Whether `guid` was given to a send (answered or claimed).
-    pub fn taken(&self, guid: &str) -> bool {
-        lock(&self.inner.book).taken.contains(guid)
+    /// What the store holds of `key` (any gateway's attempt).
+    pub async fn attempt(&self, key: &str) -> Result<Option<Attempt>, JournalError> {
+        let Some(record) = self
+            .book
+            .find::<Entry>(&format!("attempt:{key}"))
+            .await
+            .map_err(state_error("read"))?
+        else {
+            return Ok(None);
+        };
+        let Entry::Attempt {
+            chat,
+            text,
+            temp_guid,
+            at_ms,
+        } = record.value
+        else {
+            return Ok(None);
+        };
+        let guid = match self
+            .book
+            .find::<Entry>(&format!("guid:{key}"))
+            .await
+            .map_err(state_error("read"))?
+        {
+            Some(record) => match record.value {
+                Entry::Guid { guid, .. } => Some(guid),
+                _ => None,
+            },
+            None => None,
+        };
+        Ok(Some(Attempt {
+            chat,
+            text,
+            temp_guid,
+            at_ms,
+            guid,
+        }))
     }
 
-    /// The attempts made at or after `since_ms` (to seed the echo cache after a restart).
-    pub fn attempts_since(&self, since_ms: u64) -> Vec<Attempt> {
-        let mut recent: Vec<Attempt> = lock(&self.inner.book)
-            .attempts
-            .values()
-            .filter(|a| a.at_ms >= since_ms)
-            .cloned()
-            .collect();
-        recent.sort_by_key(|a| a.at_ms);
-        recent
+    /// Whether the row `guid` was given to a send (answered or claimed, by any gateway).
+    pub async fn taken(&self, guid: &str) -> Result<bool, JournalError> {
+        Ok(self
+            .book
+            .find::<Entry>(&format!("taken:{guid}"))
+            .await
+            .map_err(state_error("read"))?
+            .is_some())
+    }
+
+    /// Feeds `echoes` the attempts (and their rows) appended since the last feed, by any
+    /// gateway, that are younger than the cache's TTL at `now_ms`.
+    pub async fn feed(&self, echoes: &EchoCache, now_ms: u64) -> Result<(), JournalError> {
+        let mut fed = self.fed.lock().await;
+        let since = now_ms.saturating_sub(echoes.ttl_ms());
+        for record in self
+            .book
+            .since::<Entry>(*fed)
+            .await
+            .map_err(state_error("read"))?
+        {
+            *fed = record.seq;
+            match record.value {
+                Entry::Attempt {
+                    chat,
+                    text,
+                    temp_guid,
+                    at_ms,
+                } if at_ms >= since => echoes.remember(&chat, &text, &temp_guid, at_ms, now_ms),
+                Entry::Guid { guid, temp_guid } => echoes.learn_guid(&temp_guid, &guid),
+                _ => {}
+            }
+        }
+        Ok(())
     }
 }
 
@@ -302,11 +392,12 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn attempts_answers_and_claims_survive_a_reopen_and_old_ones_are_dropped() {
+    async fn attempts_answers_and_claims_survive_a_reopen_and_a_row_goes_to_one_unit() {
         let dir = tempfile::tempdir().unwrap();
+        let state = || clawgate_conformance::channel_state(dir.path(), "imessage", "default");
         let now = 10 * RETENTION_MS;
-        let journal = SendJournal::open(dir.path(), now).unwrap();
-        assert_eq!(journal.attempt("k#0"), None);
+        let journal = SendJournal::open(&state()).await.unwrap();
+        assert_eq!(journal.attempt("k#0").await.unwrap(), None);
         let first = journal
             .attempted("k#0", "iMessage;-;+1", "hi", "t0", now)
             .await
@@ -317,22 +408,34 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(first, again);
-        journal.answered("k#0", "G0").await.unwrap();
+        journal.answered("k#0", "G0", "t0").await.unwrap();
         journal
             .attempted("k#1", "iMessage;-;+1", "yo", "t1", now + 10)
             .await
             .unwrap();
-        journal.claimed("k#1", "G1").await.unwrap();
-        journal
-            .attempted("old", "iMessage;-;+1", "yo", "t2", now - RETENTION_MS - 1)
-            .await
-            .unwrap();
+        // Another gateway on the same store: a row given to one unit is not another's.
+        let other = SendJournal::open(&state()).await.unwrap();
+        assert!(
+            !other.claim("k#2", "G0", "t2").await.unwrap(),
+            "G0 is k#0's"
+        );
+        assert!(other.claim("k#1", "G1", "t1").await.unwrap());
+        assert!(
+            journal.claim("k#1", "G1", "t1").await.unwrap(),
+            "claiming one's own row again"
+        );
         drop(journal);
-        let again = SendJournal::open(dir.path(), now + 20).unwrap();
-        assert_eq!(again.attempt("k#0").unwrap().guid.as_deref(), Some("G0"));
-        assert_eq!(again.attempt("k#1").unwrap().guid.as_deref(), Some("G1"));
-        assert!(again.taken("G0") && again.taken("G1") && !again.taken("G2"));
-        assert_eq!(again.attempt("old"), None, "older than the retention");
-        assert_eq!(again.attempts_since(now + 5).len(), 1);
+        let again = SendJournal::open(&state()).await.unwrap();
+        assert_eq!(
+            again.attempt("k#0").await.unwrap().unwrap().guid.as_deref(),
+            Some("G0")
+        );
+        assert_eq!(
+            again.attempt("k#1").await.unwrap().unwrap().guid.as_deref(),
+            Some("G1")
+        );
+        assert!(again.taken("G0").await.unwrap() && again.taken("G1").await.unwrap());
+        assert!(!again.taken("G2").await.unwrap());
+        assert_eq!(again.attempt("k#2").await.unwrap(), None);
     }
 }

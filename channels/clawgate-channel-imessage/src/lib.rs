@@ -5,7 +5,7 @@
 //! ([`ImessageSettings`]): the sender ([`ImessageAdapter`]: `POST /api/v1/message/text` with a
 //! `tempGuid` derived from the unit key, the real `guid` as the receipt, edits and unsends
 //! within Apple's windows when the server has the Private API), its [`SendJournal`] (attempts
-//! synced before each request, so a send whose answer was lost is settled from the chat's own
+//! written to the gateway's store before each request, so a send whose answer was lost is settled from the chat's own
 //! rows, never sent twice), the [`EchoCache`] every sent unit is written to before it goes out
 //! (the server hands our own messages back as `new-message` events: they are recognised and
 //! never answered, after a restart too), the receiver ([`ImessageReceiver`]) and the source

@@ -17,7 +17,7 @@ use tracing::warn;
 use crate::adapter::{EDIT_WINDOW_MS, ImessageAdapter, now_ms};
 use crate::client::{BlueBubbles, CallError};
 use crate::echoes::EchoCache;
-use crate::journal::SendJournal;
+use crate::journal::{JournalError, SendJournal};
 use crate::receive::ImessageReceiver;
 use crate::source::{SourceCounts, WebhookConfig, WebhookSource};
 
@@ -177,21 +177,27 @@ impl ImessageFactory {
                 None
             }
         };
-        let now = now_ms();
-        let journal = SendJournal::open(&setup.state_dir, now)
-            .map_err(|e| SetupError::new(setup.key(""), e.to_string()))?;
+        let clock = setup.clock().clone();
+        let now = now_ms(clock.as_ref());
+        // The journal lives in the gateway's store; an earlier release's file is imported once.
+        let journal_error = |e: JournalError| SetupError::new(setup.key(""), e.to_string());
+        let journal = SendJournal::open(&setup.state)
+            .await
+            .map_err(journal_error)?;
+        journal
+            .import_legacy(&setup.legacy, now)
+            .await
+            .map_err(journal_error)?;
         let echoes = EchoCache::new(settings.echo_ttl_ms, settings.echo_capacity);
         // Echoes of sends made before a restart are still ours.
-        echoes.seed(
-            &journal.attempts_since(now.saturating_sub(settings.echo_ttl_ms)),
-            now,
-        );
+        journal.feed(&echoes, now).await.map_err(journal_error)?;
         let counts = Arc::new(SourceCounts::default());
         let adapter = Arc::new(ImessageAdapter::new(
             &setup.name,
             api,
             journal.clone(),
             echoes.clone(),
+            clock.clone(),
             settings.private_api,
         ));
         let receiver = Arc::new(ImessageReceiver::new(
@@ -209,6 +215,8 @@ impl ImessageFactory {
                 answer_deadline: Duration::from_millis(settings.answer_deadline_ms.max(1)),
             },
             echoes.clone(),
+            journal.clone(),
+            clock,
             counts.clone(),
         )));
         let account = ImessageAccount {

@@ -9,7 +9,9 @@
 //! parsed or handed on.
 //!
 //! Then:
-//! - `new-message` with `isFromMe: true`: looked up in the [`EchoCache`]. Our own echo is
+//! - `new-message` with `isFromMe: true`: looked up in the [`EchoCache`] (fed from the send
+//!   journal in the store first when it matches nothing: the send may be another gateway's,
+//!   or newer than what the cache was fed). Our own echo is
 //!   answered 200 and dropped (never a turn). Another own-account message is dropped too,
 //!   unless the account answers its own messages (`from_me_is_inbound`).
 //! - Every other `new-message` is handed to the engine (event id: its guid) and answered 200
@@ -33,6 +35,7 @@ use clawgate_channel_sdk::{
     AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, Secret, SourceError,
 };
 use clawgate_types::DeliveryFailureKind;
+use clawgate_types::clock::Clock;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -40,6 +43,7 @@ use tracing::{debug, info, warn};
 
 use crate::adapter::now_ms;
 use crate::echoes::EchoCache;
+use crate::journal::SendJournal;
 use crate::receive::NEW_MESSAGE;
 
 /// How the webhook listener is set up.
@@ -85,6 +89,8 @@ impl SourceCounts {
 pub struct WebhookSource {
     config: WebhookConfig,
     echoes: EchoCache,
+    journal: SendJournal,
+    clock: Arc<dyn Clock>,
     counts: Arc<SourceCounts>,
 }
 
@@ -92,11 +98,15 @@ impl WebhookSource {
     pub(crate) fn new(
         config: WebhookConfig,
         echoes: EchoCache,
+        journal: SendJournal,
+        clock: Arc<dyn Clock>,
         counts: Arc<SourceCounts>,
     ) -> WebhookSource {
         WebhookSource {
             config,
             echoes,
+            journal,
+            clock,
             counts,
         }
     }
@@ -106,7 +116,15 @@ struct Delivery {
     sink: Arc<dyn EventSink>,
     config: WebhookConfig,
     echoes: EchoCache,
+    journal: SendJournal,
+    clock: Arc<dyn Clock>,
     counts: Arc<SourceCounts>,
+}
+
+/// Whether an event is an own-account message (an echo of ours, or the person's own).
+fn from_me(raw: &Value) -> bool {
+    raw.get("type").and_then(Value::as_str) == Some(NEW_MESSAGE)
+        && raw.pointer("/data/isFromMe").and_then(Value::as_bool) == Some(true)
 }
 
 /// Whether the query carries the right `token`.
@@ -153,7 +171,7 @@ fn route(delivery: &Delivery, raw: &Value) -> Route {
         at("tempGuid"),
         at("text").unwrap_or_default(),
         created,
-        now_ms(),
+        now_ms(delivery.clock.as_ref()),
     );
     match echo {
         Some(how) => {
@@ -179,7 +197,22 @@ async fn deliver(
         Ok(raw @ Value::Object(_)) => raw,
         _ => return (StatusCode::BAD_REQUEST, "not a BlueBubbles event").into_response(),
     };
-    match route(&delivery, &raw) {
+    let mut routed = route(&delivery, &raw);
+    if routed != Route::Echo && from_me(&raw) {
+        // Not an echo of a send the cache was fed: feed it what the store gained since (the
+        // sends of other gateways, or of this one the cache dropped) and look again.
+        match delivery
+            .journal
+            .feed(&delivery.echoes, now_ms(delivery.clock.as_ref()))
+            .await
+        {
+            Ok(()) => routed = route(&delivery, &raw),
+            Err(error) => {
+                warn!(%error, "the send journal could not be read to recognise an echo; the message is taken as an own-account message");
+            }
+        }
+    }
+    match routed {
         Route::Echo => {
             delivery.counts.echoes.fetch_add(1, Ordering::SeqCst);
             return StatusCode::OK.into_response();
@@ -224,6 +257,8 @@ impl PushedFeed for WebhookSource {
             sink: sink.clone(),
             config: self.config.clone(),
             echoes: self.echoes.clone(),
+            journal: self.journal.clone(),
+            clock: self.clock.clone(),
             counts: self.counts.clone(),
         });
         let app = axum::Router::new()
