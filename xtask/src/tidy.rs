@@ -921,8 +921,8 @@ mod tests {
             if let Arrows::To(names) = rule.arrows {
                 for name in names {
                     let target = rule_for(name).expect("arrow targets have rows");
-                    // The one arrow within a layer: a storage backend implements the ports
-                    // beside it (both layer 1, so every engine may test on a backend).
+                    // An arrow within a layer: a storage backend implements the ports beside it
+                    // (both layer 1, so every engine may test on a backend).
                     let backend_to_ports =
                         matches!(rule.pattern, Pattern::Prefix(STORE_BACKEND_PREFIX))
                             && *name == STORE;
@@ -930,8 +930,13 @@ mod tests {
                     // the fuzz inputs, which depend on none of our crates (no circle).
                     let suite_to_fuzz =
                         rule.pattern == Pattern::Exact(CONFORMANCE) && *name == FUZZ;
+                    // And the SDK hands each channel the channel-state port beside it.
+                    let sdk_to_ports = rule.pattern == Pattern::Exact(SDK) && *name == STORE;
                     assert!(
-                        target.layer < rule.layer || backend_to_ports || suite_to_fuzz,
+                        target.layer < rule.layer
+                            || backend_to_ports
+                            || suite_to_fuzz
+                            || sdk_to_ports,
                         "{:?} -> {name}",
                         rule.pattern
                     );

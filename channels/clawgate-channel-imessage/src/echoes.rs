@@ -33,7 +33,6 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use crate::journal::Attempt;
 
 /// How much later than its event's own time an entry may have been written (the Mac's clock
 /// against ours).
@@ -116,22 +115,6 @@ impl EchoCache {
     /// How long an entry is kept.
     pub fn ttl_ms(&self) -> u64 {
         self.cache().ttl_ms
-    }
-
-    /// Seeds the cache from journal attempts (after a restart).
-    pub fn seed(&self, attempts: &[Attempt], now_ms: u64) {
-        for attempt in attempts {
-            self.remember(
-                &attempt.chat,
-                &attempt.text,
-                &attempt.temp_guid,
-                attempt.at_ms,
-                now_ms,
-            );
-            if let Some(guid) = &attempt.guid {
-                self.learn_guid(&attempt.temp_guid, guid);
-            }
-        }
     }
 
     /// A unit about to be sent to `chat` (at `at_ms`); `now_ms` prunes.
