@@ -33,7 +33,6 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-
 /// How much later than its event's own time an entry may have been written (the Mac's clock
 /// against ours).
 pub const CLOCK_SKEW_MS: u64 = 30_000;
