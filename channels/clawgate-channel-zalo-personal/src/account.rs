@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use tracing::{error, info};
 
-use crate::client::{LoginError, Session, WebClient, now_ms};
+use crate::client::{LoginError, Session, WebClient};
 
 /// Why the session was lost to another one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,7 +112,7 @@ impl Account {
     pub(crate) fn take_over(&self, code: u16) -> Takeover {
         let takeover = Takeover {
             code,
-            at_ms: now_ms(),
+            at_ms: self.inner.client.now_ms(),
         };
         let mut held = self
             .inner

@@ -20,8 +20,8 @@ use serde_json::Value;
 use tracing::warn;
 
 use crate::account::Account;
-use crate::book::{Evidence, SendBook};
-use crate::client::{LoginError, ThreadKind, now_ms};
+use crate::book::{BookError, Evidence, SendBook};
+use crate::client::{LoginError, ThreadKind};
 
 /// Longest text of one message this channel sends (zca-js checks none; Zalo's own limit is
 /// not published, and longer texts are split).
@@ -65,6 +65,11 @@ fn capabilities() -> MessageCapabilities {
         )
 }
 
+/// A book that cannot be read or written: nothing was sent or settled; tried again later.
+fn book_failed(error: BookError) -> SendError {
+    SendError::before_io(DeliveryFailureKind::Transient, error.to_string())
+}
+
 fn invalid(message: impl Into<String>) -> SendError {
     SendError::before_io(DeliveryFailureKind::InvalidPayload, message)
 }
@@ -83,7 +88,7 @@ impl ZaloPersonalAdapter {
 
     /// A `clientId` like zca-js's (`Date.now()`), unique within this process.
     fn client_id(&self) -> u64 {
-        let now = now_ms();
+        let now = self.account.client().now_ms();
         let mut last = self.last_client_id.load(Ordering::SeqCst);
         loop {
             let next = now.max(last + 1);
@@ -161,9 +166,9 @@ impl ChannelMessageAdapter for ZaloPersonalAdapter {
         let client_id = self.client_id();
         // Before any I/O: a key without this record provably never went out.
         self.book
-            .attempted(&key, client_id, now_ms())
+            .attempted(&key, client_id, self.account.client().now_ms())
             .await
-            .map_err(|e| SendError::before_io(DeliveryFailureKind::Transient, e.to_string()))?;
+            .map_err(book_failed)?;
         let msg_id = self
             .account
             .client()
@@ -188,14 +193,20 @@ impl ChannelMessageAdapter for ZaloPersonalAdapter {
         ctx: &SendContext,
         unit: &RenderedMessageUnit,
     ) -> Result<Reconciliation, SendError> {
-        Ok(match self.book.evidence(&ctx.unit_key(unit)) {
+        // From the store: the attempt, its answer or its echo may be another gateway's.
+        let evidence = self
+            .book
+            .evidence(&ctx.unit_key(unit))
+            .await
+            .map_err(book_failed)?;
+        Ok(match evidence {
             Evidence::NeverSent => Reconciliation::NotSent,
             Evidence::Landed(msg_id) => Reconciliation::Sent(Box::new(MessageReceiptPart::new(
                 msg_id, unit.kind, unit.index,
             ))),
             Evidence::Pending { at_ms } => {
                 let window = u64::try_from(self.echo_window.as_millis()).unwrap_or(u64::MAX);
-                if now_ms() < at_ms.saturating_add(window) {
+                if self.account.client().now_ms() < at_ms.saturating_add(window) {
                     Reconciliation::Unresolved
                 } else {
                     Reconciliation::Undecidable

@@ -14,10 +14,12 @@
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
 
 use clawgate_channel_sdk::{Secret, SendError};
 use clawgate_types::DeliveryFailureKind;
+use clawgate_types::clock::Clock;
 use serde_json::{Value, json};
 
 use crate::wire::{self, API_TYPE, API_VERSION, LoginKey, SessionKey};
@@ -129,16 +131,10 @@ pub enum ThreadKind {
     Group,
 }
 
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// A random lower-case hex string of 12 characters (zca-js `randomString`).
-pub(crate) fn random_hex() -> String {
+/// A random lower-case hex string of 12 characters (zca-js `randomString`), mixed with `now`.
+pub(crate) fn random_hex(now: u64) -> String {
     let mut h = RandomState::new().build_hasher();
-    h.write_u64(now_ms());
+    h.write_u64(now);
     format!("{:012x}", h.finish() & 0xffff_ffff_ffff)
 }
 
@@ -148,6 +144,8 @@ pub struct WebClient {
     http: reqwest::Client,
     login_base: String,
     credentials: Credentials,
+    /// The gateway's clock (login timestamps, `clientId`s, the listener's `t`).
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for WebClient {
@@ -182,8 +180,14 @@ fn first_host(map: &Value, service: &str) -> Option<String> {
 }
 
 impl WebClient {
-    /// A client logging in at `login_base` (`https://wpa.chat.zalo.me`, or a simulator).
-    pub fn new(login_base: &str, credentials: Credentials, timeout: Duration) -> WebClient {
+    /// A client logging in at `login_base` (`https://wpa.chat.zalo.me`, or a simulator), whose
+    /// times come from `clock` (the gateway's).
+    pub fn new(
+        login_base: &str,
+        credentials: Credentials,
+        timeout: Duration,
+        clock: Arc<dyn Clock>,
+    ) -> WebClient {
         let http = clawgate_channel_sdk::http::client_builder()
             .timeout(timeout)
             .connect_timeout(timeout)
@@ -193,7 +197,13 @@ impl WebClient {
             http,
             login_base: login_base.trim_end_matches('/').to_owned(),
             credentials,
+            clock,
         }
+    }
+
+    /// The gateway clock's now, in the unsigned milliseconds Zalo's fields hold.
+    pub(crate) fn now_ms(&self) -> u64 {
+        u64::try_from(self.clock.now_ms()).unwrap_or(0)
     }
 
     /// The credentials (the listener sends the same cookie and user agent).
@@ -214,12 +224,13 @@ impl WebClient {
     /// `getLoginInfo` then `getServerInfo`.
     pub async fn login(&self) -> Result<Session, LoginError> {
         let imei = self.credentials.imei.expose().to_owned();
-        let zcid = wire::zcid(&imei, now_ms());
-        let zcid_ext = random_hex();
+        let now = self.now_ms();
+        let zcid = wire::zcid(&imei, now);
+        let zcid_ext = random_hex(now);
         let key = LoginKey::derive(&zcid, &zcid_ext)
             .map_err(|e| LoginError::Unreachable(e.to_string()))?;
         let data = json!({
-            "computer_name": "Web", "imei": imei, "language": "vi", "ts": now_ms(),
+            "computer_name": "Web", "imei": imei, "language": "vi", "ts": now,
         });
         let mut params = vec![
             ("zcid", zcid),

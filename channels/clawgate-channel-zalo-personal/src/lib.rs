@@ -4,8 +4,8 @@
 //! [`ZaloPersonalFactory`] builds `kind = "zalo-personal"` accounts from their settings
 //! ([`ZaloPersonalSettings`]): an [`Account`] logged in with a browser session's saved cookies,
 //! IMEI and user agent; the sender ([`ZaloPersonalAdapter`]: plain durable text finals, each
-//! request's `clientId` written to the [`SendBook`] before it goes out); the receiver
-//! ([`ZaloPersonalReceiver`]) and the source ([`ZaloListener`]: the account's one WebSocket
+//! request's `clientId` written to the [`SendBook`], in the gateway's store, before it goes
+//! out); the receiver ([`ZaloPersonalReceiver`]) and the source ([`ZaloListener`]: the account's one WebSocket
 //! listener, whose echoes of our own messages settle sends whose answer was lost, and which
 //! stays down when another session takes the account over). [`wire`] holds the protocol's
 //! encodings. The crate README says why the channel is experimental. With the `simulator`

@@ -14,7 +14,7 @@ use tracing::warn;
 
 use crate::account::Account;
 use crate::adapter::ZaloPersonalAdapter;
-use crate::book::SendBook;
+use crate::book::{BookError, SendBook};
 use crate::client::{Credentials, LoginError, WebClient};
 use crate::receive::ZaloPersonalReceiver;
 use crate::source::ZaloListener;
@@ -148,6 +148,7 @@ impl ZaloPersonalFactory {
                 user_agent: settings.user_agent.clone(),
             },
             timeout,
+            setup.clock().clone(),
         );
         let account = Account::new(&setup.name, client);
         let uid = match account.session().await {
@@ -160,8 +161,12 @@ impl ZaloPersonalFactory {
                 None
             }
         };
-        let book = SendBook::open(&setup.state_dir)
-            .map_err(|e| SetupError::new(setup.key(""), e.to_string()))?;
+        // The evidence lives in the gateway's store; an earlier release's file is imported once.
+        let book_error = |e: BookError| SetupError::new(setup.key(""), e.to_string());
+        let book = SendBook::open(&setup.state).await.map_err(book_error)?;
+        book.import_legacy(&setup.legacy)
+            .await
+            .map_err(book_error)?;
         let adapter = Arc::new(ZaloPersonalAdapter::new(
             &setup.name,
             account.clone(),

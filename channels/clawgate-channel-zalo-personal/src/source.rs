@@ -8,7 +8,8 @@
 //!   decoded as [`crate::wire::decode_event`] says, holding `msgs` / `groupMsgs`. People's
 //!   messages go to the engine (its durable record dedupes on `msgId`); the account's own
 //!   (`uidFrom` "0") are never answered, and those with one of our `clientId`s as `cliMsgId`
-//!   are written to the [`SendBook`] (they settle sends whose answer was lost).
+//!   (used by any gateway on the store) are written to the [`SendBook`] (they settle sends
+//!   whose answer was lost).
 //! - A (1, 3000, 0) frame or close code 3000/3003 means another session took the account's
 //!   one listener: the account is marked taken over ([`Account::take_over`], logged at error
 //!   with what to do) and the feed **stays down** without reconnecting. Any other close or a
@@ -31,7 +32,7 @@ use tracing::{debug, info, warn};
 
 use crate::account::Account;
 use crate::book::SendBook;
-use crate::client::{LoginError, ORIGIN, now_ms};
+use crate::client::{LoginError, ORIGIN};
 use crate::wire::{self, API_TYPE, API_VERSION, close, cmd};
 
 /// The listener of one account.
@@ -96,7 +97,7 @@ impl ZaloListener {
         let sep = if base.contains('?') { '&' } else { '?' };
         let url = format!(
             "{base}{sep}zpw_ver={API_VERSION}&zpw_type={API_TYPE}&t={}",
-            now_ms()
+            self.account.client().now_ms()
         );
         let credentials = self.account.client().credentials();
         let mut request = url
@@ -158,7 +159,7 @@ impl ZaloListener {
                     return Ok(End::Stopped);
                 }
                 _ = ping.tick(), if cipher_key.is_some() => {
-                    let body = json!({ "eventId": now_ms() });
+                    let body = json!({ "eventId": self.account.client().now_ms() });
                     let bytes = wire::encode_frame(1, cmd::PING, 1, &body);
                     if let Err(e) = tx.send(Frame::Binary(bytes.into())).await {
                         return Err(transient(format!("Zalo listener ping: {e}")));

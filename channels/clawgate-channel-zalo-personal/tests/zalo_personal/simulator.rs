@@ -20,6 +20,7 @@ fn client(sim: &ZaloWebSimulator, cookie: &str, imei: &str) -> WebClient {
             user_agent: UA.to_owned(),
         },
         Duration::from_secs(5),
+        std::sync::Arc::new(clawgate_channel_sdk::types::clock::SystemClock),
     )
 }
 
