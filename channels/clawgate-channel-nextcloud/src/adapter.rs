@@ -13,7 +13,8 @@
 //! with the user's app password; Talk answers 201 with the message, whose `id` is the receipt.
 //! A lost answer is settled by reading the conversation's history backwards for the unit's
 //! `referenceId` by this user: found is `Sent` with that message's id; absence is proven only by
-//! history reaching back past the attempt's journaled start (less `clock_slack`), or the
+//! history reaching back past the attempt's journaled start (less `clock_slack`; the journal is
+//! in the gateway's store, so the attempt may be another gateway's), or the
 //! conversation's beginning, once the attempt is older than the request timeout — else
 //! `Unresolved` (asked again later). Live previews are the message edited in place
 //! (`PUT …/chat/{token}/{id}`, allowed for 24 h) and deleted when abandoned (`DELETE`, 6 h).
@@ -25,6 +26,7 @@ use async_trait::async_trait;
 use clawgate_channel_sdk::{
     ChannelMessageAdapter, Reconciliation, Secret, SendContext, SendError, SideEffect,
 };
+use clawgate_types::clock::Clock;
 use clawgate_types::{
     DeliveryCapabilities, DeliveryFailureKind, LiveCapabilities, MessageCapabilities,
     MessagePartKind, MessageReceiptPart, RenderedMessageUnit, TextCapabilities,
@@ -33,7 +35,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use tracing::warn;
 
-use crate::journal::{Journal, now_ms};
+use crate::journal::Journal;
 use crate::ocs::{SPREED, TalkApi};
 use crate::receive::ChatMessage;
 use crate::sign;
@@ -69,6 +71,8 @@ pub struct TalkAdapter {
     mode: Mode,
     max_chars: u32,
     capabilities: MessageCapabilities,
+    /// The gateway's clock (attempt times, the edit and delete windows).
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for TalkAdapter {
@@ -166,7 +170,13 @@ fn chat_part(message: &ChatMessage, unit: &RenderedMessageUnit) -> MessageReceip
 }
 
 impl TalkAdapter {
-    pub(crate) fn new(name: &str, api: TalkApi, mode: Mode, max_chars: u32) -> TalkAdapter {
+    pub(crate) fn new(
+        name: &str,
+        api: TalkApi,
+        mode: Mode,
+        max_chars: u32,
+        clock: Arc<dyn Clock>,
+    ) -> TalkAdapter {
         let max_chars = max_chars.clamp(1, MAX_MESSAGE_CHARS);
         TalkAdapter {
             name: name.to_owned(),
@@ -174,6 +184,7 @@ impl TalkAdapter {
             api,
             mode,
             max_chars,
+            clock,
         }
     }
 
@@ -235,7 +246,8 @@ impl TalkAdapter {
         unit: &RenderedMessageUnit,
     ) -> Result<MessageReceiptPart, SendError> {
         // Journaled before any request: no entry means the unit never left.
-        journal.record(reference, token).await.map_err(|e| {
+        let now = self.clock.now_ms();
+        journal.record(reference, token, now).await.map_err(|e| {
             SendError::before_io(
                 DeliveryFailureKind::Transient,
                 format!("Nextcloud Talk: the attempt journal cannot be written: {e}"),
@@ -278,14 +290,21 @@ impl TalkAdapter {
             return Ok(Reconciliation::Undecidable);
         };
         let reference = sign::reference_id(&ctx.unit_key(unit));
-        let Some(attempt) = journal.get(&reference) else {
+        // From the store: the attempt may be another gateway's.
+        let attempt = journal.get(&reference).await.map_err(|e| {
+            SendError::before_io(
+                DeliveryFailureKind::Transient,
+                format!("Nextcloud Talk: the attempt journal cannot be read: {e}"),
+            )
+        })?;
+        let Some(attempt) = attempt else {
             // The journal entry is written before the request: none, no request.
             return Ok(Reconciliation::NotSent);
         };
         let token = &ctx.message.target.id;
         let slack = i64::try_from(clock_slack.as_millis()).unwrap_or(i64::MAX);
         // Only once the request cannot still be in the server's hands does absence count.
-        let settled = now_ms() - attempt.at_ms
+        let settled = self.clock.now_ms() - attempt.at_ms
             > i64::try_from(self.api.timeout().as_millis()).unwrap_or(i64::MAX);
         let absent = if settled {
             Reconciliation::NotSent
@@ -363,14 +382,19 @@ impl TalkAdapter {
     }
 
     /// Refuses, before any request, a change Talk would refuse for the message's age.
-    fn within(part: &MessageReceiptPart, window: Duration, what: &str) -> Result<(), SendError> {
+    fn within(
+        &self,
+        part: &MessageReceiptPart,
+        window: Duration,
+        what: &str,
+    ) -> Result<(), SendError> {
         let sent_s = part
             .raw
             .as_ref()
             .and_then(|r| r.get("timestamp"))
             .and_then(Value::as_i64)
             .unwrap_or(0);
-        let age_ms = now_ms() - sent_s.saturating_mul(1_000);
+        let age_ms = self.clock.now_ms() - sent_s.saturating_mul(1_000);
         if sent_s > 0 && age_ms > i64::try_from(window.as_millis()).unwrap_or(i64::MAX) {
             return Err(SendError::before_io(
                 DeliveryFailureKind::InvalidPayload,
@@ -428,7 +452,7 @@ impl ChannelMessageAdapter for TalkAdapter {
         self.user_only("edit messages")?;
         let text = text_of(unit, self.max_chars)?;
         let id = Self::message_id(part)?;
-        Self::within(part, EDIT_WINDOW, "edits")?;
+        self.within(part, EDIT_WINDOW, "edits")?;
         let token = &ctx.message.target.id;
         self.api
             .call(
@@ -447,7 +471,7 @@ impl ChannelMessageAdapter for TalkAdapter {
     async fn delete(&self, ctx: &SendContext, part: &MessageReceiptPart) -> Result<(), SendError> {
         self.user_only("delete messages")?;
         let id = Self::message_id(part)?;
-        Self::within(part, DELETE_WINDOW, "deletes")?;
+        self.within(part, DELETE_WINDOW, "deletes")?;
         let token = &ctx.message.target.id;
         self.api
             .call(

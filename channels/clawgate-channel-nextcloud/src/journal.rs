@@ -1,124 +1,201 @@
 //! User mode's attempt journal: before a chat message goes out, its `referenceId`, conversation
-//! and the time are appended (and synced) to `<state dir>/talk-attempts.jsonl`. It is what makes
-//! a lost answer decidable: a unit with no entry never left (the entry is written before any
-//! request), and a unit with one was sent no earlier than that time, so history older than it
-//! (less a clock slack) proves absence.
+//! and the time are recorded, durably, in the gateway's store (the account's [`ChannelState`],
+//! book `talk-attempts`, keyed by `referenceId`). It is what makes a lost answer decidable: a
+//! unit with no entry never left (the entry is written before any request), and a unit with one
+//! was sent no earlier than that time, so history older than it (less a clock slack) proves
+//! absence. The journal is read from the store when a send is checked: a gateway that takes the
+//! account over settles what another one attempted.
+//!
+//! An earlier release kept it, with the poller's start ([`START_VALUE`]), in the directory
+//! `<name>.talk` of the state directory; [`import_legacy`] brings both in once.
 
-use std::collections::HashMap;
-use std::io::Write;
-use std::path::PathBuf;
-use std::sync::Mutex;
+use std::time::Duration;
 
+use clawgate_channel_sdk::state::{
+    Book, ChannelState, LegacyFiles, StateError, Swapped, ValueExpectation,
+};
 use serde::{Deserialize, Serialize};
 
 /// One attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Attempt {
-    /// When the first attempt began (ms since the epoch, this machine's clock).
+    /// When the first attempt began (ms since the epoch, the gateway's clock).
     pub(crate) at_ms: i64,
 }
 
+/// The record of an attempt.
 #[derive(Serialize, Deserialize)]
-struct Line {
+struct Entry {
+    token: String,
+    #[serde(rename = "atMs")]
+    at_ms: i64,
+}
+
+/// The book the journal is kept in.
+const BOOK: &str = "talk-attempts";
+/// The value the poller's start (the newest message id when the account was first built) is
+/// kept in: `{"after": <id>}`.
+pub(crate) const START_VALUE: &str = "talk-start";
+
+/// Entries older than this are pruned when the journal is opened (as the earlier release
+/// dropped them): a lost answer is settled within minutes, never weeks.
+const KEEP_MS: i64 = 14 * 24 * 3_600_000;
+/// At most this many entries are kept (the newest): far above two weeks of replies.
+const KEEP_NEWEST: u64 = 200_000;
+
+/// The earlier release's journal file in the `<name>.talk` directory.
+pub(crate) const LEGACY_JOURNAL: &str = "talk-attempts.jsonl";
+/// The earlier release's start file in the `<name>.talk` directory.
+pub(crate) const LEGACY_START: &str = "talk-start.json";
+
+/// The journal or the files of an earlier release could not be used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum JournalError {
+    /// The store could not be read or written.
+    #[error("the Nextcloud Talk attempt journal could not be {what}: {source}")]
+    State {
+        what: &'static str,
+        #[source]
+        source: StateError,
+    },
+    /// The directory of an earlier release could not be imported.
+    #[error(
+        "the Nextcloud Talk state of an earlier release ({dir} in the state directory) could \
+         not be {what}: {source}; make it readable (or move it aside to give up its attempts \
+         and start) and start again"
+    )]
+    Legacy {
+        dir: String,
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The journal of one account.
+#[derive(Debug)]
+pub(crate) struct Journal {
+    book: Book,
+}
+
+/// A line of the earlier release's `talk-attempts.jsonl`.
+#[derive(Deserialize)]
+struct LegacyLine {
     #[serde(rename = "ref")]
     reference: String,
     token: String,
     at: i64,
 }
 
-/// Entries older than this are dropped when the journal is opened.
-const KEEP_MS: i64 = 14 * 24 * 3_600_000;
-
-/// The journal file and its entries.
-#[derive(Debug)]
-pub(crate) struct Journal {
-    path: PathBuf,
-    entries: Mutex<HashMap<String, Attempt>>,
-}
-
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 impl Journal {
-    /// Opens (and compacts) the journal in `dir`.
-    pub(crate) fn open(dir: &std::path::Path) -> std::io::Result<Journal> {
-        std::fs::create_dir_all(dir)?;
-        let path = dir.join("talk-attempts.jsonl");
-        let mut entries = HashMap::new();
-        let mut kept = Vec::new();
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            let horizon = now_ms() - KEEP_MS;
-            // A torn last line (a crash mid-append) is skipped: its request never started.
-            for line in text
-                .lines()
-                .filter_map(|l| serde_json::from_str::<Line>(l).ok())
-            {
-                if line.at >= horizon {
-                    entries
-                        .entry(line.reference.clone())
-                        .or_insert(Attempt { at_ms: line.at });
-                    kept.push(line);
-                }
-            }
-        }
-        let tmp = dir.join("talk-attempts.jsonl.tmp");
-        {
-            let mut file = std::fs::File::create(&tmp)?;
-            for line in &kept {
-                serde_json::to_writer(&mut file, line)?;
-                file.write_all(b"\n")?;
-            }
-            file.sync_all()?;
-        }
-        std::fs::rename(&tmp, &path)?;
-        Ok(Journal {
-            path,
-            entries: Mutex::new(entries),
-        })
-    }
-
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Attempt>> {
-        self.entries
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The first attempt of `reference`, if one was journaled.
-    pub(crate) fn get(&self, reference: &str) -> Option<Attempt> {
-        self.entries().get(reference).copied()
-    }
-
-    /// Journals an attempt of `reference` in `token` (durably) unless one is already there.
-    pub(crate) async fn record(&self, reference: &str, token: &str) -> std::io::Result<()> {
-        if self.get(reference).is_some() {
-            return Ok(());
-        }
-        let at = now_ms();
-        let mut line = serde_json::to_vec(&Line {
-            reference: reference.to_owned(),
-            token: token.to_owned(),
-            at,
-        })?;
-        line.push(b'\n');
-        let path = self.path.clone();
-        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-            let mut file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)?;
-            file.write_all(&line)?;
-            file.sync_data()
-        })
+    /// The journal of the account whose state is `state`; prunes what is older than two
+    /// weeks.
+    pub(crate) async fn open(state: &ChannelState) -> Result<Journal, JournalError> {
+        let book = state.book(BOOK);
+        book.prune(
+            Duration::from_millis(u64::try_from(KEEP_MS).unwrap_or(u64::MAX)),
+            KEEP_NEWEST,
+        )
         .await
-        .map_err(std::io::Error::other)??;
-        self.entries()
-            .entry(reference.to_owned())
-            .or_insert(Attempt { at_ms: at });
+        .map_err(|source| JournalError::State {
+            what: "pruned",
+            source,
+        })?;
+        Ok(Journal { book })
+    }
+
+    /// The first attempt of `reference`, if one was journaled (by any gateway).
+    pub(crate) async fn get(&self, reference: &str) -> Result<Option<Attempt>, StateError> {
+        Ok(self.book.find::<Entry>(reference).await?.map(|r| Attempt {
+            at_ms: r.value.at_ms,
+        }))
+    }
+
+    /// Journals an attempt of `reference` in `token` at `at_ms`, durably; an earlier attempt's
+    /// entry stays (its time is the one that counts).
+    pub(crate) async fn record(
+        &self,
+        reference: &str,
+        token: &str,
+        at_ms: i64,
+    ) -> Result<(), StateError> {
+        self.book
+            .append(
+                reference,
+                &Entry {
+                    token: token.to_owned(),
+                    at_ms,
+                },
+            )
+            .await?;
         Ok(())
     }
+}
+
+/// The poller's kept start, `{"after": <id>}`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(crate) struct Start {
+    pub(crate) after: i64,
+}
+
+/// Imports the `<name>.talk` directory an earlier release kept (`dir`): its journal entries
+/// younger than two weeks at `now_ms` (as that release kept them; a torn last line is skipped)
+/// and its start, unless the store holds one; then sets the directory aside. Repeatable: the
+/// entries are keyed by `referenceId` and the start is written only where none is, so a crash
+/// before the directory is set aside imports it again and changes nothing.
+pub(crate) async fn import_legacy(
+    dir: &str,
+    legacy: &LegacyFiles,
+    state: &ChannelState,
+    journal: &Journal,
+    now_ms: i64,
+) -> Result<(), JournalError> {
+    let legacy_error = |what| {
+        move |source| JournalError::Legacy {
+            dir: dir.to_owned(),
+            what,
+            source,
+        }
+    };
+    let Some(files) = legacy.read_dir(dir).map_err(legacy_error("read"))? else {
+        return Ok(());
+    };
+    for (name, bytes) in &files {
+        match name.as_str() {
+            LEGACY_JOURNAL => {
+                for line in String::from_utf8_lossy(bytes)
+                    .lines()
+                    .filter_map(|l| serde_json::from_str::<LegacyLine>(l).ok())
+                    .filter(|l| l.at >= now_ms - KEEP_MS)
+                {
+                    journal
+                        .record(&line.reference, &line.token, line.at)
+                        .await
+                        .map_err(|source| JournalError::State {
+                            what: "written",
+                            source,
+                        })?;
+                }
+            }
+            LEGACY_START => {
+                if let Ok(start) = serde_json::from_slice::<Start>(bytes) {
+                    // A start already in the store (another gateway's, or this import's
+                    // before a crash) stays.
+                    let _: Swapped<Start> = state
+                        .swap(START_VALUE, ValueExpectation::Absent, &start)
+                        .await
+                        .map_err(|source| JournalError::State {
+                            what: "written",
+                            source,
+                        })?;
+                }
+            }
+            // The earlier release's temporary files: never the state.
+            _ => {}
+        }
+    }
+    legacy.retire(dir).map_err(legacy_error("set aside"))?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -127,25 +204,22 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn attempts_survive_a_reopen_and_a_torn_line_is_skipped() {
+    async fn attempts_survive_a_reopen_and_keep_their_first_time() {
         let dir = tempfile::tempdir().unwrap();
-        let journal = Journal::open(dir.path()).unwrap();
-        journal.record("r1", "tok").await.unwrap();
-        let first = journal.get("r1").unwrap();
-        journal.record("r1", "tok").await.unwrap();
+        let state = || clawgate_conformance::channel_state(dir.path(), "nextcloud", "default");
+        let journal = Journal::open(&state()).await.unwrap();
+        journal.record("r1", "tok", 1_000).await.unwrap();
+        journal.record("r1", "tok", 2_000).await.unwrap();
         assert_eq!(
-            journal.get("r1"),
-            Some(first),
+            journal.get("r1").await.unwrap(),
+            Some(Attempt { at_ms: 1_000 }),
             "the first attempt's time is kept"
         );
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(dir.path().join("talk-attempts.jsonl"))
-            .unwrap()
-            .write_all(b"{\"ref\":\"r2\",\"tok")
-            .unwrap();
-        let reopened = Journal::open(dir.path()).unwrap();
-        assert_eq!(reopened.get("r1"), Some(first));
-        assert_eq!(reopened.get("r2"), None);
+        let reopened = Journal::open(&state()).await.unwrap();
+        assert_eq!(
+            reopened.get("r1").await.unwrap(),
+            Some(Attempt { at_ms: 1_000 })
+        );
+        assert_eq!(reopened.get("r2").await.unwrap(), None);
     }
 }

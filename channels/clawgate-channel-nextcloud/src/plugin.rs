@@ -16,7 +16,7 @@ use serde_json::Value;
 use tracing::{info, warn};
 
 use crate::adapter::{MAX_MESSAGE_CHARS, Mode, TalkAdapter};
-use crate::journal::Journal;
+use crate::journal::{Journal, import_legacy};
 use crate::ocs::{CallError, TalkApi};
 use crate::poll::{ChatPoller, PollConfig};
 use crate::receive::TalkReceiver;
@@ -233,6 +233,7 @@ fn bot(
             secret: secret.clone(),
         },
         settings.max_message_chars,
+        setup.clock().clone(),
     );
     let source = InboundSource::Pushed(Arc::new(WebhookSource::new(WebhookConfig {
         listen,
@@ -266,17 +267,20 @@ async fn user(
     if !(1..=200).contains(&settings.poll_limit) {
         return Err(setup.invalid("poll_limit", "Talk pages 1 to 200 messages"));
     }
-    // The account's files: the attempt journal and the kept start of the chat.
-    let dir = setup.state_dir.join(format!("{}.talk", setup.name));
-    let journal = Journal::open(&dir).map_err(|e| {
-        setup.invalid(
-            "",
-            format!(
-                "the attempt journal in {} cannot be opened: {e}",
-                dir.display()
-            ),
-        )
-    })?;
+    // The attempt journal and the kept start of the chat live in the gateway's store; the
+    // directory an earlier release kept them in (named after the channel) is imported once.
+    let journal = Journal::open(&setup.state)
+        .await
+        .map_err(|e| setup.invalid("", e.to_string()))?;
+    import_legacy(
+        &format!("{}.talk", setup.name),
+        &setup.legacy,
+        &setup.state,
+        &journal,
+        setup.clock().now_ms(),
+    )
+    .await
+    .map_err(|e| setup.invalid("", e.to_string()))?;
     let api = TalkApi::new(&settings.base_url, timeout, Some((user.clone(), password)));
     check_user(setup, settings, &api, &user).await?;
     let adapter = TalkAdapter::new(
@@ -289,6 +293,7 @@ async fn user(
             history_pages: settings.history_pages.max(1),
         },
         settings.max_message_chars,
+        setup.clock().clone(),
     );
     let poller = ChatPoller::new(
         api.clone(),
@@ -296,7 +301,7 @@ async fn user(
             conversations: settings.conversations.clone(),
             timeout_s: settings.poll_timeout_s,
             limit: settings.poll_limit,
-            floor_file: dir.join("talk-start.json"),
+            state: setup.state.clone(),
         },
     );
     if let Err(error) = poller.start_at_present().await {

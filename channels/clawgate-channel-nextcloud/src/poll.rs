@@ -13,18 +13,21 @@
 //!
 //! The conversations are the `conversations` setting, or (empty) every conversation the user
 //! is in (`GET …/v4/room`, read again every poll). A new account starts at the present: the
-//! newest message id when the channel was first built, kept in `talk-start.json` in the
-//! channel's state directory (so a restart before the first finished message skips nothing),
-//! until the watermark is past it.
+//! newest message id when the channel was first built, kept in the gateway's store (the
+//! account's value `talk-start`, written only where none is: so a restart before the first
+//! finished message skips nothing, and two gateways starting at once agree on one start), until
+//! the watermark is past it.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
+use clawgate_channel_sdk::state::{ChannelState, Swapped, ValueExpectation};
 use clawgate_channel_sdk::{PollFrom, PollWait, PolledEvent, PollingFeed, SourceError};
 use clawgate_types::DeliveryFailureKind;
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use crate::journal::{START_VALUE, Start};
 use crate::ocs::{CallError, SPREED, TalkApi};
 
 /// How the poller is set up.
@@ -36,8 +39,8 @@ pub(crate) struct PollConfig {
     pub(crate) timeout_s: u64,
     /// The page size (`limit`, ≤ 200).
     pub(crate) limit: u32,
-    /// Where the start floor is kept.
-    pub(crate) floor_file: std::path::PathBuf,
+    /// The account's state, where the start floor is kept.
+    pub(crate) state: ChannelState,
 }
 
 /// The chat poller.
@@ -63,6 +66,23 @@ fn source_error(error: &CallError, what: &str) -> SourceError {
         e = e.with_retry_after_ms(Some(*ms));
     }
     e
+}
+
+/// Why the start could not be set.
+#[derive(Debug)]
+pub(crate) enum StartError {
+    /// Talk could not be asked for the newest messages.
+    Call(CallError),
+    /// The kept start could not be read or written.
+    Kept(clawgate_channel_sdk::StateError),
+    /// The kept start was removed while this one was written.
+    Raced,
+}
+
+impl From<CallError> for StartError {
+    fn from(error: CallError) -> StartError {
+        StartError::Call(error)
+    }
 }
 
 /// One conversation's page: its messages (ascending) and whether the page was full.
@@ -112,21 +132,27 @@ impl ChatPoller {
             .collect())
     }
 
+    fn set_floor(&self, after: i64) {
+        *self
+            .floor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(after);
+    }
+
     /// Sets the start floor: the kept one, else the newest message id of every conversation
-    /// now (then kept).
-    pub(crate) async fn start_at_present(&self) -> Result<(), CallError> {
+    /// now (then kept, unless another gateway kept one first: that one holds).
+    pub(crate) async fn start_at_present(&self) -> Result<(), StartError> {
         if self.floor().is_some() {
             return Ok(());
         }
-        if let Some(kept) = std::fs::read(&self.config.floor_file)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .and_then(|v| v.get("after")?.as_i64())
+        if let Some(kept) = self
+            .config
+            .state
+            .value::<Start>(START_VALUE)
+            .await
+            .map_err(StartError::Kept)?
         {
-            *self
-                .floor
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(kept);
+            self.set_floor(kept.value.after);
             return Ok(());
         }
         let mut newest = 0;
@@ -150,12 +176,23 @@ impl ChatPoller {
                 newest = newest.max(message.get("id").and_then(Value::as_i64).unwrap_or(0));
             }
         }
-        keep_floor(&self.config.floor_file, newest)
-            .map_err(|e| CallError::Unreachable(format!("the start cannot be kept: {e}")))?;
-        *self
-            .floor
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(newest);
+        let start = match self
+            .config
+            .state
+            .swap(
+                START_VALUE,
+                ValueExpectation::Absent,
+                &Start { after: newest },
+            )
+            .await
+            .map_err(StartError::Kept)?
+        {
+            Swapped::Written(_) => newest,
+            Swapped::Conflict(Some(kept)) => kept.value.after,
+            // Absent and yet refused: removed in between; tried again on the next poll.
+            Swapped::Conflict(None) => return Err(StartError::Raced),
+        };
+        self.set_floor(start);
         Ok(())
     }
 
@@ -232,18 +269,6 @@ impl ChatPoller {
     }
 }
 
-/// Writes the start floor durably (a temporary file renamed over the old).
-fn keep_floor(path: &std::path::Path, after: i64) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("json.tmp");
-    {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(json!({ "after": after }).to_string().as_bytes())?;
-        file.sync_all()?;
-    }
-    std::fs::rename(tmp, path)
-}
-
 fn max_id(pages: &[Page]) -> Option<i64> {
     let mut horizon: Option<i64> = None;
     for page in pages {
@@ -265,9 +290,17 @@ fn max_id(pages: &[Page]) -> Option<i64> {
 impl PollingFeed for ChatPoller {
     async fn poll(&self, from: &PollFrom, wait: PollWait) -> Result<Vec<PolledEvent>, SourceError> {
         if self.floor().is_none() {
-            self.start_at_present()
-                .await
-                .map_err(|e| source_error(&e, "reading where to start"))?;
+            self.start_at_present().await.map_err(|e| match e {
+                StartError::Call(e) => source_error(&e, "reading where to start"),
+                StartError::Kept(e) => SourceError::new(
+                    DeliveryFailureKind::Transient,
+                    format!("Nextcloud Talk: where the chat starts could not be kept: {e}"),
+                ),
+                StartError::Raced => SourceError::new(
+                    DeliveryFailureKind::Transient,
+                    "Nextcloud Talk: the kept start changed while it was written; read again",
+                ),
+            })?;
         }
         let after = from.after.max(self.floor().unwrap_or(0));
         let rooms = self

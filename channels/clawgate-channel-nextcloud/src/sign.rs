@@ -42,17 +42,19 @@ pub fn reference_id(unit_key: &str) -> String {
 }
 
 /// A fresh `X-Nextcloud-Talk-Bot-Random` (64 hex characters; Talk asks for at least 32). It is a
-/// nonce, not a secret: the signature's strength is the shared secret.
+/// nonce, not a secret: the signature's strength is the shared secret. Its freshness comes from
+/// the standard library's randomly seeded hasher keys and a counter, not from a clock.
 pub(crate) fn random(seed: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
+    let entropy = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let mut hasher = Sha256::new();
     hasher.update(seed.as_bytes());
-    hasher.update(nanos.to_le_bytes());
+    hasher.update(entropy.to_le_bytes());
     hasher.update(n.to_le_bytes());
     hasher.update(std::process::id().to_le_bytes());
     hex(&hasher.finalize())

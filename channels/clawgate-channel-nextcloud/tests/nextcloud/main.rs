@@ -3,7 +3,8 @@
 //! does not name (signatures over random ‖ body and random ‖ text, 201 without an id, the
 //! referenceId receipt, parked bot unknowns, history lookups for user unknowns, 304 long
 //! polls, the edit and delete windows, webhooks answered only after the durable record, own
-//! messages never answered), and the cross-check with `nc-py-api`.
+//! messages never answered, user mode's state in the gateway's store), and the cross-check
+//! with `nc-py-api`.
 #![allow(clippy::unwrap_used)]
 
 mod conformance;
@@ -12,3 +13,4 @@ mod ncpyapi;
 mod peer;
 mod send;
 mod simulator;
+mod state;
