@@ -372,3 +372,149 @@ async fn a_busy_state_database_is_not_reported_as_a_hidden_session() {
         .await
         .expect("after the lock the same request succeeds");
 }
+
+/// Zalo has no idempotency key: a send whose answer was lost is settled only by the evidence
+/// the channel keeps (the attempt, written before the request, and the message's echo). Two
+/// gateways share one PostgreSQL state and one Official Account on the simulator; the one
+/// serving the account sends a reply whose answer is lost and is SIGKILLed before it settles
+/// it (reconciliation waits 3 s). The other takes the account over and must settle the send
+/// from the shared evidence: Zalo shows the reply exactly once. With the evidence in a file
+/// beside the killed gateway, the survivor found no attempt, took the send for not sent and
+/// delivered it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_zalo_answer_left_by_a_killed_gateway_is_settled_by_the_other_from_the_shared_state()
+{
+    use clawgate_channel_zalo::simulator::{Fault, FaultKind, SimulatorConfig, ZaloSimulator};
+
+    const WORDS: usize = 6;
+    const SEND_PATH: &str = "/v3.0/oa/message/cs";
+    let url = clawgate_store_postgres::testing::server_url();
+    let sim = ZaloSimulator::start(SimulatorConfig {
+        // Zalo's 30 s … 1 h schedule for webhooks it could not deliver, shortened.
+        retry_delays: [200, 500, 1_000, 2_000, 3_000, 5_000, 5_000, 10_000]
+            .into_iter()
+            .map(Duration::from_millis)
+            .collect(),
+        ..SimulatorConfig::default()
+    })
+    .await
+    .expect("the Zalo simulator starts");
+    // Both gateways listen on the same address; only the one serving the account binds it.
+    let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
+    sim.set_webhook_url(Some(&format!("http://127.0.0.1:{port}/zalo/webhook")));
+    let refresh_token = sim.authorize();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let schema = clawgate_store_postgres::testing::fresh_schema("zalo-takeover");
+    let text = format!(
+        "[state]\nbackend = \"postgres\"\npostgres_url_env = \"E2E_PG_URL\"\n\
+         postgres_schema = \"{schema}\"\npostgres_pool_size = 4\naccount_lease_secs = 1\n\n\
+         [gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
+         [retry]\nbase_delay_ms = 100\nmax_delay_ms = 2000\nreconcile_delay_ms = 3000\n\n\
+         [[agents]]\nid = \"main\"\ncommand = [{BIN:?}, \"demo-agent\", \"--chunk-ms\", \"20\", \
+         \"--words\", \"{WORDS}\"]\n\n\
+         [[channels]]\nkind = \"zalo\"\nmax_turn_attempts = 50\n\
+         settings = {{ app_id = \"{}\", app_secret_env = \"E2E_ZALO_APP_SECRET\", \
+         oa_secret_key_env = \"E2E_ZALO_OA_SECRET_KEY\", refresh_token_env = \
+         \"E2E_ZALO_REFRESH_TOKEN\", api_base = \"{api}\", oauth_base = \"{api}\", \
+         webhook_listen = \"127.0.0.1:{port}\", request_timeout_ms = 3000 }}\n",
+        sim.app_id(),
+        api = sim.api_url()
+    );
+    let config = dir.path().join("clawgate.toml");
+    std::fs::write(&config, text).expect("config written");
+    let (app_secret, oa_secret) = (sim.app_secret(), sim.oa_secret_key());
+    let start = |state: &Path| {
+        GatewayProcess::try_start(
+            state,
+            &config,
+            &[
+                ("E2E_PG_URL", url.as_str()),
+                ("E2E_ZALO_APP_SECRET", app_secret.as_str()),
+                ("E2E_ZALO_OA_SECRET_KEY", oa_secret.as_str()),
+                ("E2E_ZALO_REFRESH_TOKEN", refresh_token.as_str()),
+                ("CLAWGATE_LOG", "info"),
+            ],
+        )
+        .unwrap_or_else(|why| panic!("{why}"))
+    };
+    let states = [dir.path().join("a"), dir.path().join("b")];
+    let serving = |state: &PathBuf| {
+        std::fs::read_to_string(state.with_extension("log"))
+            .unwrap_or_default()
+            .contains("serving this channel account")
+    };
+    let first = start(&states[0]);
+    crate::support::eventually(Duration::from_secs(20), "the first gateway serves", || {
+        let serves = serving(&states[0]);
+        async move { serves.then_some(()) }
+    })
+    .await;
+    let second = start(&states[1]);
+
+    // The reply lands on Zalo and its answer is lost.
+    sim.inject(Fault::new(FaultKind::LoseAnswer));
+    let person = "8490000000000200001";
+    let said = "a question for whichever gateway answers";
+    sim.person_writes(person, said);
+    let expected = demo_reply(said, WORDS);
+    let landed = || {
+        sim.sent(person)
+            .iter()
+            .filter(|m| m.text == expected)
+            .count()
+    };
+    crate::support::eventually(Duration::from_secs(30), "the reply lands on Zalo", || {
+        let n = landed();
+        async move { (n > 0).then_some(()) }
+    })
+    .await;
+    // Before the first gateway settles it (its reconciliation waits 3 s).
+    first.kill_hard();
+
+    crate::support::eventually(
+        Duration::from_secs(30),
+        "the second gateway takes over",
+        || {
+            let serves = serving(&states[1]);
+            async move { serves.then_some(()) }
+        },
+    )
+    .await;
+    // Settled from the shared evidence: the intent is committed `sent` without a second send.
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("a connection to the test server");
+    tokio::spawn(connection);
+    let statuses = || async {
+        client
+            .query(&format!("SELECT status FROM {schema}.send_intents"), &[])
+            .await
+            .expect("the intents")
+            .iter()
+            .map(|row| row.get::<_, String>(0))
+            .collect::<Vec<_>>()
+    };
+    let settled = {
+        let deadline = Instant::now() + Duration::from_secs(45);
+        loop {
+            let now = statuses().await;
+            if now.iter().any(|s| s == "sent") || Instant::now() > deadline {
+                break now;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    // A while longer, for a second copy that would come after the commit.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let exit = second.interrupt();
+    let sends = sim.calls().iter().filter(|c| c.path == SEND_PATH).count();
+    let bot_messages: Vec<String> = sim.sent(person).into_iter().map(|m| m.text).collect();
+    assert_eq!(
+        (landed(), sends),
+        (1, 1),
+        "the reply went to Zalo once and landed once: {bot_messages:?}; intents {settled:?}"
+    );
+    assert_eq!(bot_messages, [expected], "nothing else reached the person");
+    assert_eq!(settled, ["sent"], "the survivor settled the send as sent");
+    assert!(exit.success(), "clean stop: {exit}");
+}
