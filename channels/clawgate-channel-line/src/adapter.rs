@@ -14,12 +14,13 @@
 //! every reply is one durable final.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use clawgate_channel_sdk::{
     ChannelMessageAdapter, MessageRenderAdapter, Reconciliation, SendContext, SendError,
 };
+use clawgate_types::clock::Clock;
 use clawgate_types::{
     ChannelMessage, DeliveryCapabilities, DeliveryFailureKind, MessageCapabilities,
     MessageReceiptPart, RenderedMessageUnit, TextCapabilities,
@@ -66,6 +67,7 @@ pub struct LineAdapter {
     after_unknown_reply: AfterUnknownReply,
     attempts: Mutex<HashMap<String, Attempt>>,
     journal: ReplyJournal,
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for LineAdapter {
@@ -164,6 +166,7 @@ impl LineAdapter {
         push: bool,
         after_unknown_reply: AfterUnknownReply,
         journal: ReplyJournal,
+        clock: Arc<dyn Clock>,
     ) -> LineAdapter {
         LineAdapter {
             name: name.to_owned(),
@@ -174,7 +177,12 @@ impl LineAdapter {
             after_unknown_reply,
             attempts: Mutex::new(HashMap::new()),
             journal,
+            clock,
         }
+    }
+
+    fn now_ms(&self) -> u64 {
+        now_ms(self.clock.as_ref())
     }
 
     /// The receipt part of a unit LINE created `sent` for: the first message's id, every id
@@ -231,8 +239,9 @@ impl LineAdapter {
         messages: &[Value],
     ) -> Result<Option<MessageReceiptPart>, SendError> {
         let key = ctx.unit_key(unit);
-        // On disk before the call: after a crash, no entry proves the reply never left.
-        self.journal.start(&key).map_err(|e| {
+        // Durable before the call: after a crash, or on another gateway, no entry proves the
+        // reply never left.
+        self.journal.start(&key).await.map_err(|e| {
             SendError::before_io(
                 DeliveryFailureKind::Transient,
                 format!("LINE reply: the reply journal cannot be written ({e}); not sent"),
@@ -252,7 +261,7 @@ impl LineAdapter {
             // Nothing was sent: a later attempt may use the token again, and after a restart
             // this unit is not a reply that may have landed.
             lock(&self.attempts).remove(&key);
-            if let Err(error) = self.journal.refused(&key) {
+            if let Err(error) = self.journal.refused(&key).await {
                 warn!(channel = %self.name, %error, "the reply journal was not updated; this reply counts as possibly sent after a restart");
             }
         }
@@ -308,7 +317,7 @@ impl ChannelMessageAdapter for LineAdapter {
                     ));
                 }
                 Some(Attempt::Push) => {}
-                None if now_ms() < usable_until => {
+                None if self.now_ms() < usable_until => {
                     if let Some(part) = self.reply(ctx, unit, &token, &messages).await? {
                         return Ok(part);
                     }
@@ -343,12 +352,22 @@ impl ChannelMessageAdapter for LineAdapter {
             // Nothing of it went out from this process, and outside a durable intent no
             // process before could have sent it.
             None if ctx.intent_id.is_none() => return Ok(Reconciliation::NotSent),
-            // A reply that never started (no journal entry) never left: sending it is safe.
-            None if reply_of(unit).is_some() && !self.journal.started(&key) => {
-                return Ok(Reconciliation::NotSent);
+            None if reply_of(unit).is_some() => {
+                // Read from the store: the reply may have been started by another gateway.
+                let started = self.journal.started(&key).await.map_err(|e| {
+                    SendError::before_io(
+                        DeliveryFailureKind::Transient,
+                        format!("{e}; the reply is settled once the store answers"),
+                    )
+                })?;
+                // A reply that never started (no journal entry) never left: sending it is
+                // safe. One a process before started may have landed.
+                if !started {
+                    return Ok(Reconciliation::NotSent);
+                }
+                true
             }
-            // A process before started a reply with the token: it may have landed.
-            None => reply_of(unit).is_some(),
+            None => false,
         };
         if maybe_reply && self.after_unknown_reply == AfterUnknownReply::Park {
             warn!(channel = %self.name, unit = %key, "a LINE reply's outcome is unknown and cannot be settled (LINE keeps no history and a used token looks expired): parked for an operator");
@@ -363,7 +382,7 @@ impl ChannelMessageAdapter for LineAdapter {
             .and_then(Value::as_u64)
             .or_else(|| ctx.message.timestamp.and_then(|at| u64::try_from(at).ok()));
         if let Some(at) = sent_at
-            && now_ms().saturating_sub(at) > RETRY_KEY_WINDOW_MS
+            && self.now_ms().saturating_sub(at) > RETRY_KEY_WINDOW_MS
         {
             warn!(channel = %self.name, unit = %key, "a LINE push's outcome is unknown and its retry key has expired (24 h): parked");
             return Ok(Reconciliation::Undecidable);

@@ -184,17 +184,14 @@ impl LineFactory {
         let timeout = Duration::from_millis(settings.request_timeout_ms.max(1));
         let api = MessagingApi::new(&settings.api_base, token, timeout);
         let bot = check_token(setup, &settings, &api).await?;
-        let journal = ReplyJournal::open(&setup.state_dir, &setup.name).map_err(|e| {
-            SetupError::new(
-                setup.key(""),
-                format!(
-                    "the LINE reply journal in {} cannot be opened: {e} (check the state \
-                     directory's permissions)",
-                    setup.state_dir.display()
-                ),
-            )
-        })?;
-        let tokens = ReplyTokens::default();
+        let journal = ReplyJournal::open(&setup.state)
+            .await
+            .map_err(|e| setup.invalid("", e.to_string()))?;
+        journal
+            .import_legacy(&setup.legacy, &setup.name)
+            .await
+            .map_err(|e| setup.invalid("", e.to_string()))?;
+        let tokens = ReplyTokens::new(setup.clock().clone());
         let adapter = Arc::new(LineAdapter::new(
             &setup.name,
             api,
@@ -202,18 +199,22 @@ impl LineFactory {
             settings.push,
             settings.after_unknown_reply,
             journal,
+            setup.clock().clone(),
         ));
         let receiver = Arc::new(LineReceiver::new(
             &setup.name,
             tokens.clone(),
             settings.reply_within_ms,
         ));
-        let source = InboundSource::Pushed(Arc::new(WebhookSource::new(WebhookConfig {
-            listen: settings.webhook_listen,
-            path: settings.webhook_path.clone(),
-            channel_secret,
-            answer_deadline: Duration::from_millis(settings.answer_deadline_ms.max(1)),
-        })));
+        let source = InboundSource::Pushed(Arc::new(WebhookSource::new(
+            WebhookConfig {
+                listen: settings.webhook_listen,
+                path: settings.webhook_path.clone(),
+                channel_secret,
+                answer_deadline: Duration::from_millis(settings.answer_deadline_ms.max(1)),
+            },
+            setup.clock().clone(),
+        )));
         let who = bot.as_ref().map_or_else(
             || "LINE bot".to_owned(),
             |b| format!("LINE bot {}", b.basic_id.as_deref().unwrap_or(&b.user_id)),

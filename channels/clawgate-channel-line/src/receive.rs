@@ -138,19 +138,26 @@ mod tests {
     use clawgate_types::TargetKind;
     use serde_json::json;
 
+    use clawgate_types::clock::ManualClock;
+
     use super::*;
-    use crate::reply::now_ms;
+
+    const NOW: u64 = 1_700_000_000_000;
+
+    fn tokens() -> ReplyTokens {
+        ReplyTokens::new(std::sync::Arc::new(ManualClock::new(NOW as i64)))
+    }
 
     fn receiver(tokens: ReplyTokens) -> LineReceiver {
         LineReceiver::new("line", tokens, 50_000)
     }
 
     fn envelope(event: Value) -> Value {
-        json!({ "destination": "Ubot", "event": event, "receivedAtMs": now_ms() })
+        json!({ "destination": "Ubot", "event": event, "receivedAtMs": NOW })
     }
 
     fn text_event(id: &str, source: Value) -> Value {
-        json!({ "type": "message", "mode": "active", "timestamp": now_ms(), "source": source,
+        json!({ "type": "message", "mode": "active", "timestamp": NOW, "source": source,
             "webhookEventId": id, "deliveryContext": { "isRedelivery": false },
             "replyToken": format!("token-{id}"),
             "message": { "id": "100", "type": "text", "text": "hello", "quoteToken": "q" } })
@@ -158,7 +165,7 @@ mod tests {
 
     #[test]
     fn users_groups_and_rooms_are_targets_and_tokens_are_offered() {
-        let tokens = ReplyTokens::default();
+        let tokens = tokens();
         let r = receiver(tokens.clone());
         let dm = r
             .normalize(&envelope(text_event(
@@ -187,14 +194,14 @@ mod tests {
             .unwrap();
         assert_eq!(room.message.target.id, "R1");
         assert_eq!(
-            tokens.claim("E1", "line:reply:E1:0", now_ms()).map(|t| t.0),
+            tokens.claim("E1", "line:reply:E1:0", NOW).map(|t| t.0),
             Some("token-E1".to_owned())
         );
     }
 
     #[test]
     fn a_redelivery_is_the_same_event() {
-        let r = receiver(ReplyTokens::default());
+        let r = receiver(tokens());
         let source = json!({ "type": "user", "userId": "U1" });
         let first = text_event("E1", source.clone());
         let mut again = first.clone();
@@ -207,7 +214,7 @@ mod tests {
 
     #[test]
     fn what_is_not_a_text_prompt_is_ignored_and_garbage_is_malformed() {
-        let r = receiver(ReplyTokens::default());
+        let r = receiver(tokens());
         let user = json!({ "type": "user", "userId": "U1" });
         let mut sticker = text_event("E1", user.clone());
         sticker["message"] =
@@ -253,9 +260,6 @@ mod tests {
             "E2",
             json!({ "type": "group", "groupId": "C1", "userId": "U1" }),
         ));
-        clawgate_conformance::fuzz::normalizer_never_panics(
-            &receiver(ReplyTokens::default()),
-            vec![dm, group],
-        );
+        clawgate_conformance::fuzz::normalizer_never_panics(&receiver(tokens()), vec![dm, group]);
     }
 }

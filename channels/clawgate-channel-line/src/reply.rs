@@ -12,9 +12,9 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use clawgate_channel_sdk::{MessageRenderAdapter, RenderError, chunk_text};
+use clawgate_types::clock::Clock;
 use clawgate_types::{
     BatchAtomicity, ChannelMessage, MessageCapabilities, MessagePartKind, RenderedMessageBatch,
     RenderedMessageUnit,
@@ -52,10 +52,9 @@ pub const LINE_REPLY: ReplyConstraints = ReplyConstraints {
     max_messages: MAX_MESSAGES_PER_CALL,
 };
 
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+/// Now by the gateway's clock, in Unix milliseconds (0 for a clock before 1970).
+pub(crate) fn now_ms(clock: &dyn Clock) -> u64 {
+    u64::try_from(clock.now_ms()).unwrap_or(0)
 }
 
 #[derive(Debug, Clone)]
@@ -68,12 +67,26 @@ struct Token {
 
 /// The reply tokens of events this process saw, by event id (filled by the receiver,
 /// claimed by the renderer).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ReplyTokens {
     tokens: Arc<Mutex<HashMap<String, Token>>>,
+    clock: Arc<dyn Clock>,
 }
 
 impl ReplyTokens {
+    /// No tokens yet; their ages are read from `clock` (the gateway's).
+    pub fn new(clock: Arc<dyn Clock>) -> ReplyTokens {
+        ReplyTokens {
+            tokens: Arc::default(),
+            clock,
+        }
+    }
+
+    /// Now by the clock the tokens are timed with.
+    pub(crate) fn now_ms(&self) -> u64 {
+        now_ms(self.clock.as_ref())
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Token>> {
         self.tokens
             .lock()
@@ -84,7 +97,7 @@ impl ReplyTokens {
     /// (the event normalized again after a restart, or redelivered) keeps its claim; a
     /// redelivery's later deadline is taken.
     pub(crate) fn offer(&self, event_id: &str, token: &str, usable_until_ms: u64) {
-        let now = now_ms();
+        let now = self.now_ms();
         let mut tokens = self.lock();
         // Expired tokens are kept a while: their claims still tell a re-render who took them.
         tokens.retain(|_, t| {
@@ -180,7 +193,7 @@ impl MessageRenderAdapter for LineRenderer {
             .filter(|t| !t.trim().is_empty())
             .ok_or(RenderError::Empty)?;
         let chunks = chunk_text(text, MAX_TEXT_CHARS as usize);
-        let now = now_ms();
+        let now = self.tokens.now_ms();
         let claimed = event_of_key(idempotency_key)
             .and_then(|event| self.tokens.claim(event, idempotency_key, now));
         let mut units = Vec::new();
@@ -221,8 +234,15 @@ impl MessageRenderAdapter for LineRenderer {
 #[allow(clippy::unwrap_used)] // Tests fail loudly by design.
 mod tests {
     use clawgate_types::MessageTarget;
+    use clawgate_types::clock::ManualClock;
 
     use super::*;
+
+    const NOW: u64 = 1_700_000_000_000;
+
+    fn tokens() -> ReplyTokens {
+        ReplyTokens::new(Arc::new(ManualClock::new(NOW as i64)))
+    }
 
     fn message(text: &str) -> ChannelMessage {
         ChannelMessage::outbound("m", "line", MessageTarget::direct("U1"), text)
@@ -238,8 +258,8 @@ mod tests {
 
     #[test]
     fn a_token_is_claimed_once_and_only_while_fresh() {
-        let tokens = ReplyTokens::default();
-        let now = now_ms();
+        let tokens = tokens();
+        let now = NOW;
         tokens.offer("E1", "tok", now + 10_000);
         assert_eq!(
             tokens.claim("E1", "line:reply:E1:0", now),
@@ -278,8 +298,8 @@ mod tests {
 
     #[test]
     fn a_reply_takes_up_to_five_chunks_and_the_rest_is_pushed() {
-        let tokens = ReplyTokens::default();
-        tokens.offer("E1", "tok", now_ms() + 60_000);
+        let tokens = tokens();
+        tokens.offer("E1", "tok", NOW + 60_000);
         let renderer = LineRenderer::new(tokens);
         let text = "x".repeat(MAX_TEXT_CHARS as usize * 7);
         let caps = MessageCapabilities::default();

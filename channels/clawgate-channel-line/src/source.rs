@@ -23,6 +23,7 @@ use clawgate_channel_sdk::{
     AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, Secret, SourceError,
 };
 use clawgate_types::DeliveryFailureKind;
+use clawgate_types::clock::Clock;
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
@@ -47,12 +48,13 @@ pub struct WebhookConfig {
 #[derive(Debug)]
 pub struct WebhookSource {
     config: WebhookConfig,
+    clock: Arc<dyn Clock>,
 }
 
 impl WebhookSource {
-    /// A listener set up by `config`.
-    pub fn new(config: WebhookConfig) -> WebhookSource {
-        WebhookSource { config }
+    /// A listener set up by `config`, stamping arrivals by `clock` (the gateway's).
+    pub fn new(config: WebhookConfig, clock: Arc<dyn Clock>) -> WebhookSource {
+        WebhookSource { config, clock }
     }
 }
 
@@ -60,6 +62,7 @@ struct Delivery {
     sink: Arc<dyn EventSink>,
     secret: Secret,
     deadline: Duration,
+    clock: Arc<dyn Clock>,
 }
 
 async fn deliver(
@@ -76,7 +79,7 @@ async fn deliver(
         Ok(raw @ Value::Object(_)) => raw,
         _ => return (StatusCode::BAD_REQUEST, "not a webhook body").into_response(),
     };
-    let received_at = now_ms();
+    let received_at = now_ms(delivery.clock.as_ref());
     let destination = raw.get("destination").cloned().unwrap_or(Value::Null);
     let events = raw
         .get("events")
@@ -125,6 +128,7 @@ impl PushedFeed for WebhookSource {
             sink: sink.clone(),
             secret: self.config.channel_secret.clone(),
             deadline: self.config.answer_deadline,
+            clock: self.clock.clone(),
         });
         let app = axum::Router::new()
             .route(&self.config.path, post(deliver))

@@ -9,6 +9,7 @@ use clawgate_channel_line::LineFactory;
 use clawgate_channel_line::simulator::{
     Fault, FaultKind, LineSimulator, PUSH_PATH, SimulatorConfig, Written,
 };
+use clawgate_channel_sdk::LegacyFiles;
 use clawgate_channel_sdk::prelude::*;
 use serde_json::{Value, json};
 
@@ -46,6 +47,28 @@ pub(crate) async fn build(
     settings: &Value,
     token: &str,
 ) -> Result<ChannelPlugin, SetupError> {
+    build_with(
+        sim,
+        state,
+        port,
+        settings,
+        token,
+        "default",
+        LegacyFiles::none(),
+    )
+    .await
+}
+
+/// [`build`] for `account`, with `legacy` files to import.
+pub(crate) async fn build_with(
+    sim: &LineSimulator,
+    state: &std::path::Path,
+    port: u16,
+    settings: &Value,
+    token: &str,
+    account: &str,
+    legacy: LegacyFiles,
+) -> Result<ChannelPlugin, SetupError> {
     let mut merged = json!({
         "token_env": "LINE_TOKEN_UNUSED_IN_TESTS",
         "channel_secret_env": "LINE_SECRET_UNUSED_IN_TESTS",
@@ -56,7 +79,8 @@ pub(crate) async fn build(
     for (key, value) in settings.as_object().unwrap() {
         merged[key] = value.clone();
     }
-    let setup = clawgate_conformance::channel_setup(0, "line", "default", merged, state);
+    let setup = clawgate_conformance::channel_setup(0, "line", account, merged, state)
+        .with_legacy_files(legacy);
     LineFactory
         .build_with_secrets(
             &setup,
@@ -78,6 +102,11 @@ impl Peer {
         )
         .await
         .unwrap()
+    }
+
+    /// The channel's state directory (its store).
+    pub(crate) fn state_dir(&self) -> &std::path::Path {
+        self._state.path()
     }
 
     pub(crate) async fn start() -> Peer {

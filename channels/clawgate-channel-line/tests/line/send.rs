@@ -20,7 +20,7 @@ use serde_json::json;
 use crate::peer::{Peer, quick};
 
 /// An engine over `sender`, on the store in `dir` and a driven clock.
-fn engine(
+pub(crate) fn engine(
     dir: &std::path::Path,
     sender: Arc<dyn ChannelMessageAdapter>,
 ) -> (
@@ -47,7 +47,7 @@ fn engine(
 
 /// A person asks in a 1:1 chat; the channel's receiver sees the event (and its token). The
 /// reply's key, as the turn engine writes it.
-fn asked(peer: &Peer, name: &str) -> (MessageTarget, String, String) {
+pub(crate) fn asked(peer: &Peer, name: &str) -> (MessageTarget, String, String) {
     let user = peer.sim.user(name);
     let written = peer.sim.user_writes(&user, "question");
     let inbound = peer
@@ -62,7 +62,11 @@ fn asked(peer: &Peer, name: &str) -> (MessageTarget, String, String) {
     (MessageTarget::direct(user), key, written.reply_token)
 }
 
-fn reply(target: &MessageTarget, key: &str, text: &str) -> (ChannelMessage, SendOptions) {
+pub(crate) fn reply(
+    target: &MessageTarget,
+    key: &str,
+    text: &str,
+) -> (ChannelMessage, SendOptions) {
     let message = ChannelMessage::outbound(key, "line", target.clone(), text);
     let options = SendOptions {
         idempotency_key: Some(key.to_owned()),
@@ -83,7 +87,7 @@ fn vias(peer: &Peer, chat: &str) -> Vec<String> {
         .collect()
 }
 
-async fn statuses(store: &clawgate_store_sqlite::SqliteStore) -> Vec<IntentStatus> {
+pub(crate) async fn statuses(store: &clawgate_store_sqlite::SqliteStore) -> Vec<IntentStatus> {
     store
         .list_intents(&IntentFilter {
             limit: 10,

@@ -119,8 +119,24 @@ fn judge(sim: &LineSimulator, state: &Path, asked: &[Asked]) -> Verdict {
             .into_iter()
             .collect();
     let calls = sim.calls();
-    // The replies the channel started (synced before each reply call).
-    let journal = std::fs::read_to_string(state.join("line.reply-journal")).unwrap_or_default();
+    // The replies the channel started: its reply journal in the store records each attempt
+    // (`start:<n>:<unit key>`) before the call, and a refusal of it (`refused:<n>:<unit key>`).
+    let journal: Vec<String> = state_pairs(
+        state,
+        "SELECT key, value FROM channel_records WHERE kind = 'line' AND book = 'reply-journal'",
+    )
+    .into_iter()
+    .map(|(key, _)| key)
+    .collect();
+    let started_attempt = |prefix: &str| {
+        journal.iter().any(|key| {
+            key.strip_prefix("start:")
+                .and_then(|rest| rest.split_once(':'))
+                .is_some_and(|(n, unit)| {
+                    unit.starts_with(prefix) && !journal.contains(&format!("refused:{n}:{unit}"))
+                })
+        })
+    };
     let mut verdict = Verdict::default();
     let mut chats: Vec<&str> = asked.iter().map(|a| a.chat.as_str()).collect();
     chats.sort_unstable();
@@ -139,7 +155,7 @@ fn judge(sim: &LineSimulator, state: &Path, asked: &[Asked]) -> Verdict {
                 c.path == REPLY_PATH && c.body["replyToken"].as_str() == Some(&a.reply_token)
             });
             // Started: its call reached LINE, or the kill came between the journal and LINE.
-            let started = token_used || journal.lines().any(|l| l.starts_with(&prefix));
+            let started = token_used || started_attempt(&prefix);
             let unknown = replies.iter().any(|s| *s == "unknown_after_send");
             match finals {
                 1 => verdict.finals += 1,
