@@ -22,13 +22,14 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use clawgate_channel_sdk::{
     ChannelMessageAdapter, MessageRenderAdapter, Reconciliation, SendContext, SendError,
     classify_http_status,
 };
+use clawgate_types::clock::Clock;
 use clawgate_types::{
     DeliveryCapabilities, DeliveryFailureKind, MessageCapabilities, MessagePartKind,
     MessageReceipt, MessageReceiptPart, RenderedMessageUnit, TargetKind, TextCapabilities,
@@ -110,6 +111,7 @@ pub struct TlonAdapter {
     renderer: TlonRenderer,
     threads: Arc<ParticipatedThreads>,
     tuning: SendTuning,
+    clock: Arc<dyn Clock>,
     /// Unit key → `sent` of units sent outside a durable intent (no UUID v7 to derive it from).
     direct_sent: Mutex<HashMap<String, u64>>,
     /// The last `sent` given to such a unit.
@@ -124,16 +126,6 @@ impl std::fmt::Debug for TlonAdapter {
             .field("eyre", &self.eyre)
             .finish_non_exhaustive()
     }
-}
-
-fn now_ms() -> u64 {
-    u64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis(),
-    )
-    .unwrap_or(u64::MAX)
 }
 
 /// The creation time (ms) and 36 random bits (`rand_a` and the first 24 bits of `rand_b`'s
@@ -214,6 +206,7 @@ impl TlonAdapter {
         renderer: TlonRenderer,
         threads: Arc<ParticipatedThreads>,
         tuning: SendTuning,
+        clock: Arc<dyn Clock>,
     ) -> TlonAdapter {
         let our = ship(our);
         TlonAdapter {
@@ -226,6 +219,7 @@ impl TlonAdapter {
                 ),
                 tuning.request_timeout,
                 tuning.poke_timeout,
+                clock.clone(),
             ),
             name: name.to_owned(),
             our,
@@ -234,6 +228,7 @@ impl TlonAdapter {
             renderer,
             threads,
             tuning,
+            clock,
             direct_sent: Mutex::new(HashMap::new()),
             last_direct: Mutex::new(0),
         }
@@ -310,7 +305,7 @@ impl TlonAdapter {
                     .last_direct
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let sent = now_ms().max(*last + 1);
+                let sent = self.now_ms().max(*last + 1);
                 *last = sent;
                 direct.insert(key, sent);
                 sent
@@ -324,8 +319,13 @@ impl TlonAdapter {
         format!("{}/{}", self.our, format_ud(da))
     }
 
-    fn record_thread(&self, nest: &str, parent: &str) {
-        match self.threads.record(nest, parent) {
+    /// Now by the gateway's clock (ms; 0 for a clock before 1970).
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.clock.now_ms()).unwrap_or(0)
+    }
+
+    async fn record_thread(&self, nest: &str, parent: &str) {
+        match self.threads.record(nest, parent).await {
             Ok(true) => {
                 info!(channel = %self.name, %nest, %parent, "now taking part in this thread")
             }
@@ -454,7 +454,7 @@ impl TlonAdapter {
     }
 
     fn settle_absent(&self, sent: u64, what: &str) -> Reconciliation {
-        let age = now_ms().saturating_sub(sent);
+        let age = self.now_ms().saturating_sub(sent);
         if u128::from(age) >= self.tuning.settle_window.as_millis() {
             info!(channel = %self.name, %what, "absent from the ship past the settle window: not sent");
             Reconciliation::NotSent
@@ -520,7 +520,7 @@ impl ChannelMessageAdapter for TlonAdapter {
                 )
                 .await?;
                 if let Some(parent) = &parent {
-                    self.record_thread(&nest, parent);
+                    self.record_thread(&nest, parent).await;
                 }
                 // The host chose the id: read it back (a failed read leaves a stand-in).
                 let id = match self.find_post(&nest, parent.as_deref(), sent, text).await {
@@ -568,7 +568,7 @@ impl ChannelMessageAdapter for TlonAdapter {
                 match self.find_post(&nest, parent.as_deref(), sent, text).await? {
                     Some(id) => {
                         if let Some(parent) = &parent {
-                            self.record_thread(&nest, parent);
+                            self.record_thread(&nest, parent).await;
                         }
                         Ok(Reconciliation::Sent(Box::new(self.post_part(
                             unit,
@@ -591,7 +591,7 @@ impl ChannelMessageAdapter for TlonAdapter {
         }) = self.route(ctx)
             && !receipt.parts.is_empty()
         {
-            self.record_thread(&nest, &parent);
+            self.record_thread(&nest, &parent).await;
         }
     }
 

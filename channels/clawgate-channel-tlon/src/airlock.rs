@@ -12,8 +12,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use clawgate_types::clock::Clock;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
@@ -55,6 +56,7 @@ pub(crate) struct Airlock {
     eyre: Arc<Eyre>,
     our: String,
     label: String,
+    clock: Arc<dyn Clock>,
     timeout: Duration,
     poke_timeout: Duration,
     next_id: AtomicU64,
@@ -85,30 +87,33 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn fresh_uid(label: &str) -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    format!(
-        "clawgate-{label}-{}-{:08x}",
-        now.as_secs(),
-        now.subsec_nanos()
-    )
+/// An Eyre channel uid no earlier run nor another gateway chose: `<prefix>-<now>-<random>`,
+/// the time by the gateway's clock and 32 random bits (two gateways may start in one
+/// millisecond).
+pub(crate) fn fresh_uid(prefix: &str, clock: &dyn Clock) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    format!("{prefix}-{}-{:08x}", clock.now_ms(), random & 0xffff_ffff)
 }
 
 impl Airlock {
-    /// Pokes as `our` through `eyre`; `timeout` per HTTP call, `poke_timeout` for a result.
+    /// Pokes as `our` through `eyre`; `timeout` per HTTP call, `poke_timeout` for a result;
+    /// new channels are named by `clock` (the gateway's).
     pub(crate) fn new(
         eyre: Arc<Eyre>,
         our: &str,
         label: &str,
         timeout: Duration,
         poke_timeout: Duration,
+        clock: Arc<dyn Clock>,
     ) -> Airlock {
         Airlock {
             eyre,
             our: our.to_owned(),
             label: label.to_owned(),
+            clock,
             timeout,
             poke_timeout,
             next_id: AtomicU64::new(1),
@@ -136,9 +141,10 @@ impl Airlock {
             if open.as_ref().is_some_and(|o| o.gone.load(Ordering::SeqCst)) {
                 *open = None;
             }
-            let uid = open
-                .as_ref()
-                .map_or_else(|| fresh_uid(&self.label), |o| o.uid.clone());
+            let uid = open.as_ref().map_or_else(
+                || fresh_uid(&format!("clawgate-{}", self.label), self.clock.as_ref()),
+                |o| o.uid.clone(),
+            );
             self.eyre.put(&uid, &action, self.timeout).await?;
             if open.is_none() {
                 // The first PUT made the channel: now its stream can be read.

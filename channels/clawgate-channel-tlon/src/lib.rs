@@ -31,5 +31,8 @@ pub use eyre::{ChannelEvent, EventStream, Eyre, EyreError};
 pub use plugin::{TlonFactory, TlonSettings};
 pub use receive::TlonReceiver;
 pub use render::TlonRenderer;
-pub use source::{ChannelRecord, EyreSource, SUBSCRIPTIONS};
-pub use threads::ParticipatedThreads;
+pub use source::{
+    CHANNEL_FILE, CHANNEL_VALUE, ChannelRecord, EyreSource, ImportError, SUBSCRIPTIONS,
+    import_channel_record,
+};
+pub use threads::{ParticipatedThreads, THREADS_BOOK, THREADS_FILE, ThreadsError};

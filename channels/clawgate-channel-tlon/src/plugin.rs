@@ -16,7 +16,7 @@ use crate::aura::ship;
 use crate::eyre::{Eyre, EyreError};
 use crate::receive::TlonReceiver;
 use crate::render::TlonRenderer;
-use crate::source::EyreSource;
+use crate::source::{EyreSource, import_channel_record};
 use crate::threads::ParticipatedThreads;
 
 /// `[channels.settings]` of a `tlon` entry.
@@ -127,9 +127,17 @@ impl TlonFactory {
                 warn!(channel = %setup.name, %error, "the ship is not reachable now; logging in again on use");
             }
         }
-        let threads = Arc::new(ParticipatedThreads::load(
-            setup.state_dir.join("participated-threads"),
-        ));
+        let threads = ParticipatedThreads::open(&setup.state)
+            .await
+            .map_err(|e| setup.invalid("", e.to_string()))?;
+        threads
+            .import_legacy(&setup.legacy)
+            .await
+            .map_err(|e| setup.invalid("", e.to_string()))?;
+        let threads = Arc::new(threads);
+        import_channel_record(&setup.state, &setup.legacy)
+            .await
+            .map_err(|e| setup.invalid("", e.to_string()))?;
         let adapter = TlonAdapter::new(
             &setup.name,
             &our,
@@ -137,19 +145,24 @@ impl TlonFactory {
             TlonRenderer::new(settings.signature.clone()),
             threads.clone(),
             tuning.clone(),
+            setup.clock().clone(),
         );
         let receiver = Arc::new(TlonReceiver::new(
             &setup.name,
             &our,
             settings.open_channels.clone(),
-            threads,
+            threads.clone(),
         ));
-        let source = InboundSource::Pushed(Arc::new(EyreSource::new(
-            &setup.name,
-            eyre.clone(),
-            Some(setup.state_dir.join("eyre-channel.json")),
-            tuning.request_timeout,
-        )));
+        let source = InboundSource::Pushed(Arc::new(
+            EyreSource::new(
+                &setup.name,
+                eyre.clone(),
+                Some(setup.state.clone()),
+                setup.clock().clone(),
+                tuning.request_timeout,
+            )
+            .with_threads(threads),
+        ));
         Ok(ChannelPlugin::new(Arc::new(adapter))
             .with_inbound(receiver, source)
             .with_description(format!("Tlon as {our} on {url}"))

@@ -7,28 +7,41 @@
 //!   requests and `quit`s are acked when read.
 //! - Unacked events stay queued in the channel and come again with the next `GET` — after a
 //!   dropped stream, a ship restart, or a gateway restart: the channel's uid and subscriptions
-//!   are kept in the state directory (`eyre-channel.json`), so a restarted gateway reads the
-//!   same channel. The engine dedupes what comes twice.
+//!   are kept in the gateway's store (the account's value [`CHANNEL_VALUE`]), so a restarted
+//!   gateway, or another one taking the account over, reads the same channel. The engine
+//!   dedupes what comes twice.
+//! - Before a diff is handed over, the participated threads are brought up to date with the
+//!   store, so the receiver counts a thread another gateway recorded.
 //! - A `quit` ends a subscription (Eyre kicks the subscriptions of a clogged channel): the feed
 //!   subscribes again. A reaped channel (404) is replaced by a new one with fresh
 //!   subscriptions; what the old one held unacked is lost (\[obs\]: no backfill is done).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
+use clawgate_channel_sdk::state::{ChannelState, LegacyFiles, StateError, ValueExpectation};
 use clawgate_channel_sdk::{EventSink, PushedEvent, PushedFeed, SourceError, TransportAck};
 use clawgate_types::DeliveryFailureKind;
+use clawgate_types::clock::Clock;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
+use crate::airlock::fresh_uid;
 use crate::eyre::{ChannelEvent, Eyre, EyreError};
+use crate::threads::ParticipatedThreads;
 
 /// The subscriptions the feed holds: `(app, path)`. \[obs\] Tlon's firehoses.
 pub const SUBSCRIPTIONS: &[(&str, &str)] = &[("chat", "/v3"), ("channels", "/v4")];
+
+/// The name of the feed's [`ChannelRecord`] in the account's state.
+pub const CHANNEL_VALUE: &str = "eyre-channel";
+
+/// The file an earlier release kept the [`ChannelRecord`] in (in the state directory),
+/// imported once.
+pub const CHANNEL_FILE: &str = "eyre-channel.json";
 
 /// The durable part of the feed: which channel, and which subscription id is which agent.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,7 +127,9 @@ impl TransportAck for EventAck {
 pub struct EyreSource {
     name: String,
     eyre: Arc<Eyre>,
-    record_path: Option<PathBuf>,
+    state: Option<ChannelState>,
+    threads: Option<Arc<ParticipatedThreads>>,
+    clock: Arc<dyn Clock>,
     timeout: Duration,
 }
 
@@ -122,73 +137,135 @@ impl std::fmt::Debug for EyreSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EyreSource")
             .field("name", &self.name)
-            .field("record", &self.record_path)
+            .field("state", &self.state)
             .finish_non_exhaustive()
     }
+}
+
+/// Why the feed's channel record could not be imported.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The file could not be read or set aside.
+    #[error(
+        "the Eyre channel record of an earlier release ({CHANNEL_FILE} in the state directory) \
+         could not be {what}: {source}; make it readable (or move it aside: a new channel is \
+         opened) and start again"
+    )]
+    Legacy {
+        /// What was being done.
+        what: &'static str,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The store could not be written.
+    #[error("the Eyre channel record of an earlier release could not be stored: {0}")]
+    State(#[source] StateError),
+}
+
+/// Imports the `eyre-channel.json` an earlier release wrote into `state`, then sets it aside;
+/// true when a record was taken. A record already in the store wins; a file that is not a
+/// record is set aside unread (the feed opens a new channel, as the earlier release did).
+pub async fn import_channel_record(
+    state: &ChannelState,
+    legacy: &LegacyFiles,
+) -> Result<bool, ImportError> {
+    let legacy_error = |what| move |source| ImportError::Legacy { what, source };
+    let Some(bytes) = legacy.read(CHANNEL_FILE).map_err(legacy_error("read"))? else {
+        return Ok(false);
+    };
+    let taken = match serde_json::from_slice::<ChannelRecord>(&bytes) {
+        Ok(record) => {
+            state
+                .swap(CHANNEL_VALUE, ValueExpectation::Absent, &record)
+                .await
+                .map_err(ImportError::State)?;
+            true
+        }
+        Err(error) => {
+            warn!(%error, "{CHANNEL_FILE} of an earlier release is not a channel record; set aside");
+            false
+        }
+    };
+    legacy
+        .retire(CHANNEL_FILE)
+        .map_err(legacy_error("set aside"))?;
+    if taken {
+        info!("the {CHANNEL_FILE} of an earlier release was taken into the gateway's store");
+    }
+    Ok(taken)
 }
 
 enum Ended {
     Stopped,
     Dropped,
+    /// The store could not be read: read again after a growing pause.
+    StoreFailed,
 }
 
 impl EyreSource {
-    /// The feed of channel `name`, keeping its channel record at `record_path` (in memory only
-    /// when `None`).
+    /// The feed of channel `name`, keeping its channel record in `state` (in memory only when
+    /// `None`); new channels are named by `clock` (the gateway's).
     pub fn new(
         name: &str,
         eyre: Arc<Eyre>,
-        record_path: Option<PathBuf>,
+        state: Option<ChannelState>,
+        clock: Arc<dyn Clock>,
         timeout: Duration,
     ) -> EyreSource {
         EyreSource {
             name: name.to_owned(),
             eyre,
-            record_path,
+            state,
+            threads: None,
+            clock,
             timeout,
         }
     }
 
-    fn load(&self) -> Option<ChannelRecord> {
-        let path = self.record_path.as_ref()?;
-        let bytes = std::fs::read(path).ok()?;
-        serde_json::from_slice(&bytes).ok()
+    /// Brings `threads` up to date with the store before each diff is handed over.
+    #[must_use]
+    pub fn with_threads(mut self, threads: Arc<ParticipatedThreads>) -> EyreSource {
+        self.threads = Some(threads);
+        self
     }
 
-    fn save(&self, record: &ChannelRecord) {
-        let Some(path) = &self.record_path else {
+    async fn load(&self) -> Result<Option<ChannelRecord>, StateError> {
+        let Some(state) = &self.state else {
+            return Ok(None);
+        };
+        Ok(state
+            .value::<ChannelRecord>(CHANNEL_VALUE)
+            .await?
+            .map(|v| v.value))
+    }
+
+    async fn save(&self, record: &ChannelRecord) {
+        let Some(state) = &self.state else {
             return;
         };
-        let tmp = path.with_extension("tmp");
-        let result = serde_json::to_vec(record)
-            .map_err(std::io::Error::other)
-            .and_then(|bytes| {
-                std::fs::write(&tmp, bytes)?;
-                std::fs::File::open(&tmp)?.sync_all()?;
-                std::fs::rename(&tmp, path)
-            });
-        if let Err(error) = result {
-            warn!(path = %path.display(), %error, "could not keep the Eyre channel record; a restart opens a new channel");
+        if let Err(error) = state.put(CHANNEL_VALUE, record).await {
+            warn!(channel = %self.name, %error, "could not keep the Eyre channel record; a restart opens a new channel");
         }
     }
 
-    fn forget(&self) {
-        if let Some(path) = &self.record_path {
-            let _ = std::fs::remove_file(path);
+    async fn forget(&self) {
+        if let Some(state) = &self.state
+            && let Err(error) = state.delete(CHANNEL_VALUE).await
+        {
+            warn!(channel = %self.name, %error, "could not forget the reaped Eyre channel; a restart finds it gone and opens a new one");
         }
     }
 
     /// A new channel with both subscriptions.
     async fn open(&self) -> Result<ChannelRecord, EyreError> {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
         let mut record = ChannelRecord {
-            uid: format!(
-                "clawgate-{}-feed-{}-{:08x}",
-                self.name.replace(|c: char| !c.is_ascii_alphanumeric(), "-"),
-                now.as_secs(),
-                now.subsec_nanos()
+            uid: fresh_uid(
+                &format!(
+                    "clawgate-{}-feed",
+                    self.name.replace(|c: char| !c.is_ascii_alphanumeric(), "-")
+                ),
+                self.clock.as_ref(),
             ),
             subscriptions: BTreeMap::new(),
             next_id: 1,
@@ -204,7 +281,7 @@ impl EyreSource {
         }
         // Kept before the PUT: a gateway killed right after it reads the same channel again
         // (never made: its GET is a 404, and a new one is opened).
-        self.save(&record);
+        self.save(&record).await;
         self.eyre
             .put(&record.uid, &Value::Array(actions), self.timeout)
             .await?;
@@ -226,7 +303,7 @@ impl EyreSource {
         record.next_id += 1;
         let action = json!([{ "id": id, "action": "subscribe", "ship": self.our_bare(), "app": app, "path": path }]);
         record.subscriptions.insert(id, (app.clone(), path.clone()));
-        self.save(record);
+        self.save(record).await;
         info!(channel = %self.name, %app, %path, "subscription quit; subscribed again");
         self.eyre.put(&record.uid, &action, self.timeout).await
     }
@@ -284,6 +361,14 @@ impl EyreSource {
                         "app": app, "mark": data.get("mark").cloned().unwrap_or(Value::Null),
                         "event": data.get("json").cloned().unwrap_or(Value::Null),
                     });
+                    if let Some(threads) = &self.threads
+                        && let Err(error) = threads.catch_up().await
+                    {
+                        // Not handed over: the stream is read again (Eyre replays what was
+                        // not acked) once the store answers.
+                        warn!(channel = %self.name, %error, "the participated threads could not be read; reading the stream again");
+                        return Ok(Ended::StoreFailed);
+                    }
                     let ack = Arc::new(EventAck {
                         shared: shared.clone(),
                         id,
@@ -310,7 +395,12 @@ impl EyreSource {
 impl PushedFeed for EyreSource {
     async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
         let mut backoff = Duration::from_millis(100);
-        let mut record = self.load();
+        let mut record = self.load().await.map_err(|e| {
+            SourceError::new(
+                DeliveryFailureKind::Transient,
+                format!("the Eyre channel record could not be read: {e}"),
+            )
+        })?;
         loop {
             let mut current = match record.take() {
                 Some(record) => record,
@@ -343,9 +433,10 @@ impl PushedFeed for EyreSource {
                     backoff = Duration::from_millis(100);
                     record = Some(current);
                 }
+                Ok(Ended::StoreFailed) => record = Some(current),
                 Err(EyreError::Reaped { .. }) => {
                     warn!(channel = %self.name, uid = %current.uid, "the Eyre channel was reaped; opening a new one (what it held unacked is lost)");
-                    self.forget();
+                    self.forget().await;
                     continue;
                 }
                 Err(EyreError::LoginRefused { .. }) => {

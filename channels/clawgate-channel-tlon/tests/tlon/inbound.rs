@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 use crate::peer::{NEST, OPEN_NEST, Peer, build, config};
 
 /// A sink that records what it is handed and acks it — or holds the acks back.
-struct Recorder {
-    got: Mutex<Vec<Value>>,
+pub(crate) struct Recorder {
+    pub(crate) got: Mutex<Vec<Value>>,
     held: Mutex<Vec<Arc<dyn TransportAck>>>,
     ack: bool,
 }
@@ -37,7 +37,7 @@ impl EventSink for Recorder {
 }
 
 impl Recorder {
-    fn texts(&self, receiver: &dyn MessageReceiveAdapter) -> Vec<String> {
+    pub(crate) fn texts(&self, receiver: &dyn MessageReceiveAdapter) -> Vec<String> {
         self.got
             .lock()
             .unwrap()
@@ -47,13 +47,16 @@ impl Recorder {
             .collect()
     }
 
-    fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.got.lock().unwrap().len()
     }
 }
 
 /// Runs `plugin`'s feed into a fresh recorder.
-fn run(plugin: &ChannelPlugin, ack: bool) -> (Arc<Recorder>, tokio::task::JoinHandle<()>) {
+pub(crate) fn run(
+    plugin: &ChannelPlugin,
+    ack: bool,
+) -> (Arc<Recorder>, tokio::task::JoinHandle<()>) {
     let recorder = Arc::new(Recorder {
         got: Mutex::new(Vec::new()),
         held: Mutex::new(Vec::new()),
@@ -73,7 +76,7 @@ fn run(plugin: &ChannelPlugin, ack: bool) -> (Arc<Recorder>, tokio::task::JoinHa
     (recorder, task)
 }
 
-async fn subscribed(peer: &Peer, count: usize) {
+pub(crate) async fn subscribed(peer: &Peer, count: usize) {
     peer.until("the chat and channels subscriptions", || {
         peer.ship.subscriptions().len() == count && peer.ship.open_streams() >= 1
     })

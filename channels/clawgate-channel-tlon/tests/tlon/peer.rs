@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use clawgate_channel_sdk::LegacyFiles;
 use clawgate_channel_sdk::prelude::*;
 use clawgate_channel_tlon::TlonFactory;
 use clawgate_channel_tlon::simulator::{Fault, Ship, ShipConfig};
@@ -102,7 +103,19 @@ impl Peer {
 }
 
 pub(crate) async fn build(ship: &Ship, settings: &Value, state: &std::path::Path) -> ChannelPlugin {
-    let setup = clawgate_conformance::channel_setup(0, "tlon", "default", settings.clone(), state);
+    build_as(ship, settings, state, "default", LegacyFiles::none()).await
+}
+
+/// [`build`] for `account`, with `legacy` files to import.
+pub(crate) async fn build_as(
+    ship: &Ship,
+    settings: &Value,
+    state: &std::path::Path,
+    account: &str,
+    legacy: LegacyFiles,
+) -> ChannelPlugin {
+    let setup = clawgate_conformance::channel_setup(0, "tlon", account, settings.clone(), state)
+        .with_legacy_files(legacy);
     TlonFactory
         .build_with_code(&setup, Secret::new(ship.code()))
         .await

@@ -59,7 +59,7 @@ async fn statuses(store: &clawgate_store_sqlite::SqliteStore) -> Vec<IntentStatu
 }
 
 /// A top-level post of a person in the peer's channel, for threads to hang off.
-fn parent_post(peer: &Peer) -> String {
+pub(crate) fn parent_post(peer: &Peer) -> String {
     peer.ship
         .post_from(NEST, "~nec", "a question for the thread", true)
 }

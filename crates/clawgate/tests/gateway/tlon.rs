@@ -380,32 +380,18 @@ async fn a_tlon_conversation_through_the_binary_answers_dms_mentions_and_its_thr
         "SELECT idempotency_key, status FROM send_intents",
     );
     assert_eq!(intents.len(), 3, "one reply per message: {intents:?}");
-    let threads = std::fs::read_to_string(app.state().join("channels/tlon/participated-threads"))
-        .or_else(|_| {
-            // The channel's state directory, wherever the gateway put it.
-            find_file(&app.state(), "participated-threads")
-                .map(std::fs::read_to_string)
-                .unwrap_or_else(|| Err(std::io::Error::other("not found")))
-        })
-        .expect("the participated threads are recorded in the state directory");
-    assert!(threads.contains(&format!("{NEST} {parent}")), "{threads}");
+    // The threads the bot replied in, in its state in the store (one record per thread).
+    let threads: Vec<String> = state_pairs(
+        &app.state(),
+        "SELECT key, value FROM channel_records WHERE kind = 'tlon' \
+         AND book = 'participated-threads'",
+    )
+    .into_iter()
+    .map(|(key, _)| key)
+    .collect();
+    assert!(threads.contains(&format!("{NEST} {parent}")), "{threads:?}");
     assert!(status.success(), "clean stop: {status}");
     assert!(leftover_processes(&app.state()).is_empty());
-}
-
-fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
-    for entry in std::fs::read_dir(dir).ok()?.flatten() {
-        let path = entry.path();
-        if path.file_name().is_some_and(|n| n == name) {
-            return Some(path);
-        }
-        if path.is_dir()
-            && let Some(found) = find_file(&path, name)
-        {
-            return Some(found);
-        }
-    }
-    None
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
