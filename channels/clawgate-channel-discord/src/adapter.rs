@@ -1,14 +1,14 @@
 //! Sending: `POST /channels/{id}/messages` with a nonce from the unit's key, edits (`PATCH`),
 //! deletes, previews by edit, the settlement of lost answers, and the echo registry's entries.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use clawgate_channel_sdk::{
-    ChannelMessageAdapter, MessageLiveAdapter, MessageOriginAdapter, Reconciliation, SendContext,
-    SendError,
+    Book, ChannelMessageAdapter, ChannelState, MessageLiveAdapter, MessageOriginAdapter,
+    Reconciliation, SendContext, SendError, StateError,
 };
 use clawgate_types::{
     AttachmentCapabilities, ChannelMessage, DeliveryCapabilities, DeliveryFailureKind,
@@ -31,6 +31,14 @@ pub const MAX_TEXT_CHARS: u32 = 2000;
 const RECONCILE_PAGE: usize = 100;
 /// How often an edit whose answer was lost is sent again (the same content twice is one edit).
 const EDIT_ATTEMPTS: u32 = 3;
+/// The book of first send attempts: keyed by the nonce, the record is the channel id and its
+/// time the first attempt's (a repeated append keeps the first). Written before each create,
+/// read when a lost answer is settled, on whichever gateway settles it.
+const ATTEMPTS: &str = "send-attempts";
+/// The most attempts kept: past the nonce window a record no longer settles anything (an
+/// attempt not found answers as one outside the window would), so records older than twice the
+/// window are pruned, at most once per window, and never more than this many are kept.
+const ATTEMPTS_KEPT: u64 = 10_000;
 
 const CREATE: &str = "POST /channels/{id}/messages";
 const EDIT: &str = "PATCH /channels/{id}/messages/{id}";
@@ -76,8 +84,12 @@ pub struct DiscordAdapter {
     bot: Arc<BotCell>,
     /// How long Discord dedupes a nonce (taken conservatively: shorter than Discord's).
     nonce_window: Duration,
-    /// First attempt of each nonce in this process (for the window).
-    first_attempt: Mutex<HashMap<String, Instant>>,
+    /// The first attempt of each nonce (for the window), in the account's state.
+    attempts: Book,
+    /// The gateway's clock (the attempts' times are stamped by it).
+    state: ChannelState,
+    /// When the attempts were last pruned, by the gateway's clock.
+    pruned_at: AtomicI64,
 }
 
 impl std::fmt::Debug for DiscordAdapter {
@@ -144,16 +156,6 @@ fn text_of(unit: &RenderedMessageUnit) -> Result<String, SendError> {
     }
 }
 
-fn now_ms() -> u64 {
-    u64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis(),
-    )
-    .unwrap_or(u64::MAX)
-}
-
 /// Nothing may ping: no `@everyone`, roles or users unless the text names them explicitly as
 /// `<@id>` of the user answered (`replied_user` stays off as well).
 fn allowed_mentions() -> Value {
@@ -167,6 +169,7 @@ impl DiscordAdapter {
         echo: Arc<EchoRegistry>,
         bot: Arc<BotCell>,
         nonce_window: Duration,
+        state: ChannelState,
     ) -> DiscordAdapter {
         DiscordAdapter {
             name: name.to_owned(),
@@ -175,8 +178,14 @@ impl DiscordAdapter {
             echo,
             bot,
             nonce_window,
-            first_attempt: Mutex::new(HashMap::new()),
+            attempts: state.book(ATTEMPTS),
+            state,
+            pruned_at: AtomicI64::new(0),
         }
+    }
+
+    fn window_ms(&self) -> i64 {
+        i64::try_from(self.nonce_window.as_millis()).unwrap_or(i64::MAX)
     }
 
     /// The channel a message goes to: its thread (threads are channels), else the target.
@@ -208,16 +217,35 @@ impl DiscordAdapter {
         part
     }
 
-    fn note_attempt(&self, nonce: &str) {
-        let mut map = self
-            .first_attempt
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if map.len() > 10_000 {
-            let window = self.nonce_window;
-            map.retain(|_, at| at.elapsed() < window * 2);
+    /// Records the first attempt of `nonce` in `channel`, durably, before the request goes out.
+    async fn note_attempt(&self, channel: &str, nonce: &str) -> Result<(), SendError> {
+        let unrecorded = |e: StateError| {
+            SendError::before_io(
+                DeliveryFailureKind::Transient,
+                format!(
+                    "the send attempt could not be recorded before sending (nothing was sent): {e}"
+                ),
+            )
+        };
+        self.attempts
+            .append(nonce, &channel)
+            .await
+            .map_err(unrecorded)?;
+        let now = self.state.now_ms();
+        let last = self.pruned_at.load(Ordering::Relaxed);
+        if now.saturating_sub(last) > self.window_ms()
+            && self
+                .pruned_at
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            && let Err(error) = self
+                .attempts
+                .prune(self.nonce_window * 2, ATTEMPTS_KEPT)
+                .await
+        {
+            warn!(%error, "old send attempts could not be pruned; trying again later");
         }
-        map.entry(nonce.to_owned()).or_insert_with(Instant::now);
+        Ok(())
     }
 
     /// The create body of `unit`.
@@ -267,7 +295,7 @@ impl DiscordAdapter {
         if let (Some(origin), Some(bot)) = (&ctx.message.origin, &bot) {
             self.echo.expect(&channel, &nonce, bot, origin);
         }
-        self.note_attempt(&nonce);
+        self.note_attempt(&channel, &nonce).await?;
         let answer = self
             .rest
             .call(
@@ -325,17 +353,19 @@ impl DiscordAdapter {
             .into_send_error("edit message"))
     }
 
-    /// Whether `nonce`'s first send is certainly younger than the dedupe window, from this
-    /// process's memory or the answered message's time (the send came after it).
-    fn inside_window(&self, ctx: &SendContext, nonce: &str) -> bool {
-        let remembered = self
-            .first_attempt
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(nonce)
-            .map(|at| at.elapsed() < self.nonce_window);
-        if let Some(inside) = remembered {
-            return inside;
+    /// Whether `nonce`'s first send is certainly younger than the dedupe window, from its
+    /// recorded first attempt (whichever gateway made it) or the answered message's time (the
+    /// send came after it).
+    async fn inside_window(&self, ctx: &SendContext, nonce: &str) -> Result<bool, SendError> {
+        let now = self.state.now_ms();
+        let recorded = self.attempts.find::<String>(nonce).await.map_err(|e| {
+            SendError::before_io(
+                DeliveryFailureKind::Transient,
+                format!("the send attempts cannot be read to settle a lost answer: {e}"),
+            )
+        })?;
+        if let Some(first) = recorded {
+            return Ok(now.saturating_sub(first.recorded_at) < self.window_ms());
         }
         let answered = match &ctx.message.relation {
             Some(MessageRelation::Reply {
@@ -345,10 +375,10 @@ impl DiscordAdapter {
             }) => reply_to_id.as_deref().or(inbound_message_id.as_deref()),
             _ => None,
         };
-        answered.and_then(snowflake_ms).is_some_and(|at| {
-            now_ms().saturating_sub(at)
-                < u64::try_from(self.nonce_window.as_millis()).unwrap_or(u64::MAX)
-        })
+        Ok(answered
+            .and_then(snowflake_ms)
+            .and_then(|at| i64::try_from(at).ok())
+            .is_some_and(|at| now.saturating_sub(at) < self.window_ms()))
     }
 }
 
@@ -438,7 +468,7 @@ impl ChannelMessageAdapter for DiscordAdapter {
             info!(message = %found.id, "a lost send was found in the channel by its nonce");
             return Ok(Reconciliation::Sent(Box::new(Self::part(found, unit))));
         }
-        if self.inside_window(ctx, &nonce) {
+        if self.inside_window(ctx, &nonce).await? {
             // The resend carries the same nonce: Discord answers it with the first message if
             // there is one.
             return Ok(Reconciliation::NotSent);

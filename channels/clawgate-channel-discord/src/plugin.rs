@@ -16,7 +16,7 @@ use crate::adapter::{BotCell, DiscordAdapter};
 use crate::client::{CallError, LimiterConfig, Rest};
 use crate::echo::EchoRegistry;
 use crate::receive::DiscordReceiver;
-use crate::source::GatewaySource;
+use crate::source::{GatewaySource, import_legacy_session};
 
 /// Discord's REST base.
 pub const DEFAULT_API_BASE: &str = "https://discord.com/api/v10";
@@ -133,6 +133,7 @@ impl DiscordFactory {
             self.echo.clone(),
             bot.clone(),
             Duration::from_secs(settings.nonce_window_s),
+            setup.state.clone(),
         ));
         let receiver = Arc::new(DiscordReceiver::new(
             &setup.name,
@@ -140,15 +141,28 @@ impl DiscordFactory {
             settings.allowed_guilds.clone(),
             settings.allowed_channels.clone(),
         ));
-        let session_file = setup
-            .state_dir
-            .join(format!("discord-{}-session.json", sanitize(&setup.name)));
-        let source = InboundSource::Pushed(Arc::new(GatewaySource::new(
-            &setup.name,
-            rest,
-            bot,
-            session_file,
-        )));
+        import_legacy_session(&setup.state, &setup.legacy, &setup.name)
+            .await
+            .map_err(|reason| {
+                setup.invalid(
+                    "",
+                    format!(
+                        "the state an earlier release kept in the gateway's state directory: \
+                         {reason}; fix the file's permissions or the store and start again"
+                    ),
+                )
+            })?;
+        let feed = GatewaySource::new(&setup.name, rest, bot, setup.state.clone())
+            .await
+            .map_err(|e| {
+                setup.invalid(
+                    "",
+                    format!(
+                        "the Discord session cannot be read: {e}; check the store and start again"
+                    ),
+                )
+            })?;
+        let source = InboundSource::Pushed(Arc::new(feed));
         Ok(ChannelPlugin::new(adapter)
             .with_inbound(receiver, source)
             .with_description(
@@ -157,18 +171,6 @@ impl DiscordFactory {
             .with_platform_url(settings.api_base.clone(), false)
             .with_preview_stale_after(Duration::from_secs(settings.preview_stale_after_s)))
     }
-}
-
-fn sanitize(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// `GET /users/@me`: a refused token stops the start naming the setting; an unreachable API is

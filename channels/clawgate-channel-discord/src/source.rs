@@ -6,20 +6,24 @@
 //! - Identify with GUILDS, GUILD_MESSAGES, DIRECT_MESSAGES and MESSAGE_CONTENT; or RESUME with
 //!   the session id and the durable `seq`.
 //! - The durable `seq` is the highest sequence number below which every event is acked by the
-//!   engine (recorded durably): it is written to the state directory with the session id, so a
-//!   restarted gateway resumes and Discord replays what was not recorded (the engine dedupes the
-//!   rest by message id).
+//!   engine (recorded durably): it is kept with the session id in the account's state in the
+//!   gateway's store (value `gateway-session`), so a restarted gateway resumes and Discord
+//!   replays what was not recorded (the engine dedupes the rest by message id).
 //! - Op 7 and ordinary drops resume; op 9 resumes or identifies anew as its `d` says; close codes
 //!   4004 (token), 4013/4014 (intents) end the feed with an error naming what to fix; reconnects
 //!   back off from 1 s to 60 s with jitter.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use clawgate_channel_sdk::{EventSink, PushedEvent, PushedFeed, SourceError, TransportAck};
+use clawgate_channel_sdk::state::{Swapped, ValueExpectation};
+use clawgate_channel_sdk::{
+    ChannelState, EventSink, LegacyFiles, PushedEvent, PushedFeed, SourceError, StateError,
+    StateErrorKind, TransportAck,
+};
 use clawgate_types::DeliveryFailureKind;
 use futures_util::{SinkExt, StreamExt};
 use reqwest::Method;
@@ -35,6 +39,62 @@ use crate::wire::{GatewayBot, GatewayPayload, intents, op};
 /// The intents identified with.
 pub const INTENTS: u64 =
     intents::GUILDS | intents::GUILD_MESSAGES | intents::DIRECT_MESSAGES | intents::MESSAGE_CONTENT;
+
+/// The value the session is kept in: written only by the gateway that holds the account (the
+/// one running its feed), so an unconditional write is enough.
+const SESSION: &str = "gateway-session";
+
+/// The file an earlier release kept the session of channel `name` in, in the gateway's state
+/// directory.
+pub(crate) fn legacy_session_file(name: &str) -> String {
+    let sanitized: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("discord-{sanitized}-session.json")
+}
+
+/// Imports the session an earlier release kept for channel `name`, once: stored only where the
+/// store holds none (a stored session wins, so a repeat after a crash before the file was set
+/// aside changes nothing), then the file is set aside. A file that is not a session is set
+/// aside unread, as that release ignored it too (the feed identifies anew).
+pub(crate) async fn import_legacy_session(
+    state: &ChannelState,
+    legacy: &LegacyFiles,
+    name: &str,
+) -> Result<(), String> {
+    let file = legacy_session_file(name);
+    let Some(bytes) = legacy
+        .read(&file)
+        .map_err(|e| format!("{file} cannot be read: {e}"))?
+    else {
+        return Ok(());
+    };
+    match serde_json::from_slice::<SessionRecord>(&bytes) {
+        Ok(record) => {
+            let swapped = state
+                .swap(SESSION, ValueExpectation::Absent, &record)
+                .await
+                .map_err(|e| format!("{file} cannot be imported: {e}"))?;
+            if let Swapped::Written(_) = swapped {
+                info!(
+                    channel = name,
+                    "the Discord session of an earlier release was imported"
+                );
+            }
+        }
+        Err(error) => warn!(file, %error, "not a Discord session; set aside unread"),
+    }
+    legacy
+        .retire(&file)
+        .map_err(|e| format!("{file} was imported but cannot be set aside: {e}"))
+}
 
 /// The durable part of a session.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,8 +130,11 @@ impl Tracker {
 
 #[derive(Debug)]
 struct Sessions {
-    path: PathBuf,
+    state: ChannelState,
     tracker: Mutex<Tracker>,
+    /// Held while writing, with what was last written: each write takes the newest snapshot
+    /// under it, so writes land in order and a stale one never overwrites a newer one.
+    written: tokio::sync::Mutex<Option<SessionRecord>>,
 }
 
 impl Sessions {
@@ -81,79 +144,103 @@ impl Sessions {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn load(path: PathBuf) -> Sessions {
-        let record = std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<SessionRecord>(&b).ok());
+    /// The session kept in `state`. One this build cannot read is left to a new identify, as a
+    /// session Discord no longer knows would be; a store that cannot be read is an error, as
+    /// identifying anew would skip the events that came while the gateway was down.
+    async fn load(state: ChannelState) -> Result<Sessions, StateError> {
+        let record = match state.value::<SessionRecord>(SESSION).await {
+            Ok(kept) => kept.map(|k| k.value),
+            Err(error) if matches!(error.kind(), StateErrorKind::Shape { .. }) => {
+                warn!(%error, "the kept Discord session cannot be read; identifying anew");
+                None
+            }
+            Err(error) => return Err(error),
+        };
         let last_seen = record.as_ref().map_or(0, |r| r.seq);
-        Sessions {
-            path,
+        Ok(Sessions {
+            state,
+            written: tokio::sync::Mutex::new(record.clone()),
             tracker: Mutex::new(Tracker {
                 record,
                 last_seen,
                 pending: BTreeSet::new(),
                 established: false,
             }),
-        }
+        })
     }
 
-    /// Moves the session's `seq` to the safe mark and writes it (atomically: a temp file
-    /// renamed over it).
-    fn persist(&self, tracker: &mut Tracker) {
-        let safe = tracker.safe_seq();
-        if let Some(record) = tracker.record.as_mut() {
-            record.seq = safe;
-        }
-        let result = match &tracker.record {
-            Some(record) => {
-                let tmp = self.path.with_extension("tmp");
-                serde_json::to_vec(record)
-                    .map_err(std::io::Error::other)
-                    .and_then(|bytes| std::fs::write(&tmp, bytes))
-                    .and_then(|()| std::fs::rename(&tmp, &self.path))
+    /// Moves the session's `seq` to the safe mark and writes it when it changed.
+    async fn persist(&self) {
+        let mut written = self.written.lock().await;
+        let record = {
+            let mut t = self.lock();
+            let safe = t.safe_seq();
+            if let Some(record) = t.record.as_mut() {
+                record.seq = safe;
             }
-            None => match std::fs::remove_file(&self.path) {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                other => other,
-            },
+            t.record.clone()
         };
-        if let Err(error) = result {
-            warn!(path = %self.path.display(), %error, "could not write the Discord session; a restart identifies anew");
+        if *written == record {
+            return;
+        }
+        let result = match &record {
+            Some(record) => self.state.put(SESSION, record).await.map(drop),
+            None => self.state.delete(SESSION).await.map(drop),
+        };
+        match result {
+            Ok(()) => *written = record,
+            Err(error) => {
+                warn!(%error, "could not keep the Discord session; a restart resumes from an older seq or identifies anew");
+            }
         }
     }
 
-    fn forget(&self) {
-        let mut t = self.lock();
-        t.record = None;
-        t.pending.clear();
-        t.last_seen = 0;
-        self.persist(&mut t);
-    }
-
-    fn started(&self, record: SessionRecord) {
-        let mut t = self.lock();
-        t.established = true;
-        t.last_seen = record.seq;
-        t.pending.clear();
-        t.record = Some(record);
-        self.persist(&mut t);
-    }
-
-    fn seen(&self, seq: u64, pending: bool) {
-        let mut t = self.lock();
-        t.last_seen = t.last_seen.max(seq);
-        if pending {
-            t.pending.insert(seq);
-        }
-        if !pending && t.pending.is_empty() {
-            self.persist(&mut t);
+    /// [`Sessions::persist`] from code that cannot wait (an ack), on the runtime.
+    fn persist_soon(self: &Arc<Self>) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let sessions = self.clone();
+            runtime.spawn(async move { sessions.persist().await });
         }
     }
 
-    fn acked(&self, seq: u64) {
-        let mut t = self.lock();
-        t.pending.remove(&seq);
-        self.persist(&mut t);
+    async fn forget(&self) {
+        {
+            let mut t = self.lock();
+            t.record = None;
+            t.pending.clear();
+            t.last_seen = 0;
+        }
+        self.persist().await;
+    }
+
+    async fn started(&self, record: SessionRecord) {
+        {
+            let mut t = self.lock();
+            t.established = true;
+            t.last_seen = record.seq;
+            t.pending.clear();
+            t.record = Some(record);
+        }
+        self.persist().await;
+    }
+
+    async fn seen(&self, seq: u64, pending: bool) {
+        let write = {
+            let mut t = self.lock();
+            t.last_seen = t.last_seen.max(seq);
+            if pending {
+                t.pending.insert(seq);
+            }
+            !pending && t.pending.is_empty()
+        };
+        if write {
+            self.persist().await;
+        }
+    }
+
+    fn acked(self: &Arc<Self>, seq: u64) {
+        self.lock().pending.remove(&seq);
+        self.persist_soon();
     }
 
     /// The session to resume, from the safe mark: events not acked yet are replayed by the
@@ -189,13 +276,13 @@ impl TransportAck for SeqAck {
     }
 }
 
-/// A pseudo-random fraction in [0, 1) (heartbeat and backoff jitter need no more).
+/// A pseudo-random fraction in [0, 1) (heartbeat and backoff jitter need no more): the
+/// standard library's randomly keyed hasher, so no clock is read for it.
 fn jitter() -> f64 {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .subsec_nanos();
-    f64::from(nanos.wrapping_mul(2_654_435_761) % 1_000_000) / 1_000_000.0
+    let bits = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    f64::from(u32::try_from(bits % 1_000_000).unwrap_or(0)) / 1_000_000.0
 }
 
 /// Why a connection ended.
@@ -229,20 +316,20 @@ impl std::fmt::Debug for GatewaySource {
 }
 
 impl GatewaySource {
-    /// The feed of channel `name`, keeping its session in `session_path`.
-    pub(crate) fn new(
+    /// The feed of channel `name`, keeping its session in `state`.
+    pub(crate) async fn new(
         name: &str,
         rest: Rest,
         bot: Arc<BotCell>,
-        session_path: PathBuf,
-    ) -> GatewaySource {
-        GatewaySource {
+        state: ChannelState,
+    ) -> Result<GatewaySource, StateError> {
+        Ok(GatewaySource {
             name: name.to_owned(),
             rest,
             bot,
-            sessions: Arc::new(Sessions::load(session_path)),
+            sessions: Arc::new(Sessions::load(state).await?),
             intents: INTENTS,
-        }
+        })
     }
 
     async fn gateway_url(&self) -> Result<String, SourceError> {
@@ -409,10 +496,10 @@ impl GatewaySource {
                     seq,
                 };
                 info!(channel = %self.name, session = %record.session_id, "Discord Gateway session ready");
-                self.sessions.started(record);
+                self.sessions.started(record).await;
             }
             Some("MESSAGE_CREATE") => {
-                self.sessions.seen(seq, true);
+                self.sessions.seen(seq, true).await;
                 let ack = Arc::new(SeqAck {
                     sessions: self.sessions.clone(),
                     seq,
@@ -422,9 +509,9 @@ impl GatewaySource {
             Some("RESUMED") => {
                 info!(channel = %self.name, "Discord Gateway session resumed");
                 self.sessions.lock().established = true;
-                self.sessions.seen(seq, false);
+                self.sessions.seen(seq, false).await;
             }
-            _ => self.sessions.seen(seq, false),
+            _ => self.sessions.seen(seq, false).await,
         }
     }
 }
@@ -444,15 +531,25 @@ impl PushedFeed for GatewaySource {
                 }
             };
             match end {
-                End::Stopped => return Ok(()),
-                End::Fatal(error) => return Err(error),
-                End::Identify => self.sessions.forget(),
+                End::Stopped => {
+                    // The acks taken since the last write: kept before the feed ends.
+                    self.sessions.persist().await;
+                    return Ok(());
+                }
+                End::Fatal(error) => {
+                    self.sessions.persist().await;
+                    return Err(error);
+                }
+                End::Identify => self.sessions.forget().await,
                 End::Resume => {}
             }
             let connected = self.sessions.lock().established;
             let wait = backoff.mul_f64(0.5 + jitter() / 2.0);
             tokio::select! {
-                () = sink.stopped() => return Ok(()),
+                () = sink.stopped() => {
+                    self.sessions.persist().await;
+                    return Ok(());
+                }
                 () = tokio::time::sleep(wait) => {}
             }
             backoff = if connected {
@@ -468,22 +565,26 @@ impl PushedFeed for GatewaySource {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_durable_seq_stays_below_the_oldest_unacked_event() {
+    #[tokio::test]
+    async fn the_durable_seq_stays_below_the_oldest_unacked_event() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let sessions = Sessions::load(dir.path().join("s.json"));
-        sessions.started(SessionRecord {
-            session_id: "a".into(),
-            resume_gateway_url: "ws://x".into(),
-            seq: 1,
-        });
-        sessions.seen(2, true);
-        sessions.seen(3, true);
+        let state = || clawgate_conformance::channel_state(dir.path(), "discord", "default");
+        let sessions = Arc::new(Sessions::load(state()).await.expect("load"));
+        sessions
+            .started(SessionRecord {
+                session_id: "a".into(),
+                resume_gateway_url: "ws://x".into(),
+                seq: 1,
+            })
+            .await;
+        sessions.seen(2, true).await;
+        sessions.seen(3, true).await;
         sessions.acked(3);
         assert_eq!(sessions.lock().safe_seq(), 1);
         sessions.acked(2);
         assert_eq!(sessions.lock().safe_seq(), 3);
-        let reloaded = Sessions::load(dir.path().join("s.json"));
+        sessions.persist().await;
+        let reloaded = Sessions::load(state()).await.expect("reload");
         assert_eq!(reloaded.lock().record.as_ref().map(|r| r.seq), Some(3));
     }
 }

@@ -5,14 +5,15 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use clawgate_channel_discord::INTENTS;
 use clawgate_channel_discord::simulator::{SimulatorConfig, WriteOptions};
+use clawgate_channel_discord::{INTENTS, SessionRecord};
 use clawgate_channel_sdk::prelude::*;
-use clawgate_channel_sdk::{EventSink, PushedEvent};
+use clawgate_channel_sdk::state::Versioned;
+use clawgate_channel_sdk::{EventSink, LegacyFiles, PushedEvent};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::peer::{Peer, build};
+use crate::peer::{Peer, build, build_from, settings_for};
 
 /// An engine stand-in: keeps every event, acks it unless told not to.
 struct Sink {
@@ -268,4 +269,78 @@ async fn a_restarted_feed_resumes_from_the_durable_seq_and_gets_only_what_was_no
     until("the unrecorded message again", || third.texts().len() == 1).await;
     assert_eq!(third.texts(), vec!["while down"]);
     third.stop().await.unwrap();
+}
+
+/// The session account `default` of channel `discord` keeps in the store of `dir`.
+async fn kept_session(dir: &std::path::Path) -> Option<Versioned<SessionRecord>> {
+    clawgate_conformance::channel_state(dir, "discord", "default")
+        .value::<SessionRecord>("gateway-session")
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_an_earlier_release_kept_is_imported_once_and_resumed() {
+    let peer = Peer::start().await;
+    let channel = peer.sim.add_channel("upgrade");
+    let first = Running::start(&peer.plugin, true);
+    until("a session", || peer.sim.connected(&peer.bot) == 1).await;
+    peer.sim
+        .person_writes(&channel, &peer.person, "recorded", WriteOptions::default());
+    until("recorded", || first.texts().len() == 1).await;
+    first.stop().await.unwrap();
+    peer.sim.person_writes(
+        &channel,
+        &peer.person,
+        "while down",
+        WriteOptions::default(),
+    );
+    // The earlier release's file: the session as JSON, named after the channel.
+    let session = kept_session(peer.state.path()).await.unwrap().value;
+    let old_dir = tempfile::tempdir().unwrap();
+    let file = old_dir.path().join("discord-discord-session.json");
+    std::fs::write(&file, serde_json::to_vec(&session).unwrap()).unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let upgraded = || {
+        clawgate_conformance::channel_setup(
+            0,
+            "discord",
+            "default",
+            settings_for(&peer.sim, json!({})),
+            store.path(),
+        )
+        .with_legacy_files(LegacyFiles::in_dir(old_dir.path()))
+    };
+    let plugin = build_from(&peer.factory, &peer.bot, &upgraded())
+        .await
+        .unwrap();
+    assert!(!file.exists(), "the file is set aside");
+    assert!(
+        old_dir
+            .path()
+            .join("discord-discord-session.json.imported")
+            .exists()
+    );
+    let second = Running::start(&plugin, true);
+    until("the missed message", || second.texts().len() == 1).await;
+    assert_eq!(second.texts(), vec!["while down"]);
+    assert_eq!(
+        peer.sim.gateway_stats(&peer.bot).resumes,
+        1,
+        "the imported session is resumed"
+    );
+    second.stop().await.unwrap();
+    // A crash after the import and before the file was set aside leaves it there: read again,
+    // the stored session wins.
+    let kept = kept_session(store.path()).await.unwrap();
+    std::fs::write(&file, serde_json::to_vec(&session).unwrap()).unwrap();
+    build_from(&peer.factory, &peer.bot, &upgraded())
+        .await
+        .unwrap();
+    assert!(!file.exists(), "the file is set aside");
+    assert_eq!(
+        kept_session(store.path()).await,
+        Some(kept),
+        "imported once"
+    );
 }

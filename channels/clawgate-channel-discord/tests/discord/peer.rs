@@ -79,6 +79,18 @@ pub(crate) async fn build(
     name: &str,
     settings: Value,
 ) -> Result<ChannelPlugin, SetupError> {
+    let setup = clawgate_conformance::channel_setup(
+        0,
+        name,
+        "default",
+        settings_for(sim, settings),
+        state_dir,
+    );
+    build_from(factory, bot, &setup).await
+}
+
+/// `settings` merged over the simulator's.
+pub(crate) fn settings_for(sim: &DiscordSimulator, settings: Value) -> Value {
     let mut merged = json!({
         "token_env": "UNUSED_IN_TESTS",
         "api_base": sim.api_base(),
@@ -87,9 +99,17 @@ pub(crate) async fn build(
     for (key, value) in settings.as_object().unwrap() {
         merged[key] = value.clone();
     }
-    let setup = clawgate_conformance::channel_setup(0, name, "default", merged, state_dir);
+    merged
+}
+
+/// The channel `factory` builds from `setup` with `bot`'s token.
+pub(crate) async fn build_from(
+    factory: &DiscordFactory,
+    bot: &SimUser,
+    setup: &ChannelSetup,
+) -> Result<ChannelPlugin, SetupError> {
     factory
-        .build_with_secrets(&setup, Secret::new(bot.token.clone().unwrap()))
+        .build_with_secrets(setup, Secret::new(bot.token.clone().unwrap()))
         .await
 }
 

@@ -11,12 +11,13 @@ use clawgate_channel_discord::simulator::{
     Fault, FaultKind, Limit, Route, SimulatorConfig, WriteOptions,
 };
 use clawgate_channel_sdk::prelude::*;
+use clawgate_channel_sdk::state::ChannelScope;
 use clawgate_messages::{LiveOptions, Messenger, RetryPolicy, SendOptions, SendOutcome};
 use clawgate_types::MessageRelation;
 use clawgate_types::clock::ManualClock;
 use serde_json::json;
 
-use crate::peer::Peer;
+use crate::peer::{Peer, build, build_from, settings_for};
 
 fn ctx(target: &MessageTarget, key: &str) -> SendContext {
     SendContext::new(
@@ -353,6 +354,118 @@ async fn a_lost_answer_is_found_by_its_nonce_and_a_send_outside_the_window_that_
             .await
             .unwrap(),
         Reconciliation::NotSent
+    );
+}
+
+/// A page of a person's messages in `channel`: a send before them is no longer among the
+/// recent messages a reconciliation reads.
+fn bury(peer: &Peer, channel: &str) {
+    for n in 0..100 {
+        peer.sim.person_writes(
+            channel,
+            &peer.person,
+            &format!("chatter {n}"),
+            WriteOptions::default(),
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_gateway_settles_a_lost_send_from_the_attempt_the_first_one_recorded() {
+    let peer = Peer::start().await;
+    let channel = peer.sim.add_channel("handover");
+    let target = MessageTarget::group(&channel);
+    peer.sim
+        .inject(Fault::on(Route::CreateMessage, FaultKind::LoseAnswer));
+    let lost = ctx(&target, "handed-over");
+    let error = peer
+        .plugin
+        .sender
+        .send_unit(&lost, &text("once"))
+        .await
+        .unwrap_err();
+    assert_eq!(error.side_effect, SideEffect::Possible);
+    let landed = peer.sim.messages(&channel)[0].id.clone();
+    bury(&peer, &channel);
+    // Another gateway takes the account over: the same account on the same store.
+    let other = build(
+        &peer.factory,
+        &peer.sim,
+        &peer.bot,
+        peer.state.path(),
+        "discord",
+        json!({}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        other
+            .sender
+            .reconcile_unknown_send(&lost, &text("once"))
+            .await
+            .unwrap(),
+        Reconciliation::NotSent,
+        "the first attempt, recorded in the store, is inside the nonce window: the resend dedupes"
+    );
+    let resent = other.sender.send_unit(&lost, &text("once")).await.unwrap();
+    assert_eq!(resent.platform_message_id, landed);
+    assert_eq!(peer.texts(&channel), vec!["once"], "one message");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_send_older_than_the_nonce_window_by_the_gateways_clock_is_parked() {
+    let peer = Peer::start().await;
+    let channel = peer.sim.add_channel("aged");
+    let target = MessageTarget::group(&channel);
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    // The account's state on a driven gateway clock.
+    let setup = || {
+        let state = ChannelState::new(
+            Arc::new(clawgate_store_sqlite::testing::open_store(dir.path())),
+            ChannelScope::new("discord", "default"),
+            clock.clone(),
+        );
+        ChannelSetup::new(
+            0,
+            "discord",
+            "default",
+            settings_for(&peer.sim, json!({ "nonce_window_s": 120 })),
+            state,
+        )
+    };
+    let first = build_from(&peer.factory, &peer.bot, &setup())
+        .await
+        .unwrap();
+    peer.sim
+        .inject(Fault::on(Route::CreateMessage, FaultKind::LoseAnswer));
+    let lost = ctx(&target, "aged");
+    first
+        .sender
+        .send_unit(&lost, &text("once"))
+        .await
+        .unwrap_err();
+    bury(&peer, &channel);
+    let second = build_from(&peer.factory, &peer.bot, &setup())
+        .await
+        .unwrap();
+    assert_eq!(
+        second
+            .sender
+            .reconcile_unknown_send(&lost, &text("once"))
+            .await
+            .unwrap(),
+        Reconciliation::NotSent
+    );
+    clock.advance(121_000);
+    assert_eq!(
+        second
+            .sender
+            .reconcile_unknown_send(&lost, &text("once"))
+            .await
+            .unwrap(),
+        Reconciliation::Unresolved,
+        "past the window by the gateway's clock a resend could be a second message"
     );
 }
 
