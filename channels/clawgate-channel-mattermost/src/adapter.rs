@@ -8,15 +8,18 @@
 //! - beyond it (or after a restart of either side, which forgets the window) the channel's posts
 //!   since the send are listed and the bot's post carrying the unit's key in `props` is the
 //!   answer; absent once no attempt can still be in flight, it was not sent.
+//!
+//! The first attempt of each unit is recorded in the account's state before its create goes
+//! out, so whichever gateway settles a lost answer knows when the send began.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use clawgate_channel_sdk::{
-    ChannelMessageAdapter, MessageLiveAdapter, MessageOriginAdapter, Reconciliation, SendContext,
-    SendError,
+    Book, ChannelMessageAdapter, ChannelState, MessageLiveAdapter, MessageOriginAdapter,
+    Reconciliation, SendContext, SendError, StateError,
 };
 use clawgate_types::{
     AttachmentCapabilities, ChannelMessage, DeliveryCapabilities, DeliveryFailureKind,
@@ -41,6 +44,17 @@ pub const ORIGIN_PROP: &str = "clawgate_origin";
 /// How often a call whose answer was lost (or met an in-flight twin) is sent again inside one
 /// send; both are safe to repeat (the same patch, the same pending_post_id).
 const ATTEMPTS: u32 = 3;
+
+/// The book of first send attempts: keyed by the unit's idempotency key, the record is the
+/// channel id and its time the first attempt's (a repeated append keeps the first).
+const ATTEMPTS_BOOK: &str = "send-attempts";
+/// How long an attempt is kept: a lost send is settled (or parked for an operator) long before;
+/// one settled without its record lists from `reconcile_lookback_s` back, as before it was kept.
+const ATTEMPTS_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The most attempts kept (the oldest go first).
+const ATTEMPTS_KEPT: u64 = 50_000;
+/// How often old attempts are pruned, at most.
+const PRUNE_EVERY_MS: i64 = 3_600_000;
 
 /// The `pending_post_id` of a unit: 32 hex characters of SHA-256 of its idempotency key, the
 /// same across retries and restarts.
@@ -91,9 +105,14 @@ pub struct MattermostAdapter {
     pending_window: Duration,
     /// How far back a reconciliation lists when it knows nothing of the first attempt.
     lookback: Duration,
-    /// First attempt of each unit key in this process: monotonic, and wall-clock ms.
-    attempts: Mutex<HashMap<String, (Instant, i64)>>,
-    started: Instant,
+    /// The first attempt of each unit, in the account's state (whichever gateway made it).
+    attempts: Book,
+    /// The gateway's clock (the attempts' times are stamped by it).
+    state: ChannelState,
+    /// When this adapter was built, by the gateway's clock.
+    started_ms: i64,
+    /// When the attempts were last pruned, by the gateway's clock.
+    pruned_at: AtomicI64,
     /// Longer than any request of a process before this one can have stayed in flight.
     settle: Duration,
 }
@@ -174,14 +193,8 @@ fn checked(text: &str) -> Result<(), SendError> {
     Ok(())
 }
 
-fn now_ms() -> i64 {
-    i64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis(),
-    )
-    .unwrap_or(i64::MAX)
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// The thread root of a message: its reply's thread, else its target's (the receiver puts the
@@ -223,6 +236,7 @@ impl MattermostAdapter {
         bot: Arc<BotCell>,
         pending_window: Duration,
         lookback: Duration,
+        state: ChannelState,
     ) -> MattermostAdapter {
         let settle = api.timeout() + Duration::from_secs(2);
         MattermostAdapter {
@@ -232,16 +246,52 @@ impl MattermostAdapter {
             bot,
             pending_window,
             lookback,
-            attempts: Mutex::new(HashMap::new()),
-            started: Instant::now(),
+            attempts: state.book(ATTEMPTS_BOOK),
+            started_ms: state.now_ms(),
+            state,
+            pruned_at: AtomicI64::new(0),
             settle,
         }
     }
 
-    fn attempts(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, i64)>> {
-        self.attempts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// Records the first attempt of unit `key` in `channel`, durably, before the create goes out.
+    async fn note_attempt(&self, key: &str, channel: &str) -> Result<(), SendError> {
+        self.attempts.append(key, &channel).await.map_err(|e| {
+            SendError::before_io(
+                DeliveryFailureKind::Transient,
+                format!(
+                    "the send attempt could not be recorded before sending (nothing was sent): {e}"
+                ),
+            )
+        })?;
+        let now = self.state.now_ms();
+        let last = self.pruned_at.load(Ordering::Relaxed);
+        if now.saturating_sub(last) > PRUNE_EVERY_MS
+            && self
+                .pruned_at
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            && let Err(error) = self.attempts.prune(ATTEMPTS_MAX_AGE, ATTEMPTS_KEPT).await
+        {
+            warn!(%error, "old send attempts could not be pruned; trying again later");
+        }
+        Ok(())
+    }
+
+    /// When unit `key` was first attempted, by whichever gateway.
+    async fn first_attempt(&self, key: &str) -> Result<Option<i64>, SendError> {
+        let read = |e: StateError| {
+            SendError::before_io(
+                DeliveryFailureKind::Transient,
+                format!("the send attempts cannot be read to settle a lost answer: {e}"),
+            )
+        };
+        Ok(self
+            .attempts
+            .find::<String>(key)
+            .await
+            .map_err(read)?
+            .map(|r| r.recorded_at))
     }
 
     fn part(post: &Post, unit: &RenderedMessageUnit) -> MessageReceiptPart {
@@ -270,9 +320,7 @@ impl MattermostAdapter {
         if let Some(root) = thread_of(&ctx.message) {
             body["root_id"] = json!(root);
         }
-        self.attempts()
-            .entry(key.clone())
-            .or_insert_with(|| (Instant::now(), now_ms()));
+        self.note_attempt(&key, &ctx.message.target.id).await?;
         let mut last = None;
         for attempt in 0..ATTEMPTS {
             match self.api.call(Method::POST, "/posts", Some(&body)).await {
@@ -339,14 +387,15 @@ impl MattermostAdapter {
         Ok(part)
     }
 
-    /// Whether an absence from the channel proves the unit never landed.
-    fn settled(&self, ctx: &SendContext, key: &str) -> bool {
-        let recent = |at: Instant| at.elapsed() < self.settle;
-        if self.attempts().get(key).is_some_and(|(at, _)| recent(*at)) {
+    /// Whether an absence from the channel proves the unit never landed, its first attempt
+    /// made at `first` and now `now` (the gateway's clock).
+    fn settled(&self, ctx: &SendContext, first: Option<i64>, now: i64) -> bool {
+        let recent = |at: i64| now.saturating_sub(at) < millis(self.settle);
+        if first.is_some_and(recent) {
             return false;
         }
         // A process before this one may have been stopped mid-request.
-        !(ctx.intent_id.is_some() && recent(self.started))
+        !(ctx.intent_id.is_some() && recent(self.started_ms))
     }
 }
 
@@ -407,13 +456,12 @@ impl ChannelMessageAdapter for MattermostAdapter {
         unit: &RenderedMessageUnit,
     ) -> Result<Reconciliation, SendError> {
         let key = ctx.unit_key(unit);
-        let first = self.attempts().get(&key).copied();
-        let lookback = i64::try_from(self.lookback.as_millis()).unwrap_or(i64::MAX);
+        let first = self.first_attempt(&key).await?;
+        let now = self.state.now_ms();
         // From a minute before the first attempt (clocks differ); without one, the lookback.
         let since = first
-            .map(|(_, at)| at)
             .or(ctx.message.timestamp)
-            .map_or(now_ms().saturating_sub(lookback), |at| {
+            .map_or(now.saturating_sub(millis(self.lookback)), |at| {
                 at.saturating_sub(60_000)
             });
         let path = format!("/channels/{}/posts?since={since}", ctx.message.target.id);
@@ -431,12 +479,12 @@ impl ChannelMessageAdapter for MattermostAdapter {
             info!(post = %post.id, "a lost send was found in the channel by its props key");
             return Ok(Reconciliation::Sent(Box::new(Self::part(post, unit))));
         }
-        if first.is_some_and(|(at, _)| at.elapsed() < self.pending_window) {
+        if first.is_some_and(|at| now.saturating_sub(at) < millis(self.pending_window)) {
             // Not landed yet; a resend carries the same pending_post_id, which the server
             // answers with the first post if that one lands meanwhile (or 500 while in flight).
             return Ok(Reconciliation::NotSent);
         }
-        Ok(if self.settled(ctx, &key) {
+        Ok(if self.settled(ctx, first, now) {
             Reconciliation::NotSent
         } else {
             Reconciliation::Unresolved

@@ -15,7 +15,7 @@ use tracing::warn;
 use crate::adapter::{BotCell, MattermostAdapter};
 use crate::client::{Api, CallError};
 use crate::receive::MattermostReceiver;
-use crate::source::SocketSource;
+use crate::source::{SocketSource, import_legacy_record};
 
 /// `[channels.settings]` of a `mattermost` entry.
 #[derive(Debug, Clone, Deserialize)]
@@ -118,6 +118,7 @@ impl MattermostFactory {
             bot.clone(),
             Duration::from_secs(settings.pending_window_s),
             Duration::from_secs(settings.reconcile_lookback_s.max(60)),
+            setup.state.clone(),
         ));
         let receiver = Arc::new(MattermostReceiver::new(
             &setup.name,
@@ -125,11 +126,29 @@ impl MattermostFactory {
             settings.require_mention,
             settings.allowed_channels.clone(),
         ));
-        let record = setup
-            .state_dir
-            .join(format!("mattermost-{}-socket.json", sanitize(&setup.name)));
-        let source =
-            InboundSource::Pushed(Arc::new(SocketSource::new(&setup.name, api, bot, record)));
+        import_legacy_record(&setup.state, &setup.legacy, &setup.name)
+            .await
+            .map_err(|reason| {
+                setup.invalid(
+                    "",
+                    format!(
+                        "the state an earlier release kept in the gateway's state directory: \
+                         {reason}; fix the file's permissions or the store and start again"
+                    ),
+                )
+            })?;
+        let feed = SocketSource::new(&setup.name, api, bot, setup.state.clone())
+            .await
+            .map_err(|e| {
+                setup.invalid(
+                    "",
+                    format!(
+                        "the Mattermost WebSocket record cannot be read: {e}; check the store and \
+                         start again"
+                    ),
+                )
+            })?;
+        let source = InboundSource::Pushed(Arc::new(feed));
         Ok(ChannelPlugin::new(adapter)
             .with_inbound(receiver, source)
             .with_description(who.map_or_else(
@@ -139,18 +158,6 @@ impl MattermostFactory {
             .with_platform_url(url.to_owned(), false)
             .with_preview_stale_after(Duration::from_secs(settings.preview_stale_after_s)))
     }
-}
-
-fn sanitize(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// `GET /api/v4/users/me`: a refused token stops the start naming the setting; an unreachable

@@ -8,19 +8,24 @@
 //!   `connection_id`): then the posts missed are re-fetched over REST
 //!   (`GET /channels/{id}/posts?since=`, every channel of the bot's teams and DMs) from the
 //!   last recorded `create_at`, and handed over as `posted` events (the engine dedupes by post id).
-//! - The durable record (state directory) holds the connection id, the next `seq` below which
+//! - The durable record (value `websocket` of the account's state in the gateway's store) holds
+//!   the connection id, the next `seq` below which
 //!   everything is recorded, the `create_at` up to which every post is recorded, and whether a
 //!   re-fetch is still owed: a fresh connection's posts written before it existed are in no dead
 //!   queue, so a gateway stopped mid re-fetch that then resumes that connection re-fetches first.
 //! - A `seq` gap (an event lost on the way) reconnects, which resumes from the durable `seq`.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use clawgate_channel_sdk::{EventSink, PushedEvent, PushedFeed, SourceError, TransportAck};
+use clawgate_channel_sdk::state::{Swapped, ValueExpectation};
+use clawgate_channel_sdk::{
+    ChannelState, EventSink, LegacyFiles, PushedEvent, PushedFeed, SourceError, StateError,
+    StateErrorKind, TransportAck,
+};
 use clawgate_types::DeliveryFailureKind;
 use futures_util::StreamExt;
 use reqwest::Method;
@@ -33,6 +38,62 @@ use tracing::{debug, info, warn};
 use crate::adapter::BotCell;
 use crate::client::{Api, CallError};
 use crate::wire::{Event, Post, PostList};
+
+/// The value the connection's record is kept in: written only by the gateway that holds the
+/// account (the one running its feed), so an unconditional write is enough.
+const RECORD: &str = "websocket";
+
+/// The file an earlier release kept the record of channel `name` in, in the gateway's state
+/// directory.
+pub(crate) fn legacy_record_file(name: &str) -> String {
+    let sanitized: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("mattermost-{sanitized}-socket.json")
+}
+
+/// Imports the record an earlier release kept for channel `name`, once: stored only where the
+/// store holds none (a stored record wins, so a repeat after a crash before the file was set
+/// aside changes nothing), then the file is set aside. A file that is not a record is set aside
+/// unread, as that release ignored it too (the feed connects afresh).
+pub(crate) async fn import_legacy_record(
+    state: &ChannelState,
+    legacy: &LegacyFiles,
+    name: &str,
+) -> Result<(), String> {
+    let file = legacy_record_file(name);
+    let Some(bytes) = legacy
+        .read(&file)
+        .map_err(|e| format!("{file} cannot be read: {e}"))?
+    else {
+        return Ok(());
+    };
+    match serde_json::from_slice::<SocketRecord>(&bytes) {
+        Ok(record) => {
+            let swapped = state
+                .swap(RECORD, ValueExpectation::Absent, &record)
+                .await
+                .map_err(|e| format!("{file} cannot be imported: {e}"))?;
+            if let Swapped::Written(_) = swapped {
+                info!(
+                    channel = name,
+                    "the Mattermost WebSocket record of an earlier release was imported"
+                );
+            }
+        }
+        Err(error) => warn!(file, %error, "not a Mattermost WebSocket record; set aside unread"),
+    }
+    legacy
+        .retire(&file)
+        .map_err(|e| format!("{file} was imported but cannot be set aside: {e}"))
+}
 
 /// The durable part of a connection.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,8 +143,11 @@ impl Tracker {
 
 #[derive(Debug)]
 struct Sockets {
-    path: PathBuf,
+    state: ChannelState,
     tracker: Mutex<Tracker>,
+    /// Held while writing, with what was last written: each write takes the newest snapshot
+    /// under it, so writes land in order and a stale one never overwrites a newer one.
+    written: tokio::sync::Mutex<Option<SocketRecord>>,
 }
 
 impl Sockets {
@@ -93,82 +157,118 @@ impl Sockets {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn load(path: PathBuf) -> Sockets {
-        let record = std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<SocketRecord>(&b).ok());
+    /// The record kept in `state`. One this build cannot read is left to a fresh connection
+    /// (as a record the server no longer knows would be); a store that cannot be read is an
+    /// error, as starting afresh would skip the posts written while the gateway was down.
+    async fn load(state: ChannelState) -> Result<Sockets, StateError> {
+        let record = match state.value::<SocketRecord>(RECORD).await {
+            Ok(kept) => kept.map(|k| k.value),
+            Err(error) if matches!(error.kind(), StateErrorKind::Shape { .. }) => {
+                warn!(%error, "the kept Mattermost WebSocket record cannot be read; connecting afresh");
+                None
+            }
+            Err(error) => return Err(error),
+        };
         let tracker = Tracker {
             last_seen: record.as_ref().map_or(-1, |r| r.sequence_number - 1),
             acked_create_at: record.as_ref().map_or(0, |r| r.create_at),
-            record,
+            record: record.clone(),
             ..Tracker::default()
         };
-        Sockets {
-            path,
+        Ok(Sockets {
+            state,
             tracker: Mutex::new(tracker),
-        }
+            written: tokio::sync::Mutex::new(record),
+        })
     }
 
-    /// Writes the safe mark (atomically: a temp file renamed over it).
-    fn persist(&self, t: &mut Tracker) {
+    /// Moves the record to the safe mark (under the tracker's lock).
+    fn settle(t: &mut Tracker) -> Option<SocketRecord> {
         let (seq, create_at) = t.safe();
-        let Some(record) = t.record.as_mut() else {
-            return;
-        };
+        let record = t.record.as_mut()?;
         record.sequence_number = seq;
         record.create_at = record.create_at.max(create_at);
-        let tmp = self.path.with_extension("tmp");
-        let result = serde_json::to_vec(record)
-            .map_err(std::io::Error::other)
-            .and_then(|bytes| std::fs::write(&tmp, bytes))
-            .and_then(|()| std::fs::rename(&tmp, &self.path));
-        if let Err(error) = result {
-            warn!(path = %self.path.display(), %error, "could not write the Mattermost WebSocket record; a restart re-fetches");
-        }
+        Some(record.clone())
     }
 
-    fn seen(&self, seq: i64, pending_create_at: Option<i64>) {
-        let mut t = self.lock();
-        t.last_seen = t.last_seen.max(seq);
-        match pending_create_at {
-            Some(at) => {
-                t.pending.insert(seq, at);
+    /// Writes the safe mark when it changed.
+    async fn persist(&self) {
+        let mut written = self.written.lock().await;
+        let Some(record) = Self::settle(&mut self.lock()) else {
+            return;
+        };
+        if written.as_ref() == Some(&record) {
+            return;
+        }
+        match self.state.put(RECORD, &record).await {
+            Ok(_) => *written = Some(record),
+            Err(error) => {
+                warn!(%error, "could not keep the Mattermost WebSocket record; a restart resumes from an older mark or re-fetches");
             }
-            None if t.pending.is_empty() => self.persist(&mut t),
-            None => {}
         }
     }
 
-    fn acked(&self, seq: i64) {
-        let mut t = self.lock();
-        if let Some(at) = t.pending.remove(&seq) {
-            t.acked_create_at = t.acked_create_at.max(at);
+    /// [`Sockets::persist`] from code that cannot wait (an ack), on the runtime.
+    fn persist_soon(self: &Arc<Self>) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let sockets = self.clone();
+            runtime.spawn(async move { sockets.persist().await });
         }
-        self.persist(&mut t);
+    }
+
+    async fn seen(&self, seq: i64, pending_create_at: Option<i64>) {
+        let write = {
+            let mut t = self.lock();
+            t.last_seen = t.last_seen.max(seq);
+            match pending_create_at {
+                Some(at) => {
+                    t.pending.insert(seq, at);
+                    false
+                }
+                None => t.pending.is_empty(),
+            }
+        };
+        if write {
+            self.persist().await;
+        }
+    }
+
+    fn acked(self: &Arc<Self>, seq: i64) {
+        {
+            let mut t = self.lock();
+            if let Some(at) = t.pending.remove(&seq) {
+                t.acked_create_at = t.acked_create_at.max(at);
+            }
+        }
+        self.persist_soon();
     }
 
     fn fetched(&self, post_id: &str, create_at: i64) {
         self.lock().fetched.insert(post_id.to_owned(), create_at);
     }
 
-    fn fetched_acked(&self, post_id: &str) {
-        let mut t = self.lock();
-        if let Some(at) = t.fetched.remove(post_id) {
-            t.acked_create_at = t.acked_create_at.max(at);
+    fn fetched_acked(self: &Arc<Self>, post_id: &str) {
+        {
+            let mut t = self.lock();
+            if let Some(at) = t.fetched.remove(post_id) {
+                t.acked_create_at = t.acked_create_at.max(at);
+            }
+            Self::settle_refetch(&mut t);
         }
-        Self::settle_refetch(&mut t);
-        self.persist(&mut t);
+        self.persist_soon();
     }
 
     fn refetch_started(&self) {
         self.lock().refetching = true;
     }
 
-    fn refetch_finished(&self) {
-        let mut t = self.lock();
-        t.refetching = false;
-        Self::settle_refetch(&mut t);
-        self.persist(&mut t);
+    async fn refetch_finished(&self) {
+        {
+            let mut t = self.lock();
+            t.refetching = false;
+            Self::settle_refetch(&mut t);
+        }
+        self.persist().await;
     }
 
     /// The owed re-fetch is paid once it handed everything over and all of it is recorded.
@@ -198,7 +298,15 @@ impl Sockets {
 
     /// A fresh connection: `seq` starts over after its hello. With no record before it (the
     /// first start) nothing was missed, so no re-fetch is owed.
-    fn fresh(&self, connection_id: &str, now_create_at: i64) -> i64 {
+    async fn fresh(&self, connection_id: &str, now_create_at: i64) -> i64 {
+        let since = self.start_fresh(connection_id, now_create_at);
+        // Durable before the re-fetch hands anything over: a stop in the middle of it leaves
+        // the debt recorded.
+        self.persist().await;
+        since
+    }
+
+    fn start_fresh(&self, connection_id: &str, now_create_at: i64) -> i64 {
         let mut t = self.lock();
         let refetch_owed = t.record.is_some();
         let since = t.record.as_ref().map_or(now_create_at, |r| r.create_at);
@@ -215,7 +323,6 @@ impl Sockets {
             create_at: since,
             refetch_owed,
         });
-        self.persist(&mut t);
         since
     }
 }
@@ -256,22 +363,13 @@ impl TransportAck for FetchAck {
     }
 }
 
+/// A pseudo-random fraction in [0, 1) for the reconnect backoff: the standard library's
+/// randomly keyed hasher, so no clock is read for it.
 fn jitter() -> f64 {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .subsec_nanos();
-    f64::from(nanos.wrapping_mul(2_654_435_761) % 1_000_000) / 1_000_000.0
-}
-
-fn now_ms() -> i64 {
-    i64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis(),
-    )
-    .unwrap_or(i64::MAX)
+    let bits = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    f64::from(u32::try_from(bits % 1_000_000).unwrap_or(0)) / 1_000_000.0
 }
 
 enum End {
@@ -307,18 +405,19 @@ fn transient(message: String) -> SourceError {
 }
 
 impl SocketSource {
-    pub(crate) fn new(
+    /// The feed of channel `name`, keeping its record in `state`.
+    pub(crate) async fn new(
         name: &str,
         api: Api,
         bot: Arc<BotCell>,
-        record_path: PathBuf,
-    ) -> SocketSource {
-        SocketSource {
+        state: ChannelState,
+    ) -> Result<SocketSource, StateError> {
+        Ok(SocketSource {
             name: name.to_owned(),
             api,
             bot,
-            sockets: Arc::new(Sockets::load(record_path)),
-        }
+            sockets: Arc::new(Sockets::load(state).await?),
+        })
     }
 
     fn socket_url(&self, resume: Option<&SocketRecord>) -> String {
@@ -430,7 +529,9 @@ impl SocketSource {
                     .unwrap_or_default()
                     .to_owned();
                 let had_record = self.sockets.lock().record.is_some();
-                let since = self.sockets.fresh(&id, now_ms());
+                // A first start listens from now, by the gateway's clock.
+                let now = self.sockets.state.now_ms();
+                let since = self.sockets.fresh(&id, now).await;
                 if had_record {
                     info!(channel = %self.name, asked = %asked, got = %id, "a fresh Mattermost WebSocket connection: re-fetching what was missed");
                     self.refetch(sink, since).await?;
@@ -447,7 +548,7 @@ impl SocketSource {
             self.sockets.lock().established = true;
             if event.event == "posted" {
                 let create_at = event.post().map_or(0, |p| p.create_at);
-                self.sockets.seen(seq, Some(create_at));
+                self.sockets.seen(seq, Some(create_at)).await;
                 let ack = Arc::new(SeqAck {
                     sockets: self.sockets.clone(),
                     seq,
@@ -455,7 +556,7 @@ impl SocketSource {
                 let raw: Value = serde_json::from_str(&text).unwrap_or_default();
                 sink.deliver(PushedEvent::new(raw, ack)).await;
             } else {
-                self.sockets.seen(seq, None);
+                self.sockets.seen(seq, None).await;
             }
         }
     }
@@ -516,7 +617,7 @@ impl SocketSource {
             });
             sink.deliver(PushedEvent::new(raw, ack)).await;
         }
-        self.sockets.refetch_finished();
+        self.sockets.refetch_finished().await;
         Ok(())
     }
 }
@@ -531,26 +632,35 @@ impl PushedFeed for SocketSource {
             // Stopping ends the connection wherever it is (a re-fetch included: what was not
             // acked is fetched again next time).
             let once = tokio::select! {
-                () = sink.stopped() => return Ok(()),
-                once = self.connect_once(&sink, resume) => once,
+                () = sink.stopped() => End::Stopped,
+                once = self.connect_once(&sink, resume) => match once {
+                    Ok(end) => end,
+                    Err(error) if error.kind == DeliveryFailureKind::Auth => End::Fatal(error),
+                    Err(error) => {
+                        warn!(channel = %self.name, error = %error.message, "Mattermost WebSocket connection failed");
+                        End::Reconnect
+                    }
+                },
             };
-            let end = match once {
-                Ok(end) => end,
-                Err(error) if error.kind == DeliveryFailureKind::Auth => return Err(error),
-                Err(error) => {
-                    warn!(channel = %self.name, error = %error.message, "Mattermost WebSocket connection failed");
-                    End::Reconnect
+            match once {
+                End::Stopped => {
+                    // The acks taken since the last write: kept before the feed ends.
+                    self.sockets.persist().await;
+                    return Ok(());
                 }
-            };
-            match end {
-                End::Stopped => return Ok(()),
-                End::Fatal(error) => return Err(error),
+                End::Fatal(error) => {
+                    self.sockets.persist().await;
+                    return Err(error);
+                }
                 End::Reconnect => {}
             }
             let connected = self.sockets.lock().established;
             let wait = backoff.mul_f64(0.5 + jitter() / 2.0);
             tokio::select! {
-                () = sink.stopped() => return Ok(()),
+                () = sink.stopped() => {
+                    self.sockets.persist().await;
+                    return Ok(());
+                }
                 () = tokio::time::sleep(wait) => {}
             }
             backoff = if connected {
@@ -566,19 +676,20 @@ impl PushedFeed for SocketSource {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_durable_mark_stays_below_the_oldest_unacked_event() {
+    #[tokio::test]
+    async fn the_durable_mark_stays_below_the_oldest_unacked_event() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("s.json");
-        let sockets = Sockets::load(path.clone());
-        sockets.fresh("conn", 100);
-        sockets.seen(1, Some(110));
-        sockets.seen(2, Some(120));
+        let state = || clawgate_conformance::channel_state(dir.path(), "mattermost", "default");
+        let sockets = Arc::new(Sockets::load(state()).await.expect("load"));
+        sockets.fresh("conn", 100).await;
+        sockets.seen(1, Some(110)).await;
+        sockets.seen(2, Some(120)).await;
         sockets.acked(2);
         assert_eq!(sockets.lock().safe(), (1, 109));
         sockets.acked(1);
         assert_eq!(sockets.lock().safe(), (3, 120));
-        let reloaded = Sockets::load(path);
+        sockets.persist().await;
+        let reloaded = Sockets::load(state()).await.expect("reload");
         let record = reloaded.lock().record.clone().expect("record");
         assert_eq!(record.connection_id, "conn");
         assert_eq!(record.sequence_number, 3);

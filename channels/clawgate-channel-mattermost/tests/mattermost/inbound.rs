@@ -7,12 +7,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use clawgate_channel_mattermost::SocketRecord;
 use clawgate_channel_sdk::prelude::*;
-use clawgate_channel_sdk::{EventSink, PushedEvent};
+use clawgate_channel_sdk::state::Versioned;
+use clawgate_channel_sdk::{EventSink, LegacyFiles, PushedEvent};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use crate::peer::{Peer, build};
+use crate::peer::{Peer, build, build_from, settings_for};
 
 /// Records what the feed hands over and acks it at once; with `stop_after`, the gateway stops
 /// (its feed ending wherever it is) when the event after that many comes, which is not acked.
@@ -65,6 +67,11 @@ impl Feed {
         )
         .await
         .unwrap();
+        Feed::run(plugin, stop_after)
+    }
+
+    /// The feed of `plugin`, running until stopped.
+    fn run(plugin: ChannelPlugin, stop_after: Option<usize>) -> Feed {
         let InboundSource::Pushed(feed) = plugin.source else {
             panic!("the Mattermost source is pushed");
         };
@@ -257,4 +264,72 @@ async fn a_gateway_stopped_mid_refetch_refetches_when_it_resumes_that_connection
         "a paid re-fetch is not repeated"
     );
     last.stop().await;
+}
+
+/// The WebSocket record account `default` of channel `mattermost` keeps in the store of `dir`.
+async fn kept_record(dir: &std::path::Path) -> Option<Versioned<SocketRecord>> {
+    clawgate_conformance::channel_state(dir, "mattermost", "default")
+        .value::<SocketRecord>("websocket")
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_an_earlier_release_kept_is_imported_once_and_resumed() {
+    let peer = Peer::start().await;
+    let channel = peer.channel("upgrade");
+    let state = tempfile::tempdir().unwrap();
+    let feed = Feed::start(&peer, state.path()).await;
+    assert!(peer.socket_open().await);
+    peer.sim
+        .person_writes(&channel, &peer.person, "before", None);
+    feed.until("the first post", |m| m.get("before") == Some(&1))
+        .await;
+    feed.stop().await;
+    for text in ["while down 1", "while down 2"] {
+        peer.sim.person_writes(&channel, &peer.person, text, None);
+    }
+    // The earlier release's file: the record as JSON, named after the channel.
+    let record = kept_record(state.path()).await.unwrap().value;
+    let old_dir = tempfile::tempdir().unwrap();
+    let file = old_dir.path().join("mattermost-mattermost-socket.json");
+    std::fs::write(&file, serde_json::to_vec(&record).unwrap()).unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let upgraded = || {
+        clawgate_conformance::channel_setup(
+            0,
+            "mattermost",
+            "default",
+            settings_for(&peer.sim, json!({ "require_mention": false })),
+            store.path(),
+        )
+        .with_legacy_files(LegacyFiles::in_dir(old_dir.path()))
+    };
+    let plugin = build_from(&peer.bot, &upgraded()).await.unwrap();
+    assert!(!file.exists(), "the file is set aside");
+    assert!(
+        old_dir
+            .path()
+            .join("mattermost-mattermost-socket.json.imported")
+            .exists()
+    );
+    let again = Feed::run(plugin, None);
+    again
+        .until("the posts written while down", |m| m.len() == 2)
+        .await;
+    assert!(!again.messages().contains_key("before"), "not replayed");
+    let stats = peer.sim.socket_stats();
+    assert_eq!(
+        (stats.fresh, stats.resumed),
+        (1, 1),
+        "the imported connection is resumed"
+    );
+    again.stop().await;
+    // A crash after the import and before the file was set aside leaves it there: read again,
+    // the stored record wins.
+    let kept = kept_record(store.path()).await.unwrap();
+    std::fs::write(&file, serde_json::to_vec(&record).unwrap()).unwrap();
+    build_from(&peer.bot, &upgraded()).await.unwrap();
+    assert!(!file.exists(), "the file is set aside");
+    assert_eq!(kept_record(store.path()).await, Some(kept), "imported once");
 }

@@ -90,6 +90,18 @@ pub(crate) async fn build(
     name: &str,
     settings: Value,
 ) -> Result<ChannelPlugin, SetupError> {
+    let setup = clawgate_conformance::channel_setup(
+        0,
+        name,
+        "default",
+        settings_for(sim, settings),
+        state_dir,
+    );
+    build_from(bot, &setup).await
+}
+
+/// `settings` merged over the simulator's.
+pub(crate) fn settings_for(sim: &MattermostSimulator, settings: Value) -> Value {
     let mut merged = json!({
         "token_env": "UNUSED_IN_TESTS",
         "url": sim.url(),
@@ -98,9 +110,16 @@ pub(crate) async fn build(
     for (key, value) in settings.as_object().unwrap() {
         merged[key] = value.clone();
     }
-    let setup = clawgate_conformance::channel_setup(0, name, "default", merged, state_dir);
+    merged
+}
+
+/// The channel built from `setup` with `bot`'s token.
+pub(crate) async fn build_from(
+    bot: &SimUser,
+    setup: &ChannelSetup,
+) -> Result<ChannelPlugin, SetupError> {
     MattermostFactory
-        .build_with_secrets(&setup, Secret::new(bot.token.clone()))
+        .build_with_secrets(setup, Secret::new(bot.token.clone()))
         .await
 }
 

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 use clawgate_channel_mattermost::simulator::{Fault, FaultKind, Route, SimulatorConfig};
 use clawgate_channel_mattermost::{KEY_PROP, pending_post_id_of};
 use clawgate_channel_sdk::prelude::*;
+use clawgate_channel_sdk::state::ChannelScope;
 use clawgate_messages::{Messenger, RetryPolicy};
 use clawgate_types::clock::ManualClock;
 use serde_json::json;
 
-use crate::peer::{Peer, build};
+use crate::peer::{Peer, build, build_from, settings_for};
 
 pub(crate) fn ctx(target: &MessageTarget, key: &str) -> SendContext {
     SendContext::new(
@@ -231,4 +232,63 @@ async fn beyond_the_window_a_lost_send_is_found_by_its_props_key() {
         Reconciliation::NotSent,
         "absent (no attempt can be in flight: no intent, none from this process)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_gateway_finds_a_lost_send_older_than_its_lookback_from_the_recorded_attempt() {
+    let peer = Peer::start().await;
+    let channel = peer.channel("handover");
+    let target = MessageTarget::group(&channel);
+    let dir = tempfile::tempdir().unwrap();
+    // The gateways' clock, driven, from the simulator's now (its posts are stamped by the
+    // real time).
+    let real_now = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    let clock = Arc::new(ManualClock::new(real_now));
+    let setup = || {
+        let state = ChannelState::new(
+            Arc::new(clawgate_store_sqlite::testing::open_store(dir.path())),
+            ChannelScope::new("mattermost", "default"),
+            clock.clone(),
+        );
+        ChannelSetup::new(
+            0,
+            "mattermost",
+            "default",
+            settings_for(&peer.sim, json!({ "reconcile_lookback_s": 60 })),
+            state,
+        )
+    };
+    let first = build_from(&peer.bot, &setup()).await.unwrap();
+    peer.sim
+        .inject(Fault::on(Route::CreatePost, FaultKind::LoseAnswer));
+    let context = ctx(&target, "handover-1");
+    let lost = first
+        .sender
+        .send_unit(&context, &text("landed"))
+        .await
+        .unwrap_err();
+    assert_eq!(lost.side_effect, SideEffect::Possible);
+    // Ten minutes on (the server long forgot the pending_post_id), another gateway takes the
+    // account over: the post is older than its lookback, and the recorded first attempt says
+    // where to look.
+    peer.sim.restart();
+    clock.advance(10 * 60 * 1000);
+    let other = build_from(&peer.bot, &setup()).await.unwrap();
+    let found = other
+        .sender
+        .reconcile_unknown_send(&context, &text("landed"))
+        .await
+        .unwrap();
+    let landed = peer.sim.visible(&channel);
+    assert_eq!(landed.len(), 1);
+    match found {
+        Reconciliation::Sent(part) => assert_eq!(part.platform_message_id, landed[0].id),
+        other => panic!("the landed post is found from the recorded attempt, got {other:?}"),
+    }
 }
