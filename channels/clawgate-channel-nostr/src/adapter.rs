@@ -8,13 +8,14 @@
 //! id (`REQ {"ids":[id]}`). Nostr has no edit (kind-5 deletion is only a request), so there is
 //! no live preview.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use clawgate_channel_sdk::{
     ChannelMessageAdapter, MessageRenderAdapter, Reconciliation, RenderError, SendContext,
     SendError,
 };
+use clawgate_types::clock::Clock;
 use clawgate_types::{
     BatchAtomicity, ChannelMessage, DeliveryCapabilities, DeliveryFailureKind, MessageCapabilities,
     MessagePartKind, MessageReceiptPart, RenderedMessageBatch, RenderedMessageUnit,
@@ -53,12 +54,6 @@ pub fn recipient(id: &str) -> Result<PublicKey, String> {
     PublicKey::parse(id).map_err(|e| format!("{id:?} is not a Nostr public key (hex or npub): {e}"))
 }
 
-fn now_s() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// The moment a unit was written, for a unit the renderer did not build: the message's own
 /// time, else the intent id's (UUID v7 carries its creation time), else — a direct send with
 /// neither — a time derived from the unit key, so a retry still builds the same event.
@@ -89,6 +84,8 @@ pub struct NostrAdapter {
     protocol: DmProtocol,
     relays: Relays,
     capabilities: MessageCapabilities,
+    /// The gateway's clock: the time of a message that carries none.
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for NostrAdapter {
@@ -109,6 +106,7 @@ impl NostrAdapter {
         keys: Keys,
         protocol: DmProtocol,
         relays: Relays,
+        clock: Arc<dyn Clock>,
     ) -> NostrAdapter {
         NostrAdapter {
             name: name.to_owned(),
@@ -116,6 +114,7 @@ impl NostrAdapter {
             protocol,
             relays,
             capabilities: capabilities(),
+            clock,
         }
     }
 
@@ -255,7 +254,7 @@ impl MessageRenderAdapter for NostrAdapter {
         let created_at = message
             .timestamp
             .and_then(|ms| u64::try_from(ms / 1_000).ok())
-            .unwrap_or_else(now_s);
+            .unwrap_or_else(|| u64::try_from(self.clock.now_ms() / 1_000).unwrap_or(0));
         let mut payload = json!({ "text": text, "created_at": created_at });
         // A target that is not a key fails at send time with its reason (InvalidPayload).
         if let Ok(to) = recipient(&message.target.id) {

@@ -15,7 +15,7 @@ use crate::adapter::NostrAdapter;
 use crate::client::{RelayTimings, Relays, SentRule};
 use crate::dm::DmProtocol;
 use crate::receive::NostrReceiver;
-use crate::source::NostrFeed;
+use crate::source::{NostrFeed, import_legacy_checkpoint};
 
 /// When an event counts as sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -211,17 +211,26 @@ impl NostrFactory {
             keys.clone(),
             settings.dm,
             relays.clone(),
+            setup.clock().clone(),
         ));
         let receiver =
             Arc::new(NostrReceiver::new(&setup.name, keys, settings.dm, allowed).with_bots(bots));
-        let checkpoint = setup
-            .state_dir
-            .join(format!("nostr-{}.checkpoint", public_key.to_hex()));
+        import_legacy_checkpoint(&setup.state, &setup.legacy, &public_key)
+            .await
+            .map_err(|reason| {
+                setup.invalid(
+                    "",
+                    format!(
+                        "the state an earlier release kept in the gateway's state directory: \
+                         {reason}; fix the file's permissions or the store and start again"
+                    ),
+                )
+            })?;
         let feed = Arc::new(NostrFeed::new(
             relays.clone(),
             public_key,
             settings.dm,
-            checkpoint,
+            setup.state.clone(),
         ));
         Ok(ChannelPlugin::new(adapter)
             .with_inbound(receiver, InboundSource::Pushed(feed))

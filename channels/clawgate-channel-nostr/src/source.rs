@@ -1,20 +1,22 @@
 //! The inbound feed: a subscription to the events addressed to our key (`{"kinds":[1059],
 //! "#p":[us], "since": …}`, kind 4 under NIP-04) on every relay, pushed to the engine.
 //!
-//! Relays keep what they stored, so the feed resumes from a durable checkpoint: a file in the
-//! channel's state directory holding the last moment when everything the feed had received was
-//! recorded by the engine (acked). A run subscribes from that moment minus the two days NIP-59
+//! Relays keep what they stored, so the feed resumes from a durable checkpoint: the value
+//! `checkpoint` of the account's state in the gateway's store, holding the last moment (by the
+//! gateway's clock) when everything the feed had received was recorded by the engine (acked). A run subscribes from that moment minus the two days NIP-59
 //! lets a gift wrap's `created_at` lie in the past, minus an hour for slow delivery. What comes
 //! again is deduplicated: here within a run (by event id), by the engine across runs (by the
 //! message id).
 
 use std::collections::HashSet;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use clawgate_channel_sdk::{EventSink, PushedEvent, PushedFeed, SourceError, TransportAck};
+use clawgate_channel_sdk::state::{Swapped, ValueExpectation};
+use clawgate_channel_sdk::{
+    ChannelState, EventSink, LegacyFiles, PushedEvent, PushedFeed, SourceError, StateError,
+    TransportAck,
+};
 use clawgate_types::DeliveryFailureKind;
 use nostr_sdk::pool::{RelayNotification, RelayPoolNotification};
 use nostr_sdk::{
@@ -29,10 +31,100 @@ use crate::receive::inbound_event;
 /// Slack for a wrap that reached its relays late.
 const LATE_DELIVERY_S: u64 = 60 * 60;
 
-fn now_s() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+/// The value the checkpoint (seconds) is kept in: written only by the gateway that holds the
+/// account (the one running its feed), so an unconditional write is enough.
+const CHECKPOINT: &str = "checkpoint";
+
+/// The file an earlier release kept the checkpoint of key `us` in, in the gateway's state
+/// directory.
+pub(crate) fn legacy_checkpoint_file(us: &PublicKey) -> String {
+    format!("nostr-{}.checkpoint", us.to_hex())
+}
+
+/// Imports the checkpoint an earlier release kept for key `us`, once: stored only where the
+/// store holds none (a stored checkpoint wins, so a repeat after a crash before the file was
+/// set aside changes nothing), then the file is set aside. A file that is not a number is set
+/// aside unread, as that release ignored it too (the feed reads from now).
+pub(crate) async fn import_legacy_checkpoint(
+    state: &ChannelState,
+    legacy: &LegacyFiles,
+    us: &PublicKey,
+) -> Result<(), String> {
+    let file = legacy_checkpoint_file(us);
+    let Some(bytes) = legacy
+        .read(&file)
+        .map_err(|e| format!("{file} cannot be read: {e}"))?
+    else {
+        return Ok(());
+    };
+    match String::from_utf8_lossy(&bytes).trim().parse::<u64>() {
+        Ok(at) => {
+            let swapped = state
+                .swap(CHECKPOINT, ValueExpectation::Absent, &at)
+                .await
+                .map_err(|e| format!("{file} cannot be imported: {e}"))?;
+            if let Swapped::Written(_) = swapped {
+                tracing::info!("the Nostr checkpoint of an earlier release was imported");
+            }
+        }
+        Err(error) => tracing::warn!(file, %error, "not a Nostr checkpoint; set aside unread"),
+    }
+    legacy
+        .retire(&file)
+        .map_err(|e| format!("{file} was imported but cannot be set aside: {e}"))
+}
+
+/// The durable checkpoint of one feed.
+#[derive(Debug)]
+struct Checkpoint {
+    state: ChannelState,
+    /// The newest moment everything received was acked, not written yet.
+    wanted: Mutex<Option<u64>>,
+    /// Held while writing, with the moment last written: writes land in order and the
+    /// checkpoint never moves back.
+    written: tokio::sync::Mutex<Option<u64>>,
+}
+
+impl Checkpoint {
+    fn now_s(&self) -> u64 {
+        u64::try_from(self.state.now_ms() / 1_000).unwrap_or(0)
+    }
+
+    /// Notes that everything received was acked now.
+    fn reached(&self) {
+        let now = self.now_s();
+        let mut wanted = self
+            .wanted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *wanted = Some(wanted.map_or(now, |w| w.max(now)));
+    }
+
+    /// Writes the newest moment noted, when it is later than the one written.
+    async fn flush(&self) {
+        let mut written = self.written.lock().await;
+        let wanted = *self
+            .wanted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(at) = wanted.filter(|at| written.is_none_or(|w| *at > w)) else {
+            return;
+        };
+        match self.state.put(CHECKPOINT, &at).await {
+            Ok(_) => *written = Some(at),
+            Err(error) => {
+                tracing::warn!(%error, "checkpoint not written; a restart reads from an older one");
+            }
+        }
+    }
+
+    /// [`Checkpoint::flush`] from code that cannot wait (an ack), on the runtime.
+    fn flush_soon(self: &Arc<Self>) {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let checkpoint = self.clone();
+            runtime.spawn(async move { checkpoint.flush().await });
+        }
+    }
 }
 
 /// The pushed feed of one key.
@@ -41,7 +133,7 @@ pub struct NostrFeed {
     relays: Relays,
     us: PublicKey,
     protocol: DmProtocol,
-    checkpoint: PathBuf,
+    checkpoint: Arc<Checkpoint>,
 }
 
 #[derive(Debug, Default)]
@@ -59,7 +151,7 @@ struct Progress {
 struct EventAck {
     id: EventId,
     progress: Arc<Mutex<Progress>>,
-    checkpoint: PathBuf,
+    checkpoint: Arc<Checkpoint>,
 }
 
 fn lock(progress: &Mutex<Progress>) -> std::sync::MutexGuard<'_, Progress> {
@@ -68,19 +160,9 @@ fn lock(progress: &Mutex<Progress>) -> std::sync::MutexGuard<'_, Progress> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Writes `at` as the checkpoint (write then rename: a crash leaves the old one or the new).
-fn store_checkpoint(path: &PathBuf, at: u64) {
-    let tmp = path.with_extension("tmp");
-    let written = std::fs::write(&tmp, at.to_string()).and_then(|()| std::fs::rename(&tmp, path));
-    if let Err(e) = written {
-        tracing::warn!(path = %path.display(), "checkpoint not written: {e}");
-    }
-}
-
-fn advance(progress: &Progress, checkpoint: &PathBuf) {
-    if progress.caught_up && !progress.stuck && progress.pending.is_empty() {
-        store_checkpoint(checkpoint, now_s());
-    }
+/// Whether everything received is acked (the checkpoint may move to now).
+fn settled(progress: &Progress) -> bool {
+    progress.caught_up && !progress.stuck && progress.pending.is_empty()
 }
 
 impl TransportAck for EventAck {
@@ -88,7 +170,10 @@ impl TransportAck for EventAck {
         let mut progress = lock(&self.progress);
         progress.pending.remove(&self.id);
         progress.done.insert(self.id);
-        advance(&progress, &self.checkpoint);
+        if settled(&progress) {
+            self.checkpoint.reached();
+            self.checkpoint.flush_soon();
+        }
     }
 
     fn nack(&self, reason: &str) {
@@ -100,27 +185,33 @@ impl TransportAck for EventAck {
 }
 
 impl NostrFeed {
+    /// The feed of key `us`, keeping its checkpoint in `state`.
     pub(crate) fn new(
         relays: Relays,
         us: PublicKey,
         protocol: DmProtocol,
-        checkpoint: PathBuf,
+        state: ChannelState,
     ) -> NostrFeed {
         NostrFeed {
             relays,
             us,
             protocol,
-            checkpoint,
+            checkpoint: Arc::new(Checkpoint {
+                state,
+                wanted: Mutex::new(None),
+                written: tokio::sync::Mutex::new(None),
+            }),
         }
     }
 
-    /// Where the next run starts reading (seconds).
-    pub fn since(&self) -> u64 {
-        let from = std::fs::read_to_string(&self.checkpoint)
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-            .unwrap_or_else(now_s);
-        from.saturating_sub(TWEAK_RANGE_S + LATE_DELIVERY_S)
+    /// Where the next run starts reading (seconds): the checkpoint (on a first start, now by
+    /// the gateway's clock) less the slack a gift wrap's time may lie back.
+    pub async fn since(&self) -> Result<u64, StateError> {
+        let from = match self.checkpoint.state.value::<u64>(CHECKPOINT).await? {
+            Some(kept) => kept.value,
+            None => self.checkpoint.now_s(),
+        };
+        Ok(from.saturating_sub(TWEAK_RANGE_S + LATE_DELIVERY_S))
     }
 }
 
@@ -131,10 +222,16 @@ impl PushedFeed for NostrFeed {
             DmProtocol::Nip17 => Kind::GiftWrap,
             DmProtocol::Nip04 => Kind::EncryptedDirectMessage,
         };
+        let since = self.since().await.map_err(|e| {
+            SourceError::new(
+                DeliveryFailureKind::Transient,
+                format!("the Nostr checkpoint cannot be read: {e}"),
+            )
+        })?;
         let filter = Filter::new()
             .kind(kind)
             .pubkey(self.us)
-            .since(Timestamp::from_secs(self.since()));
+            .since(Timestamp::from_secs(since));
         let client = self.relays.client();
         let mut notes = client.notifications();
         let sub = client
@@ -225,9 +322,15 @@ impl PushedFeed for NostrFeed {
                         .await;
                 }
                 RelayMessage::EndOfStoredEvents(s) if *s == sub => {
-                    let mut p = lock(&progress);
-                    p.caught_up = true;
-                    advance(&p, &self.checkpoint);
+                    let reached = {
+                        let mut p = lock(&progress);
+                        p.caught_up = true;
+                        settled(&p)
+                    };
+                    if reached {
+                        self.checkpoint.reached();
+                        self.checkpoint.flush().await;
+                    }
                 }
                 RelayMessage::Closed {
                     subscription_id,
@@ -256,6 +359,8 @@ impl PushedFeed for NostrFeed {
             watcher.abort();
         }
         client.unsubscribe(&sub).await;
+        // The acks taken since the last write: kept before the feed ends.
+        self.checkpoint.flush().await;
         result
     }
 }

@@ -4,11 +4,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use clawgate_channel_nostr::dm::{self, DmProtocol};
+use clawgate_channel_sdk::LegacyFiles;
 use clawgate_channel_sdk::prelude::*;
 use nostr_sdk::Keys;
 use serde_json::Value;
 
-use crate::peer::{Peer, build, settings};
+use crate::peer::{Peer, build, build_from, settings};
 
 /// The engine's side of the feed, for a test: every event kept, acked at once.
 pub(crate) struct Sink {
@@ -82,6 +84,82 @@ fn run(
     tokio::spawn(async move { feed.run(sink).await })
 }
 
+/// The checkpoint (seconds) account `default` of channel `nostr` keeps in the store of `dir`.
+async fn kept_checkpoint(dir: &std::path::Path) -> Option<u64> {
+    clawgate_conformance::channel_state(dir, "nostr", "default")
+        .value::<u64>("checkpoint")
+        .await
+        .unwrap()
+        .map(|v| v.value)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_an_earlier_release_kept_is_imported_once_and_read_from() {
+    let peer = Peer::start().await;
+    let receiver = peer.plugin.receiver.clone().unwrap();
+    let us = peer.keys.public_key();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // An earlier release stopped ten days ago; a message written then waits on the relay,
+    // older than a first start reads back.
+    let stopped_at = now - 10 * 24 * 3600;
+    let waiting = dm::build(
+        DmProtocol::Nip17,
+        &peer.person.keys,
+        &us,
+        "waiting since the upgrade",
+        stopped_at,
+        "legacy-1",
+    )
+    .unwrap();
+    peer.person.publish(&waiting).await;
+    let old_dir = tempfile::tempdir().unwrap();
+    let file = old_dir
+        .path()
+        .join(format!("nostr-{}.checkpoint", us.to_hex()));
+    std::fs::write(&file, stopped_at.to_string()).unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let upgraded = || {
+        clawgate_conformance::channel_setup(
+            0,
+            "nostr",
+            "default",
+            settings(&[peer.relay.url()], serde_json::json!({})),
+            store.path(),
+        )
+        .with_legacy_files(LegacyFiles::in_dir(old_dir.path()))
+    };
+    let plugin = build_from(&peer.keys, &upgraded()).await;
+    assert!(!file.exists(), "the file is set aside");
+    assert_eq!(
+        std::fs::read_to_string(
+            old_dir
+                .path()
+                .join(format!("nostr-{}.checkpoint.imported", us.to_hex()))
+        )
+        .unwrap(),
+        stopped_at.to_string()
+    );
+    assert_eq!(kept_checkpoint(store.path()).await, Some(stopped_at));
+    let sink = Arc::new(Sink::default());
+    let feed = run(&plugin, sink.clone());
+    until("the message waiting since the imported checkpoint", || {
+        sink.texts(receiver.as_ref()) == ["waiting since the upgrade"]
+    })
+    .await;
+    sink.stop.send_replace(true);
+    feed.await.unwrap().unwrap();
+    // A crash after the import and before the file was set aside leaves it there: read again,
+    // the stored checkpoint wins.
+    let kept = kept_checkpoint(store.path()).await;
+    std::fs::write(&file, "1").unwrap();
+    build_from(&peer.keys, &upgraded()).await;
+    assert!(!file.exists(), "the file is set aside");
+    assert_eq!(kept_checkpoint(store.path()).await, kept, "imported once");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_feed_resumes_from_its_checkpoint_and_ignores_our_own_and_others_wraps() {
     let peer = Peer::start().await;
@@ -101,19 +179,12 @@ async fn the_feed_resumes_from_its_checkpoint_and_ignores_our_own_and_others_wra
         sink.texts(receiver.as_ref()) == ["first"]
     })
     .await;
-    let checkpoint = std::fs::read_dir(state.path())
-        .unwrap()
-        .filter_map(Result::ok)
-        .find(|e| e.file_name().to_string_lossy().ends_with(".checkpoint"))
-        .expect("a checkpoint once everything received was acked");
-    let at: u64 = std::fs::read_to_string(checkpoint.path())
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(at > 1_700_000_000, "{at}");
     sink.stop.send_replace(true);
     feed.await.unwrap().unwrap();
+    let at = kept_checkpoint(state.path())
+        .await
+        .expect("a checkpoint once everything received was acked");
+    assert!(at > 1_700_000_000, "{at}");
 
     // While no feed runs: a DM to us and one to someone else.
     peer.person.send_dm(&us, "while down").await;

@@ -28,9 +28,14 @@ pub(crate) fn settings(relays: &[String], extra: Value) -> Value {
 
 pub(crate) async fn build(keys: &Keys, settings: Value, state: &std::path::Path) -> ChannelPlugin {
     let setup = clawgate_conformance::channel_setup(0, "nostr", "default", settings, state);
+    build_from(keys, &setup).await
+}
+
+/// The channel built from `setup` with `keys`, once connected to its relays.
+pub(crate) async fn build_from(keys: &Keys, setup: &ChannelSetup) -> ChannelPlugin {
     let secret = Secret::new(keys.secret_key().to_secret_hex());
     let plugin = NostrFactory
-        .build_with_secrets(&setup, &secret)
+        .build_with_secrets(setup, &secret)
         .await
         .unwrap();
     assert!(
