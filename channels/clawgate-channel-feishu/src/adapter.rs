@@ -13,7 +13,7 @@
 //!   its own.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -21,6 +21,7 @@ use clawgate_channel_sdk::{
     ChannelMessageAdapter, MessageLiveAdapter, MessageRenderAdapter, Reconciliation, SendContext,
     SendError,
 };
+use clawgate_types::clock::Clock;
 use clawgate_types::{
     ChannelMessage, DeliveryCapabilities, DeliveryFailureKind, LiveCancelReason, LiveCapabilities,
     MessageCapabilities, MessagePartKind, MessageReceiptPart, MessageRelation, RenderedMessageUnit,
@@ -51,6 +52,8 @@ pub struct FeishuAdapter {
     renderer: FeishuRenderer,
     streaming_cards: bool,
     uuid_window_ms: u64,
+    /// The gateway's clock: render times, uuid windows and CardKit sequences are read on it.
+    clock: Arc<dyn Clock>,
     /// The last CardKit `sequence` used per card in this process.
     sequences: Mutex<HashMap<String, i64>>,
     /// When this process last sent each unit key (a history absence proves nothing while a send
@@ -213,21 +216,28 @@ impl FeishuAdapter {
         streaming_cards: bool,
         uuid_window_ms: u64,
         settle: Duration,
+        clock: Arc<dyn Clock>,
     ) -> FeishuAdapter {
         FeishuAdapter {
             name: name.to_owned(),
             api,
             app_id: app_id.to_owned(),
             capabilities: capabilities(),
-            renderer: FeishuRenderer,
+            renderer: FeishuRenderer::new(clock.clone()),
             streaming_cards,
             uuid_window_ms,
+            clock,
             sequences: Mutex::new(HashMap::new()),
             attempts: Mutex::new(HashMap::new()),
             first_sent: Mutex::new(HashMap::new()),
             started: Instant::now(),
             settle,
         }
+    }
+
+    /// The gateway clock's now, in ms since the epoch.
+    fn now_ms(&self) -> u64 {
+        now_ms(self.clock.as_ref())
     }
 
     /// The receipt part of a message Feishu answered with.
@@ -265,7 +275,7 @@ impl FeishuAdapter {
         let uuid = uuid_of(&key);
         lock(&self.first_sent)
             .entry(key.clone())
-            .or_insert_with(now_ms);
+            .or_insert_with(|| self.now_ms());
         lock(&self.attempts).insert(key, Instant::now());
         if let Some((reply_to, in_thread)) = reply_of(&ctx.message) {
             let body = json!({ "msg_type": msg_type, "content": content,
@@ -300,7 +310,8 @@ impl FeishuAdapter {
     /// The next CardKit `sequence` of a card: strictly increasing, also across restarts (the
     /// milliseconds since the card was created, never below the last one used here + 1).
     fn next_sequence(&self, card_id: &str, created_at_ms: u64) -> i64 {
-        let by_time = i64::try_from(now_ms().saturating_sub(created_at_ms)).unwrap_or(i64::MAX);
+        let by_time =
+            i64::try_from(self.now_ms().saturating_sub(created_at_ms)).unwrap_or(i64::MAX);
         let mut sequences = lock(&self.sequences);
         let next = sequences
             .get(card_id)
@@ -312,7 +323,7 @@ impl FeishuAdapter {
     /// Creates a streaming card entity showing `text`.
     async fn create_card(&self, text: &str) -> Result<(String, u64), SendError> {
         let body = json!({ "type": "card_json", "data": card_json(text, true).to_string() });
-        let created_at = now_ms();
+        let created_at = self.now_ms();
         let data = self
             .api
             .call(
@@ -491,7 +502,7 @@ impl FeishuAdapter {
                 if let Some(raw) = part.raw.as_mut() {
                     raw["reconciled"] = json!(true);
                     raw["cardId"] = json!(PROBE_CARD_ID);
-                    raw["cardCreatedAtMs"] = json!(now_ms());
+                    raw["cardCreatedAtMs"] = json!(self.now_ms());
                 }
                 Ok(Reconciliation::Sent(Box::new(part)))
             }
@@ -598,7 +609,7 @@ impl ChannelMessageAdapter for FeishuAdapter {
         .flatten()
         .min()
         .unwrap_or(0);
-        let within_window = now_ms().saturating_sub(rendered_at) < self.uuid_window_ms;
+        let within_window = self.now_ms().saturating_sub(rendered_at) < self.uuid_window_ms;
         let preview = unit.kind == MessagePartKind::Preview;
         if within_window && preview && self.streaming_cards {
             return self.probe_card_preview(ctx, unit).await;
@@ -757,5 +768,97 @@ mod tests {
     fn content_is_compared_as_json() {
         assert!(same_content(r#"{"text":"a"}"#, r#"{ "text" : "a" }"#));
         assert!(!same_content(r#"{"text":"a"}"#, r#"{"text":"b"}"#));
+    }
+
+    /// The uuid window is read on the gateway's clock: a lost send is settled by its uuid
+    /// while the clock is inside the window, and from the chat's history once the clock has
+    /// moved past it (no wall-clock hour passes here).
+    #[cfg(feature = "simulator")]
+    #[tokio::test]
+    async fn the_uuid_window_runs_on_the_gateways_clock() {
+        use clawgate_channel_sdk::Secret;
+        use clawgate_types::clock::{ManualClock, SystemClock};
+
+        use crate::simulator::{Fault, FaultKind, FeishuSimulator, SimulatorConfig};
+
+        let sim = FeishuSimulator::start(SimulatorConfig::default())
+            .await
+            .unwrap();
+        let config = sim.config().clone();
+        let api = OpenApi::new(
+            &sim.api_url(),
+            &config.app_id,
+            Secret::new(&config.app_secret),
+            Duration::from_secs(3),
+        );
+        // The simulator stamps messages with the host's time and history is searched from the
+        // render time: the driven clock starts at the host's now.
+        let clock = Arc::new(ManualClock::new(SystemClock.now_ms()));
+        let window_ms = 55 * 60 * 1_000;
+        let adapter = FeishuAdapter::new(
+            "feishu",
+            api,
+            &config.app_id,
+            false,
+            window_ms,
+            Duration::ZERO,
+            clock.clone(),
+        );
+        let chat = sim.group("g", &["ada"]);
+        let lost_send = |text: &str, key: &str| {
+            let m = ChannelMessage::outbound(
+                "m1",
+                "feishu",
+                clawgate_types::MessageTarget::group(&chat),
+                text,
+            );
+            let unit = adapter
+                .render()
+                .unwrap()
+                .render(&m, adapter.capabilities(), key)
+                .unwrap()
+                .units
+                .remove(0);
+            (SendContext::new(m, key), unit)
+        };
+        let history_reads = || {
+            sim.calls()
+                .iter()
+                .filter(|c| c.method == "GET" && c.path == "/open-apis/im/v1/messages")
+                .count()
+        };
+
+        // Both sends are made (and their answers lost) at the simulator's now.
+        let (inside_ctx, inside) = lost_send("inside the window", "k1");
+        let (past_ctx, past) = lost_send("past the window", "k2");
+        for (ctx, unit) in [(&inside_ctx, &inside), (&past_ctx, &past)] {
+            sim.inject(Fault::once(FaultKind::LoseAnswer));
+            adapter.send_unit(ctx, unit).await.unwrap_err();
+        }
+        let creates = || sim.calls().iter().filter(|c| c.method == "POST").count();
+
+        clock.advance(window_ms as i64 - 1_000);
+        let settled = adapter
+            .reconcile_unknown_send(&inside_ctx, &inside)
+            .await
+            .unwrap();
+        assert!(matches!(settled, Reconciliation::Sent(_)), "{settled:?}");
+        assert_eq!(history_reads(), 0, "inside the window the uuid settles it");
+
+        clock.advance(2_000);
+        let creates_before = creates();
+        let settled = adapter
+            .reconcile_unknown_send(&past_ctx, &past)
+            .await
+            .unwrap();
+        assert!(matches!(settled, Reconciliation::Sent(_)), "{settled:?}");
+        assert_eq!(history_reads(), 1, "past the window history settles it");
+        assert_eq!(
+            creates(),
+            creates_before,
+            "past the window nothing is sent again"
+        );
+        assert_eq!(sim.bot_messages(&chat).len(), 2);
+        sim.stop().await;
     }
 }

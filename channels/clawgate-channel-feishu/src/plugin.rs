@@ -237,6 +237,7 @@ impl FeishuFactory {
             settings.streaming_cards,
             settings.uuid_window_ms,
             Duration::from_millis(settings.history_settle_ms),
+            setup.clock().clone(),
         ));
         let receiver = Arc::new(FeishuReceiver::new(
             &setup.name,

@@ -10,9 +10,10 @@
 //!
 //! The fallback after an `invalid_payload` refusal is plain text.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
 
 use clawgate_channel_sdk::{MessageRenderAdapter, RenderError, chunk_text};
+use clawgate_types::clock::Clock;
 use clawgate_types::{
     BatchAtomicity, ChannelMessage, MessageCapabilities, MessagePartKind, RenderedMessageBatch,
     RenderedMessageUnit,
@@ -24,10 +25,9 @@ pub const MAX_TEXT_CHARS: u32 = 4_000;
 /// The element id of the text in every card this channel builds.
 pub const CARD_ELEMENT_ID: &str = "reply";
 
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+/// `clock`'s now in ms since the epoch, as the unit times are kept (a time before 1970 is 0).
+pub(crate) fn now_ms(clock: &dyn Clock) -> u64 {
+    u64::try_from(clock.now_ms()).unwrap_or(0)
 }
 
 /// A schema 2.0 card showing `text` as Markdown; `streaming` sets `config.streaming_mode`.
@@ -62,21 +62,30 @@ pub fn content_of(text: &str, format: Option<&str>) -> (&'static str, String) {
 }
 
 /// The Feishu renderer.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct FeishuRenderer;
+#[derive(Debug, Clone)]
+pub struct FeishuRenderer {
+    /// The gateway's clock: `renderedAtMs` starts a unit's uuid window.
+    clock: Arc<dyn Clock>,
+}
 
 fn unit(index: usize, kind: MessagePartKind, payload: Value) -> RenderedMessageUnit {
     RenderedMessageUnit::new(u32::try_from(index).unwrap_or(u32::MAX), kind, payload)
 }
 
 impl FeishuRenderer {
+    /// A renderer stamping units with `clock`'s time.
+    pub fn new(clock: Arc<dyn Clock>) -> FeishuRenderer {
+        FeishuRenderer { clock }
+    }
+
     fn batch(
+        &self,
         message: &ChannelMessage,
         capabilities: &MessageCapabilities,
         idempotency_key: &str,
         format: Option<&str>,
     ) -> Result<RenderedMessageBatch, RenderError> {
-        let rendered_at = now_ms();
+        let rendered_at = now_ms(self.clock.as_ref());
         if let Some(raw) = message.raw.as_ref().and_then(|r| r.get("feishu")) {
             let msg_type = raw["msg_type"].as_str().unwrap_or_default();
             let content = match &raw["content"] {
@@ -157,7 +166,7 @@ impl MessageRenderAdapter for FeishuRenderer {
         idempotency_key: &str,
     ) -> Result<RenderedMessageBatch, RenderError> {
         let format = message.body.as_ref().and_then(|b| b.format.as_deref());
-        Self::batch(message, capabilities, idempotency_key, format)
+        self.batch(message, capabilities, idempotency_key, format)
     }
 
     fn render_fallback(
@@ -169,16 +178,21 @@ impl MessageRenderAdapter for FeishuRenderer {
         let mut plain = message.clone();
         plain.raw = None;
         plain.attachments.clear();
-        Self::batch(&plain, capabilities, idempotency_key, None).ok()
+        self.batch(&plain, capabilities, idempotency_key, None).ok()
     }
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // Tests fail loudly by design.
 mod tests {
+    use clawgate_types::clock::ManualClock;
     use clawgate_types::{MessageBody, MessageTarget, TextCapabilities};
 
     use super::*;
+
+    fn renderer() -> FeishuRenderer {
+        FeishuRenderer::new(Arc::new(ManualClock::new(1_700_000_000_000)))
+    }
 
     fn message(text: &str, format: Option<&str>) -> ChannelMessage {
         let mut body = MessageBody::new(text);
@@ -198,7 +212,7 @@ mod tests {
 
     #[test]
     fn text_post_card_and_raw_each_render_as_feishu_receives_them() {
-        let r = FeishuRenderer;
+        let r = renderer();
         let cases: [(Option<&str>, &str, MessagePartKind); 4] = [
             (None, "text", MessagePartKind::Text),
             (Some("plain"), "text", MessagePartKind::Text),
@@ -230,16 +244,23 @@ mod tests {
     }
 
     #[test]
+    fn units_are_stamped_with_the_gateways_clock() {
+        let clock = Arc::new(ManualClock::new(42_000));
+        let r = FeishuRenderer::new(clock.clone());
+        let batch = r.render(&message("hi", None), &caps(), "k").unwrap();
+        assert_eq!(batch.units[0].payload["renderedAtMs"], 42_000);
+        clock.advance(1_000);
+        let batch = r.render(&message("hi", None), &caps(), "k").unwrap();
+        assert_eq!(batch.units[0].payload["renderedAtMs"], 43_000);
+    }
+
+    #[test]
     fn long_text_is_chunked_and_empty_text_refused() {
         let long = "x".repeat(MAX_TEXT_CHARS as usize + 1);
-        let batch = FeishuRenderer
+        let batch = renderer()
             .render(&message(&long, None), &caps(), "k")
             .unwrap();
         assert_eq!(batch.units.len(), 2);
-        assert!(
-            FeishuRenderer
-                .render(&message("", None), &caps(), "k")
-                .is_err()
-        );
+        assert!(renderer().render(&message("", None), &caps(), "k").is_err());
     }
 }

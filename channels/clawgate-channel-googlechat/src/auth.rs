@@ -5,10 +5,12 @@
 //! before it, or at half its lifetime when that is shorter). One mint runs at a time: callers
 //! that find the cache stale wait for it instead of starting their own.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
 
 use clawgate_channel_sdk::{Secret, SendError};
 use clawgate_types::DeliveryFailureKind;
+use clawgate_types::clock::Clock;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 
@@ -65,12 +67,6 @@ impl std::fmt::Debug for ServiceAccountKey {
     }
 }
 
-fn now_s() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 impl ServiceAccountKey {
     /// Parses a JSON key file's text. Errors name members, never their values.
     pub(crate) fn parse(text: &str) -> Result<ServiceAccountKey, KeyError> {
@@ -106,18 +102,18 @@ impl ServiceAccountKey {
             token_uri,
         };
         // The DER is only read by the signer: sign once now so a key ring cannot use fails at
-        // start, not at the first send.
+        // start, not at the first send (the time signed does not matter to that).
         account
-            .assertion()
+            .assertion(0)
             .map_err(|e| KeyError::BadPrivateKey(pem_problem(&e)))?;
         Ok(account)
     }
 
-    /// The signed assertion of a token request: valid for an hour from now.
-    pub(crate) fn assertion(&self) -> Result<String, jsonwebtoken::errors::Error> {
+    /// The signed assertion of a token request: valid for an hour from `iat` (Unix seconds,
+    /// the gateway clock's now: Google refuses one outside its own clock's hour).
+    pub(crate) fn assertion(&self, iat: u64) -> Result<String, jsonwebtoken::errors::Error> {
         let mut header = Header::new(Algorithm::RS256);
         header.kid = Some(self.key_id.clone());
-        let iat = now_s();
         let claims = json!({
             "iss": self.client_email,
             "scope": CHAT_BOT_SCOPE,
@@ -207,7 +203,8 @@ impl TokenFailure {
 
 struct Cached {
     token: Secret,
-    refresh_at: Instant,
+    /// When it is minted again, on the gateway's clock (ms since the epoch).
+    refresh_at: i64,
 }
 
 /// Access tokens of one service account, minted as needed.
@@ -217,6 +214,8 @@ pub(crate) struct TokenSource {
     pub(crate) key_env: String,
     http: reqwest::Client,
     timeout: Duration,
+    /// The gateway's clock: assertion times and token expiry are read on it.
+    clock: Arc<dyn Clock>,
     /// Held across a mint: the lock is what keeps concurrent callers to one request.
     cached: tokio::sync::Mutex<Option<Cached>>,
 }
@@ -237,12 +236,14 @@ impl TokenSource {
         key_env: &str,
         http: reqwest::Client,
         timeout: Duration,
+        clock: Arc<dyn Clock>,
     ) -> TokenSource {
         TokenSource {
             account,
             key_env: key_env.to_owned(),
             http,
             timeout,
+            clock,
             cached: tokio::sync::Mutex::new(None),
         }
     }
@@ -251,7 +252,7 @@ impl TokenSource {
     pub(crate) async fn token(&self) -> Result<Secret, TokenFailure> {
         let mut cached = self.cached.lock().await;
         if let Some(current) = cached.as_ref()
-            && Instant::now() < current.refresh_at
+            && self.clock.now_ms() < current.refresh_at
         {
             return Ok(current.token.clone());
         }
@@ -266,7 +267,7 @@ impl TokenSource {
     pub(crate) fn with_cached(self, token: &str) -> TokenSource {
         *self.cached.try_lock().expect("a new source is unlocked") = Some(Cached {
             token: Secret::new(token),
-            refresh_at: Instant::now(),
+            refresh_at: self.clock.now_ms(),
         });
         self
     }
@@ -280,8 +281,9 @@ impl TokenSource {
     }
 
     async fn mint(&self) -> Result<Cached, TokenFailure> {
-        let asked_at = Instant::now();
-        let assertion = self.account.assertion().map_err(|e| {
+        let asked_at = self.clock.now_ms();
+        let iat = u64::try_from(asked_at.div_euclid(1_000)).unwrap_or(0);
+        let assertion = self.account.assertion(iat).map_err(|e| {
             TokenFailure::Transport(format!("signing the assertion: {}", pem_problem(&e)))
         })?;
         let response = self
@@ -330,10 +332,12 @@ impl TokenSource {
                 .as_u64()
                 .unwrap_or(DEFAULT_TOKEN_LIFETIME_S),
         );
+        let fresh_for = lifetime - REFRESH_MARGIN.min(lifetime / 2);
         Ok(Cached {
             token: Secret::new(token),
             // Counted from when the request left: the token was issued no earlier.
-            refresh_at: asked_at + lifetime - REFRESH_MARGIN.min(lifetime / 2),
+            refresh_at: asked_at
+                .saturating_add(i64::try_from(fresh_for.as_millis()).unwrap_or(i64::MAX)),
         })
     }
 }
@@ -357,10 +361,23 @@ mod tests {
         let key = ServiceAccountKey::parse(&key_json("service_account", PEM))
             .expect("the test key loads");
         assert_eq!(key.client_email, "app@p.iam.gserviceaccount.com");
-        let jwt = key.assertion().expect("the test key signs");
+        let jwt = key.assertion(1_700_000_000).expect("the test key signs");
         let header = jsonwebtoken::decode_header(&jwt).expect("a JWT");
         assert_eq!(header.alg, Algorithm::RS256);
         assert_eq!(header.kid.as_deref(), Some("k1"));
+        let mut validation = jsonwebtoken::Validation::new(Algorithm::RS256);
+        validation.insecure_disable_signature_validation();
+        validation.validate_exp = false;
+        validation.validate_aud = false;
+        let claims = jsonwebtoken::decode::<Value>(
+            &jwt,
+            &jsonwebtoken::DecodingKey::from_secret(&[]),
+            &validation,
+        )
+        .expect("readable claims")
+        .claims;
+        assert_eq!(claims["iat"], 1_700_000_000);
+        assert_eq!(claims["exp"], 1_700_003_600);
         assert!(!format!("{key:?}").contains("PRIVATE"));
     }
 

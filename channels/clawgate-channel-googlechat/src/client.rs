@@ -370,8 +370,14 @@ mod tests {
             "client_email": "app@p.iam.gserviceaccount.com", "token_uri": "http://127.0.0.1:1/token",
         });
         let key = crate::auth::ServiceAccountKey::parse(&key.to_string()).expect("loads");
-        let source = TokenSource::new(key, "KEY_ENV", http_client(), Duration::from_secs(1))
-            .with_cached("ya29.minted-secret");
+        let source = TokenSource::new(
+            key,
+            "KEY_ENV",
+            http_client(),
+            Duration::from_secs(1),
+            Arc::new(clawgate_types::clock::ManualClock::new(0)),
+        )
+        .with_cached("ya29.minted-secret");
         let api = ChatApi::new(
             "http://127.0.0.1:1/",
             Credentials::ServiceAccount(Arc::new(source)),

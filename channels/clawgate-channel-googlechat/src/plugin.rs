@@ -189,6 +189,7 @@ impl GoogleChatFactory {
                     var,
                     http.clone(),
                     timeout,
+                    setup.clock().clone(),
                 )))
             }
             (setting, _) => {
@@ -206,15 +207,18 @@ impl GoogleChatFactory {
             settings.reply_in_thread,
             settings.app_user.clone(),
         ));
-        let source = Arc::new(EventsSource::new(EventsConfig {
-            listen: settings.events_listen,
-            path: settings.events_path.clone(),
-            audience: settings.audience.clone(),
-            certs_url: settings.certs_url.clone(),
-            // Chat's answer deadline for HTTP events is not documented in the material read;
-            // a record takes milliseconds, so a short wait loses nothing.
-            answer_deadline: Duration::from_secs(10),
-        }));
+        let source = Arc::new(EventsSource::new(
+            EventsConfig {
+                listen: settings.events_listen,
+                path: settings.events_path.clone(),
+                audience: settings.audience.clone(),
+                certs_url: settings.certs_url.clone(),
+                // Chat's answer deadline for HTTP events is not documented in the material read;
+                // a record takes milliseconds, so a short wait loses nothing.
+                answer_deadline: Duration::from_secs(10),
+            },
+            setup.clock().clone(),
+        ));
         Ok(ChannelPlugin::new(adapter)
             .with_inbound(
                 receiver,

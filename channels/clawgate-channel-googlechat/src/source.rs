@@ -20,6 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use clawgate_channel_sdk::{AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, SourceError};
 use clawgate_types::DeliveryFailureKind;
+use clawgate_types::clock::Clock;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Value, json};
@@ -33,6 +34,8 @@ const KEYS_MAX_AGE: Duration = Duration::from_secs(3_600);
 /// An unknown `kid` fetches the keys again at most this often (a flood of forged tokens must
 /// not become a flood of fetches).
 const REFETCH_AT_MOST_EVERY: Duration = Duration::from_secs(10);
+/// How long past its `exp` a token is still taken (clock skew; the signer library's default).
+const EXPIRY_LEEWAY_S: i64 = 60;
 
 /// Why an event's token was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -82,6 +85,8 @@ struct Keys {
 /// The interaction-event listener.
 pub struct EventsSource {
     config: EventsConfig,
+    /// The gateway's clock: a token's expiry is checked on it.
+    clock: Arc<dyn Clock>,
     http: reqwest::Client,
     keys: Mutex<Keys>,
 }
@@ -95,8 +100,8 @@ impl std::fmt::Debug for EventsSource {
 }
 
 impl EventsSource {
-    /// A listener set up by `config`.
-    pub fn new(config: EventsConfig) -> EventsSource {
+    /// A listener set up by `config`, checking expiry on `clock`.
+    pub fn new(config: EventsConfig, clock: Arc<dyn Clock>) -> EventsSource {
         let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(10))
@@ -104,6 +109,7 @@ impl EventsSource {
             .unwrap_or_default();
         EventsSource {
             config,
+            clock,
             http,
             keys: Mutex::new(Keys {
                 set: None,
@@ -175,9 +181,21 @@ impl EventsSource {
         validation.set_issuer(&[CHAT_ISSUER]);
         validation.set_audience(&[&self.config.audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
-        jsonwebtoken::decode::<Value>(token, &key, &validation)
+        // The library would read the system clock: expiry is checked below, on the gateway's.
+        validation.validate_exp = false;
+        let claims = jsonwebtoken::decode::<Value>(token, &key, &validation)
             .map(|data| data.claims)
-            .map_err(|e| TokenError::Rejected(e.to_string()))
+            .map_err(|e| TokenError::Rejected(e.to_string()))?;
+        let exp = claims["exp"]
+            .as_i64()
+            .ok_or_else(|| TokenError::Rejected("`exp` is not a number of seconds".into()))?;
+        let now = self.clock.now_ms().div_euclid(1_000);
+        if exp.saturating_add(EXPIRY_LEEWAY_S) < now {
+            return Err(TokenError::Rejected(format!(
+                "it expired at {exp} (Unix seconds) and the gateway's clock reads {now}"
+            )));
+        }
+        Ok(claims)
     }
 }
 

@@ -16,10 +16,11 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use clawgate_channel_sdk::{EventSink, NoTransportAck, PushedEvent, SendError};
 use clawgate_types::DeliveryFailureKind;
+use clawgate_types::clock::Clock;
 use irc_proto::{Command, Message, Prefix, Response};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -99,8 +100,9 @@ pub(crate) struct Shared {
     held: tokio::sync::Mutex<VecDeque<serde_json::Value>>,
     facts: Mutex<Facts>,
     started: std::sync::Once,
-    /// Receipt ids: the process start in ms and a counter.
-    epoch_ms: u128,
+    /// Receipt and event ids: when the connection was made (ms on the gateway's clock) and a
+    /// counter.
+    epoch_ms: i64,
     counter: AtomicU64,
     /// Lines relayed inbound, for event ids.
     inbound_seq: AtomicU64,
@@ -142,12 +144,11 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Connection {
-    pub(crate) fn new(config: ConnectionConfig) -> Connection {
+    /// A connection (not started) whose ids are dated by `clock`.
+    pub(crate) fn new(config: ConnectionConfig, clock: &dyn Clock) -> Connection {
         let (requests, inbox) = mpsc::channel(64);
         let (shutdown, _) = watch::channel(false);
-        let epoch_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
+        let epoch_ms = clock.now_ms();
         let shared = Arc::new(Shared {
             config,
             state: watch::channel(LinkState::Down(None)).0,
@@ -927,5 +928,28 @@ mod tests {
         assert_eq!(e.kind, DeliveryFailureKind::NotFound);
         assert!(refusal(Response::ERR_NOSUCHNICK, &args("bob"), "ada").is_none());
         assert!(refusal(Response::RPL_WELCOME, &args("ada"), "ada").is_none());
+    }
+
+    #[test]
+    fn synthetic_receipts_are_dated_by_the_gateways_clock() {
+        let config = ConnectionConfig {
+            host: "127.0.0.1".into(),
+            port: 6667,
+            nicks: vec!["claw".into()],
+            user: "claw".into(),
+            realname: "claw".into(),
+            auth: Auth::None,
+            channels: Vec::new(),
+            flood: FloodPolicy::default(),
+            connect_timeout: Duration::from_secs(1),
+            answer_timeout: Duration::from_secs(1),
+            keepalive: Duration::from_secs(1),
+            backoff_min: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(1),
+        };
+        let clock = clawgate_types::clock::ManualClock::new(1_234_567);
+        let connection = Connection::new(config, &clock);
+        assert_eq!(shared_receipt(&connection.shared), "irc-1234567-1");
+        assert_eq!(shared_receipt(&connection.shared), "irc-1234567-2");
     }
 }

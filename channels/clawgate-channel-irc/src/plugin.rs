@@ -293,7 +293,7 @@ impl IrcFactory {
                     .max(settings.reconnect_min_ms.max(1)),
             ),
         };
-        let connection = Connection::new(config);
+        let connection = Connection::new(config, setup.clock().as_ref());
         let adapter = Arc::new(IrcAdapter::new(
             &setup.name,
             connection.clone(),

@@ -187,13 +187,16 @@ impl SlackFactory {
             bot.as_ref().map(|b| b.user_id.clone()),
             recipients,
         ));
-        let source = InboundSource::Pushed(Arc::new(EventsSource::new(EventsConfig {
-            listen: settings.events_listen,
-            path: settings.events_path.clone(),
-            signing_secret,
-            // Slack waits 3 s for the answer.
-            answer_deadline: Duration::from_millis(2_500),
-        })));
+        let source = InboundSource::Pushed(Arc::new(EventsSource::new(
+            EventsConfig {
+                listen: settings.events_listen,
+                path: settings.events_path.clone(),
+                signing_secret,
+                // Slack waits 3 s for the answer.
+                answer_deadline: Duration::from_millis(2_500),
+            },
+            setup.clock().clone(),
+        )));
         let who = bot.as_ref().map_or_else(
             || "Slack app".to_owned(),
             |b| format!("Slack app {} in {}", b.user_id, b.team_id),

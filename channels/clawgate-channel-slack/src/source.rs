@@ -9,7 +9,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::body::Bytes;
@@ -21,6 +21,7 @@ use clawgate_channel_sdk::{
     AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, Secret, SourceError,
 };
 use clawgate_types::DeliveryFailureKind;
+use clawgate_types::clock::Clock;
 use serde_json::Value;
 use tracing::{info, warn};
 
@@ -44,12 +45,14 @@ pub struct EventsConfig {
 #[derive(Debug)]
 pub struct EventsSource {
     config: EventsConfig,
+    /// The gateway's clock: a request's timestamp is checked against it.
+    clock: Arc<dyn Clock>,
 }
 
 impl EventsSource {
-    /// A listener set up by `config`.
-    pub fn new(config: EventsConfig) -> EventsSource {
-        EventsSource { config }
+    /// A listener set up by `config`, checking request timestamps against `clock`.
+    pub fn new(config: EventsConfig, clock: Arc<dyn Clock>) -> EventsSource {
+        EventsSource { config, clock }
     }
 }
 
@@ -57,12 +60,7 @@ struct Delivery {
     sink: Arc<dyn EventSink>,
     secret: Secret,
     deadline: Duration,
-}
-
-fn now_s() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    clock: Arc<dyn Clock>,
 }
 
 async fn deliver(
@@ -76,7 +74,8 @@ async fn deliver(
         header(TIMESTAMP_HEADER),
         header(SIGNATURE_HEADER),
         &body,
-        now_s(),
+        // A clock before 1970 is a broken host: 0 refuses every request as too old.
+        u64::try_from(delivery.clock.now_ms().div_euclid(1_000)).unwrap_or(0),
     ) {
         warn!(%error, "an Events API request was refused");
         return (StatusCode::UNAUTHORIZED, error.to_string()).into_response();
@@ -134,6 +133,7 @@ impl PushedFeed for EventsSource {
             sink: sink.clone(),
             secret: self.config.signing_secret.clone(),
             deadline: self.config.answer_deadline,
+            clock: self.clock.clone(),
         });
         let app = axum::Router::new()
             .route(&self.config.path, post(deliver))

@@ -3,10 +3,12 @@
 //! with a Helix error (nothing happened), unreachable (nothing happened), or lost after the
 //! request went out (Twitch may have posted it).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
 
 use clawgate_channel_sdk::{Secret, SendError};
 use clawgate_types::DeliveryFailureKind;
+use clawgate_types::clock::Clock;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -118,6 +120,8 @@ pub(crate) struct Helix {
     token: Secret,
     http: reqwest::Client,
     timeout: Duration,
+    /// The gateway's clock: a 429's `Ratelimit-Reset` (Unix seconds) is read against it.
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for Helix {
@@ -131,7 +135,13 @@ impl std::fmt::Debug for Helix {
 }
 
 impl Helix {
-    pub(crate) fn new(base: &str, client_id: &str, token: Secret, timeout: Duration) -> Helix {
+    pub(crate) fn new(
+        base: &str,
+        client_id: &str,
+        token: Secret,
+        timeout: Duration,
+        clock: Arc<dyn Clock>,
+    ) -> Helix {
         let http = clawgate_channel_sdk::http::client_builder()
             .connect_timeout(Duration::from_secs(5))
             .build()
@@ -142,6 +152,7 @@ impl Helix {
             token,
             http,
             timeout,
+            clock,
         }
     }
 
@@ -213,9 +224,7 @@ impl Helix {
             )));
         };
         let retry_after_ms = (status == 429).then(|| {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
+            let now = u64::try_from(self.clock.now_ms().div_euclid(1_000)).unwrap_or(0);
             reset.map_or(1_000, |r| r.saturating_sub(now).max(1) * 1_000)
         });
         Err(CallError::Refused {
@@ -270,7 +279,49 @@ mod tests {
             "cid",
             Secret::new("very-secret"),
             Duration::from_secs(1),
+            Arc::new(clawgate_types::clock::SystemClock),
         );
         assert!(!format!("{helix:?}").contains("very-secret"));
+    }
+
+    /// `Ratelimit-Reset` is a Unix time: how long until it is read on the gateway's clock.
+    #[cfg(feature = "simulator")]
+    #[tokio::test]
+    async fn a_helix_rate_limits_reset_is_read_on_the_gateways_clock() {
+        use clawgate_types::clock::{ManualClock, SystemClock};
+
+        use crate::simulator::{SimulatorConfig, TwitchSimulator};
+
+        // No points: the first call is refused, its reset a minute from the host's now.
+        let sim = TwitchSimulator::start(SimulatorConfig {
+            helix_points_per_minute: 0,
+            ..SimulatorConfig::default()
+        })
+        .await
+        .expect("the simulator starts");
+        let config = sim.config();
+        // The gateway's clock ten minutes behind the host's.
+        let clock = Arc::new(ManualClock::new(SystemClock.now_ms() - 600_000));
+        let helix = Helix::new(
+            &sim.helix_base(),
+            &config.client_id,
+            Secret::new(&config.bot_token),
+            Duration::from_secs(3),
+            clock,
+        );
+        let refused = helix
+            .send_chat_message("1", &config.bot_user_id, "hi", None)
+            .await
+            .expect_err("no points left");
+        let CallError::Refused {
+            status: 429,
+            retry_after_ms: Some(wait),
+            ..
+        } = refused
+        else {
+            panic!("a rate limit: {refused:?}");
+        };
+        assert!((600_000..=662_000).contains(&wait), "{wait} ms");
+        sim.stop().await;
     }
 }

@@ -13,10 +13,11 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use clawgate_channel_sdk::{EventSink, NoTransportAck, PushedEvent, Secret, SendError};
 use clawgate_types::DeliveryFailureKind;
+use clawgate_types::clock::Clock;
 use irc_proto::{CapSubCommand, Command, Message};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -80,7 +81,9 @@ struct Shared {
     /// Bumped whenever `facts` changes.
     facts_changed: watch::Sender<u64>,
     started: std::sync::Once,
-    epoch_ms: u128,
+    /// Synthetic receipt ids: when the connection was made (ms on the gateway's clock) and a
+    /// counter.
+    epoch_ms: i64,
     counter: AtomicU64,
     shutdown: watch::Sender<bool>,
 }
@@ -124,12 +127,11 @@ fn not_sent(why: impl Into<String>) -> SendError {
 }
 
 impl Connection {
-    pub(crate) fn new(config: ConnectionConfig) -> Connection {
+    /// A connection (not started) whose receipt ids are dated by `clock`.
+    pub(crate) fn new(config: ConnectionConfig, clock: &dyn Clock) -> Connection {
         let (requests, inbox) = mpsc::channel(64);
         let (shutdown, _) = watch::channel(false);
-        let epoch_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
+        let epoch_ms = clock.now_ms();
         let shared = Arc::new(Shared {
             config,
             state: watch::channel(LinkState::Down(None)).0,
@@ -651,5 +653,32 @@ async fn deliver(shared: &Arc<Shared>, line: &str) {
             }
             held.push_back(event);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synthetic_receipts_are_dated_by_the_gateways_clock() {
+        let config = ConnectionConfig {
+            host: "127.0.0.1".into(),
+            port: 6667,
+            login: "claw".into(),
+            token: Secret::new("token"),
+            channels: Vec::new(),
+            connect_timeout: Duration::from_secs(1),
+            answer_timeout: Duration::from_secs(1),
+            keepalive: Duration::from_secs(1),
+            backoff_min: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(1),
+        };
+        let clock = clawgate_types::clock::ManualClock::new(1_234_567);
+        let connection = Connection::new(config, &clock);
+        assert_eq!(
+            synthetic_receipt(&connection.shared),
+            "twitch-irc-1234567-1"
+        );
     }
 }

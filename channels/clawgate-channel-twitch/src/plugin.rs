@@ -256,6 +256,7 @@ impl TwitchFactory {
                         &client_id,
                         token.clone(),
                         Duration::from_millis(settings.request_timeout_ms.max(1)),
+                        setup.clock().clone(),
                     ),
                     sender_id: user_id,
                 }
@@ -277,7 +278,7 @@ impl TwitchFactory {
                     .max(settings.reconnect_min_ms.max(1)),
             ),
         };
-        let connection = Connection::new(config);
+        let connection = Connection::new(config, setup.clock().as_ref());
         let adapter = Arc::new(TwitchAdapter::new(
             &setup.name,
             connection.clone(),

@@ -3,6 +3,7 @@
 //! retry, one mint under concurrency, token-endpoint refusals as failure classes, and the
 //! start-up checks of the key.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use clawgate_channel_googlechat::simulator::{
@@ -10,6 +11,7 @@ use clawgate_channel_googlechat::simulator::{
 };
 use clawgate_channel_googlechat::{GoogleChatCredentials, GoogleChatFactory};
 use clawgate_channel_sdk::prelude::*;
+use clawgate_types::clock::{Clock, ManualClock, SystemClock};
 use serde_json::{Value, json};
 
 use crate::peer::{KEY_ENV, Peer, SERVICE_ACCOUNT, quiet};
@@ -59,21 +61,52 @@ async fn a_token_is_minted_on_first_use_and_reused() {
 
 #[tokio::test]
 async fn a_short_lived_token_is_renewed_before_it_expires_so_no_send_meets_a_401() {
-    // A 2 s token is due for renewal after 1 s (half its lifetime) and is accepted for 2 s.
+    // A 60 s token is due for renewal after 30 s (half its lifetime), counted on the gateway's
+    // clock: no wall-clock time has to pass.
     let config = SimulatorConfig {
-        token_lifetime: Duration::from_secs(2),
+        token_lifetime: Duration::from_secs(60),
         ..quiet()
     };
-    let peer = Peer::with_service_account(config, json!({})).await;
+    let clock = Arc::new(ManualClock::new(SystemClock.now_ms()));
+    let peer = Peer::with_service_account_on(config, json!({}), Some(clock.clone())).await;
     let space = peer.room("renew");
     send(&peer, &space, "renew-1", "first").await.unwrap();
+    clock.advance(29_000);
+    send(&peer, &space, "renew-2", "second").await.unwrap();
+    assert_eq!(
+        minted(&peer),
+        1,
+        "still fresh: {:?}",
+        peer.sim.token_requests()
+    );
     // Past the renewal point, before the first token expires: a send now mints a new token
     // instead of using the old one to its end.
-    tokio::time::sleep(Duration::from_millis(1_300)).await;
-    send(&peer, &space, "renew-2", "second").await.unwrap();
+    clock.advance(2_000);
+    send(&peer, &space, "renew-3", "third").await.unwrap();
     assert_eq!(minted(&peer), 2, "{:?}", peer.sim.token_requests());
     assert_eq!(unauthenticated_calls(&peer), 0, "{:?}", peer.sim.calls());
-    assert_eq!(peer.texts(&space), ["first", "second"]);
+    assert_eq!(peer.texts(&space), ["first", "second", "third"]);
+}
+
+#[tokio::test]
+async fn the_assertion_is_dated_by_the_gateways_clock() {
+    // A gateway clock two hours behind Google's: its assertion expired an hour ago as Google
+    // reads it, and the grant is refused (the advice names the clock).
+    let clock = Arc::new(ManualClock::new(SystemClock.now_ms() - 7_200_000));
+    let peer = Peer::with_service_account_on(quiet(), json!({}), Some(clock.clone())).await;
+    let space = peer.room("skewed");
+    let error = send(&peer, &space, "skewed-1", "x").await.unwrap_err();
+    assert_eq!(error.kind, DeliveryFailureKind::Auth, "{}", error.message);
+    assert!(error.message.contains("clock"), "{}", error.message);
+    assert_eq!(
+        peer.sim.token_requests()[0].error.as_deref(),
+        Some("invalid_grant")
+    );
+    // Set right, the same channel mints and sends.
+    clock.set(SystemClock.now_ms());
+    send(&peer, &space, "skewed-2", "x").await.unwrap();
+    assert_eq!(minted(&peer), 1);
+    assert_eq!(peer.texts(&space), ["x"]);
 }
 
 #[tokio::test]

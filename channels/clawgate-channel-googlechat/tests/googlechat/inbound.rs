@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use clawgate_channel_googlechat::message_id_for;
-use clawgate_channel_googlechat::simulator::{SpaceKind, keys};
+use clawgate_channel_googlechat::simulator::{GoogleChatSimulator, SpaceKind, keys};
+use clawgate_channel_googlechat::{EventsConfig, EventsSource, TokenError, message_id_for};
 use clawgate_channel_sdk::NoTransportAck;
 use clawgate_channel_sdk::prelude::*;
 use clawgate_messages::{
@@ -18,7 +18,7 @@ use clawgate_messages::{
 };
 use clawgate_store::WatermarkKey;
 use clawgate_store_sqlite::SqliteStore;
-use clawgate_types::clock::SystemClock;
+use clawgate_types::clock::{Clock, ManualClock, SystemClock};
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 
@@ -222,6 +222,35 @@ async fn missing_forged_expired_and_misaddressed_tokens_are_refused_before_the_b
     })
     .await;
     running.stop().await;
+}
+
+#[tokio::test]
+async fn a_token_expires_by_the_gateways_clock() {
+    let sim = GoogleChatSimulator::start(crate::peer::quiet())
+        .await
+        .unwrap();
+    let clock = Arc::new(ManualClock::new(SystemClock.now_ms()));
+    let source = EventsSource::new(
+        EventsConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            path: "/googlechat/events".into(),
+            audience: sim.audience(),
+            certs_url: sim.jwks_url(),
+            answer_deadline: Duration::from_secs(1),
+        },
+        clock.clone(),
+    );
+    // Valid for an hour by the wall clock and by the gateway's, now.
+    let token = bearer(&keys::event_claims(&sim.audience()));
+    source.verify(token.as_deref()).await.unwrap();
+    // An hour and the leeway later on the gateway's clock, none on the wall clock.
+    clock.advance(3_661_000);
+    let error = source.verify(token.as_deref()).await.unwrap_err();
+    assert!(
+        matches!(&error, TokenError::Rejected(reason) if reason.contains("expired")),
+        "{error}"
+    );
+    sim.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,7 @@
 //! side of what the tests need (spaces, faults, what is visible).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clawgate_channel_googlechat::simulator::{
@@ -10,6 +10,8 @@ use clawgate_channel_googlechat::simulator::{
 };
 use clawgate_channel_googlechat::{GoogleChatCredentials, GoogleChatFactory};
 use clawgate_channel_sdk::prelude::*;
+use clawgate_channel_sdk::{ChannelSetup, ChannelState};
+use clawgate_types::clock::Clock;
 use serde_json::{Value, json};
 
 pub(crate) struct Peer {
@@ -52,15 +54,26 @@ impl Peer {
     /// A channel authenticating as service account [`SERVICE_ACCOUNT`] (its key registered
     /// with the simulator's token endpoint), `settings` merged over the simulator's.
     pub(crate) async fn with_service_account(config: SimulatorConfig, settings: Value) -> Peer {
+        Peer::with_service_account_on(config, settings, None).await
+    }
+
+    /// [`Peer::with_service_account`] on a gateway whose clock is `clock` (the system's when
+    /// `None`).
+    pub(crate) async fn with_service_account_on(
+        config: SimulatorConfig,
+        settings: Value,
+        clock: Option<Arc<dyn Clock>>,
+    ) -> Peer {
         let sim = GoogleChatSimulator::start(config).await.unwrap();
         let key = sim.add_test_service_account(SERVICE_ACCOUNT);
         let mut settings = settings;
         settings["token_env"] = Value::Null;
         settings["service_account_key_env"] = json!(KEY_ENV);
-        Peer::built(
+        Peer::built_on(
             sim,
             GoogleChatCredentials::ServiceAccountKey(Secret::new(key)),
             settings,
+            clock,
         )
         .await
     }
@@ -69,6 +82,15 @@ impl Peer {
         sim: GoogleChatSimulator,
         credentials: GoogleChatCredentials,
         settings: Value,
+    ) -> Peer {
+        Peer::built_on(sim, credentials, settings, None).await
+    }
+
+    async fn built_on(
+        sim: GoogleChatSimulator,
+        credentials: GoogleChatCredentials,
+        settings: Value,
+        clock: Option<Arc<dyn Clock>>,
     ) -> Peer {
         let state = tempfile::tempdir().unwrap();
         let port = clawgate_conformance::ports::reserve_loopback_port();
@@ -91,8 +113,26 @@ impl Peer {
                     .insert(key.clone(), value.clone()),
             };
         }
-        let setup =
-            clawgate_conformance::channel_setup(0, "googlechat", "default", merged, state.path());
+        let setup = match clock {
+            None => clawgate_conformance::channel_setup(
+                0,
+                "googlechat",
+                "default",
+                merged,
+                state.path(),
+            ),
+            Some(clock) => ChannelSetup::new(
+                0,
+                "googlechat",
+                "default",
+                merged,
+                ChannelState::new(
+                    Arc::new(clawgate_store_sqlite::testing::open_store(state.path())),
+                    clawgate_store::ChannelScope::new("googlechat", "default"),
+                    clock,
+                ),
+            ),
+        };
         let plugin = GoogleChatFactory
             .build_with_secrets(&setup, credentials)
             .await

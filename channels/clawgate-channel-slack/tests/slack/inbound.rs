@@ -17,7 +17,7 @@ use clawgate_messages::{
 };
 use clawgate_store::WatermarkKey;
 use clawgate_store_sqlite::SqliteStore;
-use clawgate_types::clock::SystemClock;
+use clawgate_types::clock::{ManualClock, SystemClock};
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, watch};
 
@@ -251,6 +251,40 @@ async fn unsigned_forged_tampered_and_replayed_requests_are_refused() {
     let (status, _) = post(&url, &event, good_ts, good_sig).await;
     assert_eq!(status, 200, "the genuine request");
     assert_eq!(running.seen(), HashMap::from([("forged?".to_owned(), 1)]));
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requests_timestamp_is_checked_against_the_gateways_clock() {
+    // The gateway's clock ten minutes ahead of the wall clock: freshness is its call.
+    let gateway_now_s = now_s() + 600;
+    let clock = Arc::new(ManualClock::new(
+        i64::try_from(gateway_now_s).unwrap() * 1_000,
+    ));
+    let peer = Peer::with_on(crate::peer::quiet(), json!({}), Some(clock)).await;
+    let (_dir, store) = store();
+    let running = Running::start(&peer.plugin, &store, None);
+    peer.listening().await;
+    let secret = peer.sim.signing_secret();
+    let verification =
+        json!({ "token": "t", "challenge": "c0ffee", "type": "url_verification" }).to_string();
+    let signed = |ts: u64| {
+        let ts = ts.to_string();
+        let sig = signature::sign(secret.as_bytes(), &ts, verification.as_bytes());
+        (Some(ts), Some(sig))
+    };
+    let (ts, sig) = signed(now_s());
+    let (status, _) = post(&peer.events_url, &verification, ts, sig).await;
+    assert_eq!(
+        status, 401,
+        "fresh by the wall clock, ten minutes old by the gateway's"
+    );
+    let (ts, sig) = signed(gateway_now_s);
+    assert_eq!(
+        post(&peer.events_url, &verification, ts, sig).await,
+        (200, "c0ffee".to_owned()),
+        "fresh by the gateway's clock"
+    );
     running.stop().await;
 }
 

@@ -2,14 +2,16 @@
 //! what the tests need (conversations, faults, what is visible).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clawgate_channel_sdk::prelude::*;
+use clawgate_channel_sdk::{ChannelSetup, ChannelState};
 use clawgate_channel_slack::SlackFactory;
 use clawgate_channel_slack::simulator::{
     ConversationKind, Fault, FaultKind, SimulatorConfig, SlackSimulator,
 };
+use clawgate_types::clock::Clock;
 use serde_json::{Value, json};
 
 pub(crate) struct Peer {
@@ -39,6 +41,15 @@ impl Peer {
 
     /// A channel with `settings` merged over the simulator's on a simulator set up by `config`.
     pub(crate) async fn with(config: SimulatorConfig, settings: Value) -> Peer {
+        Peer::with_on(config, settings, None).await
+    }
+
+    /// [`Peer::with`] on a gateway whose clock is `clock` (the system's when `None`).
+    pub(crate) async fn with_on(
+        config: SimulatorConfig,
+        settings: Value,
+        clock: Option<Arc<dyn Clock>>,
+    ) -> Peer {
         let sim = SlackSimulator::start(config).await.unwrap();
         let state = tempfile::tempdir().unwrap();
         let port = clawgate_conformance::ports::reserve_loopback_port();
@@ -53,8 +64,22 @@ impl Peer {
         for (key, value) in settings.as_object().unwrap() {
             merged[key] = value.clone();
         }
-        let setup =
-            clawgate_conformance::channel_setup(0, "slack", "default", merged, state.path());
+        let setup = match clock {
+            None => {
+                clawgate_conformance::channel_setup(0, "slack", "default", merged, state.path())
+            }
+            Some(clock) => ChannelSetup::new(
+                0,
+                "slack",
+                "default",
+                merged,
+                ChannelState::new(
+                    Arc::new(clawgate_store_sqlite::testing::open_store(state.path())),
+                    clawgate_store::ChannelScope::new("slack", "default"),
+                    clock,
+                ),
+            ),
+        };
         let plugin = SlackFactory
             .build_with_secrets(
                 &setup,
