@@ -19,7 +19,7 @@ use crate::{QaAdapter, QaPlatform, QaPlatformConfig};
 #[serde(default, deny_unknown_fields)]
 pub struct QaSettings {
     /// Base URL of an already running QA platform. Unset: the platform runs inside the gateway
-    /// on loopback, its state in `<state_dir>/<channel>-platform.json`.
+    /// on loopback, its state in `<gateway state directory>/<channel>-platform.json`.
     pub base_url: Option<String>,
     /// The environment variable holding the account's token (required with `base_url`; for an
     /// embedded platform a token is generated per run when unset).
@@ -122,8 +122,8 @@ fn random_token() -> std::io::Result<String> {
 }
 
 /// Where an embedded platform of channel `name` keeps its state.
-pub fn platform_state_file(state_dir: &std::path::Path, name: &str) -> PathBuf {
-    state_dir.join(format!("{name}-platform.json"))
+pub fn platform_state_file(dir: &std::path::Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}-platform.json"))
 }
 
 #[async_trait]

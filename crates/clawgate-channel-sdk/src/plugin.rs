@@ -5,7 +5,6 @@
 
 use std::any::Any;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -135,10 +134,6 @@ pub struct ChannelSetup {
     /// Files an earlier release of the channel kept in the gateway's state directory, to
     /// import into [`state`](Self::state) once.
     pub legacy: LegacyFiles,
-    /// The gateway's state directory, for the channel crates that still keep files of their
-    /// own while they move to [`state`](Self::state); it goes away once none reads it. New code
-    /// uses `state`.
-    pub state_dir: PathBuf,
 }
 
 impl ChannelSetup {
@@ -157,15 +152,7 @@ impl ChannelSetup {
             settings,
             state,
             legacy: LegacyFiles::none(),
-            state_dir: std::env::temp_dir(),
         }
-    }
-
-    /// With the gateway's state directory (see [`state_dir`](Self::state_dir)).
-    #[must_use]
-    pub fn with_state_dir(mut self, dir: impl Into<PathBuf>) -> ChannelSetup {
-        self.state_dir = dir.into();
-        self
     }
 
     /// With files of an earlier release to import.

@@ -299,8 +299,7 @@ impl Gateway {
                         settings,
                         channel_state,
                     )
-                    .with_legacy_files(LegacyFiles::in_dir(state.path()))
-                    .with_state_dir(state.path()),
+                    .with_legacy_files(LegacyFiles::in_dir(state.path())),
                 )
                 .await
                 .map_err(GatewayError::Channel)?;

@@ -196,9 +196,10 @@ macro_rules! conformance_tests {
     };
 }
 
-/// The state a gateway hands channel `name` of `account`, kept in the SQLite store of `dir`
-/// (created and migrated there): a channel built again on the same `dir` — a restart — finds
-/// what the first one wrote.
+/// The state a gateway hands channel `name` of `account` (scoped by `name` and `account`; the
+/// gateway scopes by kind and account), kept in the SQLite store of `dir` (created and migrated
+/// there): a channel built again on the same `dir` — a restart — finds what the first one
+/// wrote.
 pub fn channel_state(
     dir: impl AsRef<std::path::Path>,
     name: &str,
@@ -220,7 +221,6 @@ pub fn channel_setup(
     settings: serde_json::Value,
     dir: impl AsRef<std::path::Path>,
 ) -> clawgate_channel_sdk::ChannelSetup {
-    let dir = dir.as_ref();
     clawgate_channel_sdk::ChannelSetup::new(
         index,
         name,
@@ -228,7 +228,6 @@ pub fn channel_setup(
         settings,
         channel_state(dir, name, account),
     )
-    .with_state_dir(dir)
 }
 
 /// A [`ChannelSetup`](clawgate_channel_sdk::ChannelSetup) whose state is kept in an in-memory
