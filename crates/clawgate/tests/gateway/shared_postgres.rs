@@ -373,92 +373,147 @@ async fn a_busy_state_database_is_not_reported_as_a_hidden_session() {
         .expect("after the lock the same request succeeds");
 }
 
+/// One Zalo Official Account on the simulator, served by two gateways that share one
+/// PostgreSQL state (a fresh schema) and one webhook address (only the gateway serving the
+/// account binds it).
+struct SharedOa {
+    sim: clawgate_channel_zalo::simulator::ZaloSimulator,
+    url: String,
+    schema: String,
+    refresh_token: String,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+impl SharedOa {
+    /// `reconcile_delay_ms`: how long an unknown send waits before it is reconciled.
+    async fn start(words: usize, reconcile_delay_ms: u64) -> SharedOa {
+        use clawgate_channel_zalo::simulator::{SimulatorConfig, ZaloSimulator};
+        let url = clawgate_store_postgres::testing::server_url();
+        let sim = ZaloSimulator::start(SimulatorConfig {
+            // Zalo's 30 s … 1 h schedule for webhooks it could not deliver, shortened; long
+            // enough to outlast a takeover.
+            retry_delays: [
+                200, 500, 1_000, 2_000, 2_000, 3_000, 3_000, 5_000, 5_000, 10_000, 20_000,
+            ]
+            .into_iter()
+            .map(Duration::from_millis)
+            .collect(),
+            ..SimulatorConfig::default()
+        })
+        .await
+        .expect("the Zalo simulator starts");
+        let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
+        sim.set_webhook_url(Some(&format!("http://127.0.0.1:{port}/zalo/webhook")));
+        let refresh_token = sim.authorize();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let schema = clawgate_store_postgres::testing::fresh_schema("zalo-shared");
+        let text = format!(
+            "[state]\nbackend = \"postgres\"\npostgres_url_env = \"E2E_PG_URL\"\n\
+             postgres_schema = \"{schema}\"\npostgres_pool_size = 4\naccount_lease_secs = 1\n\n\
+             [gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
+             [retry]\nbase_delay_ms = 100\nmax_delay_ms = 2000\n\
+             reconcile_delay_ms = {reconcile_delay_ms}\n\n\
+             [[agents]]\nid = \"main\"\ncommand = [{BIN:?}, \"demo-agent\", \"--chunk-ms\", \
+             \"20\", \"--words\", \"{words}\"]\n\n\
+             [[channels]]\nkind = \"zalo\"\nmax_turn_attempts = 50\n\
+             settings = {{ app_id = \"{}\", app_secret_env = \"E2E_ZALO_APP_SECRET\", \
+             oa_secret_key_env = \"E2E_ZALO_OA_SECRET_KEY\", refresh_token_env = \
+             \"E2E_ZALO_REFRESH_TOKEN\", api_base = \"{api}\", oauth_base = \"{api}\", \
+             webhook_listen = \"127.0.0.1:{port}\", request_timeout_ms = 3000 }}\n",
+            sim.app_id(),
+            api = sim.api_url()
+        );
+        let config = dir.path().join("clawgate.toml");
+        std::fs::write(&config, text).expect("config written");
+        SharedOa {
+            sim,
+            url,
+            schema,
+            refresh_token,
+            dir,
+            config,
+        }
+    }
+
+    /// The state directory of gateway `n` (its lock, log and instance id).
+    fn state(&self, n: usize) -> PathBuf {
+        self.dir.path().join(["a", "b"][n])
+    }
+
+    fn gateway(&self, n: usize, seed: u64) -> GatewayProcess {
+        let (app_secret, oa_secret) = (self.sim.app_secret(), self.sim.oa_secret_key());
+        GatewayProcess::try_start(
+            &self.state(n),
+            &self.config,
+            &[
+                ("E2E_PG_URL", self.url.as_str()),
+                ("E2E_ZALO_APP_SECRET", app_secret.as_str()),
+                ("E2E_ZALO_OA_SECRET_KEY", oa_secret.as_str()),
+                // Spent by the first start; the rotated chain lives in the shared state.
+                ("E2E_ZALO_REFRESH_TOKEN", self.refresh_token.as_str()),
+                ("CLAWGATE_LOG", "info"),
+            ],
+        )
+        .unwrap_or_else(|why| panic!("seed {seed}: {why}"))
+    }
+
+    fn serving(&self, n: usize) -> bool {
+        std::fs::read_to_string(self.state(n).with_extension("log"))
+            .unwrap_or_default()
+            .contains("serving this channel account")
+    }
+
+    /// Rows of a two-column query on the shared state (`{schema}` is replaced).
+    async fn pairs(&self, query: &str) -> Vec<(String, String)> {
+        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+            .await
+            .expect("a connection to the test server");
+        tokio::spawn(connection);
+        client
+            .query(&query.replace("{schema}", &self.schema), &[])
+            .await
+            .expect("the query")
+            .iter()
+            .map(|row| (row.get::<_, String>(0), row.get::<_, String>(1)))
+            .collect()
+    }
+}
+
 /// Zalo has no idempotency key: a send whose answer was lost is settled only by the evidence
 /// the channel keeps (the attempt, written before the request, and the message's echo). Two
 /// gateways share one PostgreSQL state and one Official Account on the simulator; the one
 /// serving the account sends a reply whose answer is lost and is SIGKILLed before it settles
 /// it (reconciliation waits 3 s). The other takes the account over and must settle the send
-/// from the shared evidence: Zalo shows the reply exactly once. With the evidence in a file
-/// beside the killed gateway, the survivor found no attempt, took the send for not sent and
-/// delivered it again.
+/// from the shared evidence: Zalo shows the reply exactly once. With the evidence in files
+/// beside the killed gateway, the survivor could not even start (the refresh token the first
+/// rotated was in the first one's file), and had it started it would have found no attempt and
+/// sent the reply again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_zalo_answer_left_by_a_killed_gateway_is_settled_by_the_other_from_the_shared_state()
 {
-    use clawgate_channel_zalo::simulator::{Fault, FaultKind, SimulatorConfig, ZaloSimulator};
+    use clawgate_channel_zalo::simulator::{Fault, FaultKind};
 
     const WORDS: usize = 6;
     const SEND_PATH: &str = "/v3.0/oa/message/cs";
-    let url = clawgate_store_postgres::testing::server_url();
-    let sim = ZaloSimulator::start(SimulatorConfig {
-        // Zalo's 30 s … 1 h schedule for webhooks it could not deliver, shortened.
-        retry_delays: [200, 500, 1_000, 2_000, 3_000, 5_000, 5_000, 10_000]
-            .into_iter()
-            .map(Duration::from_millis)
-            .collect(),
-        ..SimulatorConfig::default()
-    })
-    .await
-    .expect("the Zalo simulator starts");
-    // Both gateways listen on the same address; only the one serving the account binds it.
-    let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
-    sim.set_webhook_url(Some(&format!("http://127.0.0.1:{port}/zalo/webhook")));
-    let refresh_token = sim.authorize();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let schema = clawgate_store_postgres::testing::fresh_schema("zalo-takeover");
-    let text = format!(
-        "[state]\nbackend = \"postgres\"\npostgres_url_env = \"E2E_PG_URL\"\n\
-         postgres_schema = \"{schema}\"\npostgres_pool_size = 4\naccount_lease_secs = 1\n\n\
-         [gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
-         [retry]\nbase_delay_ms = 100\nmax_delay_ms = 2000\nreconcile_delay_ms = 3000\n\n\
-         [[agents]]\nid = \"main\"\ncommand = [{BIN:?}, \"demo-agent\", \"--chunk-ms\", \"20\", \
-         \"--words\", \"{WORDS}\"]\n\n\
-         [[channels]]\nkind = \"zalo\"\nmax_turn_attempts = 50\n\
-         settings = {{ app_id = \"{}\", app_secret_env = \"E2E_ZALO_APP_SECRET\", \
-         oa_secret_key_env = \"E2E_ZALO_OA_SECRET_KEY\", refresh_token_env = \
-         \"E2E_ZALO_REFRESH_TOKEN\", api_base = \"{api}\", oauth_base = \"{api}\", \
-         webhook_listen = \"127.0.0.1:{port}\", request_timeout_ms = 3000 }}\n",
-        sim.app_id(),
-        api = sim.api_url()
-    );
-    let config = dir.path().join("clawgate.toml");
-    std::fs::write(&config, text).expect("config written");
-    let (app_secret, oa_secret) = (sim.app_secret(), sim.oa_secret_key());
-    let start = |state: &Path| {
-        GatewayProcess::try_start(
-            state,
-            &config,
-            &[
-                ("E2E_PG_URL", url.as_str()),
-                ("E2E_ZALO_APP_SECRET", app_secret.as_str()),
-                ("E2E_ZALO_OA_SECRET_KEY", oa_secret.as_str()),
-                ("E2E_ZALO_REFRESH_TOKEN", refresh_token.as_str()),
-                ("CLAWGATE_LOG", "info"),
-            ],
-        )
-        .unwrap_or_else(|why| panic!("{why}"))
-    };
-    let states = [dir.path().join("a"), dir.path().join("b")];
-    let serving = |state: &PathBuf| {
-        std::fs::read_to_string(state.with_extension("log"))
-            .unwrap_or_default()
-            .contains("serving this channel account")
-    };
-    let first = start(&states[0]);
+    let oa = SharedOa::start(WORDS, 3_000).await;
+    let first = oa.gateway(0, 0);
     crate::support::eventually(Duration::from_secs(20), "the first gateway serves", || {
-        let serves = serving(&states[0]);
+        let serves = oa.serving(0);
         async move { serves.then_some(()) }
     })
     .await;
-    let second = start(&states[1]);
+    let second = oa.gateway(1, 0);
 
     // The reply lands on Zalo and its answer is lost.
-    sim.inject(Fault::new(FaultKind::LoseAnswer));
+    oa.sim.inject(Fault::new(FaultKind::LoseAnswer));
     let person = "8490000000000200001";
     let said = "a question for whichever gateway answers";
-    sim.person_writes(person, said);
+    oa.sim.person_writes(person, said);
     let expected = demo_reply(said, WORDS);
     let landed = || {
-        sim.sent(person)
+        oa.sim
+            .sent(person)
             .iter()
             .filter(|m| m.text == expected)
             .count()
@@ -475,23 +530,17 @@ async fn a_lost_zalo_answer_left_by_a_killed_gateway_is_settled_by_the_other_fro
         Duration::from_secs(30),
         "the second gateway takes over",
         || {
-            let serves = serving(&states[1]);
+            let serves = oa.serving(1);
             async move { serves.then_some(()) }
         },
     )
     .await;
     // Settled from the shared evidence: the intent is committed `sent` without a second send.
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .expect("a connection to the test server");
-    tokio::spawn(connection);
     let statuses = || async {
-        client
-            .query(&format!("SELECT status FROM {schema}.send_intents"), &[])
+        oa.pairs("SELECT idempotency_key, status FROM {schema}.send_intents")
             .await
-            .expect("the intents")
-            .iter()
-            .map(|row| row.get::<_, String>(0))
+            .into_iter()
+            .map(|(_, status)| status)
             .collect::<Vec<_>>()
     };
     let settled = {
@@ -507,8 +556,13 @@ async fn a_lost_zalo_answer_left_by_a_killed_gateway_is_settled_by_the_other_fro
     // A while longer, for a second copy that would come after the commit.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let exit = second.interrupt();
-    let sends = sim.calls().iter().filter(|c| c.path == SEND_PATH).count();
-    let bot_messages: Vec<String> = sim.sent(person).into_iter().map(|m| m.text).collect();
+    let sends = oa
+        .sim
+        .calls()
+        .iter()
+        .filter(|c| c.path == SEND_PATH)
+        .count();
+    let bot_messages: Vec<String> = oa.sim.sent(person).into_iter().map(|m| m.text).collect();
     assert_eq!(
         (landed(), sends),
         (1, 1),
@@ -517,4 +571,164 @@ async fn a_lost_zalo_answer_left_by_a_killed_gateway_is_settled_by_the_other_fro
     assert_eq!(bot_messages, [expected], "nothing else reached the person");
     assert_eq!(settled, ["sent"], "the survivor settled the send as sent");
     assert!(exit.success(), "clean stop: {exit}");
+}
+
+/// The shared-state crash matrix on a Zalo OA: two gateways on one PostgreSQL state, SIGKILLed
+/// alternately at seeded random instants (the other takes the account over), one send answer
+/// per round lost after Zalo accepted it, people writing throughout. Judged from the
+/// simulator's record: every message has exactly one final, none is sent twice and nothing
+/// else reaches anyone. One outcome is inherent to a platform without an idempotency key and
+/// excused with its evidence: a request killed after its attempt was recorded but before Zalo
+/// received it stays `unknown_after_send` for an operator (no such text to that person
+/// landed), and that person's later messages wait behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_sigkills_alternating_between_two_gateways_on_one_zalo_oa_send_every_final_once() {
+    use clawgate_channel_zalo::simulator::{Fault, FaultKind};
+
+    const WORDS: usize = 6;
+    let seed = crash_seed();
+    let (kills, count) = crash_size("SHARED_ZALO", 4, 12);
+    eprintln!("shared zalo crash matrix: seed {seed}, {kills} kills, {count} messages");
+    let mut rng = Rng(seed);
+    let oa = SharedOa::start(WORDS, 300).await;
+    let people: Vec<String> = (0..4).map(|n| format!("84900000000003{n:05}")).collect();
+    let mut asked: Vec<(String, String, String)> = Vec::new();
+    let write = |rng: &mut Rng, asked: &mut Vec<(String, String, String)>| {
+        let person = people[usize::try_from(rng.below(people.len() as u64)).unwrap_or(0)].clone();
+        let text = format!("message {} from {person}", asked.len());
+        let msg_id = oa.sim.person_writes(&person, &text);
+        asked.push((person, msg_id, demo_reply(&text, WORDS)));
+    };
+    let mut gateways = [Some(oa.gateway(0, seed)), Some(oa.gateway(1, seed))];
+    let started = Instant::now();
+    let batch = count.div_ceil(usize::try_from(kills).unwrap_or(1).max(1));
+    let mut lost_answers = 0;
+    for kill in 0..usize::try_from(kills).unwrap_or(0) {
+        oa.sim
+            .inject(Fault::new(FaultKind::LoseAnswer).after(rng.below(3) as u32));
+        lost_answers += 1;
+        for _ in 0..batch.min(count - asked.len()) {
+            write(&mut rng, &mut asked);
+        }
+        tokio::time::sleep(Duration::from_millis(rng.below(MAX_KILL_DELAY_MS + 1))).await;
+        // Kills alternate, so each one hits the gateway serving the account (the first serves
+        // first; the other took over after the previous kill) with its work in flight; the
+        // other takes the account over once the 1 s lease runs out.
+        let victim = kill % 2;
+        if let Some(gateway) = gateways[victim].take() {
+            gateway.kill_hard();
+        }
+        tokio::time::sleep(Duration::from_millis(
+            1_500 + rng.below(MAX_KILL_DELAY_MS + 1),
+        ))
+        .await;
+        gateways[victim] = Some(oa.gateway(victim, seed));
+    }
+    while asked.len() < count {
+        write(&mut rng, &mut asked);
+    }
+
+    // The verdict, from the simulator's record and the shared intents and inbound records.
+    let judge = |statuses: &[(String, String)], inbound: &[(String, String)]| {
+        let sent = oa.sim.all_sent();
+        let (mut finals, mut unknown, mut blocked, mut problems) = (0, 0, 0, Vec::new());
+        let mut parked: std::collections::HashMap<&str, usize> = Default::default();
+        for (at, (person, msg_id, expected)) in asked.iter().enumerate() {
+            let prefix = format!("zalo:reply:{msg_id}:");
+            let replies: Vec<&str> = statuses
+                .iter()
+                .filter(|(key, _)| key.starts_with(&prefix))
+                .map(|(_, status)| status.as_str())
+                .collect();
+            match sent
+                .iter()
+                .filter(|m| &m.user_id == person && &m.text == expected)
+                .count()
+            {
+                1 => finals += 1,
+                0 if replies.contains(&"unknown_after_send") => {
+                    // No final landed: the request never reached Zalo.
+                    unknown += 1;
+                    parked.entry(person.as_str()).or_insert(at);
+                }
+                0 if replies.is_empty()
+                    && parked.get(person.as_str()).is_some_and(|first| *first < at)
+                    && inbound
+                        .iter()
+                        .any(|(id, s)| id == msg_id && s == "received") =>
+                {
+                    blocked += 1;
+                }
+                0 => problems.push(format!("{msg_id} from {person}: no final ({replies:?})")),
+                n => problems.push(format!("{msg_id} from {person}: {n} finals")),
+            }
+        }
+        for stray in sent.iter().filter(|m| {
+            !asked
+                .iter()
+                .any(|(p, _, e)| *p == m.user_id && *e == m.text)
+        }) {
+            problems.push(format!(
+                "stray message to {}: {:?}",
+                stray.user_id, stray.text
+            ));
+        }
+        for delivery in oa.sim.deliveries().iter().filter(|d| d.given_up) {
+            problems.push(format!("Zalo gave up on delivery {}", delivery.id));
+        }
+        (finals, unknown, blocked, problems)
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut verdict;
+    loop {
+        let statuses = oa
+            .pairs("SELECT idempotency_key, status FROM {schema}.send_intents")
+            .await;
+        let inbound = oa
+            .pairs("SELECT event_id, status FROM {schema}.inbound_records")
+            .await;
+        verdict = judge(&statuses, &inbound);
+        let (finals, unknown, blocked, _) = &verdict;
+        if finals + unknown + blocked == asked.len() && oa.sim.pending_deliveries() == 0
+            || Instant::now() > deadline
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // A while longer, for anything that would land twice; then judged again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let exits: Vec<_> = gateways
+        .iter_mut()
+        .filter_map(Option::take)
+        .map(GatewayProcess::interrupt)
+        .collect();
+    let statuses = oa
+        .pairs("SELECT idempotency_key, status FROM {schema}.send_intents")
+        .await;
+    let inbound = oa
+        .pairs("SELECT event_id, status FROM {schema}.inbound_records")
+        .await;
+    let (finals, unknown, blocked, problems) = judge(&statuses, &inbound);
+    let served = [0, 1].map(|n| oa.serving(n));
+    eprintln!(
+        "shared-zalo crash matrix figures: seed={seed} kills={kills} messages={} finals={finals} \
+         unknown={unknown} blocked_behind_unknown={blocked} lost_answers={lost_answers} \
+         violations={} leftovers=0 seconds={:.1}",
+        asked.len(),
+        problems.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if !problems.is_empty() || exits.iter().any(|e| !e.success()) {
+        let kept = oa.dir.keep();
+        panic!(
+            "shared zalo crash matrix failed (seed {seed}; CLAWGATE_CRASH_SEED={seed} replays \
+             it; logs in {}): exits {exits:?}; {problems:?}",
+            kept.display()
+        );
+    }
+    assert!(
+        served.iter().all(|s| *s) || kills < 2,
+        "seed {seed}: both gateways served the account at some point: {served:?}"
+    );
 }
