@@ -387,3 +387,102 @@ async fn a_wrong_app_secret_stops_the_start_naming_the_refresh_setting() {
         "never prints a secret: {error}"
     );
 }
+
+/// An upgrade: a state directory written by the release that kept Zalo's state in files. Its
+/// `zalo-tokens.json` holds the live refresh token (the configured one was spent long ago) and
+/// `zalo-sends.jsonl` its send book. The gateway imports both into its store at start, sets the
+/// files aside as `<name>.imported` and answers with the imported chain; a second start (the
+/// files gone) keeps working from the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_directory_of_the_file_keeping_release_is_imported_and_the_oa_keeps_working() {
+    use sha2::{Digest, Sha256};
+    let oa = Oa::start(&["--chunk-ms", "20", "--words", "5"]).await;
+    oa.sim.set_webhook_url(Some(&oa.webhook_url));
+    // Rotate the configured token once elsewhere, as the earlier release did.
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let rotated = GatewayProcess::try_start(
+        &elsewhere.path().join("state"),
+        &oa.config,
+        &[
+            (APP_SECRET_ENV, oa.sim.app_secret().as_str()),
+            (OA_SECRET_ENV, oa.sim.oa_secret_key().as_str()),
+            (REFRESH_ENV, oa.refresh_token.as_str()),
+        ],
+    )
+    .expect("a first gateway rotates the token");
+    rotated.interrupt();
+    let live = state_pairs(
+        &elsewhere.path().join("state"),
+        "SELECT name, value FROM channel_values WHERE kind = 'zalo' AND name = 'tokens'",
+    )
+    .into_iter()
+    .map(|(_, value)| serde_json::from_str::<serde_json::Value>(&value).expect("json"))
+    .next()
+    .expect("the rotated chain")["refresh_token"]
+        .as_str()
+        .expect("a refresh token")
+        .to_owned();
+    let seeded_from: String = Sha256::digest(oa.refresh_token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    std::fs::create_dir_all(oa.state()).expect("state directory");
+    std::fs::write(
+        oa.state().join("zalo-tokens.json"),
+        serde_json::json!({
+            "access_token": "", "access_expires_at_ms": 0, "refresh_token": live,
+            "seeded_from": seeded_from,
+        })
+        .to_string(),
+    )
+    .expect("the earlier release's token file");
+    let an_hour_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis()
+        - 3_600_000;
+    std::fs::write(
+        oa.state().join("zalo-sends.jsonl"),
+        format!(
+            "{}\n",
+            serde_json::json!({
+                "t": "attempt", "key": "zalo:reply:old:0#0", "user_id": "849",
+                "text": "an old reply", "at_ms": an_hour_ago,
+            })
+        ),
+    )
+    .expect("the earlier release's send book");
+
+    let gateway = oa
+        .gateway()
+        .expect("the upgraded gateway starts on the imported chain");
+    let asked = vec![oa.write("8490000000000400001", "after the upgrade", 5)];
+    settle(&oa.sim, &oa.state(), &asked, Duration::from_secs(20)).await;
+    assert!(gateway.interrupt().success());
+    for name in ["zalo-tokens.json", "zalo-sends.jsonl"] {
+        assert!(!oa.state().join(name).exists(), "{name} is set aside");
+        assert!(
+            oa.state().join(format!("{name}.imported")).exists(),
+            "{name} is kept as {name}.imported"
+        );
+    }
+    let imported = state_pairs(
+        &oa.state(),
+        "SELECT key, value FROM channel_records WHERE kind = 'zalo' AND book = 'sends'",
+    );
+    assert!(
+        imported
+            .iter()
+            .any(|(key, _)| key.contains("zalo:reply:old:0#0")),
+        "the old book's attempt is in the store: {imported:?}"
+    );
+    // The files are gone: a restart works from the store alone.
+    let again = oa.gateway().expect("a restart uses the stored chain");
+    let mut asked = asked;
+    asked.push(oa.write("8490000000000400001", "and after a restart", 5));
+    settle(&oa.sim, &oa.state(), &asked, Duration::from_secs(20)).await;
+    assert!(again.interrupt().success());
+    let verdict = judge(&oa.sim, &oa.state(), &asked);
+    assert!(verdict.holds(), "{verdict:?}");
+    assert_eq!(verdict.finals, 2, "{verdict:?}");
+}
