@@ -440,8 +440,8 @@ impl LegacyFiles {
         Ok(Some(out))
     }
 
-    /// Sets file (or directory) `name` aside as `<name>.imported`, durably; nothing when it
-    /// is not there.
+    /// Sets file (or directory) `name` aside as `<name>.imported` (`.imported.2`, … when an
+    /// earlier one is there), durably; nothing when it is not there.
     pub fn retire(&self, name: &str) -> std::io::Result<()> {
         let (Some(dir), Some(path)) = (self.dir.as_ref(), self.path(name)) else {
             return Ok(());
@@ -449,7 +449,15 @@ impl LegacyFiles {
         if std::fs::symlink_metadata(&path).is_err() {
             return Ok(());
         }
-        std::fs::rename(&path, dir.join(format!("{name}{RETIRED_SUFFIX}")))?;
+        // An earlier import's copy may be there (a file put back by hand): keep both, since a
+        // directory cannot be renamed over a full one.
+        let mut target = dir.join(format!("{name}{RETIRED_SUFFIX}"));
+        let mut n = 1;
+        while std::fs::symlink_metadata(&target).is_ok() {
+            n += 1;
+            target = dir.join(format!("{name}{RETIRED_SUFFIX}.{n}"));
+        }
+        std::fs::rename(&path, target)?;
         sync_dir(dir)
     }
 }
@@ -585,5 +593,20 @@ pub(crate) mod tests {
         assert!(dir.path().join("journal.jsonl.imported").is_file());
         assert!(dir.path().join("refs.imported").is_dir());
         assert_eq!(LegacyFiles::none().read("journal.jsonl").unwrap(), None);
+
+        // Put back after an import (by hand, or a restored backup): imported again and set
+        // aside beside the first copy.
+        std::fs::create_dir(dir.path().join("refs")).unwrap();
+        std::fs::write(dir.path().join("refs").join("c"), b"3").unwrap();
+        legacy.retire("refs").unwrap();
+        assert!(
+            dir.path().join("refs.imported").join("a").is_file(),
+            "the first copy"
+        );
+        assert!(
+            dir.path().join("refs.imported.2").join("c").is_file(),
+            "the second copy"
+        );
+        assert_eq!(legacy.read_dir("refs").unwrap(), None);
     }
 }
