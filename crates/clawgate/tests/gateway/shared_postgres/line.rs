@@ -1,0 +1,1 @@
+//! Two gateways on one PostgreSQL state serving one line account (being written).
