@@ -136,8 +136,8 @@ impl App {
                 }
             }
             Mode::User => {
-                // The start is kept in the state before the first poll.
-                while !find_file(&self.state(), "talk-start.json") {
+                // The start is kept in the channel's state (in the store) before the first poll.
+                while !poll_start_stored(&self.state()) {
                     assert!(Instant::now() < deadline, "the poller never started");
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
@@ -157,14 +157,14 @@ impl App {
     }
 }
 
-fn find_file(dir: &Path, name: &str) -> bool {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return false;
-    };
-    entries.flatten().any(|e| {
-        let path = e.path();
-        path.file_name().is_some_and(|n| n == name) || (path.is_dir() && find_file(&path, name))
-    })
+fn poll_start_stored(state: &Path) -> bool {
+    state.join("state.db").exists()
+        && !state_pairs(
+            state,
+            "SELECT name, value FROM channel_values WHERE kind = 'nextcloud' \
+             AND name = 'talk-start'",
+        )
+        .is_empty()
 }
 
 /// One message a person wrote, and the one final it must get.
