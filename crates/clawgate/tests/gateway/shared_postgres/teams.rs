@@ -1,1 +1,574 @@
-//! Two gateways on one PostgreSQL state serving one teams account (being written).
+//! Two gateways on one PostgreSQL state serving one Microsoft Teams bot, on the Bot Connector
+//! simulator (in the test process, so it outlives a SIGKILLed gateway and its record is the
+//! judge). Both gateways are configured with the same messaging endpoint; only the one holding
+//! the account binds it, and the simulator POSTs an activity again while nobody answers. No
+//! service URL is configured: the conversation references live in the shared store
+//! (`reference/<conversation id>`), so the gateway that takes the bot over answers
+//! conversations the other one learned.
+//!
+//! The rules of what is excused are those of the single-gateway Teams matrix
+//! (`tests/gateway/teams.rs`): Teams has no idempotency key and no read-back, so a send whose
+//! answer was lost stays `unknown_after_send` for an operator (visible or not, never repeated),
+//! and a preview whose creating call a kill cut off may stay beside its final (a strict prefix
+//! of it, in the same place, made by a call whose answer was lost or by a gateway later killed).
+//! Everything else fails the run.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clawgate_channel_teams::simulator::{
+    ConversationKind, Fault, FaultKind, Op, SimActivity, SimUser, SimulatorConfig, StreamState,
+    TeamsSimulator,
+};
+
+use super::MAX_KILL_DELAY_MS;
+use crate::support::{
+    BIN, GatewayProcess, Rng, crash_seed, crash_size, demo_reply, lease_processes,
+};
+
+const PASSWORD_ENV: &str = "E2E_TEAMS_APP_PASSWORD";
+const WORDS: usize = 8;
+
+/// One Teams bot on the simulator, served by two gateways sharing one PostgreSQL state (a fresh
+/// schema) and one messaging endpoint.
+struct SharedBot {
+    sim: TeamsSimulator,
+    url: String,
+    schema: String,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+impl SharedBot {
+    async fn start(seed: u64) -> SharedBot {
+        let url = clawgate_store_postgres::testing::server_url();
+        let sim = TeamsSimulator::start(SimulatorConfig {
+            answer_deadline: Duration::from_secs(10),
+            // Enough attempts to outlast a takeover.
+            retry_delays: [300, 1_000, 2_000, 3_000, 5_000, 10_000, 20_000]
+                .map(Duration::from_millis)
+                .to_vec(),
+            // 3 s tokens, renewed after 1.5 s: the gateways renew while messages flow.
+            token_lifetime: Duration::from_secs(3),
+            ..SimulatorConfig::default()
+        })
+        .await
+        .expect("the Teams simulator starts");
+        let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
+        sim.set_endpoint(Some(&format!("http://127.0.0.1:{port}/api/messages")));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let schema = clawgate_store_postgres::testing::fresh_schema(&format!("teams-{seed}"));
+        let text = format!(
+            "[state]\nbackend = \"postgres\"\npostgres_url_env = \"E2E_PG_URL\"\n\
+             postgres_schema = \"{schema}\"\npostgres_pool_size = 4\naccount_lease_secs = 1\n\n\
+             [gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
+             [retry]\nbase_delay_ms = 100\nmax_delay_ms = 2000\nreconcile_delay_ms = 500\n\n\
+             [[agents]]\nid = \"main\"\ncommand = [{BIN:?}, \"demo-agent\", \"--chunk-ms\", \
+             \"25\", \"--words\", \"{WORDS}\"]\n\n\
+             [[channels]]\nkind = \"teams\"\nmax_turn_attempts = 50\n\
+             settings = {{ app_id = \"{}\", app_password_env = \"{PASSWORD_ENV}\", \
+             listen = \"127.0.0.1:{port}\", token_url = \"{}\", openid_url = \"{}\", \
+             request_timeout_ms = 3000 }}\n",
+            sim.app_id(),
+            sim.token_url(),
+            sim.openid_url()
+        );
+        let config = dir.path().join("clawgate.toml");
+        std::fs::write(&config, text).expect("config written");
+        SharedBot {
+            sim,
+            url,
+            schema,
+            dir,
+            config,
+        }
+    }
+
+    /// The state directory of gateway `n` (its lock, log and instance id).
+    fn state(&self, n: usize) -> PathBuf {
+        self.dir.path().join(["a", "b"][n])
+    }
+
+    fn gateway(&self, n: usize, seed: u64) -> GatewayProcess {
+        GatewayProcess::try_start(
+            &self.state(n),
+            &self.config,
+            &[
+                ("E2E_PG_URL", self.url.as_str()),
+                (PASSWORD_ENV, self.sim.app_password().as_str()),
+                ("CLAWGATE_LOG", "info"),
+            ],
+        )
+        .unwrap_or_else(|why| panic!("seed {seed}: {why}"))
+    }
+
+    /// Gateway `n`'s instance id: the holder it is named by in the account lease.
+    fn instance(&self, n: usize) -> String {
+        std::fs::read_to_string(self.state(n).join("instance-id"))
+            .map(|id| id.trim().to_owned())
+            .unwrap_or_default()
+    }
+
+    fn serving(&self, n: usize) -> bool {
+        std::fs::read_to_string(self.state(n).with_extension("log"))
+            .unwrap_or_default()
+            .contains("serving this channel account")
+    }
+
+    /// Rows of a two-column query on the shared state (`{schema}` is replaced).
+    async fn pairs(&self, query: &str) -> Vec<(String, String)> {
+        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+            .await
+            .expect("a connection to the test server");
+        tokio::spawn(connection);
+        client
+            .query(&query.replace("{schema}", &self.schema), &[])
+            .await
+            .expect("the query")
+            .iter()
+            .map(|row| (row.get::<_, String>(0), row.get::<_, String>(1)))
+            .collect()
+    }
+
+    /// Which gateway (0 or 1) holds the bot's account lease now, if either does.
+    async fn holder(&self) -> Option<usize> {
+        let leases = self
+            .pairs("SELECT holder, epoch::text FROM {schema}.account_leases")
+            .await;
+        let holder = &leases.first()?.0;
+        (0..2).find(|n| self.instance(*n) == *holder)
+    }
+
+    /// The conversations whose reference the shared store holds.
+    async fn references(&self) -> Vec<String> {
+        self.pairs(
+            "SELECT name, value FROM {schema}.channel_values \
+             WHERE kind = 'teams' AND name LIKE 'reference/%'",
+        )
+        .await
+        .into_iter()
+        .filter_map(|(name, _)| name.strip_prefix("reference/").map(str::to_owned))
+        .collect()
+    }
+
+    /// After both gateways stopped cleanly: every agent lease of the shared state is resolved
+    /// and none of its processes runs. Returns what is wrong, if anything.
+    async fn leftovers(&self) -> Vec<String> {
+        let mut wrong = Vec::new();
+        for (lease, state) in self
+            .pairs("SELECT lease_id, state FROM {schema}.acpx_leases")
+            .await
+        {
+            if state == "open" || state == "closing" {
+                wrong.push(format!("lease {lease} is still {state}"));
+            }
+            let pids = lease_processes(&lease);
+            if !pids.is_empty() {
+                wrong.push(format!(
+                    "lease {lease} ({state}) still has processes {pids:?}"
+                ));
+            }
+        }
+        wrong
+    }
+
+    /// The shared reply intents (idempotency key, status) and inbound records (event id,
+    /// status).
+    async fn rows(&self) -> (Vec<(String, String)>, Vec<(String, String)>) {
+        (
+            self.pairs("SELECT idempotency_key, status FROM {schema}.send_intents")
+                .await,
+            self.pairs("SELECT event_id, status FROM {schema}.inbound_records")
+                .await,
+        )
+    }
+}
+
+/// One message a person wrote, and the one final it must get.
+#[derive(Debug, Clone)]
+struct Asked {
+    conversation: String,
+    event_id: String,
+    /// In a channel, the post's thread: the answer goes there.
+    thread: Option<String>,
+    expected: String,
+}
+
+fn write(sim: &TeamsSimulator, place: &(String, SimUser), text: &str) -> Asked {
+    let activity = sim
+        .person_writes(&place.0, &place.1, text, None)
+        .expect("the conversation exists");
+    Asked {
+        conversation: place.0.clone(),
+        event_id: format!("{}|{}", place.0, activity.id),
+        thread: activity.thread.clone(),
+        expected: demo_reply(text, WORDS),
+    }
+}
+
+#[derive(Debug, Default)]
+struct Verdict {
+    finals: usize,
+    /// Finals recorded `unknown_after_send` and not visible (parked, never repeated).
+    unknown: usize,
+    /// Finals that landed though their send was left `unknown_after_send`.
+    parked_landed: usize,
+    /// Previews left beside their final (strict prefixes of it, same place), evidenced.
+    orphans: usize,
+    problems: Vec<String>,
+}
+
+/// `killed_calls`: how many calls the simulator had answered at the last kill. Every call
+/// before it was made by a gateway that was then killed (each serving stint ends with a kill;
+/// the gateway not serving makes no calls); an orphan preview needs that evidence or a lost
+/// answer to its creating call.
+fn judge(
+    sim: &TeamsSimulator,
+    asked: &[Asked],
+    statuses: &[(String, String)],
+    inbound: &[(String, String)],
+    references: &[String],
+    killed_calls: usize,
+) -> Verdict {
+    let calls = sim.calls();
+    let evidenced = |id: &str| {
+        calls
+            .iter()
+            .enumerate()
+            .any(|(n, c)| c.created.as_deref() == Some(id) && (!c.answered || n < killed_calls))
+    };
+    let of_event = |a: &Asked| {
+        statuses
+            .iter()
+            .filter(|(key, _)| key.contains(&a.event_id))
+            .map(|(_, status)| status.clone())
+            .collect::<Vec<_>>()
+    };
+    let mut verdict = Verdict::default();
+    let mut conversations: Vec<&str> = asked.iter().map(|a| a.conversation.as_str()).collect();
+    conversations.sort_unstable();
+    conversations.dedup();
+    for conversation in conversations {
+        if !references.iter().any(|r| r == conversation) {
+            verdict
+                .problems
+                .push(format!("no reference/{conversation} in the shared store"));
+        }
+        let mut bot: Vec<SimActivity> = sim.bot_visible(conversation);
+        for a in asked.iter().filter(|a| a.conversation == conversation) {
+            if !inbound.iter().any(|(id, _)| *id == a.event_id) {
+                verdict
+                    .problems
+                    .push(format!("message {}: no inbound record", a.event_id));
+            }
+            let here = |m: &SimActivity| m.thread == a.thread;
+            let finals = bot
+                .iter()
+                .filter(|m| here(m) && m.is_final_message() && m.text == a.expected)
+                .count();
+            let parked = of_event(a).iter().any(|s| s == "unknown_after_send");
+            match finals {
+                1 => {
+                    verdict.finals += 1;
+                    if parked {
+                        verdict.parked_landed += 1;
+                    }
+                }
+                0 if parked => verdict.unknown += 1,
+                0 => verdict.problems.push(format!(
+                    "message {}: no final, replies {:?}",
+                    a.event_id,
+                    of_event(a)
+                )),
+                n => verdict
+                    .problems
+                    .push(format!("message {}: {n} finals", a.event_id)),
+            }
+            bot.retain(|m| {
+                if here(m) && m.is_final_message() && m.text == a.expected {
+                    return false;
+                }
+                let orphan = here(m)
+                    && !m.text.is_empty()
+                    && m.text.len() < a.expected.len()
+                    && a.expected.starts_with(m.text.as_str())
+                    && m.stream
+                        .as_ref()
+                        .is_none_or(|s| s.state != StreamState::Final);
+                if orphan && evidenced(&m.id) {
+                    verdict.orphans += 1;
+                } else if orphan {
+                    verdict.problems.push(format!(
+                        "message {}: a preview {} left beside its final by a gateway never \
+                         killed, its answer received: {:?}",
+                        a.event_id, m.id, m.text
+                    ));
+                }
+                !orphan
+            });
+        }
+        for stray in bot {
+            verdict.problems.push(format!(
+                "stray bot activity {} in {conversation} (thread {:?}, stream {:?}): {:?}",
+                stray.id,
+                stray.thread,
+                stray.stream.map(|s| s.state),
+                stray.text
+            ));
+        }
+    }
+    for id in sim.given_up_events() {
+        if asked.iter().any(|a| a.event_id == id) {
+            verdict
+                .problems
+                .push(format!("the simulator gave up delivering activity {id}"));
+        }
+    }
+    verdict
+}
+
+/// Polls `check` every 100 ms until it holds or `timeout` passes; whether it held.
+async fn until<F, Fut>(timeout: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The shared-state crash matrix on a Teams bot: two gateways on one PostgreSQL state, the one
+/// holding the bot SIGKILLed at seeded random instants (the other takes the bot over once the
+/// 1 s lease runs out; the victim comes back with its state directory), one connector answer
+/// per round lost after Teams acted, people writing throughout. Every round opens a new
+/// conversation (a one-on-one chat, a group chat or a team channel in turn) whose reference the
+/// serving gateway learns; the next round, after the takeover, first asks there again and
+/// waits for the answer, which only the other gateway can give (`crossed` counts those whose
+/// final it saw while the other gateway held the bot). Some messages are written while neither
+/// gateway serves (after a kill, before the takeover): Teams POSTs them again until the new
+/// holder answers. Judged from the simulator's record and the shared intents, inbound records
+/// and references: every message has exactly one final (or is parked `unknown_after_send`),
+/// nothing is sent twice, no stray bot activity, no activity given up, every conversation's
+/// reference and every message's inbound record in the shared store, no agent lease or process
+/// left after the clean stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_sigkills_alternating_between_two_gateways_on_one_teams_bot_send_every_final_once() {
+    let seed = crash_seed();
+    let (kills, count) = crash_size("SHARED_TEAMS", 4, 12);
+    eprintln!("shared teams crash matrix: seed {seed}, {kills} kills, {count} messages");
+    let mut rng = Rng(seed);
+    let bot = SharedBot::start(seed).await;
+    let sim = &bot.sim;
+    let mut places: Vec<(String, SimUser)> = Vec::new();
+    let mut asked: Vec<Asked> = Vec::new();
+    let mut gateways = [Some(bot.gateway(0, seed)), None];
+    assert!(
+        until(Duration::from_secs(20), || async { bot.serving(0) }).await,
+        "seed {seed}: the first gateway serves the bot"
+    );
+    gateways[1] = Some(bot.gateway(1, seed));
+    let started = Instant::now();
+    let rounds = usize::try_from(kills).unwrap_or(0);
+    let batch = count.div_ceil(rounds.max(1));
+    let (mut faults, mut crossed, mut killed_calls) = (0, 0, 0);
+    // The holder that learned the reference of the conversation the previous round opened.
+    let mut learned_by: Option<usize> = None;
+    for round in 0..rounds {
+        let round_start = asked.len();
+        let holder = bot.holder().await;
+        // The conversation the previous round opened, learned by the gateway then killed:
+        // asked again, answered by the one serving now.
+        if let (Some(learner), Some(place)) = (learned_by, places.last().cloned()) {
+            let probe = write(
+                sim,
+                &place,
+                &format!("message {} to {}", asked.len(), place.0),
+            );
+            asked.push(probe.clone());
+            let answered = until(Duration::from_secs(30), || async {
+                sim.bot_visible(&probe.conversation).iter().any(|m| {
+                    m.thread == probe.thread && m.is_final_message() && m.text == probe.expected
+                })
+            })
+            .await;
+            if answered && bot.holder().await.is_some_and(|now| now != learner) {
+                crossed += 1;
+            }
+        }
+        let op = [Op::Update, Op::StreamFinal, Op::Send, Op::Reply]
+            [usize::try_from(rng.below(4)).unwrap_or(0)];
+        sim.inject(Fault::on(op, FaultKind::LoseAnswer).after(rng.below(3) as u32));
+        faults += 1;
+        // A new conversation, first seen by the gateway serving now.
+        let n = places.len();
+        let person = sim.person(&format!("pat-{n}"));
+        let id = match n % 3 {
+            0 => sim.personal_chat(&person),
+            1 => sim.conversation(
+                ConversationKind::GroupChat,
+                &format!("crew-{n}"),
+                std::slice::from_ref(&person),
+            ),
+            _ => sim.conversation(
+                ConversationKind::Channel,
+                &format!("channel-{n}"),
+                std::slice::from_ref(&person),
+            ),
+        };
+        places.push((id.clone(), person));
+        asked.push(write(
+            sim,
+            &places[n],
+            &format!("message {} to {id}", asked.len()),
+        ));
+        let learned = until(Duration::from_secs(30), || async {
+            bot.references().await.contains(&id)
+        })
+        .await;
+        learned_by = if learned { holder } else { None };
+        // The round's share of the messages, the ask-again and the opener included; now and
+        // then the last of them comes while neither gateway serves (after the kill, before the
+        // takeover): Teams POSTs it again until the new holder answers.
+        let share = (round_start + batch).min(count);
+        let after_kill = usize::from(rng.below(2) == 0 && asked.len() < share);
+        for _ in asked.len()..share - after_kill {
+            let place = &places[usize::try_from(rng.below(places.len() as u64)).unwrap_or(0)];
+            asked.push(write(
+                sim,
+                place,
+                &format!("message {} to {}", asked.len(), place.0),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(rng.below(MAX_KILL_DELAY_MS + 1))).await;
+        // The gateway serving the bot, with its work in flight; read from the lease, so a kill
+        // always forces a takeover.
+        let victim = bot.holder().await.unwrap_or(round % 2);
+        if let Some(gateway) = gateways[victim].take() {
+            gateway.kill_hard();
+        }
+        killed_calls = sim.calls().len();
+        for _ in 0..after_kill {
+            let place = &places[usize::try_from(rng.below(places.len() as u64)).unwrap_or(0)];
+            asked.push(write(
+                sim,
+                place,
+                &format!("message {} to {}", asked.len(), place.0),
+            ));
+        }
+        let other = 1 - victim;
+        let took_over = until(Duration::from_secs(30), || async {
+            bot.holder().await == Some(other)
+        })
+        .await;
+        if !took_over {
+            let kept = bot.dir.keep();
+            panic!(
+                "seed {seed}: gateway {other} did not take the bot over within 30 s after \
+                 gateway {victim} was killed (logs in {})",
+                kept.display()
+            );
+        }
+        gateways[victim] = Some(bot.gateway(victim, seed));
+    }
+    while asked.len() < count {
+        let place = &places[usize::try_from(rng.below(places.len().max(1) as u64)).unwrap_or(0)];
+        asked.push(write(
+            sim,
+            place,
+            &format!("message {} to {}", asked.len(), place.0),
+        ));
+    }
+
+    // Every message settles (its final, or parked); then a while longer, for anything that
+    // would land twice.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (statuses, inbound) = bot.rows().await;
+        let verdict = judge(
+            sim,
+            &asked,
+            &statuses,
+            &inbound,
+            &bot.references().await,
+            killed_calls,
+        );
+        if verdict.finals + verdict.unknown == asked.len() && sim.pending_events() == 0
+            || Instant::now() > deadline
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let exits: Vec<_> = gateways
+        .iter_mut()
+        .filter_map(Option::take)
+        .map(GatewayProcess::interrupt)
+        .collect();
+    let (statuses, inbound) = bot.rows().await;
+    let verdict = judge(
+        sim,
+        &asked,
+        &statuses,
+        &inbound,
+        &bot.references().await,
+        killed_calls,
+    );
+    let leftovers = bot.leftovers().await;
+    let served = [0, 1].map(|n| bot.serving(n));
+    let calls = sim.calls();
+    let lost = calls.iter().filter(|c| !c.answered).count();
+    let count_op = |op: Op| calls.iter().filter(|c| c.op == op).count();
+    let redeliveries = sim.deliveries().iter().filter(|d| d.attempt > 0).count();
+    let mut by_status: HashMap<&str, usize> = HashMap::new();
+    for (_, status) in &statuses {
+        *by_status.entry(status.as_str()).or_default() += 1;
+    }
+    eprintln!(
+        "shared-teams crash matrix figures: seed={seed} kills={kills} messages={} finals={} \
+         unknown={} parked_landed={} orphan_previews={} conversations={} crossed={crossed} \
+         lost_answers={lost} faults_injected={faults} sends={} updates={} streams={} \
+         stream_finals={} activity_redeliveries={redeliveries} violations={} leftovers={} \
+         seconds={:.1}",
+        asked.len(),
+        verdict.finals,
+        verdict.unknown,
+        verdict.parked_landed,
+        verdict.orphans,
+        places.len(),
+        count_op(Op::Send) + count_op(Op::Reply),
+        count_op(Op::Update),
+        count_op(Op::Stream),
+        count_op(Op::StreamFinal),
+        verdict.problems.len(),
+        leftovers.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if !verdict.problems.is_empty() || !leftovers.is_empty() || exits.iter().any(|e| !e.success()) {
+        let kept = bot.dir.keep();
+        panic!(
+            "shared teams crash matrix failed (seed {seed}; CLAWGATE_CRASH_SEED={seed} replays \
+             it; logs in {}): exits {exits:?}; leftovers {leftovers:?}; intents by status \
+             {by_status:?}; {:?}",
+            kept.display(),
+            verdict.problems
+        );
+    }
+    assert!(
+        served.iter().all(|s| *s) || kills < 2,
+        "seed {seed}: both gateways served the bot at some point: {served:?}"
+    );
+    assert!(
+        crossed > 0 || kills < 2,
+        "seed {seed}: no conversation learned by one gateway was answered by the other"
+    );
+}
