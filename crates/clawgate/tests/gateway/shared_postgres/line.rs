@@ -1,1 +1,439 @@
-//! Two gateways on one PostgreSQL state serving one line account (being written).
+//! Two gateways on one PostgreSQL state serving one LINE Official Account on the LINE
+//! simulator, SIGKILLed alternately at seeded random instants: the one that takes the account
+//! over settles what the other left from the shared state (intents, inbound records, the
+//! channel's reply journal). Judged from the simulator's record and the shared rows.
+//!
+//! `CLAWGATE_CRASH_SEED` replays a run; `CLAWGATE_SHARED_LINE_CRASH_KILLS` (default 4) and
+//! `CLAWGATE_SHARED_LINE_CRASH_MESSAGES` (default 12) size it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clawgate_channel_line::simulator::{
+    Fault, FaultKind, LineSimulator, PUSH_PATH, REPLY_PATH, SimulatorConfig, Via,
+};
+
+use super::MAX_KILL_DELAY_MS;
+use crate::support::{
+    BIN, GatewayProcess, Rng, crash_seed, crash_size, demo_reply, lease_processes,
+};
+
+const TOKEN_ENV: &str = "E2E_LINE_TOKEN";
+const SECRET_ENV: &str = "E2E_LINE_CHANNEL_SECRET";
+const WORDS: usize = 8;
+
+/// One LINE channel on the simulator, served by two gateways that share one PostgreSQL state
+/// (a fresh schema) and one webhook address (only the gateway serving the account binds it).
+struct SharedLine {
+    sim: LineSimulator,
+    url: String,
+    schema: String,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+impl SharedLine {
+    async fn start() -> SharedLine {
+        let url = clawgate_store_postgres::testing::server_url();
+        let sim = LineSimulator::start(SimulatorConfig {
+            // LINE publishes no schedule; long enough to outlast a takeover.
+            redelivery_delays: [
+                200, 500, 1_000, 2_000, 2_000, 3_000, 3_000, 5_000, 5_000, 10_000, 20_000,
+            ]
+            .into_iter()
+            .map(Duration::from_millis)
+            .collect(),
+            ..SimulatorConfig::default()
+        })
+        .await
+        .expect("the LINE simulator starts");
+        let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
+        sim.set_webhook_url(Some(&format!("http://127.0.0.1:{port}/line/webhook")));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let schema = clawgate_store_postgres::testing::fresh_schema("line-shared");
+        let text = format!(
+            "[state]\nbackend = \"postgres\"\npostgres_url_env = \"E2E_PG_URL\"\n\
+             postgres_schema = \"{schema}\"\npostgres_pool_size = 4\naccount_lease_secs = 1\n\n\
+             [gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
+             [retry]\nbase_delay_ms = 100\nmax_delay_ms = 2000\nreconcile_delay_ms = 300\n\n\
+             [[agents]]\nid = \"main\"\ncommand = [{BIN:?}, \"demo-agent\", \"--chunk-ms\", \
+             \"25\", \"--words\", \"{WORDS}\"]\n\n\
+             [[channels]]\nkind = \"line\"\nmax_turn_attempts = 50\n\
+             settings = {{ token_env = \"{TOKEN_ENV}\", channel_secret_env = \"{SECRET_ENV}\", \
+             api_base = \"{}\", webhook_listen = \"127.0.0.1:{port}\", \
+             request_timeout_ms = 3000 }}\n",
+            sim.api_url()
+        );
+        let config = dir.path().join("clawgate.toml");
+        std::fs::write(&config, text).expect("config written");
+        SharedLine {
+            sim,
+            url,
+            schema,
+            dir,
+            config,
+        }
+    }
+
+    /// The state directory of gateway `n` (its lock, log and instance id).
+    fn state(&self, n: usize) -> PathBuf {
+        self.dir.path().join(["a", "b"][n])
+    }
+
+    fn gateway(&self, n: usize, seed: u64) -> GatewayProcess {
+        GatewayProcess::try_start(
+            &self.state(n),
+            &self.config,
+            &[
+                ("E2E_PG_URL", self.url.as_str()),
+                (TOKEN_ENV, self.sim.access_token().as_str()),
+                (SECRET_ENV, self.sim.channel_secret().as_str()),
+                ("CLAWGATE_LOG", "info"),
+            ],
+        )
+        .unwrap_or_else(|why| panic!("seed {seed}: {why}"))
+    }
+
+    fn serving(&self, n: usize) -> bool {
+        std::fs::read_to_string(self.state(n).with_extension("log"))
+            .unwrap_or_default()
+            .contains("serving this channel account")
+    }
+
+    /// Rows of a two-column text query on the shared state (`{schema}` is replaced).
+    async fn pairs(&self, query: &str) -> Vec<(String, String)> {
+        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+            .await
+            .expect("a connection to the test server");
+        tokio::spawn(connection);
+        client
+            .query(&query.replace("{schema}", &self.schema), &[])
+            .await
+            .expect("the query")
+            .iter()
+            .map(|row| (row.get::<_, String>(0), row.get::<_, String>(1)))
+            .collect()
+    }
+
+    /// What the judge reads from the shared state: every intent's status by key, and the keys
+    /// of the LINE reply journal.
+    async fn shared(&self) -> Shared {
+        Shared {
+            statuses: self
+                .pairs("SELECT idempotency_key, status FROM {schema}.send_intents")
+                .await
+                .into_iter()
+                .collect(),
+            journal: self
+                .pairs(
+                    "SELECT key, book FROM {schema}.channel_records \
+                     WHERE kind = 'line' AND book = 'reply-journal'",
+                )
+                .await
+                .into_iter()
+                .map(|(key, _)| key)
+                .collect(),
+        }
+    }
+
+    /// The delivery state of both gateways (every intent's and inbound record's status),
+    /// sorted: it holds still once nothing is in progress.
+    async fn delivery_state(&self) -> Vec<(String, String)> {
+        let mut rows = self
+            .pairs("SELECT idempotency_key, status FROM {schema}.send_intents")
+            .await;
+        rows.extend(
+            self.pairs("SELECT event_id, status FROM {schema}.inbound_records")
+                .await,
+        );
+        rows.sort();
+        rows
+    }
+
+    /// After both gateways stopped: every agent lease in the shared state is resolved and none
+    /// of its processes runs.
+    async fn leftovers(&self) -> Vec<String> {
+        let mut wrong = Vec::new();
+        for (lease, state) in self
+            .pairs("SELECT lease_id, state FROM {schema}.acpx_leases")
+            .await
+        {
+            if state == "open" || state == "closing" {
+                wrong.push(format!("lease {lease} is still {state}"));
+            }
+            let pids = lease_processes(&lease);
+            if !pids.is_empty() {
+                wrong.push(format!(
+                    "lease {lease} ({state}) still has processes {pids:?}"
+                ));
+            }
+        }
+        wrong
+    }
+}
+
+/// One message a person wrote, and the one final it must get.
+#[derive(Debug, Clone)]
+struct Asked {
+    chat: String,
+    event_id: String,
+    reply_token: String,
+    expected: String,
+}
+
+/// What the judge reads from the shared PostgreSQL state.
+struct Shared {
+    statuses: HashMap<String, String>,
+    journal: Vec<String>,
+}
+
+#[derive(Debug, Default)]
+struct Verdict {
+    finals: usize,
+    /// Replies left unknown for an operator with no final: a call a kill cut, or one whose
+    /// answer was lost while LINE refused it (e.g. an expired token).
+    parked: usize,
+    problems: Vec<String>,
+}
+
+/// Every message has exactly one final, or (excused) its reply is parked `unknown_after_send`
+/// with evidence that its call was started: the call is in LINE's record, or the reply journal
+/// in the shared state holds an attempt LINE did not refuse (written before the call, so a
+/// kill between the journal and LINE leaves exactly that). Nothing else from the bot: no
+/// second final, no stray or partial message, no event LINE gave up on.
+fn judge(sim: &LineSimulator, shared: &Shared, asked: &[Asked]) -> Verdict {
+    let calls = sim.calls();
+    let journal = &shared.journal;
+    let started_attempt = |prefix: &str| {
+        journal.iter().any(|key| {
+            key.strip_prefix("start:")
+                .and_then(|rest| rest.split_once(':'))
+                .is_some_and(|(n, unit)| {
+                    unit.starts_with(prefix) && !journal.contains(&format!("refused:{n}:{unit}"))
+                })
+        })
+    };
+    let mut verdict = Verdict::default();
+    let mut chats: Vec<&str> = asked.iter().map(|a| a.chat.as_str()).collect();
+    chats.sort_unstable();
+    chats.dedup();
+    for chat in chats {
+        let mut bot = sim.bot_messages(chat);
+        for a in asked.iter().filter(|a| a.chat == chat) {
+            let finals = bot.iter().filter(|m| m.text == a.expected).count();
+            let prefix = format!("line:reply:{}:", a.event_id);
+            let replies: Vec<&String> = shared
+                .statuses
+                .iter()
+                .filter(|(key, _)| key.starts_with(&prefix))
+                .map(|(_, status)| status)
+                .collect();
+            let token_used = calls.iter().any(|c| {
+                c.path == REPLY_PATH && c.body["replyToken"].as_str() == Some(&a.reply_token)
+            });
+            let started = token_used || started_attempt(&prefix);
+            let unknown = replies.iter().any(|s| *s == "unknown_after_send");
+            match finals {
+                1 => verdict.finals += 1,
+                // A parked reply does not hold the messages after it: they get their finals.
+                0 if unknown && started => verdict.parked += 1,
+                0 => verdict.problems.push(format!(
+                    "event {} in {chat}: no final (replies {replies:?}, reply started {started})",
+                    a.event_id
+                )),
+                n => verdict
+                    .problems
+                    .push(format!("event {} in {chat}: {n} finals", a.event_id)),
+            }
+            bot.retain(|m| m.text != a.expected);
+        }
+        for stray in bot {
+            verdict.problems.push(format!(
+                "stray bot message {} in {chat}: {:?}",
+                stray.id, stray.text
+            ));
+        }
+    }
+    // Bot messages in chats nobody wrote in.
+    for stray in sim
+        .every_message()
+        .into_iter()
+        .filter(|m| m.from_bot() && !asked.iter().any(|a| a.chat == m.chat))
+    {
+        verdict.problems.push(format!(
+            "stray bot message {} in {}: {:?}",
+            stray.id, stray.chat, stray.text
+        ));
+    }
+    for id in sim.given_up_events() {
+        verdict
+            .problems
+            .push(format!("LINE gave up delivering event {id}"));
+    }
+    verdict
+}
+
+/// The shared-state crash matrix on a LINE channel: two gateways on one PostgreSQL state,
+/// SIGKILLed alternately at seeded random instants (the other takes the account over), people
+/// writing 1:1 and in two groups throughout (also while the account has no holder, so LINE
+/// redelivers to the one that takes it over) (a third of the reply tokens expired at once, so
+/// those answers are pushes), one answer per round lost after LINE acted (a push's, settled by
+/// its retry key, or a reply's, parked from the shared reply journal by whichever gateway
+/// reconciles it). Judged exactly from the simulator's record
+/// and the shared intents and reply journal: one final per message, none twice, nothing else;
+/// excused only a reply parked unknown whose call was started (see [`judge`]).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_sigkills_alternating_between_two_gateways_on_one_line_channel_send_every_final_once()
+ {
+    let seed = crash_seed();
+    let (kills, count) = crash_size("SHARED_LINE", 4, 12);
+    eprintln!("shared line crash matrix: seed {seed}, {kills} kills, {count} messages");
+    let mut rng = Rng(seed);
+    let line = SharedLine::start().await;
+    let people: Vec<String> = (0..3).map(|n| line.sim.user(&format!("pat-{n}"))).collect();
+    let mut chats: Vec<(String, String)> = people.iter().map(|p| (p.clone(), p.clone())).collect();
+    for n in 0..2 {
+        let group = line.sim.group(&format!("crew-{n}"), &people);
+        chats.push((group, people[n].clone()));
+    }
+    let write = |rng: &mut Rng, asked: &mut Vec<Asked>| {
+        let (chat, user) = &chats[usize::try_from(rng.below(chats.len() as u64)).unwrap_or(0)];
+        let text = format!("message {} to {chat}", asked.len());
+        let written = if chat == user {
+            line.sim.user_writes(user, &text)
+        } else {
+            line.sim.member_writes(chat, user, &text)
+        };
+        // A third of the tokens expire at once: those answers go out as pushes.
+        if rng.below(3) == 0 {
+            line.sim.expire_reply_token(&written.reply_token);
+        }
+        asked.push(Asked {
+            chat: chat.clone(),
+            event_id: written.event_id,
+            reply_token: written.reply_token,
+            expected: demo_reply(&text, WORDS),
+        });
+    };
+    let mut asked: Vec<Asked> = Vec::new();
+    let mut gateways = [Some(line.gateway(0, seed)), Some(line.gateway(1, seed))];
+    let started = Instant::now();
+    let batch = count.div_ceil(usize::try_from(kills).unwrap_or(1).max(1));
+    let (mut lost_pushes, mut lost_replies) = (0, 0);
+    for kill in 0..usize::try_from(kills).unwrap_or(0) {
+        // Besides the kill, one answer per round is lost after LINE acted: a push's (settled by
+        // its retry key) or a reply's (parked: whichever gateway reconciles it finds the
+        // attempt in the shared reply journal and must not send it again).
+        let path = if rng.below(2) == 0 {
+            lost_pushes += 1;
+            PUSH_PATH
+        } else {
+            lost_replies += 1;
+            REPLY_PATH
+        };
+        line.sim
+            .inject(Fault::on(path, FaultKind::LoseAnswer).after(rng.below(4) as u32));
+        // Half of the round's messages come before the kill, the rest while the account has
+        // no holder: their webhooks fail until the other gateway binds the address, and LINE
+        // redelivers them.
+        let round = batch.min(count - asked.len());
+        for _ in 0..round.div_ceil(2) {
+            write(&mut rng, &mut asked);
+        }
+        tokio::time::sleep(Duration::from_millis(rng.below(MAX_KILL_DELAY_MS + 1))).await;
+        // Kills alternate, so each one hits the gateway serving the account (the first serves
+        // first; the other took over after the previous kill) with its work in flight; the
+        // other takes the account over once the 1 s lease runs out.
+        let victim = kill % 2;
+        if let Some(gateway) = gateways[victim].take() {
+            gateway.kill_hard();
+        }
+        for _ in round.div_ceil(2)..round {
+            write(&mut rng, &mut asked);
+        }
+        tokio::time::sleep(Duration::from_millis(
+            1_500 + rng.below(MAX_KILL_DELAY_MS + 1),
+        ))
+        .await;
+        gateways[victim] = Some(line.gateway(victim, seed));
+    }
+    while asked.len() < count {
+        write(&mut rng, &mut asked);
+    }
+
+    // Until every message has its final (or its excused parked reply), LINE has nothing left
+    // to deliver, and the shared delivery state has held still for a while: anything that
+    // would land twice has had its chance.
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let mut seen = (Vec::new(), Instant::now());
+    loop {
+        let verdict = judge(&line.sim, &line.shared().await, &asked);
+        let state = line.delivery_state().await;
+        if state != seen.0 {
+            seen = (state, Instant::now());
+        }
+        let complete = verdict.finals + verdict.parked == asked.len();
+        if complete && line.sim.pending_events() == 0 && seen.1.elapsed() > Duration::from_secs(3)
+            || Instant::now() > deadline
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let exits: Vec<_> = gateways
+        .iter_mut()
+        .filter_map(Option::take)
+        .map(GatewayProcess::interrupt)
+        .collect();
+    let mut verdict = judge(&line.sim, &line.shared().await, &asked);
+    let leftovers = line.leftovers().await;
+    let served = [0, 1].map(|n| line.serving(n));
+    if kills >= 2 && served != [true, true] {
+        verdict.problems.push(format!(
+            "the account never changed hands: each gateway served it {served:?}"
+        ));
+    }
+    let messages = line.sim.every_message();
+    let replies = messages
+        .iter()
+        .filter(|m| matches!(m.via, Via::Reply(_)))
+        .count();
+    let pushes = messages
+        .iter()
+        .filter(|m| matches!(m.via, Via::Push(_)))
+        .count();
+    let calls = line.sim.calls();
+    let lost = calls.iter().filter(|c| !c.answered).count();
+    let accepted = calls.iter().filter(|c| c.status == 409).count();
+    let redeliveries = line
+        .sim
+        .deliveries()
+        .iter()
+        .filter(|d| d.is_redelivery)
+        .count();
+    // `unknown`: replies parked unknown with their evidence (the soak adds them up as excused).
+    eprintln!(
+        "shared-line crash matrix figures: seed={seed} kills={kills} messages={} finals={} \
+         unknown={} by_reply={replies} by_push={pushes} retry_key_409s={accepted} \
+         lost_answers={lost} lost_push_answers={lost_pushes} \
+         lost_reply_answers={lost_replies} redeliveries={redeliveries} violations={} \
+         leftovers={} seconds={:.1}",
+        asked.len(),
+        verdict.finals,
+        verdict.parked,
+        verdict.problems.len(),
+        leftovers.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if !verdict.problems.is_empty() || !leftovers.is_empty() || exits.iter().any(|e| !e.success()) {
+        let kept = line.dir.keep();
+        panic!(
+            "shared line crash matrix failed (seed {seed}; CLAWGATE_CRASH_SEED={seed} replays \
+             it; logs in {}; schema {}): exits {exits:?}; {:?}; leftovers {leftovers:?}",
+            kept.display(),
+            line.schema,
+            verdict.problems
+        );
+    }
+}
