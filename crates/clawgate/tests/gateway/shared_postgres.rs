@@ -10,53 +10,36 @@
 
 // Two gateways on one PostgreSQL state, one channel kind each, besides the QA and Zalo ones here.
 mod line;
+mod pair;
 mod teams;
 mod whatsapp;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use clawgate_channel_qa::{InboundRequest, QaPlatform};
 
-use crate::support::{
-    BIN, GatewayProcess, Rng, crash_seed, crash_size, demo_reply, external_platform,
-};
+use crate::support::{BIN, Rng, crash_seed, crash_size, demo_reply, external_platform};
+use pair::{Setup, TwoGateways};
 
 const WORDS: usize = 10;
 const CONVERSATIONS: u64 = 4;
-/// The longest random wait before a kill.
-const MAX_KILL_DELAY_MS: u64 = 700;
 
-/// A configuration both gateways share: PostgreSQL state in `schema`, quick account takeover,
-/// the QA channel on `platform`, the bundled agent streaming a reply in about a third of a
-/// second.
-fn shared_config(dir: &Path, platform: &QaPlatform, schema: &str) -> PathBuf {
-    let text = format!(
-        "[state]\nbackend = \"postgres\"\npostgres_url_env = \"E2E_PG_URL\"\n\
-         postgres_schema = \"{schema}\"\npostgres_pool_size = 4\naccount_lease_secs = 1\n\n\
-         [gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
-         [retry]\nbase_delay_ms = 100\nmax_delay_ms = 2000\nreconcile_delay_ms = 100\n\n\
-         [[agents]]\nid = \"main\"\ncommand = [{BIN:?}, \"demo-agent\", \"--chunk-ms\", \"30\", \
-         \"--words\", \"{WORDS}\"]\n\n\
-         [[channels]]\nkind = \"qa\"\nmax_turn_attempts = 50\n\
-         settings = {{ poll_timeout_ms = 500, base_url = \"{}\", token_env = \"E2E_QA_TOKEN\" }}\n",
-        platform.base_url()
-    );
-    let path = dir.join("clawgate.toml");
-    std::fs::write(&path, text).expect("config written");
-    path
-}
-
-fn start(state: &Path, config: &Path, url: &str, seed: u64) -> GatewayProcess {
-    GatewayProcess::try_start(
-        state,
-        config,
-        &[
-            ("E2E_PG_URL", url),
-            ("CLAWGATE_LOG", "warn,clawgate::ownership=info"),
-        ],
-    )
-    .unwrap_or_else(|why| panic!("seed {seed}: {why}"))
+/// Both gateways serve the QA account on `platform`; the bundled agent streams a reply in
+/// about a third of a second.
+fn qa_setup(name: &str, platform: &QaPlatform) -> Setup {
+    Setup {
+        name: name.to_owned(),
+        channel: format!(
+            "[[channels]]\nkind = \"qa\"\nmax_turn_attempts = 50\n\
+             settings = {{ poll_timeout_ms = 500, base_url = \"{}\", token_env = \"E2E_QA_TOKEN\" }}\n",
+            platform.base_url()
+        ),
+        env: Vec::new(),
+        words: WORDS,
+        chunk_ms: 30,
+        reconcile_delay_ms: 100,
+    }
 }
 
 struct Message {
@@ -104,7 +87,6 @@ fn judge(platform: &QaPlatform, messages: &[Message]) -> (Vec<usize>, Vec<String
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_sigkills_alternating_between_two_gateways_on_postgres_deliver_every_final_once() {
-    let url = clawgate_store_postgres::testing::server_url();
     let seed = crash_seed();
     let (kills, count) = crash_size("SHARED", 6, 24);
     eprintln!("shared-state crash matrix: seed {seed}, {kills} kills, {count} messages");
@@ -122,14 +104,9 @@ async fn random_sigkills_alternating_between_two_gateways_on_postgres_deliver_ev
         .collect();
 
     let platform = external_platform().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let schema = clawgate_store_postgres::testing::fresh_schema(&format!("gw-{seed}"));
-    let config = shared_config(dir.path(), &platform, &schema);
-    let states = [dir.path().join("a"), dir.path().join("b")];
-    let mut gateways = [
-        Some(start(&states[0], &config, &url, seed)),
-        Some(start(&states[1], &config, &url, seed)),
-    ];
+    let mut pair = TwoGateways::new(qa_setup(&format!("gw-{seed}"), &platform), seed);
+    pair.start(0);
+    pair.start(1);
     let started = Instant::now();
     let batch = count.div_ceil(usize::try_from(kills).unwrap_or(1).max(1));
     let mut next = 0;
@@ -139,21 +116,11 @@ async fn random_sigkills_alternating_between_two_gateways_on_postgres_deliver_ev
             say(&platform, message);
         }
         next = end;
-        tokio::time::sleep(Duration::from_millis(rng.below(MAX_KILL_DELAY_MS + 1))).await;
-        // Kills alternate between the two gateways. The killed one stays down for a while
-        // (the other takes its account once the lease runs out) and comes back with the same
-        // state directory (its instance id).
+        // Kills alternate between the two gateways. The killed one stays down until the other
+        // has taken its account and comes back with the same state directory (instance id).
         let victim = kill % 2;
-        if let Some(gateway) = gateways[victim].take() {
-            gateway.kill_hard();
-        }
-        // Longer than the 1 s account lease plus a renewal interval: a killed holder's account
-        // moves to the other gateway before the victim comes back.
-        tokio::time::sleep(Duration::from_millis(
-            1_500 + rng.below(MAX_KILL_DELAY_MS + 1),
-        ))
-        .await;
-        gateways[victim] = Some(start(&states[victim], &config, &url, seed));
+        pair.kill_after_a_while(victim, &mut rng).await;
+        pair.restart_after_takeover(victim, &mut rng).await;
     }
     for message in &messages[next..] {
         say(&platform, message);
@@ -168,22 +135,11 @@ async fn random_sigkills_alternating_between_two_gateways_on_postgres_deliver_ev
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let statuses: Vec<_> = gateways
-        .iter_mut()
-        .filter_map(Option::take)
-        .map(GatewayProcess::interrupt)
-        .collect();
+    let statuses = pair.interrupt_all();
 
     let (finals, strays) = judge(&platform, &messages);
     // Both gateways served the account at some point: it changed hands.
-    let served: Vec<bool> = states
-        .iter()
-        .map(|state| {
-            std::fs::read_to_string(state.with_extension("log"))
-                .unwrap_or_default()
-                .contains("serving this channel account")
-        })
-        .collect();
+    let served = [0, 1].map(|n| pair.served(n));
     let missing: Vec<&str> = messages
         .iter()
         .zip(&finals)
@@ -220,7 +176,7 @@ async fn random_sigkills_alternating_between_two_gateways_on_postgres_deliver_ev
         || !statuses.iter().all(|s| s.success())
         || served != [true, true]
     {
-        let kept = dir.keep();
+        let kept = pair.dir.keep();
         panic!(
             "shared-state crash matrix failed (seed {seed}; CLAWGATE_CRASH_SEED={seed} replays \
              it; state kept in {}): missing {missing:?}, doubled {doubled:?}, strays {strays:?}, \
@@ -261,16 +217,15 @@ fn run_cli(
 async fn postgres_migrate_creates_the_shared_schema_once_and_status_reads_it() {
     let url = clawgate_store_postgres::testing::server_url();
     let platform = external_platform().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let schema = clawgate_store_postgres::testing::fresh_schema("migrate-status");
-    let config = shared_config(dir.path(), &platform, &schema);
+    let pair = TwoGateways::new(qa_setup("migrate-status", &platform), 0);
+    let config = &pair.config;
     let env = [("E2E_PG_URL", url.as_str())];
     let this_build = clawgate_store_postgres::SCHEMA_VERSION;
 
     // An operator's read of an unmigrated state is refused and creates nothing: the
     // migration below still starts from version 0.
-    std::fs::create_dir(dir.path().join("a")).expect("state dir");
-    let (ok, _, stderr) = run_cli(&dir.path().join("a"), &config, &env, &["status"]);
+    std::fs::create_dir(pair.state(0)).expect("state dir");
+    let (ok, _, stderr) = run_cli(&pair.state(0), config, &env, &["status"]);
     assert!(!ok, "status on an unmigrated schema");
     assert!(
         stderr.contains(&format!(
@@ -278,12 +233,7 @@ async fn postgres_migrate_creates_the_shared_schema_once_and_status_reads_it() {
         )),
         "{stderr}"
     );
-    let (ok, stdout, stderr) = run_cli(
-        &dir.path().join("a"),
-        &config,
-        &env,
-        &["migrate", "--create"],
-    );
+    let (ok, stdout, stderr) = run_cli(&pair.state(0), config, &env, &["migrate", "--create"]);
     assert!(ok, "{stderr}");
     assert!(
         stdout.contains(&format!("migrated: schema version 0 -> {this_build}")),
@@ -292,15 +242,10 @@ async fn postgres_migrate_creates_the_shared_schema_once_and_status_reads_it() {
     // The URL's password is never printed; the database is named by host, port and name.
     assert!(stderr.contains("state database 127.0.0.1:"), "{stderr}");
     // A second gateway's state directory on the same database finds it migrated already.
-    let (ok, stdout, stderr) = run_cli(
-        &dir.path().join("b"),
-        &config,
-        &env,
-        &["migrate", "--create"],
-    );
+    let (ok, stdout, stderr) = run_cli(&pair.state(1), config, &env, &["migrate", "--create"]);
     assert!(ok, "{stderr}");
     assert!(stdout.contains("up to date"), "{stdout}");
-    let (ok, stdout, stderr) = run_cli(&dir.path().join("b"), &config, &env, &["status", "--json"]);
+    let (ok, stdout, stderr) = run_cli(&pair.state(1), config, &env, &["status", "--json"]);
     assert!(ok, "{stderr}");
     let status: serde_json::Value = serde_json::from_str(&stdout).expect("status JSON");
     assert_eq!(status["schemaVersion"], this_build, "{stdout}");
@@ -309,10 +254,9 @@ async fn postgres_migrate_creates_the_shared_schema_once_and_status_reads_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_state_without_its_url_variable_stops_the_start_naming_the_variable() {
     let platform = external_platform().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = shared_config(dir.path(), &platform, "unused");
-    std::fs::create_dir(dir.path().join("a")).expect("state dir");
-    let (ok, _, stderr) = run_cli(&dir.path().join("a"), &config, &[], &["up"]);
+    let pair = TwoGateways::new(qa_setup("no-url", &platform), 0);
+    std::fs::create_dir(pair.state(0)).expect("state dir");
+    let (ok, _, stderr) = run_cli(&pair.state(0), &pair.config, &[], &["up"]);
     assert!(!ok, "a gateway without its database does not start");
     assert!(
         stderr.contains("E2E_PG_URL") && stderr.contains("not set"),
@@ -383,18 +327,13 @@ async fn a_busy_state_database_is_not_reported_as_a_hidden_session() {
 /// account binds it).
 struct SharedOa {
     sim: clawgate_channel_zalo::simulator::ZaloSimulator,
-    url: String,
-    schema: String,
-    refresh_token: String,
-    dir: tempfile::TempDir,
-    config: PathBuf,
+    pair: TwoGateways,
 }
 
 impl SharedOa {
     /// `reconcile_delay_ms`: how long an unknown send waits before it is reconciled.
-    async fn start(words: usize, reconcile_delay_ms: u64) -> SharedOa {
+    async fn start(words: usize, reconcile_delay_ms: u64, seed: u64) -> SharedOa {
         use clawgate_channel_zalo::simulator::{SimulatorConfig, ZaloSimulator};
-        let url = clawgate_store_postgres::testing::server_url();
         let sim = ZaloSimulator::start(SimulatorConfig {
             // Zalo's 30 s … 1 h schedule for webhooks it could not deliver, shortened; long
             // enough to outlast a takeover.
@@ -410,18 +349,8 @@ impl SharedOa {
         .expect("the Zalo simulator starts");
         let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
         sim.set_webhook_url(Some(&format!("http://127.0.0.1:{port}/zalo/webhook")));
-        let refresh_token = sim.authorize();
-        let dir = tempfile::tempdir().expect("tempdir");
-        let schema = clawgate_store_postgres::testing::fresh_schema("zalo-shared");
-        let text = format!(
-            "[state]\nbackend = \"postgres\"\npostgres_url_env = \"E2E_PG_URL\"\n\
-             postgres_schema = \"{schema}\"\npostgres_pool_size = 4\naccount_lease_secs = 1\n\n\
-             [gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
-             [retry]\nbase_delay_ms = 100\nmax_delay_ms = 2000\n\
-             reconcile_delay_ms = {reconcile_delay_ms}\n\n\
-             [[agents]]\nid = \"main\"\ncommand = [{BIN:?}, \"demo-agent\", \"--chunk-ms\", \
-             \"20\", \"--words\", \"{words}\"]\n\n\
-             [[channels]]\nkind = \"zalo\"\nmax_turn_attempts = 50\n\
+        let channel = format!(
+            "[[channels]]\nkind = \"zalo\"\nmax_turn_attempts = 50\n\
              settings = {{ app_id = \"{}\", app_secret_env = \"E2E_ZALO_APP_SECRET\", \
              oa_secret_key_env = \"E2E_ZALO_OA_SECRET_KEY\", refresh_token_env = \
              \"E2E_ZALO_REFRESH_TOKEN\", api_base = \"{api}\", oauth_base = \"{api}\", \
@@ -429,59 +358,24 @@ impl SharedOa {
             sim.app_id(),
             api = sim.api_url()
         );
-        let config = dir.path().join("clawgate.toml");
-        std::fs::write(&config, text).expect("config written");
-        SharedOa {
-            sim,
-            url,
-            schema,
-            refresh_token,
-            dir,
-            config,
-        }
-    }
-
-    /// The state directory of gateway `n` (its lock, log and instance id).
-    fn state(&self, n: usize) -> PathBuf {
-        self.dir.path().join(["a", "b"][n])
-    }
-
-    fn gateway(&self, n: usize, seed: u64) -> GatewayProcess {
-        let (app_secret, oa_secret) = (self.sim.app_secret(), self.sim.oa_secret_key());
-        GatewayProcess::try_start(
-            &self.state(n),
-            &self.config,
-            &[
-                ("E2E_PG_URL", self.url.as_str()),
-                ("E2E_ZALO_APP_SECRET", app_secret.as_str()),
-                ("E2E_ZALO_OA_SECRET_KEY", oa_secret.as_str()),
-                // Spent by the first start; the rotated chain lives in the shared state.
-                ("E2E_ZALO_REFRESH_TOKEN", self.refresh_token.as_str()),
-                ("CLAWGATE_LOG", "info"),
-            ],
-        )
-        .unwrap_or_else(|why| panic!("seed {seed}: {why}"))
-    }
-
-    fn serving(&self, n: usize) -> bool {
-        std::fs::read_to_string(self.state(n).with_extension("log"))
-            .unwrap_or_default()
-            .contains("serving this channel account")
-    }
-
-    /// Rows of a two-column query on the shared state (`{schema}` is replaced).
-    async fn pairs(&self, query: &str) -> Vec<(String, String)> {
-        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
-            .await
-            .expect("a connection to the test server");
-        tokio::spawn(connection);
-        client
-            .query(&query.replace("{schema}", &self.schema), &[])
-            .await
-            .expect("the query")
-            .iter()
-            .map(|row| (row.get::<_, String>(0), row.get::<_, String>(1)))
-            .collect()
+        let env = vec![
+            ("E2E_ZALO_APP_SECRET", sim.app_secret()),
+            ("E2E_ZALO_OA_SECRET_KEY", sim.oa_secret_key()),
+            // Spent by the first start; the rotated chain lives in the shared state.
+            ("E2E_ZALO_REFRESH_TOKEN", sim.authorize()),
+        ];
+        let pair = TwoGateways::new(
+            Setup {
+                name: "zalo-shared".into(),
+                channel,
+                env,
+                words,
+                chunk_ms: 20,
+                reconcile_delay_ms,
+            },
+            seed,
+        );
+        SharedOa { sim, pair }
     }
 }
 
@@ -501,14 +395,14 @@ async fn a_lost_zalo_answer_left_by_a_killed_gateway_is_settled_by_the_other_fro
 
     const WORDS: usize = 6;
     const SEND_PATH: &str = "/v3.0/oa/message/cs";
-    let oa = SharedOa::start(WORDS, 3_000).await;
-    let first = oa.gateway(0, 0);
+    let mut oa = SharedOa::start(WORDS, 3_000, 0).await;
+    oa.pair.start(0);
     crate::support::eventually(Duration::from_secs(20), "the first gateway serves", || {
-        let serves = oa.serving(0);
+        let serves = oa.pair.served(0);
         async move { serves.then_some(()) }
     })
     .await;
-    let second = oa.gateway(1, 0);
+    oa.pair.start(1);
 
     // The reply lands on Zalo and its answer is lost.
     oa.sim.inject(Fault::new(FaultKind::LoseAnswer));
@@ -529,20 +423,21 @@ async fn a_lost_zalo_answer_left_by_a_killed_gateway_is_settled_by_the_other_fro
     })
     .await;
     // Before the first gateway settles it (its reconciliation waits 3 s).
-    first.kill_hard();
+    oa.pair.kill(0);
 
     crate::support::eventually(
         Duration::from_secs(30),
         "the second gateway takes over",
         || {
-            let serves = oa.serving(1);
+            let serves = oa.pair.served(1);
             async move { serves.then_some(()) }
         },
     )
     .await;
     // Settled from the shared evidence: the intent is committed `sent` without a second send.
     let statuses = || async {
-        oa.pairs("SELECT idempotency_key, status FROM {schema}.send_intents")
+        oa.pair
+            .intents()
             .await
             .into_iter()
             .map(|(_, status)| status)
@@ -560,7 +455,7 @@ async fn a_lost_zalo_answer_left_by_a_killed_gateway_is_settled_by_the_other_fro
     };
     // A while longer, for a second copy that would come after the commit.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let exit = second.interrupt();
+    let exits = oa.pair.interrupt_all();
     let sends = oa
         .sim
         .calls()
@@ -575,7 +470,7 @@ async fn a_lost_zalo_answer_left_by_a_killed_gateway_is_settled_by_the_other_fro
     );
     assert_eq!(bot_messages, [expected], "nothing else reached the person");
     assert_eq!(settled, ["sent"], "the survivor settled the send as sent");
-    assert!(exit.success(), "clean stop: {exit}");
+    assert!(exits.iter().all(|e| e.success()), "clean stop: {exits:?}");
 }
 
 /// The shared-state crash matrix on a Zalo OA: two gateways on one PostgreSQL state, SIGKILLed
@@ -595,7 +490,7 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_zalo_oa_send_ev
     let (kills, count) = crash_size("SHARED_ZALO", 4, 12);
     eprintln!("shared zalo crash matrix: seed {seed}, {kills} kills, {count} messages");
     let mut rng = Rng(seed);
-    let oa = SharedOa::start(WORDS, 300).await;
+    let mut oa = SharedOa::start(WORDS, 300, seed).await;
     let people: Vec<String> = (0..4).map(|n| format!("84900000000003{n:05}")).collect();
     let mut asked: Vec<(String, String, String)> = Vec::new();
     let write = |rng: &mut Rng, asked: &mut Vec<(String, String, String)>| {
@@ -604,7 +499,8 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_zalo_oa_send_ev
         let msg_id = oa.sim.person_writes(&person, &text);
         asked.push((person, msg_id, demo_reply(&text, WORDS)));
     };
-    let mut gateways = [Some(oa.gateway(0, seed)), Some(oa.gateway(1, seed))];
+    oa.pair.start(0);
+    oa.pair.start(1);
     let started = Instant::now();
     let batch = count.div_ceil(usize::try_from(kills).unwrap_or(1).max(1));
     let mut lost_answers = 0;
@@ -615,19 +511,12 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_zalo_oa_send_ev
         for _ in 0..batch.min(count - asked.len()) {
             write(&mut rng, &mut asked);
         }
-        tokio::time::sleep(Duration::from_millis(rng.below(MAX_KILL_DELAY_MS + 1))).await;
         // Kills alternate, so each one hits the gateway serving the account (the first serves
         // first; the other took over after the previous kill) with its work in flight; the
         // other takes the account over once the 1 s lease runs out.
         let victim = kill % 2;
-        if let Some(gateway) = gateways[victim].take() {
-            gateway.kill_hard();
-        }
-        tokio::time::sleep(Duration::from_millis(
-            1_500 + rng.below(MAX_KILL_DELAY_MS + 1),
-        ))
-        .await;
-        gateways[victim] = Some(oa.gateway(victim, seed));
+        oa.pair.kill_after_a_while(victim, &mut rng).await;
+        oa.pair.restart_after_takeover(victim, &mut rng).await;
     }
     while asked.len() < count {
         write(&mut rng, &mut asked);
@@ -716,12 +605,7 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_zalo_oa_send_ev
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut verdict;
     loop {
-        let statuses = oa
-            .pairs("SELECT idempotency_key, status FROM {schema}.send_intents")
-            .await;
-        let inbound = oa
-            .pairs("SELECT event_id, status FROM {schema}.inbound_records")
-            .await;
+        let (statuses, inbound) = (oa.pair.intents().await, oa.pair.inbound().await);
         verdict = judge(&statuses, &inbound);
         let (finals, unknown, blocked, _, _) = &verdict;
         if finals + unknown + blocked == asked.len() && oa.sim.pending_deliveries() == 0
@@ -733,20 +617,11 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_zalo_oa_send_ev
     }
     // A while longer, for anything that would land twice; then judged again.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let exits: Vec<_> = gateways
-        .iter_mut()
-        .filter_map(Option::take)
-        .map(GatewayProcess::interrupt)
-        .collect();
-    let statuses = oa
-        .pairs("SELECT idempotency_key, status FROM {schema}.send_intents")
-        .await;
-    let inbound = oa
-        .pairs("SELECT event_id, status FROM {schema}.inbound_records")
-        .await;
+    let exits = oa.pair.interrupt_all();
+    let (statuses, inbound) = (oa.pair.intents().await, oa.pair.inbound().await);
     let (finals, excused, blocked, problems, notices) = judge(&statuses, &inbound);
     let unknown = excused - notices;
-    let served = [0, 1].map(|n| oa.serving(n));
+    let served = [0, 1].map(|n| oa.pair.served(n));
     eprintln!(
         "shared-zalo crash matrix figures: seed={seed} kills={kills} messages={} finals={finals} \
          unknown={unknown} notices={notices} blocked_behind_unknown={blocked} \
@@ -757,7 +632,7 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_zalo_oa_send_ev
         started.elapsed().as_secs_f64()
     );
     if !problems.is_empty() || exits.iter().any(|e| !e.success()) {
-        let kept = oa.dir.keep();
+        let kept = oa.pair.dir.keep();
         panic!(
             "shared zalo crash matrix failed (seed {seed}; CLAWGATE_CRASH_SEED={seed} replays \
              it; logs in {}): exits {exits:?}; {problems:?}",

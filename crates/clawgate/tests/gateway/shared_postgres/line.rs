@@ -7,17 +7,14 @@
 //! `CLAWGATE_SHARED_LINE_CRASH_MESSAGES` (default 12) size it.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clawgate_channel_line::simulator::{
     Fault, FaultKind, LineSimulator, PUSH_PATH, REPLY_PATH, SimulatorConfig, Via,
 };
 
-use super::MAX_KILL_DELAY_MS;
-use crate::support::{
-    BIN, GatewayProcess, Rng, crash_seed, crash_size, demo_reply, lease_processes,
-};
+use super::pair::{Setup, TwoGateways};
+use crate::support::{Rng, crash_seed, crash_size, demo_reply};
 
 const TOKEN_ENV: &str = "E2E_LINE_TOKEN";
 const SECRET_ENV: &str = "E2E_LINE_CHANNEL_SECRET";
@@ -27,15 +24,11 @@ const WORDS: usize = 8;
 /// (a fresh schema) and one webhook address (only the gateway serving the account binds it).
 struct SharedLine {
     sim: LineSimulator,
-    url: String,
-    schema: String,
-    dir: tempfile::TempDir,
-    config: PathBuf,
+    pair: TwoGateways,
 }
 
 impl SharedLine {
-    async fn start() -> SharedLine {
-        let url = clawgate_store_postgres::testing::server_url();
+    async fn start(seed: u64) -> SharedLine {
         let sim = LineSimulator::start(SimulatorConfig {
             // LINE publishes no schedule; long enough to outlast a takeover.
             redelivery_delays: [
@@ -50,126 +43,37 @@ impl SharedLine {
         .expect("the LINE simulator starts");
         let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
         sim.set_webhook_url(Some(&format!("http://127.0.0.1:{port}/line/webhook")));
-        let dir = tempfile::tempdir().expect("tempdir");
-        let schema = clawgate_store_postgres::testing::fresh_schema("line-shared");
-        let text = format!(
-            "[state]\nbackend = \"postgres\"\npostgres_url_env = \"E2E_PG_URL\"\n\
-             postgres_schema = \"{schema}\"\npostgres_pool_size = 4\naccount_lease_secs = 1\n\n\
-             [gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
-             [retry]\nbase_delay_ms = 100\nmax_delay_ms = 2000\nreconcile_delay_ms = 300\n\n\
-             [[agents]]\nid = \"main\"\ncommand = [{BIN:?}, \"demo-agent\", \"--chunk-ms\", \
-             \"25\", \"--words\", \"{WORDS}\"]\n\n\
-             [[channels]]\nkind = \"line\"\nmax_turn_attempts = 50\n\
+        let channel = format!(
+            "[[channels]]\nkind = \"line\"\nmax_turn_attempts = 50\n\
              settings = {{ token_env = \"{TOKEN_ENV}\", channel_secret_env = \"{SECRET_ENV}\", \
              api_base = \"{}\", webhook_listen = \"127.0.0.1:{port}\", \
              request_timeout_ms = 3000 }}\n",
             sim.api_url()
         );
-        let config = dir.path().join("clawgate.toml");
-        std::fs::write(&config, text).expect("config written");
+        let setup = Setup {
+            name: "line-shared".into(),
+            channel,
+            env: vec![
+                (TOKEN_ENV, sim.access_token()),
+                (SECRET_ENV, sim.channel_secret()),
+            ],
+            words: WORDS,
+            chunk_ms: 25,
+            reconcile_delay_ms: 300,
+        };
         SharedLine {
             sim,
-            url,
-            schema,
-            dir,
-            config,
+            pair: TwoGateways::new(setup, seed),
         }
-    }
-
-    /// The state directory of gateway `n` (its lock, log and instance id).
-    fn state(&self, n: usize) -> PathBuf {
-        self.dir.path().join(["a", "b"][n])
-    }
-
-    fn gateway(&self, n: usize, seed: u64) -> GatewayProcess {
-        GatewayProcess::try_start(
-            &self.state(n),
-            &self.config,
-            &[
-                ("E2E_PG_URL", self.url.as_str()),
-                (TOKEN_ENV, self.sim.access_token().as_str()),
-                (SECRET_ENV, self.sim.channel_secret().as_str()),
-                ("CLAWGATE_LOG", "info"),
-            ],
-        )
-        .unwrap_or_else(|why| panic!("seed {seed}: {why}"))
-    }
-
-    fn serving(&self, n: usize) -> bool {
-        std::fs::read_to_string(self.state(n).with_extension("log"))
-            .unwrap_or_default()
-            .contains("serving this channel account")
-    }
-
-    /// Rows of a two-column text query on the shared state (`{schema}` is replaced).
-    async fn pairs(&self, query: &str) -> Vec<(String, String)> {
-        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
-            .await
-            .expect("a connection to the test server");
-        tokio::spawn(connection);
-        client
-            .query(&query.replace("{schema}", &self.schema), &[])
-            .await
-            .expect("the query")
-            .iter()
-            .map(|row| (row.get::<_, String>(0), row.get::<_, String>(1)))
-            .collect()
     }
 
     /// What the judge reads from the shared state: every intent's status by key, and the keys
     /// of the LINE reply journal.
     async fn shared(&self) -> Shared {
         Shared {
-            statuses: self
-                .pairs("SELECT idempotency_key, status FROM {schema}.send_intents")
-                .await
-                .into_iter()
-                .collect(),
-            journal: self
-                .pairs(
-                    "SELECT key, book FROM {schema}.channel_records \
-                     WHERE kind = 'line' AND book = 'reply-journal'",
-                )
-                .await
-                .into_iter()
-                .map(|(key, _)| key)
-                .collect(),
+            statuses: self.pair.intents().await.into_iter().collect(),
+            journal: self.pair.book("line", "reply-journal").await,
         }
-    }
-
-    /// The delivery state of both gateways (every intent's and inbound record's status),
-    /// sorted: it holds still once nothing is in progress.
-    async fn delivery_state(&self) -> Vec<(String, String)> {
-        let mut rows = self
-            .pairs("SELECT idempotency_key, status FROM {schema}.send_intents")
-            .await;
-        rows.extend(
-            self.pairs("SELECT event_id, status FROM {schema}.inbound_records")
-                .await,
-        );
-        rows.sort();
-        rows
-    }
-
-    /// After both gateways stopped: every agent lease in the shared state is resolved and none
-    /// of its processes runs.
-    async fn leftovers(&self) -> Vec<String> {
-        let mut wrong = Vec::new();
-        for (lease, state) in self
-            .pairs("SELECT lease_id, state FROM {schema}.acpx_leases")
-            .await
-        {
-            if state == "open" || state == "closing" {
-                wrong.push(format!("lease {lease} is still {state}"));
-            }
-            let pids = lease_processes(&lease);
-            if !pids.is_empty() {
-                wrong.push(format!(
-                    "lease {lease} ({state}) still has processes {pids:?}"
-                ));
-            }
-        }
-        wrong
     }
 }
 
@@ -290,7 +194,7 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_line_channel_se
     let (kills, count) = crash_size("SHARED_LINE", 4, 12);
     eprintln!("shared line crash matrix: seed {seed}, {kills} kills, {count} messages");
     let mut rng = Rng(seed);
-    let line = SharedLine::start().await;
+    let mut line = SharedLine::start(seed).await;
     let people: Vec<String> = (0..3).map(|n| line.sim.user(&format!("pat-{n}"))).collect();
     let mut chats: Vec<(String, String)> = people.iter().map(|p| (p.clone(), p.clone())).collect();
     for n in 0..2 {
@@ -317,7 +221,8 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_line_channel_se
         });
     };
     let mut asked: Vec<Asked> = Vec::new();
-    let mut gateways = [Some(line.gateway(0, seed)), Some(line.gateway(1, seed))];
+    line.pair.start(0);
+    line.pair.start(1);
     let started = Instant::now();
     let batch = count.div_ceil(usize::try_from(kills).unwrap_or(1).max(1));
     let (mut lost_pushes, mut lost_replies) = (0, 0);
@@ -341,22 +246,15 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_line_channel_se
         for _ in 0..round.div_ceil(2) {
             write(&mut rng, &mut asked);
         }
-        tokio::time::sleep(Duration::from_millis(rng.below(MAX_KILL_DELAY_MS + 1))).await;
         // Kills alternate, so each one hits the gateway serving the account (the first serves
         // first; the other took over after the previous kill) with its work in flight; the
         // other takes the account over once the 1 s lease runs out.
         let victim = kill % 2;
-        if let Some(gateway) = gateways[victim].take() {
-            gateway.kill_hard();
-        }
+        line.pair.kill_after_a_while(victim, &mut rng).await;
         for _ in round.div_ceil(2)..round {
             write(&mut rng, &mut asked);
         }
-        tokio::time::sleep(Duration::from_millis(
-            1_500 + rng.below(MAX_KILL_DELAY_MS + 1),
-        ))
-        .await;
-        gateways[victim] = Some(line.gateway(victim, seed));
+        line.pair.restart_after_takeover(victim, &mut rng).await;
     }
     while asked.len() < count {
         write(&mut rng, &mut asked);
@@ -369,7 +267,7 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_line_channel_se
     let mut seen = (Vec::new(), Instant::now());
     loop {
         let verdict = judge(&line.sim, &line.shared().await, &asked);
-        let state = line.delivery_state().await;
+        let state = line.pair.delivery_state().await;
         if state != seen.0 {
             seen = (state, Instant::now());
         }
@@ -381,14 +279,10 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_line_channel_se
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    let exits: Vec<_> = gateways
-        .iter_mut()
-        .filter_map(Option::take)
-        .map(GatewayProcess::interrupt)
-        .collect();
+    let exits = line.pair.interrupt_all();
     let mut verdict = judge(&line.sim, &line.shared().await, &asked);
-    let leftovers = line.leftovers().await;
-    let served = [0, 1].map(|n| line.serving(n));
+    let leftovers = line.pair.leftovers().await;
+    let served = [0, 1].map(|n| line.pair.served(n));
     if kills >= 2 && served != [true, true] {
         verdict.problems.push(format!(
             "the account never changed hands: each gateway served it {served:?}"
@@ -427,12 +321,12 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_line_channel_se
         started.elapsed().as_secs_f64()
     );
     if !verdict.problems.is_empty() || !leftovers.is_empty() || exits.iter().any(|e| !e.success()) {
-        let kept = line.dir.keep();
+        let kept = line.pair.dir.keep();
         panic!(
             "shared line crash matrix failed (seed {seed}; CLAWGATE_CRASH_SEED={seed} replays \
              it; logs in {}; schema {}): exits {exits:?}; {:?}; leftovers {leftovers:?}",
             kept.display(),
-            line.schema,
+            line.pair.schema,
             verdict.problems
         );
     }

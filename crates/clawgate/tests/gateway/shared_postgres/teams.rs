@@ -14,7 +14,6 @@
 //! Everything else fails the run.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clawgate_channel_teams::simulator::{
@@ -22,10 +21,8 @@ use clawgate_channel_teams::simulator::{
     TeamsSimulator,
 };
 
-use super::MAX_KILL_DELAY_MS;
-use crate::support::{
-    BIN, GatewayProcess, Rng, crash_seed, crash_size, demo_reply, lease_processes,
-};
+use super::pair::{MAX_KILL_DELAY_MS, Setup, TwoGateways};
+use crate::support::{Rng, crash_seed, crash_size, demo_reply};
 
 const PASSWORD_ENV: &str = "E2E_TEAMS_APP_PASSWORD";
 const WORDS: usize = 8;
@@ -34,15 +31,11 @@ const WORDS: usize = 8;
 /// schema) and one messaging endpoint.
 struct SharedBot {
     sim: TeamsSimulator,
-    url: String,
-    schema: String,
-    dir: tempfile::TempDir,
-    config: PathBuf,
+    pair: TwoGateways,
 }
 
 impl SharedBot {
     async fn start(seed: u64) -> SharedBot {
-        let url = clawgate_store_postgres::testing::server_url();
         let sim = TeamsSimulator::start(SimulatorConfig {
             answer_deadline: Duration::from_secs(10),
             // Enough attempts to outlast a takeover.
@@ -57,16 +50,8 @@ impl SharedBot {
         .expect("the Teams simulator starts");
         let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
         sim.set_endpoint(Some(&format!("http://127.0.0.1:{port}/api/messages")));
-        let dir = tempfile::tempdir().expect("tempdir");
-        let schema = clawgate_store_postgres::testing::fresh_schema(&format!("teams-{seed}"));
-        let text = format!(
-            "[state]\nbackend = \"postgres\"\npostgres_url_env = \"E2E_PG_URL\"\n\
-             postgres_schema = \"{schema}\"\npostgres_pool_size = 4\naccount_lease_secs = 1\n\n\
-             [gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
-             [retry]\nbase_delay_ms = 100\nmax_delay_ms = 2000\nreconcile_delay_ms = 500\n\n\
-             [[agents]]\nid = \"main\"\ncommand = [{BIN:?}, \"demo-agent\", \"--chunk-ms\", \
-             \"25\", \"--words\", \"{WORDS}\"]\n\n\
-             [[channels]]\nkind = \"teams\"\nmax_turn_attempts = 50\n\
+        let channel = format!(
+            "[[channels]]\nkind = \"teams\"\nmax_turn_attempts = 50\n\
              settings = {{ app_id = \"{}\", app_password_env = \"{PASSWORD_ENV}\", \
              listen = \"127.0.0.1:{port}\", token_url = \"{}\", openid_url = \"{}\", \
              request_timeout_ms = 3000 }}\n",
@@ -74,114 +59,31 @@ impl SharedBot {
             sim.token_url(),
             sim.openid_url()
         );
-        let config = dir.path().join("clawgate.toml");
-        std::fs::write(&config, text).expect("config written");
+        let setup = Setup {
+            name: format!("teams-{seed}"),
+            channel,
+            env: vec![(PASSWORD_ENV, sim.app_password())],
+            words: WORDS,
+            chunk_ms: 25,
+            reconcile_delay_ms: 500,
+        };
         SharedBot {
             sim,
-            url,
-            schema,
-            dir,
-            config,
+            pair: TwoGateways::new(setup, seed),
         }
-    }
-
-    /// The state directory of gateway `n` (its lock, log and instance id).
-    fn state(&self, n: usize) -> PathBuf {
-        self.dir.path().join(["a", "b"][n])
-    }
-
-    fn gateway(&self, n: usize, seed: u64) -> GatewayProcess {
-        GatewayProcess::try_start(
-            &self.state(n),
-            &self.config,
-            &[
-                ("E2E_PG_URL", self.url.as_str()),
-                (PASSWORD_ENV, self.sim.app_password().as_str()),
-                ("CLAWGATE_LOG", "info"),
-            ],
-        )
-        .unwrap_or_else(|why| panic!("seed {seed}: {why}"))
-    }
-
-    /// Gateway `n`'s instance id: the holder it is named by in the account lease.
-    fn instance(&self, n: usize) -> String {
-        std::fs::read_to_string(self.state(n).join("instance-id"))
-            .map(|id| id.trim().to_owned())
-            .unwrap_or_default()
-    }
-
-    fn serving(&self, n: usize) -> bool {
-        std::fs::read_to_string(self.state(n).with_extension("log"))
-            .unwrap_or_default()
-            .contains("serving this channel account")
-    }
-
-    /// Rows of a two-column query on the shared state (`{schema}` is replaced).
-    async fn pairs(&self, query: &str) -> Vec<(String, String)> {
-        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
-            .await
-            .expect("a connection to the test server");
-        tokio::spawn(connection);
-        client
-            .query(&query.replace("{schema}", &self.schema), &[])
-            .await
-            .expect("the query")
-            .iter()
-            .map(|row| (row.get::<_, String>(0), row.get::<_, String>(1)))
-            .collect()
-    }
-
-    /// Which gateway (0 or 1) holds the bot's account lease now, if either does.
-    async fn holder(&self) -> Option<usize> {
-        let leases = self
-            .pairs("SELECT holder, epoch::text FROM {schema}.account_leases")
-            .await;
-        let holder = &leases.first()?.0;
-        (0..2).find(|n| self.instance(*n) == *holder)
     }
 
     /// The conversations whose reference the shared store holds.
     async fn references(&self) -> Vec<String> {
-        self.pairs(
-            "SELECT name, value FROM {schema}.channel_values \
-             WHERE kind = 'teams' AND name LIKE 'reference/%'",
-        )
-        .await
-        .into_iter()
-        .filter_map(|(name, _)| name.strip_prefix("reference/").map(str::to_owned))
-        .collect()
-    }
-
-    /// After both gateways stopped cleanly: every agent lease of the shared state is resolved
-    /// and none of its processes runs. Returns what is wrong, if anything.
-    async fn leftovers(&self) -> Vec<String> {
-        let mut wrong = Vec::new();
-        for (lease, state) in self
-            .pairs("SELECT lease_id, state FROM {schema}.acpx_leases")
+        self.pair
+            .pairs(
+                "SELECT name, value FROM {schema}.channel_values \
+                 WHERE kind = 'teams' AND name LIKE 'reference/%'",
+            )
             .await
-        {
-            if state == "open" || state == "closing" {
-                wrong.push(format!("lease {lease} is still {state}"));
-            }
-            let pids = lease_processes(&lease);
-            if !pids.is_empty() {
-                wrong.push(format!(
-                    "lease {lease} ({state}) still has processes {pids:?}"
-                ));
-            }
-        }
-        wrong
-    }
-
-    /// The shared reply intents (idempotency key, status) and inbound records (event id,
-    /// status).
-    async fn rows(&self) -> (Vec<(String, String)>, Vec<(String, String)>) {
-        (
-            self.pairs("SELECT idempotency_key, status FROM {schema}.send_intents")
-                .await,
-            self.pairs("SELECT event_id, status FROM {schema}.inbound_records")
-                .await,
-        )
+            .into_iter()
+            .filter_map(|(name, _)| name.strip_prefix("reference/").map(str::to_owned))
+            .collect()
     }
 }
 
@@ -366,16 +268,16 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_teams_bot_send_
     let (kills, count) = crash_size("SHARED_TEAMS", 4, 12);
     eprintln!("shared teams crash matrix: seed {seed}, {kills} kills, {count} messages");
     let mut rng = Rng(seed);
-    let bot = SharedBot::start(seed).await;
+    let mut bot = SharedBot::start(seed).await;
     let sim = &bot.sim;
     let mut places: Vec<(String, SimUser)> = Vec::new();
     let mut asked: Vec<Asked> = Vec::new();
-    let mut gateways = [Some(bot.gateway(0, seed)), None];
+    bot.pair.start(0);
     assert!(
-        until(Duration::from_secs(20), || async { bot.serving(0) }).await,
+        until(Duration::from_secs(20), || async { bot.pair.served(0) }).await,
         "seed {seed}: the first gateway serves the bot"
     );
-    gateways[1] = Some(bot.gateway(1, seed));
+    bot.pair.start(1);
     let started = Instant::now();
     let rounds = usize::try_from(kills).unwrap_or(0);
     let batch = count.div_ceil(rounds.max(1));
@@ -384,7 +286,7 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_teams_bot_send_
     let mut learned_by: Option<usize> = None;
     for round in 0..rounds {
         let round_start = asked.len();
-        let holder = bot.holder().await;
+        let holder = bot.pair.holder().await;
         // The conversation the previous round opened, learned by the gateway then killed:
         // asked again, answered by the one serving now.
         if let (Some(learner), Some(place)) = (learned_by, places.last().cloned()) {
@@ -400,7 +302,7 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_teams_bot_send_
                 })
             })
             .await;
-            if answered && bot.holder().await.is_some_and(|now| now != learner) {
+            if answered && bot.pair.holder().await.is_some_and(|now| now != learner) {
                 crossed += 1;
             }
         }
@@ -451,10 +353,8 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_teams_bot_send_
         tokio::time::sleep(Duration::from_millis(rng.below(MAX_KILL_DELAY_MS + 1))).await;
         // The gateway serving the bot, with its work in flight; read from the lease, so a kill
         // always forces a takeover.
-        let victim = bot.holder().await.unwrap_or(round % 2);
-        if let Some(gateway) = gateways[victim].take() {
-            gateway.kill_hard();
-        }
+        let victim = bot.pair.holder().await.unwrap_or(round % 2);
+        bot.pair.kill(victim);
         killed_calls = sim.calls().len();
         for _ in 0..after_kill {
             let place = &places[usize::try_from(rng.below(places.len() as u64)).unwrap_or(0)];
@@ -466,18 +366,18 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_teams_bot_send_
         }
         let other = 1 - victim;
         let took_over = until(Duration::from_secs(30), || async {
-            bot.holder().await == Some(other)
+            bot.pair.holder().await == Some(other)
         })
         .await;
         if !took_over {
-            let kept = bot.dir.keep();
+            let kept = bot.pair.dir.keep();
             panic!(
                 "seed {seed}: gateway {other} did not take the bot over within 30 s after \
                  gateway {victim} was killed (logs in {})",
                 kept.display()
             );
         }
-        gateways[victim] = Some(bot.gateway(victim, seed));
+        bot.pair.start(victim);
     }
     while asked.len() < count {
         let place = &places[usize::try_from(rng.below(places.len().max(1) as u64)).unwrap_or(0)];
@@ -492,7 +392,7 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_teams_bot_send_
     // would land twice.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let (statuses, inbound) = bot.rows().await;
+        let (statuses, inbound) = (bot.pair.intents().await, bot.pair.inbound().await);
         let verdict = judge(
             sim,
             &asked,
@@ -509,12 +409,8 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_teams_bot_send_
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let exits: Vec<_> = gateways
-        .iter_mut()
-        .filter_map(Option::take)
-        .map(GatewayProcess::interrupt)
-        .collect();
-    let (statuses, inbound) = bot.rows().await;
+    let exits = bot.pair.interrupt_all();
+    let (statuses, inbound) = (bot.pair.intents().await, bot.pair.inbound().await);
     let verdict = judge(
         sim,
         &asked,
@@ -523,8 +419,8 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_teams_bot_send_
         &bot.references().await,
         killed_calls,
     );
-    let leftovers = bot.leftovers().await;
-    let served = [0, 1].map(|n| bot.serving(n));
+    let leftovers = bot.pair.leftovers().await;
+    let served = [0, 1].map(|n| bot.pair.served(n));
     let calls = sim.calls();
     let lost = calls.iter().filter(|c| !c.answered).count();
     let count_op = |op: Op| calls.iter().filter(|c| c.op == op).count();
@@ -554,7 +450,7 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_teams_bot_send_
         started.elapsed().as_secs_f64()
     );
     if !verdict.problems.is_empty() || !leftovers.is_empty() || exits.iter().any(|e| !e.success()) {
-        let kept = bot.dir.keep();
+        let kept = bot.pair.dir.keep();
         panic!(
             "shared teams crash matrix failed (seed {seed}; CLAWGATE_CRASH_SEED={seed} replays \
              it; logs in {}): exits {exits:?}; leftovers {leftovers:?}; intents by status \

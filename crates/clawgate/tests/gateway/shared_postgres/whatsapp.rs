@@ -11,17 +11,14 @@
 //! evidence, once the message's status webhook reaches it.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clawgate_channel_whatsapp::simulator::{
     Fault, FaultKind, SimMessage, SimulatorConfig, WhatsAppSimulator,
 };
 
-use super::MAX_KILL_DELAY_MS;
-use crate::support::{
-    BIN, GatewayProcess, Rng, Stillness, crash_seed, crash_size, demo_reply, lease_processes,
-};
+use super::pair::{Setup, TwoGateways};
+use crate::support::{Rng, Stillness, crash_seed, crash_size, demo_reply, lease_processes};
 
 const TOKEN_ENV: &str = "E2E_WHATSAPP_TOKEN";
 const SECRET_ENV: &str = "E2E_WHATSAPP_APP_SECRET";
@@ -36,15 +33,11 @@ const LAST_LOOK: Duration = Duration::from_secs(3);
 /// state (a fresh schema) and one webhook address.
 struct SharedNumber {
     sim: WhatsAppSimulator,
-    url: String,
-    schema: String,
-    dir: tempfile::TempDir,
-    config: PathBuf,
+    pair: TwoGateways,
 }
 
 impl SharedNumber {
-    async fn start() -> SharedNumber {
-        let url = clawgate_store_postgres::testing::server_url();
+    async fn start(seed: u64) -> SharedNumber {
         let sim = WhatsAppSimulator::start(SimulatorConfig {
             // Meta's schedule ("with decreasing frequency", for days), shortened; the last
             // wait repeats, so a delivery outlasts any takeover.
@@ -60,108 +53,53 @@ impl SharedNumber {
         .expect("the WhatsApp simulator starts");
         let port = clawgate_channel_sdk::testing::ports::reserve_loopback_port();
         sim.set_webhook_url(Some(&format!("http://127.0.0.1:{port}/whatsapp/webhook")));
-        let dir = tempfile::tempdir().expect("tempdir");
-        let schema = clawgate_store_postgres::testing::fresh_schema("whatsapp-shared");
-        let text = format!(
-            "[state]\nbackend = \"postgres\"\npostgres_url_env = \"E2E_PG_URL\"\n\
-             postgres_schema = \"{schema}\"\npostgres_pool_size = 4\naccount_lease_secs = 1\n\n\
-             [gateway]\nlisten = \"127.0.0.1:0\"\nshutdown_grace_ms = 3000\n\n\
-             [retry]\nbase_delay_ms = 100\nmax_delay_ms = 2000\nreconcile_delay_ms = 500\n\n\
-             [[agents]]\nid = \"main\"\ncommand = [{BIN:?}, \"demo-agent\", \"--chunk-ms\", \
-             \"25\", \"--words\", \"{WORDS}\"]\n\n\
-             [[channels]]\nkind = \"whatsapp\"\nmax_turn_attempts = 50\n\
+        let channel = format!(
+            "[[channels]]\nkind = \"whatsapp\"\nmax_turn_attempts = 50\n\
              settings = {{ token_env = \"{TOKEN_ENV}\", app_secret_env = \"{SECRET_ENV}\", \
              verify_token_env = \"{VERIFY_ENV}\", phone_number_id = \"{}\", api_base = \"{}\", \
              webhook_listen = \"127.0.0.1:{port}\", request_timeout_ms = 3000 }}\n",
             sim.phone_number_id(),
             sim.api_url()
         );
-        let config = dir.path().join("clawgate.toml");
-        std::fs::write(&config, text).expect("config written");
+        let setup = Setup {
+            name: "whatsapp-shared".into(),
+            channel,
+            env: vec![
+                (TOKEN_ENV, sim.token()),
+                (SECRET_ENV, sim.app_secret()),
+                (VERIFY_ENV, VERIFY_TOKEN.to_owned()),
+            ],
+            words: WORDS,
+            chunk_ms: 25,
+            reconcile_delay_ms: 500,
+        };
         SharedNumber {
             sim,
-            url,
-            schema,
-            dir,
-            config,
-        }
-    }
-
-    /// The state directory of gateway `n` (its lock, log and instance id).
-    fn state(&self, n: usize) -> PathBuf {
-        self.dir.path().join(["a", "b"][n])
-    }
-
-    fn gateway(&self, n: usize, seed: u64) -> GatewayProcess {
-        GatewayProcess::try_start(
-            &self.state(n),
-            &self.config,
-            &[
-                ("E2E_PG_URL", self.url.as_str()),
-                (TOKEN_ENV, self.sim.token().as_str()),
-                (SECRET_ENV, self.sim.app_secret().as_str()),
-                (VERIFY_ENV, VERIFY_TOKEN),
-                ("CLAWGATE_LOG", "info"),
-            ],
-        )
-        .unwrap_or_else(|why| panic!("seed {seed}: {why}"))
-    }
-
-    fn serving(&self, n: usize) -> bool {
-        std::fs::read_to_string(self.state(n).with_extension("log"))
-            .unwrap_or_default()
-            .contains("serving this channel account")
-    }
-
-    /// Person `wa_id` writes `text`; returns what the test expects back.
-    fn write(&self, wa_id: &str, text: &str) -> Asked {
-        let wamid = self.sim.person_writes(wa_id, "Ada", text);
-        Asked {
-            wa_id: wa_id.to_owned(),
-            wamid,
-            expected: demo_reply(text, WORDS),
+            pair: TwoGateways::new(setup, seed),
         }
     }
 
     /// What the shared state holds now: reply intents, inbound records, the status book.
     async fn shared(&self) -> Shared {
-        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
-            .await
-            .expect("a connection to the test server");
-        tokio::spawn(connection);
-        let pairs = |query: &'static str| {
-            let (client, schema) = (&client, &self.schema);
-            async move {
-                client
-                    .query(&query.replace("{schema}", schema), &[])
-                    .await
-                    .expect("the query")
-                    .iter()
-                    .map(|row| (row.get::<_, String>(0), row.get::<_, String>(1)))
-                    .collect::<Vec<_>>()
-            }
-        };
         Shared {
-            intents: pairs(
-                "SELECT idempotency_key, status FROM {schema}.send_intents \
-                 ORDER BY idempotency_key",
-            )
-            .await,
-            inbound: pairs(
-                "SELECT event_id, status FROM {schema}.inbound_records ORDER BY event_id",
-            )
-            .await,
-            book: pairs(
-                "SELECT key, value FROM {schema}.channel_records \
-                 WHERE kind = 'whatsapp' AND book = 'statuses' ORDER BY key",
-            )
-            .await
-            .into_iter()
-            .map(|(key, _)| key)
-            .collect(),
-            leases: pairs("SELECT lease_id, state FROM {schema}.acpx_leases ORDER BY lease_id")
+            intents: self.pair.intents().await,
+            inbound: self.pair.inbound().await,
+            book: self.pair.book("whatsapp", "statuses").await,
+            leases: self
+                .pair
+                .pairs("SELECT lease_id, state FROM {schema}.acpx_leases ORDER BY lease_id")
                 .await,
         }
+    }
+}
+
+/// Person `wa_id` writes `text`; returns what the test expects back.
+fn write(sim: &WhatsAppSimulator, wa_id: &str, text: &str) -> Asked {
+    let wamid = sim.person_writes(wa_id, "Ada", text);
+    Asked {
+        wa_id: wa_id.to_owned(),
+        wamid,
+        expected: demo_reply(text, WORDS),
     }
 }
 
@@ -361,23 +299,23 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_whatsapp_number
     let (kills, count) = crash_size("SHARED_WHATSAPP", 4, 12);
     eprintln!("shared whatsapp crash matrix: seed {seed}, {kills} kills, {count} messages");
     let mut rng = Rng(seed);
-    let number = SharedNumber::start().await;
+    let mut number = SharedNumber::start(seed).await;
     let people: Vec<String> = (0..4).map(|n| format!("4915200000{n:03}")).collect();
     let mut asked: Vec<Asked> = Vec::new();
     let write = |rng: &mut Rng, asked: &mut Vec<Asked>| {
         let person = &people[usize::try_from(rng.below(people.len() as u64)).unwrap_or(0)];
         let text = format!("message {} from {person}", asked.len());
-        asked.push(number.write(person, &text));
+        asked.push(write(&number.sim, person, &text));
     };
     let started = Instant::now();
     // The first gateway serves first, so the alternating kills each hit the account's holder.
-    let first = number.gateway(0, seed);
+    number.pair.start(0);
     crate::support::eventually(Duration::from_secs(30), "the first gateway serves", || {
-        let serves = number.serving(0);
+        let serves = number.pair.served(0);
         async move { serves.then_some(()) }
     })
     .await;
-    let mut gateways = [Some(first), Some(number.gateway(1, seed))];
+    number.pair.start(1);
     let batch = count.div_ceil(usize::try_from(kills).unwrap_or(1).max(1));
     for kill in 0..usize::try_from(kills).unwrap_or(0) {
         number
@@ -386,18 +324,9 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_whatsapp_number
         for _ in 0..batch.min(count - asked.len()) {
             write(&mut rng, &mut asked);
         }
-        tokio::time::sleep(Duration::from_millis(rng.below(MAX_KILL_DELAY_MS + 1))).await;
         let victim = kill % 2;
-        if let Some(gateway) = gateways[victim].take() {
-            gateway.kill_hard();
-        }
-        // Longer than the 1 s account lease plus a renewal interval: the account moves to the
-        // other gateway before the victim comes back with its state directory.
-        tokio::time::sleep(Duration::from_millis(
-            1_500 + rng.below(MAX_KILL_DELAY_MS + 1),
-        ))
-        .await;
-        gateways[victim] = Some(number.gateway(victim, seed));
+        number.pair.kill_after_a_while(victim, &mut rng).await;
+        number.pair.restart_after_takeover(victim, &mut rng).await;
     }
     while asked.len() < count {
         write(&mut rng, &mut asked);
@@ -436,11 +365,7 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_whatsapp_number
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    let exits: Vec<_> = gateways
-        .iter_mut()
-        .filter_map(Option::take)
-        .map(GatewayProcess::interrupt)
-        .collect();
+    let exits = number.pair.interrupt_all();
 
     let shared = number.shared().await;
     let verdict = judge(&number.sim, &shared, &asked);
@@ -456,7 +381,7 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_whatsapp_number
             ));
         }
     }
-    let served = [0, 1].map(|n| number.serving(n));
+    let served = [0, 1].map(|n| number.pair.served(n));
     let deliveries = number.sim.deliveries();
     let redelivered = deliveries.iter().filter(|d| d.attempts.len() > 1).count();
     let lost = number.sim.calls().iter().filter(|c| !c.answered).count();
@@ -478,13 +403,13 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_whatsapp_number
         || exits.iter().any(|e| !e.success())
         || !(served.iter().all(|s| *s) || kills < 2)
     {
-        let kept = number.dir.keep();
+        let kept = number.pair.dir.keep();
         panic!(
             "shared whatsapp crash matrix failed (seed {seed}; CLAWGATE_CRASH_SEED={seed} \
              replays it; logs in {}, schema {}): exits {exits:?}; each gateway served the \
              account: {served:?}; leftovers {leftovers:?}; {:?}",
             kept.display(),
-            number.schema,
+            number.pair.schema,
             verdict.problems
         );
     }
