@@ -143,15 +143,7 @@ impl DiscordFactory {
         ));
         import_legacy_session(&setup.state, &setup.legacy, &setup.name)
             .await
-            .map_err(|reason| {
-                setup.invalid(
-                    "",
-                    format!(
-                        "the state an earlier release kept in the gateway's state directory: \
-                         {reason}; fix the file's permissions or the store and start again"
-                    ),
-                )
-            })?;
+            .map_err(|e| setup.invalid("", e.to_string()))?;
         let feed = GatewaySource::new(&setup.name, rest, bot, setup.state.clone())
             .await
             .map_err(|e| {

@@ -19,10 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use clawgate_channel_sdk::state::{Swapped, ValueExpectation};
 use clawgate_channel_sdk::{
-    ChannelState, EventSink, LegacyFiles, PushedEvent, PushedFeed, SourceError, StateError,
-    StateErrorKind, TransportAck,
+    ChannelState, EventSink, ImportError, LegacyFiles, PushedEvent, PushedFeed, SourceError,
+    StateError, StateErrorKind, TransportAck,
 };
 use clawgate_types::DeliveryFailureKind;
 use futures_util::{SinkExt, StreamExt};
@@ -60,40 +59,33 @@ pub(crate) fn legacy_session_file(name: &str) -> String {
     format!("discord-{sanitized}-session.json")
 }
 
-/// Imports the session an earlier release kept for channel `name`, once: stored only where the
-/// store holds none (a stored session wins, so a repeat after a crash before the file was set
-/// aside changes nothing), then the file is set aside. A file that is not a session is set
+/// Imports the session an earlier release kept for channel `name`, once (see
+/// [`ChannelState::import_values`]: a stored session wins). A file that is not a session is set
 /// aside unread, as that release ignored it too (the feed identifies anew).
 pub(crate) async fn import_legacy_session(
     state: &ChannelState,
     legacy: &LegacyFiles,
     name: &str,
-) -> Result<(), String> {
+) -> Result<(), ImportError> {
     let file = legacy_session_file(name);
-    let Some(bytes) = legacy
-        .read(&file)
-        .map_err(|e| format!("{file} cannot be read: {e}"))?
-    else {
-        return Ok(());
-    };
-    match serde_json::from_slice::<SessionRecord>(&bytes) {
-        Ok(record) => {
-            let swapped = state
-                .swap(SESSION, ValueExpectation::Absent, &record)
-                .await
-                .map_err(|e| format!("{file} cannot be imported: {e}"))?;
-            if let Swapped::Written(_) = swapped {
-                info!(
-                    channel = name,
-                    "the Discord session of an earlier release was imported"
-                );
-            }
-        }
-        Err(error) => warn!(file, %error, "not a Discord session; set aside unread"),
+    let imported = state
+        .import_values(legacy, &file, |bytes| {
+            Ok(match serde_json::from_slice::<SessionRecord>(bytes) {
+                Ok(record) => Some((SESSION, record)),
+                Err(error) => {
+                    warn!(file, %error, "not a Discord session; set aside unread");
+                    None
+                }
+            })
+        })
+        .await?;
+    if imported.written > 0 {
+        info!(
+            channel = name,
+            "the Discord session of an earlier release was imported"
+        );
     }
-    legacy
-        .retire(&file)
-        .map_err(|e| format!("{file} was imported but cannot be set aside: {e}"))
+    Ok(())
 }
 
 /// The durable part of a session.

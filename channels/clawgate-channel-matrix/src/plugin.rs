@@ -177,15 +177,7 @@ impl MatrixFactory {
         check_token(setup, &settings, &api).await?;
         import_legacy_sync_start(&setup.state, &setup.legacy)
             .await
-            .map_err(|reason| {
-                setup.invalid(
-                    "",
-                    format!(
-                        "the state an earlier release kept in the gateway's state directory: \
-                         {reason}; fix the file's permissions or the store and start again"
-                    ),
-                )
-            })?;
+            .map_err(|e| setup.invalid("", e.to_string()))?;
         let encrypted = EncryptedRooms::default();
         let source = SyncSource::new(
             api.clone(),

@@ -17,7 +17,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use clawgate_channel_sdk::state::{Swapped, ValueExpectation};
 use clawgate_channel_sdk::{
-    ChannelState, LegacyFiles, PollFrom, PollWait, PolledEvent, PollingFeed, SourceError,
+    ChannelState, ImportError, LegacyFiles, PollFrom, PollWait, PolledEvent, PollingFeed,
+    SourceError,
 };
 use clawgate_types::DeliveryFailureKind;
 use reqwest::Method;
@@ -38,35 +39,23 @@ pub(crate) const SYNC_START: &str = "sync-start";
 /// name for every Matrix account).
 pub(crate) const LEGACY_SYNC_START: &str = "matrix-sync-start";
 
-/// Imports the first token an earlier release kept in [`LEGACY_SYNC_START`], once: written only
-/// where the store holds none (a token already stored wins, so a repeat after a crash before
-/// the file was set aside changes nothing), then the file is set aside.
+/// Imports the first token an earlier release kept in [`LEGACY_SYNC_START`], once (see
+/// [`ChannelState::import_values`]: a token already stored wins). An empty file holds no token
+/// and is set aside.
 pub(crate) async fn import_legacy_sync_start(
     state: &ChannelState,
     legacy: &LegacyFiles,
-) -> Result<(), String> {
-    let Some(bytes) = legacy
-        .read(LEGACY_SYNC_START)
-        .map_err(|e| format!("{LEGACY_SYNC_START} cannot be read: {e}"))?
-    else {
-        return Ok(());
-    };
-    let token = String::from_utf8_lossy(&bytes).trim().to_owned();
-    if !token.is_empty() {
-        match state
-            .swap(SYNC_START, ValueExpectation::Absent, &token)
-            .await
-            .map_err(|e| format!("{LEGACY_SYNC_START} cannot be imported: {e}"))?
-        {
-            Swapped::Written(_) => {
-                info!("the Matrix sync start token of an earlier release was imported")
-            }
-            Swapped::Conflict(_) => {}
-        }
+) -> Result<(), ImportError> {
+    let imported = state
+        .import_values(legacy, LEGACY_SYNC_START, |bytes| {
+            let token = String::from_utf8_lossy(bytes).trim().to_owned();
+            Ok((!token.is_empty()).then_some((SYNC_START, token)))
+        })
+        .await?;
+    if imported.written > 0 {
+        info!("the Matrix sync start token of an earlier release was imported");
     }
-    legacy
-        .retire(LEGACY_SYNC_START)
-        .map_err(|e| format!("{LEGACY_SYNC_START} was imported but cannot be set aside: {e}"))
+    Ok(())
 }
 
 #[derive(Debug, Deserialize)]

@@ -128,15 +128,7 @@ impl MattermostFactory {
         ));
         import_legacy_record(&setup.state, &setup.legacy, &setup.name)
             .await
-            .map_err(|reason| {
-                setup.invalid(
-                    "",
-                    format!(
-                        "the state an earlier release kept in the gateway's state directory: \
-                         {reason}; fix the file's permissions or the store and start again"
-                    ),
-                )
-            })?;
+            .map_err(|e| setup.invalid("", e.to_string()))?;
         let feed = SocketSource::new(&setup.name, api, bot, setup.state.clone())
             .await
             .map_err(|e| {

@@ -21,10 +21,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use clawgate_channel_sdk::state::{Swapped, ValueExpectation};
 use clawgate_channel_sdk::{
-    ChannelState, EventSink, LegacyFiles, PushedEvent, PushedFeed, SourceError, StateError,
-    StateErrorKind, TransportAck,
+    ChannelState, EventSink, ImportError, LegacyFiles, PushedEvent, PushedFeed, SourceError,
+    StateError, StateErrorKind, TransportAck,
 };
 use clawgate_types::DeliveryFailureKind;
 use futures_util::StreamExt;
@@ -59,40 +58,33 @@ pub(crate) fn legacy_record_file(name: &str) -> String {
     format!("mattermost-{sanitized}-socket.json")
 }
 
-/// Imports the record an earlier release kept for channel `name`, once: stored only where the
-/// store holds none (a stored record wins, so a repeat after a crash before the file was set
-/// aside changes nothing), then the file is set aside. A file that is not a record is set aside
-/// unread, as that release ignored it too (the feed connects afresh).
+/// Imports the record an earlier release kept for channel `name`, once (see
+/// [`ChannelState::import_values`]: a stored record wins). A file that is not a record is set
+/// aside unread, as that release ignored it too (the feed connects afresh).
 pub(crate) async fn import_legacy_record(
     state: &ChannelState,
     legacy: &LegacyFiles,
     name: &str,
-) -> Result<(), String> {
+) -> Result<(), ImportError> {
     let file = legacy_record_file(name);
-    let Some(bytes) = legacy
-        .read(&file)
-        .map_err(|e| format!("{file} cannot be read: {e}"))?
-    else {
-        return Ok(());
-    };
-    match serde_json::from_slice::<SocketRecord>(&bytes) {
-        Ok(record) => {
-            let swapped = state
-                .swap(RECORD, ValueExpectation::Absent, &record)
-                .await
-                .map_err(|e| format!("{file} cannot be imported: {e}"))?;
-            if let Swapped::Written(_) = swapped {
-                info!(
-                    channel = name,
-                    "the Mattermost WebSocket record of an earlier release was imported"
-                );
-            }
-        }
-        Err(error) => warn!(file, %error, "not a Mattermost WebSocket record; set aside unread"),
+    let imported = state
+        .import_values(legacy, &file, |bytes| {
+            Ok(match serde_json::from_slice::<SocketRecord>(bytes) {
+                Ok(record) => Some((RECORD, record)),
+                Err(error) => {
+                    warn!(file, %error, "not a Mattermost WebSocket record; set aside unread");
+                    None
+                }
+            })
+        })
+        .await?;
+    if imported.written > 0 {
+        info!(
+            channel = name,
+            "the Mattermost WebSocket record of an earlier release was imported"
+        );
     }
-    legacy
-        .retire(&file)
-        .map_err(|e| format!("{file} was imported but cannot be set aside: {e}"))
+    Ok(())
 }
 
 /// The durable part of a connection.

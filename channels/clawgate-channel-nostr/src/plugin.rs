@@ -217,15 +217,7 @@ impl NostrFactory {
             Arc::new(NostrReceiver::new(&setup.name, keys, settings.dm, allowed).with_bots(bots));
         import_legacy_checkpoint(&setup.state, &setup.legacy, &public_key)
             .await
-            .map_err(|reason| {
-                setup.invalid(
-                    "",
-                    format!(
-                        "the state an earlier release kept in the gateway's state directory: \
-                         {reason}; fix the file's permissions or the store and start again"
-                    ),
-                )
-            })?;
+            .map_err(|e| setup.invalid("", e.to_string()))?;
         let feed = Arc::new(NostrFeed::new(
             relays.clone(),
             public_key,

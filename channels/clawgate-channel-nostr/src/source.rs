@@ -12,10 +12,9 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use clawgate_channel_sdk::state::{Swapped, ValueExpectation};
 use clawgate_channel_sdk::{
-    ChannelState, EventSink, LegacyFiles, PushedEvent, PushedFeed, SourceError, StateError,
-    TransportAck,
+    ChannelState, EventSink, ImportError, LegacyFiles, PushedEvent, PushedFeed, SourceError,
+    StateError, TransportAck,
 };
 use clawgate_types::DeliveryFailureKind;
 use nostr_sdk::pool::{RelayNotification, RelayPoolNotification};
@@ -41,37 +40,30 @@ pub(crate) fn legacy_checkpoint_file(us: &PublicKey) -> String {
     format!("nostr-{}.checkpoint", us.to_hex())
 }
 
-/// Imports the checkpoint an earlier release kept for key `us`, once: stored only where the
-/// store holds none (a stored checkpoint wins, so a repeat after a crash before the file was
-/// set aside changes nothing), then the file is set aside. A file that is not a number is set
-/// aside unread, as that release ignored it too (the feed reads from now).
+/// Imports the checkpoint an earlier release kept for key `us`, once (see
+/// [`ChannelState::import_values`]: a stored checkpoint wins). A file that is not a number is
+/// set aside unread, as that release ignored it too (the feed reads from now).
 pub(crate) async fn import_legacy_checkpoint(
     state: &ChannelState,
     legacy: &LegacyFiles,
     us: &PublicKey,
-) -> Result<(), String> {
+) -> Result<(), ImportError> {
     let file = legacy_checkpoint_file(us);
-    let Some(bytes) = legacy
-        .read(&file)
-        .map_err(|e| format!("{file} cannot be read: {e}"))?
-    else {
-        return Ok(());
-    };
-    match String::from_utf8_lossy(&bytes).trim().parse::<u64>() {
-        Ok(at) => {
-            let swapped = state
-                .swap(CHECKPOINT, ValueExpectation::Absent, &at)
-                .await
-                .map_err(|e| format!("{file} cannot be imported: {e}"))?;
-            if let Swapped::Written(_) = swapped {
-                tracing::info!("the Nostr checkpoint of an earlier release was imported");
-            }
-        }
-        Err(error) => tracing::warn!(file, %error, "not a Nostr checkpoint; set aside unread"),
+    let imported = state
+        .import_values(legacy, &file, |bytes| {
+            Ok(match String::from_utf8_lossy(bytes).trim().parse::<u64>() {
+                Ok(at) => Some((CHECKPOINT, at)),
+                Err(error) => {
+                    tracing::warn!(file, %error, "not a Nostr checkpoint; set aside unread");
+                    None
+                }
+            })
+        })
+        .await?;
+    if imported.written > 0 {
+        tracing::info!("the Nostr checkpoint of an earlier release was imported");
     }
-    legacy
-        .retire(&file)
-        .map_err(|e| format!("{file} was imported but cannot be set aside: {e}"))
+    Ok(())
 }
 
 /// The durable checkpoint of one feed.

@@ -159,7 +159,7 @@ impl std::fmt::Debug for ActiveJournal {
 }
 
 /// `YYYY-MM` (UTC) of `ms` since the epoch.
-pub fn month_of(ms: u64) -> String {
+pub(crate) fn month_of(ms: u64) -> String {
     // Civil-from-days (Howard Hinnant's algorithm), valid for every date after 1970.
     let days = i64::try_from(ms / 86_400_000).unwrap_or(0);
     let z = days + 719_468;

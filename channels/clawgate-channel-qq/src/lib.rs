@@ -33,7 +33,7 @@ pub use client::{
     CODE_NOT_MEMBER, CODE_PASSIVE_EXPIRED, CODE_PASSIVE_EXPIRED_GROUP, CODE_REPLY_LIMIT,
     CODE_STREAM_CLOSED, CODE_TOKEN_INVALID, TRACE_HEADER, TokenError,
 };
-pub use journal::{ActiveAttempt, ActiveJournal, JOURNAL_FILE, JournalError, month_of};
+pub use journal::{ActiveAttempt, ActiveJournal, JOURNAL_FILE, JournalError};
 pub use passive::{answered_msg_id, answered_of, msg_seq_of};
 pub use plugin::{
     DEFAULT_API_BASE, DEFAULT_TOKEN_BASE, PLATFORM_ACTIVE_QUOTA, QqFactory, QqSettings,

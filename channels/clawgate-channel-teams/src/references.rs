@@ -6,8 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use clawgate_channel_sdk::state::ValueExpectation;
-use clawgate_channel_sdk::{ChannelState, LegacyFiles, StateError};
+use clawgate_channel_sdk::{ChannelState, ImportError, LegacyFiles, StateError};
 use serde::{Deserialize, Serialize};
 
 /// The file an earlier release kept the references of every Teams account in (in the state
@@ -37,25 +36,6 @@ fn value_name(conversation: &str) -> String {
     format!("{VALUE_PREFIX}{conversation}")
 }
 
-/// The legacy file could not be imported.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum ImportError {
-    #[error("{REFERENCES_FILE} in the state directory cannot be read: {0}")]
-    Read(#[source] std::io::Error),
-    #[error(
-        "{REFERENCES_FILE} in the state directory is not a references file ({0}); move it \
-         aside to start without the references it held"
-    )]
-    Format(#[source] serde_json::Error),
-    #[error("the references of {REFERENCES_FILE} could not be stored: {0}")]
-    Store(#[source] StateError),
-    #[error(
-        "{REFERENCES_FILE} was imported but could not be renamed {REFERENCES_FILE}.imported \
-         ({0}); it is imported again (adding nothing) at the next start"
-    )]
-    Retire(#[source] std::io::Error),
-}
-
 impl References {
     /// The references kept in `state`, after importing the file an earlier release wrote.
     pub(crate) async fn open(
@@ -67,31 +47,26 @@ impl References {
         Ok(references)
     }
 
-    /// Imports [`REFERENCES_FILE`] once: a reference already in the store wins (it was
-    /// learned later, or imported before a crash), then the file is retired.
+    /// Imports [`REFERENCES_FILE`] once (see [`ChannelState::import_values`]: a reference
+    /// already in the store wins, as it was learned later).
     async fn import(&self, legacy: &LegacyFiles) -> Result<(), ImportError> {
-        let Some(bytes) = legacy.read(REFERENCES_FILE).map_err(ImportError::Read)? else {
-            return Ok(());
-        };
-        let known: BTreeMap<String, ConversationReference> =
-            serde_json::from_slice(&bytes).map_err(ImportError::Format)?;
-        for (conversation, reference) in &known {
-            self.state
-                .swap(
-                    &value_name(conversation),
-                    ValueExpectation::Absent,
-                    reference,
-                )
-                .await
-                .map_err(ImportError::Store)?;
+        let imported = self
+            .state
+            .import_values(legacy, REFERENCES_FILE, |bytes| {
+                let known: BTreeMap<String, ConversationReference> = serde_json::from_slice(bytes)
+                    .map_err(|e| format!("not a references file ({e})"))?;
+                Ok(known
+                    .into_iter()
+                    .map(|(conversation, reference)| (value_name(&conversation), reference)))
+            })
+            .await?;
+        if imported.retired {
+            tracing::info!(
+                written = imported.written,
+                kept = imported.kept,
+                "imported the Teams conversation references of {REFERENCES_FILE}"
+            );
         }
-        legacy
-            .retire(REFERENCES_FILE)
-            .map_err(ImportError::Retire)?;
-        tracing::info!(
-            references = known.len(),
-            "imported the Teams conversation references of {REFERENCES_FILE}"
-        );
         Ok(())
     }
 

@@ -32,7 +32,6 @@ pub use plugin::{TlonFactory, TlonSettings};
 pub use receive::TlonReceiver;
 pub use render::TlonRenderer;
 pub use source::{
-    CHANNEL_FILE, CHANNEL_VALUE, ChannelRecord, EyreSource, ImportError, SUBSCRIPTIONS,
-    import_channel_record,
+    CHANNEL_FILE, CHANNEL_VALUE, ChannelRecord, EyreSource, SUBSCRIPTIONS, import_channel_record,
 };
 pub use threads::{ParticipatedThreads, THREADS_BOOK, THREADS_FILE, ThreadsError};

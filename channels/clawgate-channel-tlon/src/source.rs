@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use clawgate_channel_sdk::state::{ChannelState, LegacyFiles, StateError, ValueExpectation};
+use clawgate_channel_sdk::state::{ChannelState, ImportError, LegacyFiles, StateError};
 use clawgate_channel_sdk::{EventSink, PushedEvent, PushedFeed, SourceError, TransportAck};
 use clawgate_types::DeliveryFailureKind;
 use clawgate_types::clock::Clock;
@@ -142,58 +142,29 @@ impl std::fmt::Debug for EyreSource {
     }
 }
 
-/// Why the feed's channel record could not be imported.
-#[derive(Debug, thiserror::Error)]
-pub enum ImportError {
-    /// The file could not be read or set aside.
-    #[error(
-        "the Eyre channel record of an earlier release ({CHANNEL_FILE} in the state directory) \
-         could not be {what}: {source}; make it readable (or move it aside: a new channel is \
-         opened) and start again"
-    )]
-    Legacy {
-        /// What was being done.
-        what: &'static str,
-        /// What failed.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The store could not be written.
-    #[error("the Eyre channel record of an earlier release could not be stored: {0}")]
-    State(#[source] StateError),
-}
-
-/// Imports the `eyre-channel.json` an earlier release wrote into `state`, then sets it aside;
-/// true when a record was taken. A record already in the store wins; a file that is not a
-/// record is set aside unread (the feed opens a new channel, as the earlier release did).
+/// Imports the `eyre-channel.json` an earlier release wrote into `state`, once (see
+/// [`ChannelState::import_values`]: a record already in the store wins); true when the file held
+/// a record. A file that is not a record is set aside unread (the feed opens a new channel, as
+/// the earlier release did).
 pub async fn import_channel_record(
     state: &ChannelState,
     legacy: &LegacyFiles,
 ) -> Result<bool, ImportError> {
-    let legacy_error = |what| move |source| ImportError::Legacy { what, source };
-    let Some(bytes) = legacy.read(CHANNEL_FILE).map_err(legacy_error("read"))? else {
-        return Ok(false);
-    };
-    let taken = match serde_json::from_slice::<ChannelRecord>(&bytes) {
-        Ok(record) => {
-            state
-                .swap(CHANNEL_VALUE, ValueExpectation::Absent, &record)
-                .await
-                .map_err(ImportError::State)?;
-            true
-        }
-        Err(error) => {
-            warn!(%error, "{CHANNEL_FILE} of an earlier release is not a channel record; set aside");
-            false
-        }
-    };
-    legacy
-        .retire(CHANNEL_FILE)
-        .map_err(legacy_error("set aside"))?;
-    if taken {
+    let imported = state
+        .import_values(legacy, CHANNEL_FILE, |bytes| {
+            Ok(match serde_json::from_slice::<ChannelRecord>(bytes) {
+                Ok(record) => Some((CHANNEL_VALUE, record)),
+                Err(error) => {
+                    warn!(%error, "{CHANNEL_FILE} of an earlier release is not a channel record; set aside");
+                    None
+                }
+            })
+        })
+        .await?;
+    if imported.written > 0 {
         info!("the {CHANNEL_FILE} of an earlier release was taken into the gateway's store");
     }
-    Ok(taken)
+    Ok(imported.written + imported.kept > 0)
 }
 
 enum Ended {

@@ -109,7 +109,9 @@ pub use source::{
     AckAnswer, AckSignal, EventSink, InboundSource, NoTransportAck, PollFrom, PollWait,
     PolledEvent, PollingFeed, PushedEvent, PushedFeed, SourceError, TransportAck,
 };
-pub use state::{Book, ChannelState, LegacyFiles, StateError, StateErrorKind};
+pub use state::{
+    Book, ChannelState, ImportError, Imported, LegacyFiles, StateError, StateErrorKind,
+};
 
 /// The async-trait macro the SDK's traits are written with (implement them with
 /// `#[async_trait]`).

@@ -373,7 +373,8 @@ impl Book {
 /// one-time import into the store: read a file, write what it holds through the
 /// [`ChannelState`] (repeatable: records by their keys, values only where none is stored),
 /// then [`retire`](LegacyFiles::retire) it. A crash anywhere in between imports again on the
-/// next start and loses nothing.
+/// next start and loses nothing. A file of named values is imported by
+/// [`ChannelState::import_values`], which keeps that order.
 #[derive(Debug, Clone, Default)]
 pub struct LegacyFiles {
     dir: Option<PathBuf>,
@@ -466,6 +467,155 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// What [`ChannelState::import_values`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Imported {
+    /// The file was there and is now set aside.
+    pub retired: bool,
+    /// Values of the file written to the store.
+    pub written: usize,
+    /// Values of the file the store held already (newer, or imported before a crash): left as
+    /// stored.
+    pub kept: usize,
+}
+
+/// A legacy file could not be imported. It is left where it was (unless only setting it aside
+/// failed), so what it holds is not lost.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The file is there but cannot be read.
+    #[error(
+        "{} (kept by an earlier release) cannot be read: {source}; make it readable by the \
+         gateway, or move it out of the state directory to start without what it holds",
+        path.display()
+    )]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file does not hold what that release wrote there.
+    #[error(
+        "{} (kept by an earlier release) cannot be imported: {reason}; it was left in place: \
+         repair it, or move it out of the state directory to start without what it holds",
+        path.display()
+    )]
+    Unparsable {
+        /// The file.
+        path: PathBuf,
+        /// What does not fit.
+        reason: String,
+    },
+    /// The store refused a value of the file.
+    #[error(
+        "{} (kept by an earlier release) could not be imported: {source}; it was left in place \
+         and is imported at the next start",
+        path.display()
+    )]
+    Store {
+        /// The file.
+        path: PathBuf,
+        /// The store's error.
+        #[source]
+        source: StateError,
+    },
+    /// Its values are stored, but the file could not be set aside.
+    #[error(
+        "{} was imported but could not be renamed with the suffix {RETIRED_SUFFIX}: {source}; \
+         it is read again at the next start (adding nothing) until it is moved aside",
+        path.display()
+    )]
+    Retire {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ChannelState {
+    /// Imports the named values legacy file `file` holds, as `parse` reads them (an empty
+    /// answer: nothing to import), then sets the file aside; no file, nothing done.
+    ///
+    /// A value the store holds already wins: it was learned after the file was written, or
+    /// imported by a start that stopped before setting the file aside, so an old file never
+    /// overwrites newer state and a repeated import adds nothing. The file is set aside only
+    /// after every write returned, so a crash at any point reads it again at the next start. A
+    /// file that cannot be read or parsed stops the import before any write and stays in place
+    /// for the operator to repair or move.
+    pub async fn import_values<N, T, I>(
+        &self,
+        legacy: &LegacyFiles,
+        file: &str,
+        parse: impl FnOnce(&[u8]) -> Result<I, String>,
+    ) -> Result<Imported, ImportError>
+    where
+        I: IntoIterator<Item = (N, T)>,
+        N: AsRef<str>,
+        T: Serialize,
+    {
+        let path = || legacy.path(file).unwrap_or_else(|| PathBuf::from(file));
+        let Some(bytes) = legacy.read(file).map_err(|source| ImportError::Read {
+            path: path(),
+            source,
+        })?
+        else {
+            return Ok(Imported::default());
+        };
+        let values = parse(&bytes)
+            .map_err(|reason| ImportError::Unparsable {
+                path: path(),
+                reason,
+            })?
+            .into_iter()
+            .map(|(name, value)| {
+                let name = name.as_ref().to_owned();
+                let json = self.encode(&format!("value {name}"), &value)?;
+                Ok((name, json))
+            })
+            .collect::<Result<Vec<_>, StateError>>()
+            .map_err(|source| ImportError::Store {
+                path: path(),
+                source,
+            })?;
+        let mut imported = Imported {
+            retired: true,
+            ..Imported::default()
+        };
+        for (name, json) in values {
+            // Absent: a stored value is newer than the file, or is this file's, imported before
+            // a crash.
+            let swapped = self
+                .store
+                .swap_channel_value(
+                    &self.scope,
+                    &name,
+                    ValueExpectation::Absent,
+                    &json,
+                    self.now_ms(),
+                )
+                .await
+                .map_err(|e| ImportError::Store {
+                    path: path(),
+                    source: self.store_error(&format!("value {name}"), e),
+                })?;
+            match swapped {
+                clawgate_store::ValueSwap::Written(_) => imported.written += 1,
+                clawgate_store::ValueSwap::Conflict(_) => imported.kept += 1,
+            }
+        }
+        // Only now: a crash before this line leaves the file to be read again.
+        legacy.retire(file).map_err(|source| ImportError::Retire {
+            path: path(),
+            source,
+        })?;
+        Ok(imported)
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 pub(crate) mod tests {
@@ -545,6 +695,115 @@ pub(crate) mod tests {
         ChannelState::with_system_clock(Arc::new(Unused), ChannelScope::new("memory", "default"))
     }
 
+    /// Named values in memory, with the port's compare-and-set (books are not kept).
+    #[derive(Default)]
+    struct Values {
+        values: std::sync::Mutex<std::collections::HashMap<String, ChannelValue>>,
+        refuse_writes: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait::async_trait]
+    impl ChannelStateStore for Values {
+        async fn append_channel_record(
+            &self,
+            _: &ChannelScope,
+            _: &str,
+            _: &str,
+            _: &serde_json::Value,
+            _: UnixMillis,
+        ) -> StoreResult<AppendedRecord> {
+            unused()
+        }
+        async fn find_channel_record(
+            &self,
+            _: &ChannelScope,
+            _: &str,
+            _: &str,
+        ) -> StoreResult<Option<ChannelRecord>> {
+            unused()
+        }
+        async fn channel_records_since(
+            &self,
+            _: &ChannelScope,
+            _: &str,
+            _: i64,
+            _: u32,
+        ) -> StoreResult<Vec<ChannelRecord>> {
+            unused()
+        }
+        async fn prune_channel_records(
+            &self,
+            _: &ChannelScope,
+            _: &str,
+            _: UnixMillis,
+            _: u64,
+        ) -> StoreResult<u64> {
+            unused()
+        }
+        async fn load_channel_value(
+            &self,
+            _: &ChannelScope,
+            name: &str,
+        ) -> StoreResult<Option<ChannelValue>> {
+            Ok(self.values.lock().unwrap().get(name).cloned())
+        }
+        async fn swap_channel_value(
+            &self,
+            _: &ChannelScope,
+            name: &str,
+            expected: ValueExpectation,
+            value: &serde_json::Value,
+            now: UnixMillis,
+        ) -> StoreResult<ValueSwap> {
+            if self.refuse_writes.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(StoreError::InvalidInput("writes are refused".into()));
+            }
+            let mut values = self.values.lock().unwrap();
+            let stored = values.get(name).cloned();
+            let holds = match expected {
+                ValueExpectation::Absent => stored.is_none(),
+                ValueExpectation::Version(v) => stored.as_ref().is_some_and(|s| s.version == v),
+                ValueExpectation::Any => true,
+            };
+            if !holds {
+                return Ok(ValueSwap::Conflict(stored));
+            }
+            let written = ChannelValue {
+                value: value.clone(),
+                version: stored.map_or(1, |s| s.version + 1),
+                updated_at: now,
+            };
+            values.insert(name.to_owned(), written.clone());
+            Ok(ValueSwap::Written(written))
+        }
+        async fn delete_channel_value(&self, _: &ChannelScope, name: &str) -> StoreResult<bool> {
+            Ok(self.values.lock().unwrap().remove(name).is_some())
+        }
+    }
+
+    fn memory_state() -> (ChannelState, Arc<Values>) {
+        let store = Arc::new(Values::default());
+        let state =
+            ChannelState::with_system_clock(store.clone(), ChannelScope::new("memory", "default"));
+        (state, store)
+    }
+
+    const CURSOR_FILE: &str = "memory-cursor";
+
+    /// A legacy cursor file: a number, as text.
+    fn cursor(bytes: &[u8]) -> Result<Option<(&'static str, u64)>, String> {
+        let text = std::str::from_utf8(bytes).map_err(|e| e.to_string())?;
+        let at = text
+            .trim()
+            .parse::<u64>()
+            .map_err(|e| format!("not a cursor: {e}"))?;
+        Ok(Some(("cursor", at)))
+    }
+
+    async fn stored_cursor(state: &ChannelState) -> Option<Versioned<u64>> {
+        state.value("cursor").await.unwrap()
+    }
+
     #[tokio::test]
     async fn a_failed_store_call_names_the_scope_and_the_book() {
         let error = unused_state()
@@ -557,6 +816,211 @@ pub(crate) mod tests {
             text.contains("memory/default") && text.contains("book sends"),
             "{text}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_legacy_value_is_imported_once_then_its_file_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(CURSOR_FILE), b"42\n").unwrap();
+        let legacy = LegacyFiles::in_dir(dir.path());
+        let (state, _) = memory_state();
+
+        let imported = state
+            .import_values(&legacy, CURSOR_FILE, cursor)
+            .await
+            .unwrap();
+        assert_eq!(
+            imported,
+            Imported {
+                retired: true,
+                written: 1,
+                kept: 0
+            }
+        );
+        assert_eq!(
+            stored_cursor(&state).await,
+            Some(Versioned {
+                value: 42,
+                version: 1
+            })
+        );
+        assert!(!dir.path().join(CURSOR_FILE).exists(), "set aside");
+        assert!(
+            dir.path()
+                .join(format!("{CURSOR_FILE}{RETIRED_SUFFIX}"))
+                .is_file()
+        );
+
+        let again = state
+            .import_values(&legacy, CURSOR_FILE, cursor)
+            .await
+            .unwrap();
+        assert_eq!(again, Imported::default(), "no file, nothing done");
+        assert_eq!(stored_cursor(&state).await.unwrap().version, 1);
+    }
+
+    #[tokio::test]
+    async fn a_value_already_stored_is_kept_and_the_file_still_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("memory-refs.json"),
+            br#"{"a": "old a", "b": "old b"}"#,
+        )
+        .unwrap();
+        let legacy = LegacyFiles::in_dir(dir.path());
+        let (state, _) = memory_state();
+        state.put("ref/a", &"newer a".to_owned()).await.unwrap();
+
+        let imported = state
+            .import_values(&legacy, "memory-refs.json", |bytes| {
+                let refs: std::collections::BTreeMap<String, String> =
+                    serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+                Ok(refs.into_iter().map(|(k, v)| (format!("ref/{k}"), v)))
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            imported,
+            Imported {
+                retired: true,
+                written: 1,
+                kept: 1
+            }
+        );
+        let a = state.value::<String>("ref/a").await.unwrap().unwrap();
+        assert_eq!(
+            (a.value.as_str(), a.version),
+            ("newer a", 1),
+            "the stored value wins over the file's"
+        );
+        let b = state.value::<String>("ref/b").await.unwrap().unwrap();
+        assert_eq!(b.value, "old b", "what the store lacked is imported");
+        assert!(!dir.path().join("memory-refs.json").exists(), "set aside");
+    }
+
+    #[tokio::test]
+    async fn a_start_killed_between_the_write_and_the_set_aside_imports_nothing_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(CURSOR_FILE), b"42").unwrap();
+        let legacy = LegacyFiles::in_dir(dir.path());
+        let (state, _) = memory_state();
+        state
+            .import_values(&legacy, CURSOR_FILE, cursor)
+            .await
+            .unwrap();
+        // The kill: the value is written, the file was never renamed. The feed then ran on.
+        std::fs::rename(
+            dir.path().join(format!("{CURSOR_FILE}{RETIRED_SUFFIX}")),
+            dir.path().join(CURSOR_FILE),
+        )
+        .unwrap();
+        state.put("cursor", &50_u64).await.unwrap();
+
+        let imported = state
+            .import_values(&legacy, CURSOR_FILE, cursor)
+            .await
+            .unwrap();
+        assert_eq!(
+            imported,
+            Imported {
+                retired: true,
+                written: 0,
+                kept: 1
+            }
+        );
+        assert_eq!(
+            stored_cursor(&state).await,
+            Some(Versioned {
+                value: 50,
+                version: 2
+            }),
+            "the old file does not move the cursor back"
+        );
+        assert!(
+            !dir.path().join(CURSOR_FILE).exists(),
+            "set aside this time"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_file_that_does_not_parse_is_an_error_naming_it_and_stays_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(CURSOR_FILE), b"yesterday").unwrap();
+        let legacy = LegacyFiles::in_dir(dir.path());
+        let (state, _) = memory_state();
+
+        let error = state
+            .import_values(&legacy, CURSOR_FILE, cursor)
+            .await
+            .expect_err("not a number");
+        assert!(
+            matches!(&error, ImportError::Unparsable { path, .. } if path.ends_with(CURSOR_FILE)),
+            "{error:?}"
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains(CURSOR_FILE) && text.contains("not a cursor") && text.contains("move it"),
+            "names the file, what is wrong and what to do: {text}"
+        );
+        assert_eq!(
+            std::fs::read(dir.path().join(CURSOR_FILE)).unwrap(),
+            b"yesterday",
+            "left in place"
+        );
+        assert_eq!(stored_cursor(&state).await, None, "nothing written");
+    }
+
+    #[tokio::test]
+    async fn a_refused_write_leaves_the_file_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(CURSOR_FILE), b"42").unwrap();
+        let legacy = LegacyFiles::in_dir(dir.path());
+        let (state, store) = memory_state();
+        store
+            .refuse_writes
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+
+        let error = state
+            .import_values(&legacy, CURSOR_FILE, cursor)
+            .await
+            .expect_err("the store refuses");
+        assert!(matches!(error, ImportError::Store { .. }), "{error:?}");
+        assert!(dir.path().join(CURSOR_FILE).is_file(), "left in place");
+
+        store
+            .refuse_writes
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        let imported = state
+            .import_values(&legacy, CURSOR_FILE, cursor)
+            .await
+            .unwrap();
+        assert_eq!(imported.written, 1, "imported at the next start");
+    }
+
+    #[tokio::test]
+    async fn a_file_holding_nothing_to_import_is_set_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(CURSOR_FILE), b"  \n").unwrap();
+        let legacy = LegacyFiles::in_dir(dir.path());
+        let (state, _) = memory_state();
+
+        let imported = state
+            .import_values(&legacy, CURSOR_FILE, |bytes| {
+                let text = String::from_utf8_lossy(bytes).trim().to_owned();
+                Ok((!text.is_empty()).then_some(("cursor", text)))
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            imported,
+            Imported {
+                retired: true,
+                written: 0,
+                kept: 0
+            }
+        );
+        assert!(!dir.path().join(CURSOR_FILE).exists(), "set aside");
+        assert_eq!(LegacyFiles::none().read(CURSOR_FILE).unwrap(), None);
     }
 
     #[test]
