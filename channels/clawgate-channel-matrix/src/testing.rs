@@ -119,6 +119,18 @@ fn base64(bytes: &[u8]) -> String {
 impl Synapse {
     /// A homeserver whose sends are limited by `limit`.
     pub async fn start_with(limit: MessageLimit) -> Synapse {
+        Synapse::start_configured(limit, None).await
+    }
+
+    /// A homeserver that keeps no `/sync` answer for a repeated request (by default it answers
+    /// the same request from the same device with its cached answer for two minutes): a second
+    /// client of one account starting soon after the first sees the server as it would after
+    /// that while, not the first client's initial answer.
+    pub async fn start_without_sync_cache(limit: MessageLimit) -> Synapse {
+        Synapse::start_configured(limit, Some("caches: {sync_response_cache_duration: 0}\n")).await
+    }
+
+    async fn start_configured(limit: MessageLimit, extra: Option<&str>) -> Synapse {
         let python = python();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let port = free_port();
@@ -169,7 +181,8 @@ impl Synapse {
              rc_joins_per_room: {raised}\n\
              rc_invites: {{per_room: {raised}, per_user: {raised}, per_issuer: {raised}}}\n\
              rc_room_creation: {raised}\n\
-             rc_admin_redaction: {raised}\n"
+             rc_admin_redaction: {raised}\n{}",
+            extra.unwrap_or_default()
         );
         let config_path = dir.path().join("homeserver.yaml");
         std::fs::write(&config_path, config).expect("config written");

@@ -4,7 +4,7 @@
 //! Synapse's own room history. Matrix sends carry a transaction id, so nothing here may be
 //! left unknown: every message gets exactly one final, and no preview is left behind.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clawgate_channel_matrix::testing::{MessageLimit, Synapse, User, enc};
@@ -14,21 +14,24 @@ use crate::support::{
     GatewayProcess, Rng, channel_config, crash_seed, crash_size, demo_reply, leftover_processes,
 };
 
-const TOKEN_ENV: &str = "E2E_MX_TOKEN";
+pub(crate) const TOKEN_ENV: &str = "E2E_MX_TOKEN";
 
-/// A room with a person and the gateway's account, on its own Synapse.
-struct Room {
-    synapse: Synapse,
-    bot: User,
+/// A room with a person and the gateway's account, on its own Synapse (its own record is what
+/// a test judges by).
+pub(crate) struct SynapseRoom {
+    pub(crate) synapse: Synapse,
+    pub(crate) bot: User,
     person: User,
     room: String,
-    dir: tempfile::TempDir,
-    config: PathBuf,
 }
 
-impl Room {
-    async fn start(agent_args: &[&str]) -> Room {
-        let synapse = Synapse::start_with(MessageLimit::RAISED).await;
+impl SynapseRoom {
+    pub(crate) async fn open() -> SynapseRoom {
+        SynapseRoom::open_on(Synapse::start_with(MessageLimit::RAISED).await).await
+    }
+
+    /// The room on `synapse`, a homeserver the caller configured.
+    pub(crate) async fn open_on(synapse: Synapse) -> SynapseRoom {
         let bot = synapse.register("clawbot").await;
         let person = synapse.register("ada").await;
         // The person opens the room and invites the account; the channel joins on invite.
@@ -41,32 +44,25 @@ impl Room {
             )
             .await;
         let room = created["room_id"].as_str().expect("room id").to_owned();
-        let dir = tempfile::tempdir().expect("tempdir");
-        let config = config_file(dir.path(), &synapse.base, &bot.user_id, agent_args);
-        Room {
+        SynapseRoom {
             synapse,
             bot,
             person,
             room,
-            dir,
-            config,
         }
     }
 
-    fn state(&self) -> PathBuf {
-        self.dir.path().join("state")
-    }
-
-    fn gateway(&self) -> Result<GatewayProcess, String> {
-        GatewayProcess::try_start(
-            &self.state(),
-            &self.config,
-            &[(TOKEN_ENV, self.bot.token.as_str())],
+    /// The channel settings of the account on this Synapse, its token in [`TOKEN_ENV`].
+    pub(crate) fn settings(&self) -> String {
+        format!(
+            "homeserver_url = \"{}\", user_id = \"{}\", token_env = \"{TOKEN_ENV}\", \
+             poll_timeout_s = 1, request_timeout_ms = 5000",
+            self.synapse.base, self.bot.user_id
         )
     }
 
-    /// The person writes `text`; returns the reply the agent must give.
-    async fn say(&self, n: usize, text: &str, words: usize) -> Asked {
+    /// The person writes `text` (transaction `person-{n}`); returns the reply the agent must give.
+    pub(crate) async fn say(&self, n: usize, text: &str, words: usize) -> Asked {
         let sent = self
             .synapse
             .call(
@@ -140,22 +136,43 @@ impl Room {
     }
 }
 
-fn config_file(dir: &Path, homeserver: &str, user_id: &str, agent_args: &[&str]) -> PathBuf {
-    let settings = format!(
-        "homeserver_url = \"{homeserver}\", user_id = \"{user_id}\", \
-         token_env = \"{TOKEN_ENV}\", poll_timeout_s = 1, request_timeout_ms = 5000"
-    );
-    channel_config(dir, "matrix", &settings, agent_args, 100)
+/// A [`SynapseRoom`] and one gateway's state directory and configuration.
+struct Room {
+    room: SynapseRoom,
+    dir: tempfile::TempDir,
+    config: PathBuf,
 }
 
+impl Room {
+    async fn start(agent_args: &[&str]) -> Room {
+        let room = SynapseRoom::open().await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = channel_config(dir.path(), "matrix", &room.settings(), agent_args, 100);
+        Room { room, dir, config }
+    }
+
+    fn state(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    fn gateway(&self) -> Result<GatewayProcess, String> {
+        GatewayProcess::try_start(
+            &self.state(),
+            &self.config,
+            &[(TOKEN_ENV, self.room.bot.token.as_str())],
+        )
+    }
+}
+
+/// A message the person wrote and the final it must get.
 #[derive(Debug, Clone)]
-struct Asked {
+pub(crate) struct Asked {
     event_id: String,
     expected: String,
 }
 
 /// What is wrong with the room: each message needs exactly one final, nothing else shows.
-async fn problems(room: &Room, asked: &[Asked]) -> (usize, Vec<String>) {
+pub(crate) async fn problems(room: &SynapseRoom, asked: &[Asked]) -> (usize, Vec<String>) {
     let (mut shown, _) = room.bot_messages().await;
     let mut finals = 0;
     let mut wrong = Vec::new();
@@ -175,7 +192,9 @@ async fn problems(room: &Room, asked: &[Asked]) -> (usize, Vec<String>) {
     (finals, wrong)
 }
 
-async fn settle(room: &Room, asked: &[Asked], quiet: Duration) {
+/// Until every message has its final (then a second more, for anything that would land
+/// twice), or nothing changed for `quiet`.
+pub(crate) async fn settle(room: &SynapseRoom, asked: &[Asked], quiet: Duration) {
     let start = Instant::now();
     let mut last = (usize::MAX, Instant::now());
     loop {
@@ -201,11 +220,11 @@ async fn a_person_in_a_synapse_room_sees_the_reply_stream_as_edits_and_one_final
     let gateway = room.gateway().expect("gateway starts");
     let mut asked = Vec::new();
     for n in 0..3 {
-        asked.push(room.say(n, &format!("question {n}"), WORDS).await);
-        settle(&room, &asked, Duration::from_secs(20)).await;
+        asked.push(room.room.say(n, &format!("question {n}"), WORDS).await);
+        settle(&room.room, &asked, Duration::from_secs(20)).await;
     }
-    let (finals, wrong) = problems(&room, &asked).await;
-    let (_, edits) = room.bot_messages().await;
+    let (finals, wrong) = problems(&room.room, &asked).await;
+    let (_, edits) = room.room.bot_messages().await;
     let status = gateway.interrupt();
     assert!(wrong.is_empty(), "{wrong:?}");
     assert_eq!(finals, asked.len());
@@ -234,7 +253,7 @@ async fn random_sigkills_on_a_matrix_account_leave_exactly_one_final_per_message
             .unwrap_or_else(|why| panic!("seed {seed}: {why}"));
         for _ in 0..per_kill.min(count - asked.len()) {
             let n = asked.len();
-            asked.push(room.say(n, &format!("message {n}"), WORDS).await);
+            asked.push(room.room.say(n, &format!("message {n}"), WORDS).await);
         }
         tokio::time::sleep(Duration::from_millis(rng.below(400))).await;
         gateway.kill_hard();
@@ -244,11 +263,11 @@ async fn random_sigkills_on_a_matrix_account_leave_exactly_one_final_per_message
         .unwrap_or_else(|why| panic!("seed {seed}: {why}"));
     while asked.len() < count {
         let n = asked.len();
-        asked.push(room.say(n, &format!("message {n}"), WORDS).await);
+        asked.push(room.room.say(n, &format!("message {n}"), WORDS).await);
     }
-    settle(&room, &asked, Duration::from_secs(20)).await;
+    settle(&room.room, &asked, Duration::from_secs(20)).await;
     let status = gateway.interrupt();
-    let (finals, wrong) = problems(&room, &asked).await;
+    let (finals, wrong) = problems(&room.room, &asked).await;
     let leftovers = leftover_processes(&room.state());
     eprintln!(
         "matrix crash matrix figures: seed={seed} kills={kills} messages={} finals={finals} \

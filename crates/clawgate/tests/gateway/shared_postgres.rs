@@ -10,6 +10,7 @@
 
 // Two gateways on one PostgreSQL state, one channel kind each, besides the QA and Zalo ones here.
 mod line;
+mod matrix;
 mod pair;
 mod teams;
 mod whatsapp;
