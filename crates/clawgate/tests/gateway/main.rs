@@ -47,6 +47,7 @@ mod teams;
 mod telegram;
 mod tlon;
 mod twitch;
+mod upgrade;
 mod webdriver;
 mod whatsapp;
 mod zalo;
