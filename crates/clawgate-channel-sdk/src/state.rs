@@ -375,9 +375,27 @@ impl Book {
 /// then [`retire`](LegacyFiles::retire) it. A crash anywhere in between imports again on the
 /// next start and loses nothing. A file of named values is imported by
 /// [`ChannelState::import_values`], which keeps that order.
+///
+/// The earlier release named several files the same for every account of a kind (one send book
+/// for all Zalo OAs, one for all WhatsApp numbers…), so such a file may hold evidence of more
+/// than one account. In a gateway every channel reads [`LegacyFiles::shared_in_dir`]: each
+/// account imports what the file holds (its records are keyed by the channel, so another
+/// account's records are inert), and the files are set aside by
+/// [`retire_noted`](LegacyFiles::retire_noted) once every channel was built, never by the first
+/// account before the others read them.
 #[derive(Debug, Clone, Default)]
 pub struct LegacyFiles {
     dir: Option<PathBuf>,
+    /// Shared mode: the names [`retire`](LegacyFiles::retire) noted, set aside later.
+    noted: Option<Arc<std::sync::Mutex<Noted>>>,
+}
+
+/// The files noted for setting aside, until [`LegacyFiles::retire_noted`] ran (after it, a
+/// late import sets its file aside at once).
+#[derive(Debug, Default)]
+struct Noted {
+    names: std::collections::BTreeSet<String>,
+    done: bool,
 }
 
 /// A file of a legacy directory: its name and bytes.
@@ -391,12 +409,26 @@ impl LegacyFiles {
     pub fn in_dir(dir: impl Into<PathBuf>) -> LegacyFiles {
         LegacyFiles {
             dir: Some(dir.into()),
+            noted: None,
+        }
+    }
+
+    /// The files in `dir`, read by every channel of a gateway: [`retire`](LegacyFiles::retire)
+    /// only notes a file, [`retire_noted`](LegacyFiles::retire_noted) (on this value or a clone)
+    /// sets the noted files aside once every channel has imported.
+    pub fn shared_in_dir(dir: impl Into<PathBuf>) -> LegacyFiles {
+        LegacyFiles {
+            dir: Some(dir.into()),
+            noted: Some(Arc::default()),
         }
     }
 
     /// No files to import (a new account, a test).
     pub fn none() -> LegacyFiles {
-        LegacyFiles { dir: None }
+        LegacyFiles {
+            dir: None,
+            noted: None,
+        }
     }
 
     fn path(&self, name: &str) -> Option<PathBuf> {
@@ -442,8 +474,47 @@ impl LegacyFiles {
     }
 
     /// Sets file (or directory) `name` aside as `<name>.imported` (`.imported.2`, … when an
-    /// earlier one is there), durably; nothing when it is not there.
+    /// earlier one is there), durably; nothing when it is not there. Call it only once what
+    /// the file holds is stored. In shared mode the file is only noted here (other accounts
+    /// may still have to read it) and set aside by [`retire_noted`](LegacyFiles::retire_noted).
     pub fn retire(&self, name: &str) -> std::io::Result<()> {
+        if let Some(noted) = &self.noted {
+            let mut noted = noted
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !noted.done {
+                noted.names.insert(name.to_owned());
+                return Ok(());
+            }
+        }
+        self.set_aside(name)
+    }
+
+    /// Sets aside every file [`retire`](LegacyFiles::retire) noted (shared mode): call it once
+    /// every channel reading the directory has imported. Returns the files that could not be
+    /// set aside, with why (they are read again at the next start, adding nothing).
+    pub fn retire_noted(&self) -> Vec<(PathBuf, std::io::Error)> {
+        let Some(noted) = &self.noted else {
+            return Vec::new();
+        };
+        let names = {
+            let mut noted = noted
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            noted.done = true;
+            std::mem::take(&mut noted.names)
+        };
+        names
+            .into_iter()
+            .filter_map(|name| {
+                self.set_aside(&name)
+                    .err()
+                    .map(|e| (self.path(&name).unwrap_or_else(|| PathBuf::from(&name)), e))
+            })
+            .collect()
+    }
+
+    fn set_aside(&self, name: &str) -> std::io::Result<()> {
         let (Some(dir), Some(path)) = (self.dir.as_ref(), self.path(name)) else {
             return Ok(());
         };
@@ -470,7 +541,8 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
 /// What [`ChannelState::import_values`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Imported {
-    /// The file was there and is now set aside.
+    /// The file was there and is now set aside (shared mode: noted, set aside once every
+    /// channel has imported).
     pub retired: bool,
     /// Values of the file written to the store.
     pub written: usize,
@@ -1021,6 +1093,36 @@ pub(crate) mod tests {
         );
         assert!(!dir.path().join(CURSOR_FILE).exists(), "set aside");
         assert_eq!(LegacyFiles::none().read(CURSOR_FILE).unwrap(), None);
+    }
+
+    #[test]
+    fn a_file_every_account_of_a_kind_shares_is_set_aside_only_after_all_imported_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("sends.jsonl");
+        std::fs::write(&file, b"{\"key\":\"a\"}\n").unwrap();
+        let gateway = LegacyFiles::shared_in_dir(dir.path());
+        let (first, second) = (gateway.clone(), gateway.clone());
+        first.retire("sends.jsonl").unwrap();
+        assert!(
+            second.read("sends.jsonl").unwrap().is_some(),
+            "the second account still reads what the first one imported"
+        );
+        second.retire("sends.jsonl").unwrap();
+        assert!(
+            file.is_file(),
+            "nothing is set aside before every channel is built"
+        );
+        assert!(gateway.retire_noted().is_empty());
+        assert!(!file.exists());
+        assert!(dir.path().join("sends.jsonl.imported").is_file());
+        assert!(
+            !dir.path().join("sends.jsonl.imported.2").exists(),
+            "set aside once, though two accounts retired it"
+        );
+        // An import after that (a channel built late) sets its file aside at once.
+        std::fs::write(dir.path().join("late"), b"1").unwrap();
+        first.retire("late").unwrap();
+        assert!(dir.path().join("late.imported").is_file());
     }
 
     #[test]

@@ -259,6 +259,9 @@ impl Gateway {
         }
 
         let clock = Arc::new(SystemClock);
+        // Files an earlier release kept in the state directory, read by every channel; a file
+        // several accounts of a kind shared is set aside only after all of them imported it.
+        let legacy = LegacyFiles::shared_in_dir(state.path());
         let mut channels = Vec::new();
         for (n, section) in config.channels.iter().enumerate() {
             let name = if section.account == "default" {
@@ -283,8 +286,7 @@ impl Gateway {
                     e.to_string(),
                 ))
             })?;
-            // Channel state lives in the store, scoped to the account; files an earlier release
-            // kept in the state directory are imported by the channel once.
+            // Channel state lives in the store, scoped to the account.
             let channel_state = ChannelState::new(
                 store.clone(),
                 ChannelScope::new(section.kind.clone(), section.account.clone()),
@@ -299,7 +301,7 @@ impl Gateway {
                         settings,
                         channel_state,
                     )
-                    .with_legacy_files(LegacyFiles::in_dir(state.path())),
+                    .with_legacy_files(legacy.clone()),
                 )
                 .await
                 .map_err(GatewayError::Channel)?;
@@ -325,6 +327,19 @@ impl Gateway {
                 .with_allow_bots(section.allow_bots)
                 .with_commands(section.commands),
             ));
+        }
+        // What they hold is stored: a file left in place would be read again (adding nothing),
+        // but the operator is told rather than the gateway starting with it half-retired.
+        if let Some((path, error)) = legacy.retire_noted().into_iter().next() {
+            return Err(GatewayError::Channel(SetupError::new(
+                "state directory",
+                format!(
+                    "{} (kept by an earlier release) was imported but could not be renamed \
+                     with the suffix .imported: {error}; make the state directory writable or \
+                     move the file aside, then start again (it adds nothing a second time)",
+                    path.display()
+                ),
+            )));
         }
 
         let messenger = Messenger::new(

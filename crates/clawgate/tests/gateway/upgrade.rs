@@ -27,7 +27,9 @@
 //!
 //! (Feishu, Google Chat, IRC, QA, Signal, Slack, Synology Chat and Twitch kept nothing there.)
 //! Four named accounts check that the files named after the channel are found under
-//! `<kind>-<account>`. The files hold what the import must leave out as well: a refused LINE
+//! `<kind>-<account>`. A second WhatsApp number and a second Zalo OA read the send books that
+//! release named the same for every account: each account imports them, and they are set aside
+//! once, after both. The files hold what the import must leave out as well: a refused LINE
 //! reply, torn last lines, a Nextcloud attempt older than the two weeks it keeps and a temporary
 //! file beside it.
 //!
@@ -92,12 +94,16 @@ struct Fixture {
     legacy: BTreeMap<String, &'static str>,
     /// Every channel row the store must hold after the import, and only those.
     expected: BTreeMap<RowKey, Value>,
+    /// Rows the channels keep live besides the import (present, their content their own): the
+    /// second Zalo OA's token chain, seeded from its configured token and refreshed against
+    /// the platform nothing serves.
+    live: BTreeSet<RowKey>,
     /// The Nostr key's secret (its public key names the checkpoint file).
     nostr_secret: String,
     /// A loopback port nothing listens on: every platform's address.
     dead: u16,
     /// The webhook listeners' ports.
-    listen: [u16; 6],
+    listen: [u16; 8],
 }
 
 fn jsonl(lines: &[Value]) -> String {
@@ -509,6 +515,21 @@ impl Fixture {
             json!({"msg_id": "7301234567999"}),
         );
 
+        // A second WhatsApp number and a second Zalo OA: the release named those send books
+        // the same for every account, so a file may hold evidence of either, and each account
+        // imports all of it (another account's keys are inert in its book). The Zalo token
+        // file stays the first OA's: its chain grew from that OA's configured token.
+        let shared: Vec<(RowKey, Value)> = expected
+            .iter()
+            .filter(|((kind, account, slot), _)| {
+                account == "default"
+                    && (kind == "whatsapp" || kind == "zalo" && matches!(slot, Slot::Record { .. }))
+            })
+            .map(|((kind, _, slot), v)| {
+                ((kind.clone(), "second".to_owned(), slot.clone()), v.clone())
+            })
+            .collect();
+        expected.extend(shared);
         let legacy = files
             .iter()
             .map(|(kind, path, _)| (path.split('/').next().unwrap_or(path).to_owned(), *kind))
@@ -520,10 +541,20 @@ impl Fixture {
                 .collect(),
             legacy,
             expected,
+            live: BTreeSet::from([value("zalo", "second", "tokens")]),
             nostr_secret: keys.secret_key().to_secret_hex(),
             dead,
-            listen: [port(), port(), port(), port(), port(), port()],
+            listen: std::array::from_fn(|_| port()),
         }
+    }
+
+    /// The rows of `state` the import wrote (the live ones left out), with their sequence
+    /// numbers and versions.
+    fn imported_rows(&self, state: &Path) -> BTreeMap<RowKey, (Value, i64)> {
+        stored(state)
+            .into_iter()
+            .filter(|(key, _)| !self.live.contains(key))
+            .collect()
     }
 
     /// Writes the earlier release's state directory at `state`.
@@ -686,6 +717,27 @@ impl Fixture {
                 ),
             ),
             (
+                "whatsapp",
+                "second",
+                format!(
+                    "token_env = \"{s}\", app_secret_env = \"{s}\", verify_token_env = \"{s}\", \
+                     phone_number_id = \"109876543210988\", api_base = \"{dead}\", \
+                     webhook_listen = \"127.0.0.1:{}\"",
+                    port()
+                ),
+            ),
+            (
+                "zalo",
+                "second",
+                format!(
+                    "app_id = \"4318000000000000002\", app_secret_env = \"{s}\", \
+                     oa_secret_key_env = \"{s}\", refresh_token_env = \"{s}\", \
+                     api_base = \"{dead}\", oauth_base = \"{dead}\", \
+                     webhook_listen = \"127.0.0.1:{}\"",
+                    port()
+                ),
+            ),
+            (
                 "zalo-personal",
                 "default",
                 format!(
@@ -781,8 +833,13 @@ fn assert_imported_once(state: &Path, fixture: &Fixture, when: &str) {
             Some(_) => {}
         }
     }
+    for key in &fixture.live {
+        if !rows.contains_key(key) {
+            wrong.push(format!("missing {key:?}"));
+        }
+    }
     for (key, got) in &rows {
-        if !fixture.expected.contains_key(key) {
+        if !fixture.expected.contains_key(key) && !fixture.live.contains(key) {
             wrong.push(format!("unexpected {key:?} = {got}"));
         }
     }
@@ -851,7 +908,7 @@ fn every_kinds_files_of_the_file_keeping_release_are_imported_once_and_set_aside
     let first = start(&state, &config, &fixture, &[]).unwrap_or_else(|why| panic!("{why}"));
     first.kill_hard();
     assert_imported_once(&state, &fixture, "after the first start (SIGKILLed)");
-    let imported = stored(&state);
+    let imported = fixture.imported_rows(&state);
 
     // A second start finds only the set-aside copies: it imports nothing, appends nothing,
     // writes no value, renames nothing again, and runs and stops cleanly.
@@ -872,7 +929,7 @@ fn every_kinds_files_of_the_file_keeping_release_are_imported_once_and_set_aside
     );
     assert_imported_once(&state, &fixture, "after the second start");
     assert_eq!(
-        stored(&state),
+        fixture.imported_rows(&state),
         imported,
         "the second start changed the imported rows (a record appended again or a value \
          written again)"
