@@ -694,80 +694,22 @@ pub(crate) mod tests {
     use super::*;
     use clawgate_store::{AppendedRecord, ChannelValue, StoreResult, ValueSwap};
 
-    /// A store for tests that never reach the state (settings parsing); every call fails.
-    struct Unused;
-
     fn unused<T>() -> StoreResult<T> {
         Err(StoreError::InvalidInput(
             "this test keeps no channel state".into(),
         ))
     }
 
-    #[async_trait::async_trait]
-    impl ChannelStateStore for Unused {
-        async fn append_channel_record(
-            &self,
-            _: &ChannelScope,
-            _: &str,
-            _: &str,
-            _: &serde_json::Value,
-            _: UnixMillis,
-        ) -> StoreResult<AppendedRecord> {
-            unused()
-        }
-        async fn find_channel_record(
-            &self,
-            _: &ChannelScope,
-            _: &str,
-            _: &str,
-        ) -> StoreResult<Option<ChannelRecord>> {
-            unused()
-        }
-        async fn channel_records_since(
-            &self,
-            _: &ChannelScope,
-            _: &str,
-            _: i64,
-            _: u32,
-        ) -> StoreResult<Vec<ChannelRecord>> {
-            unused()
-        }
-        async fn prune_channel_records(
-            &self,
-            _: &ChannelScope,
-            _: &str,
-            _: UnixMillis,
-            _: u64,
-        ) -> StoreResult<u64> {
-            unused()
-        }
-        async fn load_channel_value(
-            &self,
-            _: &ChannelScope,
-            _: &str,
-        ) -> StoreResult<Option<ChannelValue>> {
-            unused()
-        }
-        async fn swap_channel_value(
-            &self,
-            _: &ChannelScope,
-            _: &str,
-            _: ValueExpectation,
-            _: &serde_json::Value,
-            _: UnixMillis,
-        ) -> StoreResult<ValueSwap> {
-            unused()
-        }
-        async fn delete_channel_value(&self, _: &ChannelScope, _: &str) -> StoreResult<bool> {
-            unused()
-        }
-    }
-
+    /// A state for tests that never reach it (settings parsing).
     pub(crate) fn unused_state() -> ChannelState {
-        ChannelState::with_system_clock(Arc::new(Unused), ChannelScope::new("memory", "default"))
+        ChannelState::with_system_clock(
+            Arc::new(Values::default()),
+            ChannelScope::new("memory", "default"),
+        )
     }
 
-    /// Named values in memory, with the port's compare-and-set (books are not kept).
+    /// Named values in memory, with the port's compare-and-set (books are not kept: their calls
+    /// fail).
     #[derive(Default)]
     struct Values {
         values: std::sync::Mutex<std::collections::HashMap<String, ChannelValue>>,
