@@ -98,36 +98,56 @@ impl Account {
 
 /// One message a person wrote, and the one final it must get.
 #[derive(Debug, Clone)]
-struct Asked {
-    chat: String,
-    event_id: String,
-    reply_token: String,
-    expected: String,
+pub(crate) struct Asked {
+    pub(crate) chat: String,
+    pub(crate) event_id: String,
+    pub(crate) reply_token: String,
+    pub(crate) expected: String,
 }
 
 #[derive(Debug, Default)]
-struct Verdict {
-    finals: usize,
-    /// Replies whose call was cut mid-flight, left unknown for an operator.
-    parked: usize,
-    problems: Vec<String>,
+pub(crate) struct Verdict {
+    pub(crate) finals: usize,
+    /// Replies left unknown for an operator with no final: a call a kill cut, or one whose
+    /// answer was lost while LINE refused it (e.g. an expired token).
+    pub(crate) parked: usize,
+    pub(crate) problems: Vec<String>,
+}
+
+/// What the judge reads from the gateway's state besides LINE's record.
+pub(crate) struct Evidence {
+    /// Every reply intent's status, by idempotency key.
+    pub(crate) statuses: HashMap<String, String>,
+    /// The keys of the channel's reply journal: each attempt (`start:<n>:<unit key>`) written
+    /// before its call, and a refusal of it (`refused:<n>:<unit key>`).
+    pub(crate) journal: Vec<String>,
 }
 
 fn judge(sim: &LineSimulator, state: &Path, asked: &[Asked]) -> Verdict {
-    let statuses: HashMap<String, String> =
-        state_pairs(state, "SELECT idempotency_key, status FROM send_intents")
+    let evidence = Evidence {
+        statuses: state_pairs(state, "SELECT idempotency_key, status FROM send_intents")
             .into_iter()
-            .collect();
+            .collect(),
+        journal: state_pairs(
+            state,
+            "SELECT key, value FROM channel_records \
+             WHERE kind = 'line' AND book = 'reply-journal'",
+        )
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect(),
+    };
+    judge_evidence(sim, &evidence, asked)
+}
+
+/// Every message has exactly one final, or (excused) its reply is parked `unknown_after_send`
+/// with evidence that its call was started: the call is in LINE's record, or the reply journal
+/// holds an attempt LINE did not refuse (written before the call, so a kill between the journal
+/// and LINE leaves exactly that). Nothing else from the bot in those chats, no second final, no
+/// event of theirs LINE gave up on.
+pub(crate) fn judge_evidence(sim: &LineSimulator, evidence: &Evidence, asked: &[Asked]) -> Verdict {
+    let (statuses, journal) = (&evidence.statuses, &evidence.journal);
     let calls = sim.calls();
-    // The replies the channel started: its reply journal in the store records each attempt
-    // (`start:<n>:<unit key>`) before the call, and a refusal of it (`refused:<n>:<unit key>`).
-    let journal: Vec<String> = state_pairs(
-        state,
-        "SELECT key, value FROM channel_records WHERE kind = 'line' AND book = 'reply-journal'",
-    )
-    .into_iter()
-    .map(|(key, _)| key)
-    .collect();
     let started_attempt = |prefix: &str| {
         journal.iter().any(|key| {
             key.strip_prefix("start:")

@@ -18,7 +18,6 @@
 //! final, a missing final not recorded unknown, a partial final, a stray, an activity the
 //! simulator gave up on, a leftover agent process.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -110,45 +109,53 @@ impl Bot {
 
 /// One message a person wrote, and the one final it must get.
 #[derive(Debug, Clone)]
-struct Asked {
-    conversation: String,
-    event_id: String,
+pub(crate) struct Asked {
+    pub(crate) conversation: String,
+    pub(crate) event_id: String,
     /// In a channel, the post's thread: the answer goes there.
-    thread: Option<String>,
-    expected: String,
+    pub(crate) thread: Option<String>,
+    pub(crate) expected: String,
 }
 
 #[derive(Debug, Default)]
-struct Verdict {
-    finals: usize,
+pub(crate) struct Verdict {
+    pub(crate) finals: usize,
     /// Finals recorded `unknown_after_send` and not visible (parked, never repeated).
-    unknown: usize,
+    pub(crate) unknown: usize,
     /// Finals that landed though their send was left `unknown_after_send` (its answer lost):
     /// parked for an operator, who finds the message there.
-    parked_landed: usize,
+    pub(crate) parked_landed: usize,
     /// Previews left beside their final (strict prefixes of it, same place).
-    orphans: usize,
-    problems: Vec<String>,
+    pub(crate) orphans: usize,
+    pub(crate) problems: Vec<String>,
 }
 
-/// Reply intents of the state directory: idempotency key → status.
-fn reply_statuses(state: &Path) -> HashMap<String, String> {
+/// Reply intents of the state directory: (idempotency key, status).
+fn reply_statuses(state: &Path) -> Vec<(String, String)> {
     state_pairs(state, "SELECT idempotency_key, status FROM send_intents")
-        .into_iter()
-        .collect()
 }
 
 /// `last_start`: how many calls the simulator had answered when the last gateway (the one never
-/// killed) started; an orphan preview needs its evidence: its creating call's answer was lost, or
-/// a gateway made it that a kill then stopped.
+/// killed) started.
 fn judge(sim: &TeamsSimulator, state: &Path, asked: &[Asked], last_start: usize) -> Verdict {
-    let statuses = reply_statuses(state);
+    judge_record(sim, asked, &reply_statuses(state), last_start)
+}
+
+/// The verdict from the simulator's record and the reply intents (`statuses`). Every call
+/// before call number `killed_calls` was made by a gateway a kill then stopped; an orphan
+/// preview needs that evidence, or a lost answer to its creating call.
+pub(crate) fn judge_record(
+    sim: &TeamsSimulator,
+    asked: &[Asked],
+    statuses: &[(String, String)],
+    killed_calls: usize,
+) -> Verdict {
     let calls = sim.calls();
     let evidenced = |id: &str| {
         calls
             .iter()
             .enumerate()
-            .any(|(n, c)| c.created.as_deref() == Some(id) && (!c.answered || n < last_start))
+            .any(|(n, c)| c.created.as_deref() == Some(id) && (!c.answered || n < killed_calls))
     };
     let of_event = |a: &Asked| {
         statuses

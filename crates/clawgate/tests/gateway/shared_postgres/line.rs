@@ -6,7 +6,6 @@
 //! `CLAWGATE_CRASH_SEED` replays a run; `CLAWGATE_SHARED_LINE_CRASH_KILLS` (default 4) and
 //! `CLAWGATE_SHARED_LINE_CRASH_MESSAGES` (default 12) size it.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use clawgate_channel_line::simulator::{
@@ -14,6 +13,7 @@ use clawgate_channel_line::simulator::{
 };
 
 use super::pair::{Setup, TwoGateways};
+use crate::line::{Asked, Evidence, Verdict, judge_evidence};
 use crate::support::{Rng, crash_seed, crash_size, demo_reply};
 
 const TOKEN_ENV: &str = "E2E_LINE_TOKEN";
@@ -69,97 +69,18 @@ impl SharedLine {
 
     /// What the judge reads from the shared state: every intent's status by key, and the keys
     /// of the LINE reply journal.
-    async fn shared(&self) -> Shared {
-        Shared {
+    async fn shared(&self) -> Evidence {
+        Evidence {
             statuses: self.pair.intents().await.into_iter().collect(),
             journal: self.pair.book("line", "reply-journal").await,
         }
     }
 }
 
-/// One message a person wrote, and the one final it must get.
-#[derive(Debug, Clone)]
-struct Asked {
-    chat: String,
-    event_id: String,
-    reply_token: String,
-    expected: String,
-}
-
-/// What the judge reads from the shared PostgreSQL state.
-struct Shared {
-    statuses: HashMap<String, String>,
-    journal: Vec<String>,
-}
-
-#[derive(Debug, Default)]
-struct Verdict {
-    finals: usize,
-    /// Replies left unknown for an operator with no final: a call a kill cut, or one whose
-    /// answer was lost while LINE refused it (e.g. an expired token).
-    parked: usize,
-    problems: Vec<String>,
-}
-
-/// Every message has exactly one final, or (excused) its reply is parked `unknown_after_send`
-/// with evidence that its call was started: the call is in LINE's record, or the reply journal
-/// in the shared state holds an attempt LINE did not refuse (written before the call, so a
-/// kill between the journal and LINE leaves exactly that). Nothing else from the bot: no
-/// second final, no stray or partial message, no event LINE gave up on.
-fn judge(sim: &LineSimulator, shared: &Shared, asked: &[Asked]) -> Verdict {
-    let calls = sim.calls();
-    let journal = &shared.journal;
-    let started_attempt = |prefix: &str| {
-        journal.iter().any(|key| {
-            key.strip_prefix("start:")
-                .and_then(|rest| rest.split_once(':'))
-                .is_some_and(|(n, unit)| {
-                    unit.starts_with(prefix) && !journal.contains(&format!("refused:{n}:{unit}"))
-                })
-        })
-    };
-    let mut verdict = Verdict::default();
-    let mut chats: Vec<&str> = asked.iter().map(|a| a.chat.as_str()).collect();
-    chats.sort_unstable();
-    chats.dedup();
-    for chat in chats {
-        let mut bot = sim.bot_messages(chat);
-        for a in asked.iter().filter(|a| a.chat == chat) {
-            let finals = bot.iter().filter(|m| m.text == a.expected).count();
-            let prefix = format!("line:reply:{}:", a.event_id);
-            let replies: Vec<&String> = shared
-                .statuses
-                .iter()
-                .filter(|(key, _)| key.starts_with(&prefix))
-                .map(|(_, status)| status)
-                .collect();
-            let token_used = calls.iter().any(|c| {
-                c.path == REPLY_PATH && c.body["replyToken"].as_str() == Some(&a.reply_token)
-            });
-            let started = token_used || started_attempt(&prefix);
-            let unknown = replies.iter().any(|s| *s == "unknown_after_send");
-            match finals {
-                1 => verdict.finals += 1,
-                // A parked reply does not hold the messages after it: they get their finals.
-                0 if unknown && started => verdict.parked += 1,
-                0 => verdict.problems.push(format!(
-                    "event {} in {chat}: no final (replies {replies:?}, reply started {started})",
-                    a.event_id
-                )),
-                n => verdict
-                    .problems
-                    .push(format!("event {} in {chat}: {n} finals", a.event_id)),
-            }
-            bot.retain(|m| m.text != a.expected);
-        }
-        for stray in bot {
-            verdict.problems.push(format!(
-                "stray bot message {} in {chat}: {:?}",
-                stray.id, stray.text
-            ));
-        }
-    }
-    // Bot messages in chats nobody wrote in.
+/// The single-gateway judge ([`judge_evidence`], from the shared intents and reply journal),
+/// and beyond the chats written in: no bot message anywhere else, no event LINE gave up on.
+fn judge(sim: &LineSimulator, evidence: &Evidence, asked: &[Asked]) -> Verdict {
+    let mut verdict = judge_evidence(sim, evidence, asked);
     for stray in sim
         .every_message()
         .into_iter()
@@ -170,7 +91,11 @@ fn judge(sim: &LineSimulator, shared: &Shared, asked: &[Asked]) -> Verdict {
             stray.id, stray.chat, stray.text
         ));
     }
-    for id in sim.given_up_events() {
+    for id in sim
+        .given_up_events()
+        .into_iter()
+        .filter(|id| !asked.iter().any(|a| a.event_id == *id))
+    {
         verdict
             .problems
             .push(format!("LINE gave up delivering event {id}"));

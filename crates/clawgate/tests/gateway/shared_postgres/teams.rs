@@ -17,12 +17,12 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use clawgate_channel_teams::simulator::{
-    ConversationKind, Fault, FaultKind, Op, SimActivity, SimUser, SimulatorConfig, StreamState,
-    TeamsSimulator,
+    ConversationKind, Fault, FaultKind, Op, SimUser, SimulatorConfig, TeamsSimulator,
 };
 
 use super::pair::{MAX_KILL_DELAY_MS, Setup, TwoGateways};
 use crate::support::{Rng, crash_seed, crash_size, demo_reply};
+use crate::teams::{Asked, Verdict, judge_record};
 
 const PASSWORD_ENV: &str = "E2E_TEAMS_APP_PASSWORD";
 const WORDS: usize = 8;
@@ -87,16 +87,6 @@ impl SharedBot {
     }
 }
 
-/// One message a person wrote, and the one final it must get.
-#[derive(Debug, Clone)]
-struct Asked {
-    conversation: String,
-    event_id: String,
-    /// In a channel, the post's thread: the answer goes there.
-    thread: Option<String>,
-    expected: String,
-}
-
 fn write(sim: &TeamsSimulator, place: &(String, SimUser), text: &str) -> Asked {
     let activity = sim
         .person_writes(&place.0, &place.1, text, None)
@@ -109,22 +99,10 @@ fn write(sim: &TeamsSimulator, place: &(String, SimUser), text: &str) -> Asked {
     }
 }
 
-#[derive(Debug, Default)]
-struct Verdict {
-    finals: usize,
-    /// Finals recorded `unknown_after_send` and not visible (parked, never repeated).
-    unknown: usize,
-    /// Finals that landed though their send was left `unknown_after_send`.
-    parked_landed: usize,
-    /// Previews left beside their final (strict prefixes of it, same place), evidenced.
-    orphans: usize,
-    problems: Vec<String>,
-}
-
-/// `killed_calls`: how many calls the simulator had answered at the last kill. Every call
-/// before it was made by a gateway that was then killed (each serving stint ends with a kill;
-/// the gateway not serving makes no calls); an orphan preview needs that evidence or a lost
-/// answer to its creating call.
+/// The single-gateway judge ([`judge_record`]), and what only the shared state shows: every
+/// conversation's reference and every message's inbound record are there. `killed_calls`: how
+/// many calls the simulator had answered at the last kill (each serving stint ends with a kill;
+/// the gateway not serving makes no calls).
 fn judge(
     sim: &TeamsSimulator,
     asked: &[Asked],
@@ -133,21 +111,7 @@ fn judge(
     references: &[String],
     killed_calls: usize,
 ) -> Verdict {
-    let calls = sim.calls();
-    let evidenced = |id: &str| {
-        calls
-            .iter()
-            .enumerate()
-            .any(|(n, c)| c.created.as_deref() == Some(id) && (!c.answered || n < killed_calls))
-    };
-    let of_event = |a: &Asked| {
-        statuses
-            .iter()
-            .filter(|(key, _)| key.contains(&a.event_id))
-            .map(|(_, status)| status.clone())
-            .collect::<Vec<_>>()
-    };
-    let mut verdict = Verdict::default();
+    let mut verdict = judge_record(sim, asked, statuses, killed_calls);
     let mut conversations: Vec<&str> = asked.iter().map(|a| a.conversation.as_str()).collect();
     conversations.sort_unstable();
     conversations.dedup();
@@ -157,74 +121,12 @@ fn judge(
                 .problems
                 .push(format!("no reference/{conversation} in the shared store"));
         }
-        let mut bot: Vec<SimActivity> = sim.bot_visible(conversation);
-        for a in asked.iter().filter(|a| a.conversation == conversation) {
-            if !inbound.iter().any(|(id, _)| *id == a.event_id) {
-                verdict
-                    .problems
-                    .push(format!("message {}: no inbound record", a.event_id));
-            }
-            let here = |m: &SimActivity| m.thread == a.thread;
-            let finals = bot
-                .iter()
-                .filter(|m| here(m) && m.is_final_message() && m.text == a.expected)
-                .count();
-            let parked = of_event(a).iter().any(|s| s == "unknown_after_send");
-            match finals {
-                1 => {
-                    verdict.finals += 1;
-                    if parked {
-                        verdict.parked_landed += 1;
-                    }
-                }
-                0 if parked => verdict.unknown += 1,
-                0 => verdict.problems.push(format!(
-                    "message {}: no final, replies {:?}",
-                    a.event_id,
-                    of_event(a)
-                )),
-                n => verdict
-                    .problems
-                    .push(format!("message {}: {n} finals", a.event_id)),
-            }
-            bot.retain(|m| {
-                if here(m) && m.is_final_message() && m.text == a.expected {
-                    return false;
-                }
-                let orphan = here(m)
-                    && !m.text.is_empty()
-                    && m.text.len() < a.expected.len()
-                    && a.expected.starts_with(m.text.as_str())
-                    && m.stream
-                        .as_ref()
-                        .is_none_or(|s| s.state != StreamState::Final);
-                if orphan && evidenced(&m.id) {
-                    verdict.orphans += 1;
-                } else if orphan {
-                    verdict.problems.push(format!(
-                        "message {}: a preview {} left beside its final by a gateway never \
-                         killed, its answer received: {:?}",
-                        a.event_id, m.id, m.text
-                    ));
-                }
-                !orphan
-            });
-        }
-        for stray in bot {
-            verdict.problems.push(format!(
-                "stray bot activity {} in {conversation} (thread {:?}, stream {:?}): {:?}",
-                stray.id,
-                stray.thread,
-                stray.stream.map(|s| s.state),
-                stray.text
-            ));
-        }
     }
-    for id in sim.given_up_events() {
-        if asked.iter().any(|a| a.event_id == id) {
+    for a in asked {
+        if !inbound.iter().any(|(id, _)| *id == a.event_id) {
             verdict
                 .problems
-                .push(format!("the simulator gave up delivering activity {id}"));
+                .push(format!("message {}: no inbound record", a.event_id));
         }
     }
     verdict
