@@ -38,7 +38,6 @@ use clawgate_types::DeliveryFailureKind;
 use clawgate_types::clock::Clock;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 use tracing::{debug, info, warn};
 
 use crate::adapter::now_ms;
@@ -139,7 +138,7 @@ fn token_ok(query: Option<&str>, secret: &Secret) -> bool {
     };
     let a = Sha256::digest(given.as_bytes());
     let b = Sha256::digest(secret.expose().as_bytes());
-    bool::from(a.ct_eq(&b))
+    clawgate_channel_sdk::same_secret(&a, &b)
 }
 
 /// What to do with a verified event.

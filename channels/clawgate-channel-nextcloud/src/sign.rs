@@ -4,7 +4,6 @@
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 /// Lower-case hex of `bytes`.
 pub(crate) fn hex(bytes: &[u8]) -> String {
@@ -32,7 +31,7 @@ pub fn signature(secret: &str, random: &str, data: &[u8]) -> String {
 pub fn verify(secret: &str, random: &str, data: &[u8], given: &str) -> bool {
     let expected = signature(secret, random, data);
     let given = given.trim().to_ascii_lowercase();
-    expected.len() == given.len() && bool::from(expected.as_bytes().ct_eq(given.as_bytes()))
+    clawgate_channel_sdk::same_secret(expected.as_bytes(), given.as_bytes())
 }
 
 /// The `referenceId` a unit is sent with: hex SHA-256 of its idempotency key (64 characters, what

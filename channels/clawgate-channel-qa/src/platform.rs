@@ -31,7 +31,7 @@ use crate::wire::{
 use crate::wire::{Update, UpdatesAnswer};
 
 /// How to run a QA platform.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct QaPlatformConfig {
     /// Where to listen; port 0 picks a free one.
     pub bind: SocketAddr,
@@ -44,6 +44,19 @@ pub struct QaPlatformConfig {
     /// Where the platform keeps its state across restarts (JSON, replaced atomically after each
     /// change). `None` keeps everything in memory only.
     pub state_path: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for QaPlatformConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token opens `/api`: never printed.
+        f.debug_struct("QaPlatformConfig")
+            .field("bind", &self.bind)
+            .field("token", &"<redacted>")
+            .field("max_text_chars", &self.max_text_chars)
+            .field("log_path", &self.log_path)
+            .field("state_path", &self.state_path)
+            .finish()
+    }
 }
 
 impl Default for QaPlatformConfig {
@@ -498,7 +511,9 @@ fn authorized(shared: &Shared, headers: &HeaderMap) -> bool {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|token| token == shared.config.token)
+        .is_some_and(|token| {
+            clawgate_channel_sdk::same_secret(shared.config.token.as_bytes(), token.as_bytes())
+        })
 }
 
 /// Applies the before-work part of a fault; returns a response when the call must end here.
@@ -1142,5 +1157,24 @@ impl Drop for QaPlatform {
     /// [`QaPlatform::stop`] to wait for that).
     fn drop(&mut self) {
         self.signal_stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_debug_never_prints_the_token() {
+        let config = QaPlatformConfig {
+            bind: "127.0.0.1:0".parse().expect("address"),
+            token: "qa-platform-token-9f2c".into(),
+            max_text_chars: 4096,
+            log_path: None,
+            state_path: None,
+        };
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("qa-platform-token-9f2c"), "{printed}");
+        assert!(printed.contains("127.0.0.1:0"), "{printed}");
     }
 }

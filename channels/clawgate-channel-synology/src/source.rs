@@ -27,7 +27,6 @@ use clawgate_channel_sdk::{
 use clawgate_types::DeliveryFailureKind;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 use tracing::warn;
 
 /// Whose token an event carried.
@@ -76,12 +75,12 @@ impl InboundTokens {
         let given = digest(given);
         let mut found = None;
         if let Some(bot) = &self.bot
-            && bool::from(digest(bot.expose()).ct_eq(&given))
+            && clawgate_channel_sdk::same_secret(&digest(bot.expose()), &given)
         {
             found = Some(Origin::Bot);
         }
         for (channel, token) in &self.channels {
-            if bool::from(digest(token.expose()).ct_eq(&given)) {
+            if clawgate_channel_sdk::same_secret(&digest(token.expose()), &given) {
                 found = Some(Origin::Channel(channel.clone()));
             }
         }

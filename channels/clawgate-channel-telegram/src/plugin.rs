@@ -98,9 +98,14 @@ fn default_request_timeout_ms() -> u64 {
     15_000
 }
 
-/// Whether `secret` is a valid `secret_token`.
+/// The shortest webhook secret accepted: Telegram takes one character, but the secret is all
+/// that tells Telegram's deliveries from anyone's POST, so it must not be guessable.
+const MIN_WEBHOOK_SECRET: usize = 16;
+
+/// Whether `secret` is a valid `secret_token` (Telegram's alphabet, 1-256 characters) long
+/// enough to be one.
 fn valid_webhook_secret(secret: &str) -> bool {
-    (1..=256).contains(&secret.len())
+    (MIN_WEBHOOK_SECRET..=256).contains(&secret.len())
         && secret
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
@@ -273,7 +278,8 @@ fn webhook_config(
     if !valid_webhook_secret(secret.expose()) {
         return Err(setup.invalid(
             "webhook_secret_env",
-            "the webhook secret must be 1-256 characters of A-Z a-z 0-9 _ -",
+            "the webhook secret must be 16-256 characters of A-Z a-z 0-9 _ - (e.g. `openssl \
+             rand -hex 16`)",
         ));
     }
     if !settings.webhook_path.starts_with('/') {
@@ -294,8 +300,12 @@ mod tests {
 
     #[test]
     fn webhook_secrets_follow_telegrams_alphabet() {
-        assert!(valid_webhook_secret("abc_DEF-123"));
+        assert!(valid_webhook_secret("abc_DEF-123_4567"));
         assert!(!valid_webhook_secret(""));
+        assert!(
+            !valid_webhook_secret("abc_DEF-123_456"),
+            "15 characters are too few"
+        );
         assert!(!valid_webhook_secret("has space"));
         assert!(!valid_webhook_secret(&"a".repeat(257)));
     }

@@ -101,7 +101,7 @@ pub use adapter::{
 };
 pub use error::{ReceiveError, RenderError, SendError, SideEffect, classify_http_status};
 pub use plugin::{
-    ChannelFactory, ChannelPlugin, ChannelRegistry, ChannelSetup, Secret, SetupError,
+    ChannelFactory, ChannelPlugin, ChannelRegistry, ChannelSetup, Secret, SetupError, same_secret,
 };
 pub use receive::{MessageReceiveAdapter, NormalizedInbound};
 pub use render::{DefaultRenderer, chunk_text};

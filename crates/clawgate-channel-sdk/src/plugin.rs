@@ -219,8 +219,8 @@ impl ChannelSetup {
     }
 }
 
-/// A secret value (a token): never printed by `Debug` or `Display`.
-#[derive(Clone, PartialEq, Eq)]
+/// A secret value (a token): never printed by `Debug` or `Display`, compared in constant time.
+#[derive(Clone)]
 pub struct Secret(String);
 
 impl Secret {
@@ -233,6 +233,28 @@ impl Secret {
     pub fn expose(&self) -> &str {
         &self.0
     }
+
+    /// Whether a caller presented this secret (see [`same_secret`]).
+    pub fn matches(&self, given: &[u8]) -> bool {
+        same_secret(self.0.as_bytes(), given)
+    }
+}
+
+impl PartialEq for Secret {
+    fn eq(&self, other: &Secret) -> bool {
+        self.matches(other.0.as_bytes())
+    }
+}
+
+impl Eq for Secret {}
+
+/// Whether `given` is `expected`, compared in time that does not depend on where they first
+/// differ: a secret checked with `==` tells a caller who times the answers how much of a guess
+/// was right. Only the length may show. Every check of a presented token, password or
+/// signature goes through here.
+pub fn same_secret(expected: &[u8], given: &[u8]) -> bool {
+    use subtle::ConstantTimeEq as _;
+    expected.len() == given.len() && bool::from(expected.ct_eq(given))
 }
 
 impl std::fmt::Debug for Secret {
@@ -314,6 +336,20 @@ impl std::fmt::Debug for ChannelRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secret_matches_only_itself_and_prints_nothing() {
+        let secret = Secret::new("s3cr3t-token-value");
+        assert!(secret.matches(b"s3cr3t-token-value"));
+        assert!(!secret.matches(b"s3cr3t-token-valuf"), "last byte differs");
+        assert!(!secret.matches(b"s3cr3t-token-valu"), "a prefix");
+        assert!(!secret.matches(b"s3cr3t-token-value-and-more"), "longer");
+        assert!(!secret.matches(b""));
+        assert!(same_secret(b"", b""));
+        assert_eq!(secret, Secret::new("s3cr3t-token-value"));
+        assert_ne!(secret, Secret::new("another"));
+        assert!(!format!("{secret:?}").contains("s3cr3t"));
+    }
 
     #[derive(Debug, serde::Deserialize)]
     #[serde(deny_unknown_fields)]

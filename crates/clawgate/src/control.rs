@@ -231,7 +231,9 @@ pub(crate) fn require_token(
                     (Some(value), None) => value.to_str().ok(),
                     _ => None,
                 };
-                if only != Some(expected.as_str()) {
+                if !only.is_some_and(|given| {
+                    clawgate_channel_sdk::same_secret(expected.as_bytes(), given.as_bytes())
+                }) {
                     return ApiError(
                         StatusCode::UNAUTHORIZED,
                         "missing or wrong bearer token (see gateway.json in the state directory)"
