@@ -142,6 +142,9 @@ impl Gateway {
         program: PathBuf,
     ) -> Result<Arc<Gateway>, GatewayError> {
         let state = StateDir::create(&config.state_dir)?;
+        state
+            .refuse_read_only(config.state.backend)
+            .map_err(crate::store::OpenError::Store)?;
         for change in state.make_private()? {
             warn!("{change}");
             println!("warning: {change}");

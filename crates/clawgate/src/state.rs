@@ -5,7 +5,11 @@ use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
+use clawgate_store::StoreError;
+use clawgate_store_sqlite::STATE_DB_FILE;
 use serde::{Deserialize, Serialize};
+
+use crate::config::StateBackend;
 
 const LOCK_FILE: &str = "gateway.lock";
 const RUNTIME_FILE: &str = "gateway.json";
@@ -172,20 +176,72 @@ impl StateDir {
         Ok(dir)
     }
 
-    /// Takes away what other accounts on this machine may do with the directory (to 0700) and
-    /// with the state files in it (to 0600): a directory made by hand, or by an earlier build,
-    /// may be wider. Returns one line per change, for the operator.
+    /// Refuses a state the operator made read-only: the directory, or (SQLite) the database and
+    /// the files SQLite keeps beside it, without its owner's write bit. The bits are read, not
+    /// a write tried: root may write whatever the bits say. Call it before anything here
+    /// changes, so a refused start leaves the state as it was.
+    pub fn refuse_read_only(&self, backend: StateBackend) -> Result<(), StoreError> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let database = self.path.join(STATE_DB_FILE);
+        let owner_may_not_write = |path: &Path| {
+            std::fs::metadata(path)
+                .map(|meta| meta.permissions().mode() & 0o7777)
+                .ok()
+                .filter(|mode| mode & 0o200 == 0)
+        };
+        if let Some(mode) = owner_may_not_write(&self.path) {
+            return Err(StoreError::ReadOnly {
+                database: match backend {
+                    StateBackend::Sqlite => database.display().to_string(),
+                    StateBackend::Postgres => self.path.display().to_string(),
+                },
+                detail: format!(
+                    "the state directory {dir} is mode {mode:04o}, which its owner may not \
+                     write; to run the gateway on it: chmod u+w {dir}",
+                    dir = self.path.display()
+                ),
+            });
+        }
+        if backend == StateBackend::Sqlite {
+            for suffix in ["", "-wal", "-shm"] {
+                let file = PathBuf::from(format!("{}{suffix}", database.display()));
+                if let Some(mode) = owner_may_not_write(&file) {
+                    let which = if suffix.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{} is ", file.display())
+                    };
+                    return Err(StoreError::ReadOnly {
+                        database: database.display().to_string(),
+                        detail: format!(
+                            "{which}mode {mode:04o}, which its owner may not write; to run the \
+                             gateway on it: chmod u+w {}",
+                            file.display()
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes away what other accounts on this machine may do with the directory and with the
+    /// state files in it (their group and other bits): a directory made by hand, or by an
+    /// earlier build, may be wider. The owner's bits stay as they are: narrowing never makes
+    /// writable what the operator made read-only. Returns one line per change, for the
+    /// operator.
     pub fn make_private(&self) -> Result<Vec<String>, StateError> {
         use std::os::unix::fs::PermissionsExt as _;
         let mut changed = Vec::new();
-        let mut narrow = |path: &Path, mode: u32| -> Result<(), StateError> {
+        let mut narrow = |path: &Path| -> Result<(), StateError> {
             let Ok(meta) = std::fs::metadata(path) else {
                 return Ok(());
             };
-            let was = meta.permissions().mode() & 0o777;
+            let was = meta.permissions().mode() & 0o7777;
             if was & 0o077 == 0 {
                 return Ok(());
             }
+            let mode = was & !0o077;
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(
                 |source| StateError::Write {
                     path: path.to_path_buf(),
@@ -198,14 +254,14 @@ impl StateDir {
             ));
             Ok(())
         };
-        narrow(&self.path, 0o700)?;
+        narrow(&self.path)?;
         let entries = std::fs::read_dir(&self.path).map_err(|source| StateError::Write {
             path: self.path.clone(),
             source,
         })?;
         for entry in entries.flatten() {
             if entry.file_type().is_ok_and(|t| t.is_file()) {
-                narrow(&entry.path(), 0o600)?;
+                narrow(&entry.path())?;
             }
         }
         Ok(changed)
@@ -304,6 +360,60 @@ mod tests {
         drop(lock);
         assert!(!state.is_locked());
         state.lock_exclusive().expect("free again");
+    }
+
+    #[test]
+    fn narrowing_keeps_the_owners_bits_and_a_read_only_state_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = StateDir::create(dir.path()).expect("create");
+        let db = state.path().join(STATE_DB_FILE);
+        let chmod = |path: &Path, mode: u32| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        };
+        let mode =
+            |path: &Path| std::fs::metadata(path).expect("meta").permissions().mode() & 0o7777;
+        std::fs::write(&db, b"").expect("db");
+        chmod(&db, 0o444);
+        let e = state
+            .refuse_read_only(StateBackend::Sqlite)
+            .expect_err("read-only db");
+        assert!(matches!(e, StoreError::ReadOnly { .. }), "{e:?}");
+        assert!(
+            e.to_string().contains("0444") && e.to_string().contains("chmod u+w"),
+            "{e}"
+        );
+        assert_eq!(mode(&db), 0o444, "left as it was");
+        // The database is not the gateway's with PostgreSQL: only the directory counts.
+        state
+            .refuse_read_only(StateBackend::Postgres)
+            .expect("not the database");
+        let changed = state.make_private().expect("narrowed");
+        assert!(
+            changed.iter().any(|l| l.ends_with("(0444); now 0400")),
+            "{changed:?}"
+        );
+        assert_eq!(
+            mode(&db),
+            0o400,
+            "group and other bits gone, no owner bit added"
+        );
+
+        chmod(&db, 0o644);
+        chmod(state.path(), 0o2555);
+        for backend in [StateBackend::Sqlite, StateBackend::Postgres] {
+            let e = state
+                .refuse_read_only(backend)
+                .expect_err("read-only directory");
+            assert!(e.to_string().contains("2555"), "{e}");
+        }
+        chmod(state.path(), 0o2755);
+        state
+            .refuse_read_only(StateBackend::Sqlite)
+            .expect("writable");
+        state.make_private().expect("narrowed");
+        assert_eq!(mode(state.path()), 0o2700, "the setgid bit stays");
+        assert_eq!(mode(&db), 0o600);
     }
 
     #[test]

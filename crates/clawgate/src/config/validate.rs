@@ -72,16 +72,8 @@ impl Config {
         }
         for (n, agent) in self.agents.iter().enumerate() {
             let key = format!("agents[{n}].id");
-            if agent.id.is_empty()
-                || !agent
-                    .id
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-            {
-                return Err(invalid(
-                    &key,
-                    format!("{:?} must be letters, digits, `-` or `_`", agent.id),
-                ));
+            if !is_name(&agent.id) {
+                return Err(invalid(&key, format!("{:?} must be {NAME_RULE}", agent.id)));
             }
             if self.agents[..n].iter().any(|a| a.id == agent.id) {
                 return Err(invalid(
@@ -152,10 +144,14 @@ impl Config {
                     "must name a channel kind (`qa`, …)".into(),
                 ));
             }
-            if channel.account.is_empty() || channel.account.contains(':') {
+            if !is_name(&channel.account) {
                 return Err(invalid(
                     &format!("channels[{n}].account"),
-                    "must be non-empty and without `:`".into(),
+                    format!(
+                        "{:?} must be {NAME_RULE}: it becomes part of the channel's name, its \
+                         files in the state directory and its stored state",
+                        channel.account
+                    ),
                 ));
             }
             if !self.agents.iter().any(|a| a.id == channel.agent) {
@@ -242,6 +238,18 @@ fn find_program(program: &str) -> Option<std::path::PathBuf> {
         .find(|candidate| executable(candidate))
 }
 
+/// What an agent id or a channel account may be made of.
+const NAME_RULE: &str = "one or more letters, digits, `-` or `_`";
+
+/// An agent id or a channel account: both end up in file names, channel names and store keys,
+/// so nothing that could climb out of a directory (`/`, `..`) or split a key (`:`).
+fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
 /// An environment variable name as shells write it.
 fn is_env_name(name: &str) -> bool {
     let mut chars = name.chars();
@@ -325,6 +333,18 @@ mod tests {
         );
         let e = error_of("[[agents]]\ncommand = [\"no-such-agent-program\"]\n");
         assert!(e.contains("not found"), "{e}");
+
+        for account in ["../../x", "a/b", "a:b", "", "bot.1"] {
+            let e = error_of(&format!(
+                "[[channels]]\naccount = \"default\"\n[[channels]]\naccount = {account:?}\n"
+            ));
+            assert!(
+                e.contains("`channels[1].account`") && e.contains(NAME_RULE),
+                "{account:?}: {e}"
+            );
+        }
+        let e = error_of("[[agents]]\nid = \"../a\"\n");
+        assert!(e.contains("`agents[0].id`") && e.contains(NAME_RULE), "{e}");
 
         let e = error_of("[[agents]]\nid = \"a\"\n[[agents]]\nid = \"a\"\n");
         assert!(e.contains("`agents[1].id`") && e.contains("twice"), "{e}");

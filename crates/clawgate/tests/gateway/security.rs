@@ -242,3 +242,181 @@ async fn the_state_directory_and_its_files_are_private_to_the_user() {
     );
     assert!(gateway.interrupt().success());
 }
+
+/// Every file and directory under `root` (itself included): its mode, and a file's bytes.
+fn tree(root: &std::path::Path) -> std::collections::BTreeMap<std::path::PathBuf, (u32, Vec<u8>)> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut found = std::collections::BTreeMap::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(path) = pending.pop() {
+        let meta =
+            std::fs::symlink_metadata(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let bytes = if meta.is_file() {
+            std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        } else {
+            Vec::new()
+        };
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(&path).expect("read_dir") {
+                pending.push(entry.expect("entry").path());
+            }
+        }
+        found.insert(path, (meta.permissions().mode() & 0o7777, bytes));
+    }
+    found
+}
+
+/// `clawgate up` on `state` with `config`, which must refuse to start: its stderr. A gateway
+/// that starts instead (it publishes gateway.json) is killed, and the test fails.
+fn refused_start(state: &std::path::Path, config: &std::path::Path) -> String {
+    use std::time::{Duration, Instant};
+    let out = tempfile::tempdir().expect("tempdir");
+    let stderr_file = out.path().join("stderr");
+    let mut child = std::process::Command::new(crate::support::BIN)
+        .arg("--config")
+        .arg(config)
+        .arg("--state-dir")
+        .arg(state)
+        .arg("up")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&stderr_file).expect("stderr file"))
+        .spawn()
+        .expect("clawgate runs");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break Some(status);
+        }
+        if state.join("gateway.json").exists() || Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = std::fs::read_to_string(&stderr_file).expect("stderr");
+    match status {
+        Some(status) => assert!(!status.success(), "refused: {stderr}"),
+        None => panic!("the gateway started instead of refusing; stderr: {stderr}"),
+    }
+    stderr
+}
+
+/// A channel account becomes part of the channel's name, its files and its stored state: one
+/// that is not a plain name (`../../x`) stops the start with the key and the rule, before
+/// anything is written, inside the state directory or out of it.
+#[test]
+fn a_channel_account_that_is_not_a_plain_name_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Deep enough that `../../x` from the state directory still lands in `dir`, where the
+    // test looks.
+    let state = dir.path().join("a/b/state");
+    let config = config_file(dir.path(), None, &[]);
+    let mut text = std::fs::read_to_string(&config).expect("config");
+    text.push_str(
+        "\n[[channels]]\nkind = \"qa\"\naccount = \"../../x\"\n\
+         settings = { poll_timeout_ms = 1000 }\n",
+    );
+    std::fs::write(&config, text).expect("config written");
+    let before = tree(dir.path());
+    let stderr = refused_start(&state, &config);
+    assert!(
+        stderr.contains("`channels[1].account`")
+            && stderr.contains("\"../../x\"")
+            && stderr.contains("letters, digits, `-` or `_`"),
+        "names the key, the value and what is allowed: {stderr}"
+    );
+    assert_eq!(tree(dir.path()), before, "nothing was created");
+}
+
+/// A state the operator made read-only (the database, or the directory, without its owner's
+/// write bit) is refused at start with the store's read-only error, and left exactly as it
+/// was. The gateway reads the mode bits, so this holds for root too, whom the OS lets write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_state_is_refused_and_left_as_it_was() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let config = config_file(dir.path(), None, &[]);
+    let gateway = GatewayProcess::start(&state, &config);
+    gateway.say("c1", "hello").await;
+    let chat = crate::support::eventually(
+        std::time::Duration::from_secs(30),
+        "the final reply",
+        || {
+            let gateway = &gateway;
+            async move {
+                let chat = gateway.chat("c1").await;
+                chat.iter()
+                    .any(|m| m["fromAgent"] == true && m["state"] == "final")
+                    .then_some(chat)
+            }
+        },
+    )
+    .await;
+    assert!(gateway.interrupt().success());
+
+    let state = std::fs::canonicalize(&state).expect("canonical");
+    let db = state.join("state.db");
+    for (path, read_only, writable) in [(&db, 0o444, 0o600), (&state, 0o555, 0o700)] {
+        let chmod = |mode| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        };
+        chmod(read_only);
+        let before = tree(&state);
+        let stderr = refused_start(&state, &config);
+        assert!(
+            stderr.contains("is read-only")
+                && stderr.contains(&path.display().to_string())
+                && stderr.contains(&format!("{read_only:04o}"))
+                && stderr.contains("chmod u+w"),
+            "says what is read-only and what to do: {stderr}"
+        );
+        assert_eq!(
+            tree(&state),
+            before,
+            "{:04o} {}: nothing in the state changed, modes and bytes",
+            read_only,
+            path.display()
+        );
+        chmod(writable);
+    }
+
+    // Writable again: the conversation is all there.
+    let gateway = GatewayProcess::start(&state, &config);
+    assert_eq!(gateway.chat("c1").await, chat);
+    assert!(gateway.interrupt().success());
+}
+
+/// Narrowing takes away group and other bits and nothing else: a 0644 database becomes 0600,
+/// a 0750 directory 0700, and a file the operator made 0444 becomes 0400, not writable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn narrowing_takes_away_only_group_and_other_bits() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let config = config_file(dir.path(), None, &[]);
+    assert!(GatewayProcess::start(&state, &config).interrupt().success());
+    let notes = state.join("operator-notes.txt");
+    std::fs::write(&notes, "kept as it is").expect("notes");
+    for (path, mode) in [
+        (&state, 0o750),
+        (&state.join("state.db"), 0o644),
+        (&notes, 0o444),
+    ] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+    let gateway = GatewayProcess::start(&state, &config);
+    for (path, was, now) in [
+        (&state, 0o750, 0o700),
+        (&state.join("state.db"), 0o644, 0o600),
+        (&notes, 0o444, 0o400),
+    ] {
+        let mode = std::fs::metadata(path).expect("meta").permissions().mode() & 0o7777;
+        assert_eq!(mode, now, "{}", path.display());
+        let line = format!("was readable by other accounts ({was:04o}); now {now:04o}");
+        assert!(gateway.printed(&line), "the operator is told: {line}");
+    }
+    assert!(gateway.interrupt().success());
+}
