@@ -2,7 +2,9 @@
 //! SHA-256 of `timestamp + nonce + encrypt_key + raw body`, and with an Encrypt Key the body is
 //! `{"encrypt": base64(iv ‖ AES-256-CBC(SHA-256(encrypt_key), iv, json))}` with PKCS#7 padding.
 //! The signature is checked on the raw bytes before anything is decrypted or parsed, compared
-//! in constant time.
+//! in constant time. Decryption tells a bad padding from bad JSON ([`CallbackError`]), so its
+//! outcome must never reach an unauthenticated caller: the listener decrypts only signed
+//! requests (and, rate limited, the unsigned URL verification) and answers every failure alike.
 
 use aes::cipher::{BlockDecryptMut, BlockEncryptMut, KeyIvInit, block_padding::Pkcs7};
 use base64::Engine as _;
@@ -66,14 +68,7 @@ pub fn verify(
     let given = signature.ok_or(CallbackError::Missing(SIGNATURE_HEADER))?;
     let expected = sign(timestamp, nonce, encrypt_key, body);
     let given = given.trim().to_ascii_lowercase();
-    // Constant time over the whole length: no early exit on the first differing byte.
-    let same = given.len() == expected.len()
-        && given
-            .bytes()
-            .zip(expected.bytes())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0;
-    if same {
+    if clawgate_channel_sdk::same_secret(expected.as_bytes(), given.as_bytes()) {
         Ok(())
     } else {
         Err(CallbackError::Mismatch)

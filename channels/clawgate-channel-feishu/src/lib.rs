@@ -5,8 +5,8 @@
 //! the sender ([`FeishuAdapter`]: `im/v1/messages` create and reply under a `uuid` derived from
 //! the unit's key, previews as CardKit streaming cards that become the final), the renderer
 //! ([`FeishuRenderer`]: text, post, card or raw), the receiver ([`FeishuReceiver`]) and the
-//! source ([`WebhookSource`]: signed, encrypted event callbacks, answered after the durable
-//! record). The crate README says which sends can be settled after a lost answer. With the
+//! source ([`WebhookSource`]: signed, encrypted event callbacks, refused alike when stale or
+//! forged, answered after the durable record). The crate README says which sends can be settled after a lost answer. With the
 //! `simulator` feature, [`simulator`] is the Open Platform and its event sender on loopback.
 
 #![warn(missing_docs)]
@@ -33,4 +33,4 @@ pub use plugin::{
 };
 pub use receive::{FeishuReceiver, MESSAGE_RECEIVED};
 pub use render::{CARD_ELEMENT_ID, FeishuRenderer, MAX_TEXT_CHARS, card_json, content_of};
-pub use source::{WebhookConfig, WebhookSource};
+pub use source::{UNSIGNED_BURST, UNSIGNED_REFILL, WebhookConfig, WebhookSource};

@@ -14,6 +14,7 @@ use tracing::warn;
 
 use crate::adapter::FeishuAdapter;
 use crate::client::{CallError, OpenApi};
+use clawgate_channel_sdk::freshness;
 use crate::receive::FeishuReceiver;
 use crate::source::{WebhookConfig, WebhookSource};
 
@@ -63,6 +64,10 @@ pub struct FeishuSettings {
     /// How long a callback waits for the durable record before answering 503 (under 3 s).
     #[serde(default = "default_answer_deadline_ms")]
     pub answer_deadline_ms: u64,
+    /// How far a callback's signed `X-Lark-Request-Timestamp` may be from the gateway's clock,
+    /// either way, before it is refused as a replay.
+    #[serde(default = "default_max_signature_age_secs")]
+    pub max_signature_age_secs: u64,
 }
 
 fn default_webhook_path() -> String {
@@ -85,6 +90,9 @@ fn default_request_timeout_ms() -> u64 {
 }
 fn default_answer_deadline_ms() -> u64 {
     2_500
+}
+fn default_max_signature_age_secs() -> u64 {
+    freshness::DEFAULT_MAX_SIGNATURE_AGE_SECS
 }
 
 /// The bot behind a channel, as `GET /open-apis/bot/v3/info` names it.
@@ -222,6 +230,8 @@ impl FeishuFactory {
                 format!("Feishu waits {CALLBACK_TIMEOUT_MS} ms for a callback's answer"),
             ));
         }
+        let max_signature_age = freshness::window(settings.max_signature_age_secs)
+            .map_err(|why| setup.invalid("max_signature_age_secs", why))?;
         let timeout = Duration::from_millis(settings.request_timeout_ms.max(1));
         let api = OpenApi::new(
             &settings.api_base,
@@ -244,13 +254,17 @@ impl FeishuFactory {
             &settings.app_id,
             bot.as_ref().map(|b| b.open_id.clone()),
         ));
-        let source = InboundSource::Pushed(Arc::new(WebhookSource::new(WebhookConfig {
-            listen: settings.webhook_listen,
-            path: settings.webhook_path.clone(),
-            encrypt_key: secrets.encrypt_key,
-            verification_token: secrets.verification_token,
-            answer_deadline: Duration::from_millis(settings.answer_deadline_ms.max(1)),
-        })));
+        let source = InboundSource::Pushed(Arc::new(WebhookSource::new(
+            WebhookConfig {
+                listen: settings.webhook_listen,
+                path: settings.webhook_path.clone(),
+                encrypt_key: secrets.encrypt_key,
+                verification_token: secrets.verification_token,
+                answer_deadline: Duration::from_millis(settings.answer_deadline_ms.max(1)),
+                max_signature_age,
+            },
+            setup.clock().clone(),
+        )));
         let who = bot
             .as_ref()
             .and_then(|b| b.app_name.clone())

@@ -7,8 +7,8 @@
 //! a monthly quota, journaled in the [`ActiveJournal`] in the gateway's store; C2C stream previews with an accumulator
 //! timeout), the renderer ([`QqRenderer`]: media tags and text as voice through a
 //! [`Tts`] command), the receiver ([`QqReceiver`]) and the source ([`CallbackSource`]: HTTP
-//! callbacks whose Ed25519 signature is checked before anything else, answered after the
-//! durable record). The crate README says which sends can be settled after a lost answer. With
+//! callbacks whose Ed25519 signature and its timestamp's freshness are checked before anything
+//! else, answered after the durable record). The crate README says which sends can be settled after a lost answer. With
 //! the `simulator` feature, [`simulator`] is the QQ Bot API, its token endpoint and its callback
 //! sender on loopback.
 

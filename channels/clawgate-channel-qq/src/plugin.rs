@@ -14,6 +14,7 @@ use tracing::warn;
 
 use crate::adapter::{AdapterConfig, QqAdapter};
 use crate::client::{OpenApi, TokenError};
+use clawgate_channel_sdk::freshness;
 use crate::journal::ActiveJournal;
 use crate::receive::{QqReceiver, RecentInbound};
 use crate::source::{CallbackConfig, CallbackSource};
@@ -87,6 +88,10 @@ pub struct QqSettings {
     /// How long a callback waits for the durable record before asking QQ to push it again.
     #[serde(default = "default_answer_deadline_ms")]
     pub answer_deadline_ms: u64,
+    /// How far a callback's signed `X-Signature-Timestamp` may be from the gateway's clock,
+    /// either way, before it is refused as a replay.
+    #[serde(default = "default_max_signature_age_secs")]
+    pub max_signature_age_secs: u64,
 }
 
 fn default_callback_path() -> String {
@@ -116,6 +121,9 @@ fn default_refresh_ahead_ms() -> u64 {
 }
 fn default_request_timeout_ms() -> u64 {
     10_000
+}
+fn default_max_signature_age_secs() -> u64 {
+    freshness::DEFAULT_MAX_SIGNATURE_AGE_SECS
 }
 fn default_answer_deadline_ms() -> u64 {
     2_500
@@ -176,6 +184,8 @@ impl QqFactory {
         if secret.expose().is_empty() {
             return Err(setup.invalid("secret_env", "the variable is empty"));
         }
+        let max_signature_age = freshness::window(settings.max_signature_age_secs)
+            .map_err(|why| setup.invalid("max_signature_age_secs", why))?;
         let api = OpenApi::new(
             &settings.api_base,
             &settings.token_base,
@@ -235,12 +245,16 @@ impl QqFactory {
             settings.allowed_groups.iter().cloned(),
             settings.bot_senders.iter().cloned(),
         ));
-        let source = InboundSource::Pushed(Arc::new(CallbackSource::new(CallbackConfig {
-            listen: settings.callback_listen,
-            path: settings.callback_path.clone(),
-            secret,
-            answer_deadline: Duration::from_millis(settings.answer_deadline_ms.max(1)),
-        })));
+        let source = InboundSource::Pushed(Arc::new(CallbackSource::new(
+            CallbackConfig {
+                listen: settings.callback_listen,
+                path: settings.callback_path.clone(),
+                secret,
+                answer_deadline: Duration::from_millis(settings.answer_deadline_ms.max(1)),
+                max_signature_age,
+            },
+            setup.clock().clone(),
+        )));
         Ok(ChannelPlugin::new(adapter)
             .with_inbound(receiver, source)
             .with_description(format!(

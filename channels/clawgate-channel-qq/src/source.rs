@@ -2,8 +2,11 @@
 //! event subscription of the QQ open platform).
 //!
 //! - Each `POST` is checked before anything else reads it: the Ed25519 signature of
-//!   `X-Signature-Timestamp` + the raw body ([`signature`]); 401 without one or with one that
-//!   does not verify. Nothing is parsed or recorded before.
+//!   `X-Signature-Timestamp` + the raw body ([`signature`], platform-apis-wave2 §14.4), then
+//!   that signed timestamp (Unix seconds) within `max_signature_age` of the gateway's clock, so
+//!   a captured callback cannot be replayed once the engine's dedupe record is gone. Every
+//!   refusal (no signature, a bad one, a stale one) is the same 401; why goes to the log.
+//!   Nothing is parsed or recorded before.
 //! - op 13 (URL validation, when the callback URL is configured): answered
 //!   `{plain_token, signature}` with our own signature of `event_ts` + `plain_token`.
 //! - op 0 (dispatch): handed to the engine (event id: the message id) and answered
@@ -19,17 +22,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use clawgate_channel_sdk::{
     AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, Secret, SourceError,
 };
 use clawgate_types::DeliveryFailureKind;
+use clawgate_types::clock::Clock;
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use crate::signature::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use clawgate_channel_sdk::freshness::{self, FreshnessError};
+use crate::signature::{self, SIGNATURE_HEADER, SignatureError, TIMESTAMP_HEADER};
 
 /// How the callback listener is set up.
 #[derive(Debug, Clone)]
@@ -43,23 +48,66 @@ pub struct CallbackConfig {
     /// How long a dispatch waits for the engine's durable record before asking QQ to push it
     /// again.
     pub answer_deadline: Duration,
+    /// How far a callback's signed timestamp may be from the gateway's clock, either way.
+    pub max_signature_age: Duration,
 }
 
 /// The HTTP callback listener.
 #[derive(Debug)]
 pub struct CallbackSource {
     config: CallbackConfig,
+    /// The gateway's clock: signed timestamps are checked against it.
+    clock: Arc<dyn Clock>,
 }
 
 impl CallbackSource {
-    pub(crate) fn new(config: CallbackConfig) -> CallbackSource {
-        CallbackSource { config }
+    pub(crate) fn new(config: CallbackConfig, clock: Arc<dyn Clock>) -> CallbackSource {
+        CallbackSource { config, clock }
     }
 }
 
 struct Delivery {
     sink: Arc<dyn EventSink>,
     config: CallbackConfig,
+    clock: Arc<dyn Clock>,
+}
+
+/// Why a callback was refused: logged, never answered.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    #[error(transparent)]
+    Signature(#[from] SignatureError),
+    #[error(transparent)]
+    Stale(#[from] FreshnessError),
+}
+
+/// The one answer to every refused callback, whatever the reason.
+fn refused() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        "refused",
+    )
+        .into_response()
+}
+
+/// The signature, then the signed timestamp's distance from the gateway's clock (checked
+/// second, so a stale one in the log is a genuine callback replayed or a wrong clock).
+fn authenticate(delivery: &Delivery, headers: &HeaderMap, body: &[u8]) -> Result<(), Refusal> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let timestamp = header(TIMESTAMP_HEADER);
+    signature::verify(
+        delivery.config.secret.expose(),
+        header(SIGNATURE_HEADER),
+        timestamp,
+        body,
+    )?;
+    freshness::check(
+        freshness::seconds(timestamp.unwrap_or_default())?,
+        delivery.clock.now_ms(),
+        delivery.config.max_signature_age,
+    )?;
+    Ok(())
 }
 
 fn dispatch_ack(ok: bool) -> Response {
@@ -71,15 +119,9 @@ async fn deliver(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    if let Err(error) = signature::verify(
-        delivery.config.secret.expose(),
-        header(SIGNATURE_HEADER),
-        header(TIMESTAMP_HEADER),
-        &body,
-    ) {
-        warn!(%error, "a QQ callback was refused");
-        return (StatusCode::UNAUTHORIZED, error.to_string()).into_response();
+    if let Err(why) = authenticate(&delivery, &headers, &body) {
+        warn!(%why, "a QQ callback was refused");
+        return refused();
     }
     let raw: Value = match serde_json::from_slice(&body) {
         Ok(raw @ Value::Object(_)) => raw,
@@ -144,6 +186,7 @@ impl PushedFeed for CallbackSource {
         let state = Arc::new(Delivery {
             sink: sink.clone(),
             config: self.config.clone(),
+            clock: self.clock.clone(),
         });
         let app = axum::Router::new()
             .route(&self.config.path, post(deliver))

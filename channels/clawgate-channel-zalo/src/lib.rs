@@ -5,8 +5,9 @@
 //! 2000-character chunks), its access tokens ([`TokenStore`]: refreshed with the rotating
 //! refresh token, the new pair written to the gateway's store with compare-and-set before
 //! use, so gateways sharing the store spend each refresh token once), the receiver
-//! ([`ZaloReceiver`]) and the source ([`WebhookSource`]: `X-ZEvent-Signature` checked before
-//! anything else, answered 200 after the durable record; the OA's `oa_send_text` echoes of our
+//! ([`ZaloReceiver`]) and the source ([`WebhookSource`]: `X-ZEvent-Signature` and the
+//! freshness of the `timestamp` it covers checked before anything else, answered 200 after the
+//! durable record; the OA's `oa_send_text` echoes of our
 //! own sends written to the [`EchoBook`] that settles sends whose answer was lost). The crate
 //! README says which sends can be settled. With the `simulator` feature, [`simulator`] is the
 //! OA API, the OAuth token endpoint and the webhook sender on loopback.

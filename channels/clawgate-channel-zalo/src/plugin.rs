@@ -16,6 +16,7 @@ use tracing::warn;
 use crate::adapter::ZaloAdapter;
 use crate::client::OaApi;
 use crate::echoes::EchoBook;
+use clawgate_channel_sdk::freshness;
 use crate::receive::ZaloReceiver;
 use crate::source::{WebhookConfig, WebhookSource};
 use crate::tokens::{TokenError, TokenStore};
@@ -70,6 +71,11 @@ pub struct ZaloSettings {
     /// wants an answer within about 2 s).
     #[serde(default = "default_answer_deadline_ms")]
     pub answer_deadline_ms: u64,
+    /// How far a delivery's signed `timestamp` may be from the gateway's clock, either way,
+    /// before it is refused as a replay. A redelivery is expected to keep its first
+    /// `timestamp`, so one retried later than this after the event is refused too.
+    #[serde(default = "default_max_signature_age_secs")]
+    pub max_signature_age_secs: u64,
 }
 
 fn default_webhook_path() -> String {
@@ -86,6 +92,13 @@ fn default_refresh_ahead_ms() -> u64 {
 }
 fn default_request_timeout_ms() -> u64 {
     10_000
+}
+/// Two hours, not the usual five minutes: Zalo signs the event's `timestamp` and a redelivery
+/// carries the first attempt's body (reported schedule 30 s, 5 min, 15 min, 30 min, 1 h), so a
+/// shorter window would refuse Zalo's own retries after an outage and lose those events. A
+/// replay within the window is an event the engine still remembers (`inbound_days`).
+fn default_max_signature_age_secs() -> u64 {
+    2 * 60 * 60
 }
 fn default_answer_deadline_ms() -> u64 {
     1_500
@@ -231,6 +244,8 @@ impl ZaloFactory {
                 return Err(setup.invalid(key, "the variable is empty"));
             }
         }
+        let max_signature_age = freshness::window(settings.max_signature_age_secs)
+            .map_err(|why| setup.invalid("max_signature_age_secs", why))?;
         let timeout = Duration::from_millis(settings.request_timeout_ms.max(1));
         let api = OaApi::new(
             &settings.api_base,
@@ -277,8 +292,10 @@ impl ZaloFactory {
                 app_id: settings.app_id.clone(),
                 oa_secret_key,
                 answer_deadline: Duration::from_millis(settings.answer_deadline_ms.max(1)),
+                max_signature_age,
             },
             book,
+            setup.clock().clone(),
         )));
         let who = account.as_ref().map_or_else(
             || format!("Zalo OA of app {}", settings.app_id),

@@ -68,11 +68,6 @@ pub fn timestamp_of(body: &[u8]) -> Option<String> {
     }
 }
 
-/// Byte-wise comparison whose time does not depend on where the inputs differ.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// Checks a delivery's signature over its raw `body`, in constant time.
 pub fn verify(
     app_id: &str,
@@ -87,7 +82,8 @@ pub fn verify(
     }
     let timestamp = timestamp_of(body).ok_or(SignatureError::NoTimestamp)?;
     let expected = digest(app_id, body, &timestamp, secret);
-    if same(given.to_ascii_lowercase().as_bytes(), expected.as_bytes()) {
+    if clawgate_channel_sdk::same_secret(expected.as_bytes(), given.to_ascii_lowercase().as_bytes())
+    {
         Ok(())
     } else {
         Err(SignatureError::Mismatch)

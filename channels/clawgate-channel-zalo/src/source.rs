@@ -1,7 +1,11 @@
 //! Where events come from: Zalo posting OA webhook events to a listener of ours.
 //!
 //! - Each `POST` is checked before anything else reads it: `X-ZEvent-Signature` over the raw
-//!   body ([`signature`]), in constant time; 401 without one, 403 when it does not match.
+//!   body ([`signature`]), in constant time; 401 without one, 403 when it does not match. The
+//!   signature covers the body's `timestamp` (milliseconds, platform-apis-wave2 §9.1), which
+//!   must then lie within `max_signature_age` of the gateway's clock: a captured delivery
+//!   replayed once the engine's dedupe record is gone is refused with the very answer of a
+//!   wrong signature. Why goes to the log only.
 //! - `oa_send_text` (the OA's own texts) is written to the [`EchoBook`], durably, and answered
 //!   200: it settles sends, it is never a turn.
 //! - Every other event is handed to the engine (event id: its `msg_id`) and answered 200 only
@@ -16,17 +20,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use clawgate_channel_sdk::{
     AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, Secret, SourceError,
 };
 use clawgate_types::DeliveryFailureKind;
+use clawgate_types::clock::Clock;
 use serde_json::Value;
 use tracing::{info, warn};
 
 use crate::echoes::EchoBook;
+use clawgate_channel_sdk::freshness::{self, FreshnessError};
 use crate::receive::OA_SEND_TEXT;
 use crate::signature::{self, SIGNATURE_HEADER, SignatureError};
 
@@ -43,6 +49,8 @@ pub struct WebhookConfig {
     pub oa_secret_key: Secret,
     /// How long a delivery waits for the engine's durable record before answering 500.
     pub answer_deadline: Duration,
+    /// How far a delivery's signed `timestamp` may be from the gateway's clock, either way.
+    pub max_signature_age: Duration,
 }
 
 /// The webhook listener.
@@ -50,11 +58,21 @@ pub struct WebhookConfig {
 pub struct WebhookSource {
     config: WebhookConfig,
     book: EchoBook,
+    /// The gateway's clock: signed timestamps are checked against it.
+    clock: Arc<dyn Clock>,
 }
 
 impl WebhookSource {
-    pub(crate) fn new(config: WebhookConfig, book: EchoBook) -> WebhookSource {
-        WebhookSource { config, book }
+    pub(crate) fn new(
+        config: WebhookConfig,
+        book: EchoBook,
+        clock: Arc<dyn Clock>,
+    ) -> WebhookSource {
+        WebhookSource {
+            config,
+            book,
+            clock,
+        }
     }
 }
 
@@ -62,6 +80,54 @@ struct Delivery {
     sink: Arc<dyn EventSink>,
     config: WebhookConfig,
     book: EchoBook,
+    clock: Arc<dyn Clock>,
+}
+
+/// Why a delivery was refused: logged, never answered.
+#[derive(Debug, thiserror::Error)]
+enum Refusal {
+    #[error(transparent)]
+    Signature(#[from] SignatureError),
+    #[error(transparent)]
+    Stale(#[from] FreshnessError),
+}
+
+impl Refusal {
+    /// The answer: 401 without a usable signature; 403 for one that does not match, and the
+    /// same for a stale one, so a replay cannot be told from a forgery.
+    fn answer(&self) -> Response {
+        let status = match self {
+            Refusal::Signature(SignatureError::Mismatch) | Refusal::Stale(_) => {
+                StatusCode::FORBIDDEN
+            }
+            Refusal::Signature(_) => StatusCode::UNAUTHORIZED,
+        };
+        (
+            status,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            "refused",
+        )
+            .into_response()
+    }
+}
+
+/// The signature, then the signed timestamp's distance from the gateway's clock (checked
+/// second, so a stale one in the log is a genuine delivery replayed or a wrong clock).
+fn authenticate(delivery: &Delivery, headers: &HeaderMap, body: &[u8]) -> Result<(), Refusal> {
+    let header = headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
+    signature::verify(
+        &delivery.config.app_id,
+        delivery.config.oa_secret_key.expose(),
+        header,
+        body,
+    )?;
+    let signed_at = signature::timestamp_of(body).ok_or(SignatureError::NoTimestamp)?;
+    freshness::check(
+        freshness::millis(&signed_at)?,
+        delivery.clock.now_ms(),
+        delivery.config.max_signature_age,
+    )?;
+    Ok(())
 }
 
 /// Writes one `oa_send_text` echo to the book.
@@ -90,19 +156,9 @@ async fn deliver(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let header = headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
-    if let Err(error) = signature::verify(
-        &delivery.config.app_id,
-        delivery.config.oa_secret_key.expose(),
-        header,
-        &body,
-    ) {
-        warn!(%error, "a Zalo webhook delivery was refused");
-        let status = match error {
-            SignatureError::Mismatch => StatusCode::FORBIDDEN,
-            _ => StatusCode::UNAUTHORIZED,
-        };
-        return (status, error.to_string()).into_response();
+    if let Err(why) = authenticate(&delivery, &headers, &body) {
+        warn!(%why, "a Zalo webhook delivery was refused");
+        return why.answer();
     }
     let raw: Value = match serde_json::from_slice(&body) {
         Ok(raw @ Value::Object(_)) => raw,
@@ -139,6 +195,7 @@ impl PushedFeed for WebhookSource {
             sink: sink.clone(),
             config: self.config.clone(),
             book: self.book.clone(),
+            clock: self.clock.clone(),
         });
         let app = axum::Router::new()
             .route(&self.config.path, post(deliver))

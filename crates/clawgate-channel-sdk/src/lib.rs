@@ -82,6 +82,7 @@ struct ReadmeExample;
 
 mod adapter;
 mod error;
+pub mod freshness;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod loopback;

@@ -1,14 +1,18 @@
-//! The event callback as Feishu drives it: the signature checked before anything is decrypted,
-//! the answer held until the engine's record (a nack → 503 → Feishu's re-push under the same
-//! event id), the URL verification, tampered and unsigned requests refused, and the receiver's
-//! dedupe key the same for a redelivery and for a re-push under a new event id.
+//! The event callback as Feishu drives it: the signature and its timestamp's freshness checked
+//! before anything is decrypted, the answer held until the engine's record (a nack → 503 →
+//! Feishu's re-push under the same event id), the URL verification (unsigned, rate limited),
+//! every refusal one and the same answer (no padding oracle), and the receiver's dedupe key the
+//! same for a redelivery and for a re-push under a new event id.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use clawgate_channel_feishu::crypto;
 use clawgate_channel_sdk::prelude::*;
+use clawgate_channel_sdk::types::clock::{Clock, SystemClock};
 use clawgate_channel_sdk::{EventSink, PushedEvent};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -147,7 +151,7 @@ async fn a_repush_under_a_new_event_id_dedupes_on_the_message_id() {
 }
 
 #[tokio::test]
-async fn tampered_unsigned_and_wrong_token_callbacks_are_refused_before_the_engine() {
+async fn every_refusal_is_one_answer_and_nothing_unsigned_reaches_the_engine() {
     let peer = Peer::start().await;
     let sink = Sink::new(&[]);
     let task = run(&peer, sink.clone()).await;
@@ -156,75 +160,299 @@ async fn tampered_unsigned_and_wrong_token_callbacks_are_refused_before_the_engi
         Some(24),
         "the URL verification is answered with its challenge"
     );
-    let key = peer.sim.config().encrypt_key.clone();
-    let token = peer.sim.config().verification_token.clone();
-    let event = |token: &str| {
-        json!({ "schema": "2.0", "header": { "event_id": "ev-forged", "token": token,
-            "event_type": "im.message.receive_v1", "app_id": "cli_x", "tenant_key": "t",
-            "create_time": "1" }, "event": {} })
-    };
-    let sealed = |plain: &Value, key: &str| {
-        json!({ "encrypt": crypto::encrypt(plain.to_string().as_bytes(), key, [7; 16]) })
-            .to_string()
-    };
-    let http = reqwest::Client::new();
-    let post = |body: String, signature: Option<String>| {
-        let mut request = http
-            .post(&peer.callback_url)
-            .header("content-type", "application/json")
-            .body(body);
-        if let Some(signature) = signature {
-            request = request
-                .header(crypto::TIMESTAMP_HEADER, "1700000000")
-                .header(crypto::NONCE_HEADER, "n1")
-                .header(crypto::SIGNATURE_HEADER, signature);
-        }
-        request.send()
-    };
-    let good = sealed(&event(&token), &key);
-    let sign = |body: &str| crypto::sign("1700000000", "n1", &key, body.as_bytes());
-    let cases: Vec<(&str, String, Option<String>, u16)> = vec![
+    let caller = Caller::new(&peer);
+    let now = now_s();
+    let good = caller.seal(&caller.event("ev-forged", &caller.token));
+    let refused = caller.refusal().await;
+    assert!(
+        (400..500).contains(&refused.0),
+        "a refusal is a client error: {refused:?}"
+    );
+    let bad_padding = corrupt_padding(&good);
+    assert_eq!(
+        crypto::decrypt(&encrypt_field(&bad_padding), &caller.key),
+        Err(crypto::CallbackError::Undecryptable),
+        "the corrupted body's padding is wrong"
+    );
+    let other_key = json!({ "encrypt": crypto::encrypt(
+        caller.event("ev-forged", &caller.token).to_string().as_bytes(), "other key", [7; 16]) })
+    .to_string();
+    let not_json_inside = caller.seal_bytes(b"not json");
+    let wrong_token = caller.seal(&caller.event("ev-forged", "forged"));
+    let plaintext = caller.event("ev-forged", &caller.token).to_string();
+    let not_json = "{not json".to_owned();
+    let signed = |body: &str| caller.headers(body, now);
+    let mut no_timestamp = signed(&good);
+    no_timestamp.retain(|(name, _)| *name != crypto::TIMESTAMP_HEADER);
+    let cases: Vec<(&str, &str, Headers)> = vec![
         (
-            "a tampered body",
-            good.replace('A', "B"),
-            Some(sign(&good)),
-            401,
-        ),
-        ("no signature", good.clone(), None, 401),
-        (
-            "another key",
-            sealed(&event(&token), "other key"),
-            Some(sign(&sealed(&event(&token), "other key"))),
-            400,
+            "corrupted padding, signed",
+            &bad_padding,
+            signed(&bad_padding),
         ),
         (
-            "a wrong token",
-            sealed(&event("forged"), &key),
-            Some(sign(&sealed(&event("forged"), &key))),
-            401,
+            "not JSON inside, signed",
+            &not_json_inside,
+            signed(&not_json_inside),
         ),
         (
-            "plaintext",
-            event(&token).to_string(),
-            Some(sign(&event(&token).to_string())),
-            400,
+            "another Encrypt Key, signed",
+            &other_key,
+            signed(&other_key),
         ),
+        (
+            "a wrong verification token, signed",
+            &wrong_token,
+            signed(&wrong_token),
+        ),
+        ("a plaintext event, signed", &plaintext, signed(&plaintext)),
+        ("not JSON at all, signed", &not_json, signed(&not_json)),
+        ("no timestamp", &good, no_timestamp),
+        ("unsigned", &good, Vec::new()),
+        ("unsigned, corrupted padding", &bad_padding, Vec::new()),
     ];
-    for (name, body, signature, status) in cases {
-        let answer = post(body, signature).await.unwrap();
-        assert_eq!(answer.status().as_u16(), status, "{name}");
+    for (name, body, headers) in cases {
+        assert_eq!(caller.post(body, &headers).await, refused, "{name}");
     }
     assert!(
         sink.events.lock().unwrap().is_empty(),
         "nothing refused reached the engine"
     );
     // The same event, signed correctly, is taken.
-    let answer = post(good.clone(), Some(sign(&good))).await.unwrap();
-    assert_eq!(answer.status().as_u16(), 200);
+    let answer = caller.post(&good, &signed(&good)).await;
+    assert_eq!(answer.0, 200);
     assert_eq!(sink.event_ids(), ["ev-forged"]);
     sink.stop.send_replace(true);
     let _ = task.await;
     peer.sim.stop().await;
+}
+
+#[tokio::test]
+async fn unsigned_requests_are_rate_limited_and_only_a_challenge_is_answered() {
+    let peer = Peer::start().await;
+    let sink = Sink::new(&[]);
+    let task = run(&peer, sink.clone()).await;
+    let caller = Caller::new(&peer);
+    let refused = caller.refusal().await;
+    let challenge = |c: &str| {
+        caller.seal(&json!({ "challenge": c, "token": caller.token, "type": "url_verification" }))
+    };
+    let answer = caller.post(&challenge("c1"), &Vec::new()).await;
+    assert_eq!(answer.0, 200, "Feishu's unsigned URL verification");
+    assert_eq!(
+        serde_json::from_str::<Value>(&answer.2).unwrap(),
+        json!({ "challenge": "c1" })
+    );
+    // Twice the burst the limit allows: each refused alike, decrypted or not.
+    let unsigned_event = caller.seal(&caller.event("ev-unsigned", &caller.token));
+    for _ in 0..2 * clawgate_channel_feishu::UNSIGNED_BURST {
+        assert_eq!(caller.post(&unsigned_event, &Vec::new()).await, refused);
+    }
+    // The limit is spent: even a genuine challenge is refused now, unread.
+    assert_eq!(
+        caller.post(&challenge("c2"), &Vec::new()).await,
+        refused,
+        "unsigned requests are limited"
+    );
+    // Signed requests are not limited: a signed challenge and a signed event are taken.
+    let signed_challenge = challenge("c3");
+    let answer = caller
+        .post(
+            &signed_challenge,
+            &caller.headers(&signed_challenge, now_s()),
+        )
+        .await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&answer.2).unwrap(),
+        json!({ "challenge": "c3" })
+    );
+    let event = caller.seal(&caller.event("ev-signed", &caller.token));
+    let answer = caller.post(&event, &caller.headers(&event, now_s())).await;
+    assert_eq!(answer.0, 200);
+    assert_eq!(
+        sink.event_ids(),
+        ["ev-signed"],
+        "nothing unsigned was taken"
+    );
+    sink.stop.send_replace(true);
+    let _ = task.await;
+    peer.sim.stop().await;
+}
+
+#[tokio::test]
+async fn a_signature_ten_minutes_old_is_refused_like_a_bad_one_and_one_a_minute_old_is_taken() {
+    let peer = Peer::start().await;
+    let sink = Sink::new(&[]);
+    let task = run(&peer, sink.clone()).await;
+    let caller = Caller::new(&peer);
+    let refused = caller.refusal().await;
+    // The tests' gateway runs on the system clock (`clawgate_conformance::channel_setup`).
+    let now = now_s();
+    let old = caller.seal(&caller.event("ev-old", &caller.token));
+    assert_eq!(
+        caller.post(&old, &caller.headers(&old, now - 600)).await,
+        refused,
+        "signed ten minutes ago: a replay"
+    );
+    let ahead = caller.seal(&caller.event("ev-ahead", &caller.token));
+    assert_eq!(
+        caller
+            .post(&ahead, &caller.headers(&ahead, now + 600))
+            .await,
+        refused,
+        "signed ten minutes ahead"
+    );
+    assert!(
+        sink.events.lock().unwrap().is_empty(),
+        "nothing stale taken"
+    );
+    let recent = caller.seal(&caller.event("ev-recent", &caller.token));
+    let answer = caller
+        .post(&recent, &caller.headers(&recent, now - 60))
+        .await;
+    assert_eq!(answer.0, 200, "signed a minute ago");
+    assert_eq!(sink.event_ids(), ["ev-recent"]);
+    sink.stop.send_replace(true);
+    let _ = task.await;
+    peer.sim.stop().await;
+
+    // The window is a setting: fifteen minutes take the ten-minute-old request.
+    let wide = Peer::with(
+        crate::peer::quick(),
+        json!({ "max_signature_age_secs": 900 }),
+    )
+    .await;
+    let sink = Sink::new(&[]);
+    let task = run(&wide, sink.clone()).await;
+    let caller = Caller::new(&wide);
+    let answer = caller
+        .post(&old, &caller.headers(&old, now_s() - 600))
+        .await;
+    assert_eq!(answer.0, 200);
+    assert_eq!(sink.event_ids(), ["ev-old"]);
+    sink.stop.send_replace(true);
+    let _ = task.await;
+    let state = tempfile::tempdir().unwrap();
+    let error = crate::peer::build(
+        &wide.sim,
+        state.path(),
+        clawgate_conformance::ports::reserve_loopback_port(),
+        &json!({ "max_signature_age_secs": 0 }),
+        crate::peer::secrets(&wide.sim),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        error.to_string().contains("max_signature_age_secs"),
+        "{error}"
+    );
+    wide.sim.stop().await;
+}
+
+/// Request headers.
+type Headers = Vec<(&'static str, String)>;
+
+/// What a caller sees of an answer: the status, the headers but `date` (the server stamps
+/// every answer with the time of day), and the body.
+type Seen = (u16, Vec<(String, String)>, String);
+
+/// The gateway's clock in these tests, in seconds.
+fn now_s() -> u64 {
+    u64::try_from(SystemClock.now_ms() / 1_000).unwrap()
+}
+
+/// The `encrypt` field of a sealed body.
+fn encrypt_field(body: &str) -> String {
+    serde_json::from_str::<Value>(body).unwrap()["encrypt"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// `body` with the last byte of its next-to-last cipher block flipped: in CBC that byte is
+/// XORed into the last plaintext byte, the padding length, which then no longer matches.
+fn corrupt_padding(body: &str) -> String {
+    let mut data = STANDARD.decode(encrypt_field(body)).unwrap();
+    let at = data.len() - 17;
+    data[at] ^= 0x01;
+    json!({ "encrypt": STANDARD.encode(data) }).to_string()
+}
+
+/// Someone posting to the listener: seals with the app's Encrypt Key, signs when asked.
+struct Caller {
+    http: reqwest::Client,
+    url: String,
+    key: String,
+    token: String,
+}
+
+impl Caller {
+    fn new(peer: &Peer) -> Caller {
+        Caller {
+            http: reqwest::Client::new(),
+            url: peer.callback_url.clone(),
+            key: peer.sim.config().encrypt_key.clone(),
+            token: peer.sim.config().verification_token.clone(),
+        }
+    }
+
+    fn event(&self, id: &str, token: &str) -> Value {
+        json!({ "schema": "2.0", "header": { "event_id": id, "token": token,
+            "event_type": "im.message.receive_v1", "app_id": "cli_x", "tenant_key": "t",
+            "create_time": "1" }, "event": {} })
+    }
+
+    fn seal_bytes(&self, plain: &[u8]) -> String {
+        json!({ "encrypt": crypto::encrypt(plain, &self.key, [7; 16]) }).to_string()
+    }
+
+    fn seal(&self, plain: &Value) -> String {
+        self.seal_bytes(plain.to_string().as_bytes())
+    }
+
+    /// The signature headers of `body` sent at `at` (seconds).
+    fn headers(&self, body: &str, at: u64) -> Headers {
+        let at = at.to_string();
+        vec![
+            (
+                crypto::SIGNATURE_HEADER,
+                crypto::sign(&at, "n1", &self.key, body.as_bytes()),
+            ),
+            (crypto::TIMESTAMP_HEADER, at),
+            (crypto::NONCE_HEADER, "n1".to_owned()),
+        ]
+    }
+
+    async fn post(&self, body: &str, headers: &Headers) -> Seen {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let mut headers: Vec<(String, String)> = response
+            .headers()
+            .iter()
+            .filter(|(name, _)| *name != reqwest::header::DATE)
+            .map(|(name, value)| (name.as_str().to_owned(), value.to_str().unwrap().to_owned()))
+            .collect();
+        headers.sort();
+        let body = response.bytes().await.unwrap().to_vec();
+        (status, headers, String::from_utf8(body).unwrap())
+    }
+
+    /// The answer to a well-formed event under a signature of another body: the refusal every
+    /// other failure must look like.
+    async fn refusal(&self) -> Seen {
+        let body = self.seal(&self.event("ev-refused", &self.token));
+        let mut headers = self.headers(&body, now_s());
+        headers[0].1 = crypto::sign(&headers[1].1, "n1", &self.key, b"another body");
+        self.post(&body, &headers).await
+    }
 }
 
 #[tokio::test]

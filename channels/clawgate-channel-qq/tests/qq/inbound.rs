@@ -1,11 +1,16 @@
-//! The callback listener: signatures checked before anything is read, the op 13 URL
-//! validation, heartbeats, and dispatches acknowledged only once recorded (else pushed again).
+//! The callback listener: signatures and their timestamps' freshness checked before anything
+//! is read, the op 13 URL validation, heartbeats, and dispatches acknowledged only once
+//! recorded (else pushed again).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use clawgate_channel_qq::QqFactory;
 use clawgate_channel_qq::signature;
+use clawgate_channel_qq::simulator::QqSimulator;
 use clawgate_channel_sdk::prelude::*;
+use clawgate_channel_sdk::state::ChannelScope;
+use clawgate_channel_sdk::types::clock::{Clock, ManualClock, SystemClock};
 use serde_json::{Value, json};
 
 use crate::peer::{Peer, build, quick, settings};
@@ -64,8 +69,18 @@ async fn post(url: &str, headers: &[(&str, String)], body: &str) -> (u16, String
 /// Request headers.
 type Headers = Vec<(&'static str, String)>;
 
+/// Seconds by the wall clock (the peer's gateway runs on the system clock).
+fn wall_s() -> u64 {
+    u64::try_from(SystemClock.now_ms() / 1_000).unwrap()
+}
+
 fn signed(secret: &str, body: &str) -> Headers {
-    let ts = "1733158800".to_owned();
+    signed_at(secret, body, wall_s())
+}
+
+/// The signature headers of `body` sent at `at` (seconds).
+fn signed_at(secret: &str, body: &str, at: u64) -> Headers {
+    let ts = at.to_string();
     vec![
         (
             "x-signature-ed25519",
@@ -86,7 +101,7 @@ async fn a_bad_or_missing_signature_is_refused_before_the_body_is_read_and_nothi
         "d": { "id": "m1", "content": "hi", "author": { "user_openid": "U1" } } })
     .to_string();
     let mut tampered = signed(&secret, &event);
-    tampered[1].1 = "1733158801".into();
+    tampered[1].1 = (wall_s() + 1).to_string();
     let cases: Vec<(&str, Headers, String, u16)> = vec![
         ("no headers", Vec::new(), event.clone(), 401),
         (
@@ -202,4 +217,119 @@ async fn an_unrecorded_dispatch_is_answered_d1_and_qq_pushes_it_again() {
     assert!(delivery.attempts.len() >= 2);
     assert!(delivery.attempts.iter().all(|status| *status == 0));
     task.abort();
+}
+
+/// A channel on `sim` listening on `port` whose gateway clock is `clock`, its source running
+/// with `sink`; waits until it listens.
+async fn listening_on(
+    sim: &QqSimulator,
+    state: &std::path::Path,
+    port: u16,
+    overrides: &Value,
+    clock: Arc<dyn Clock>,
+    sink: Arc<Recording>,
+) -> tokio::task::JoinHandle<()> {
+    let store = Arc::new(clawgate_store_sqlite::testing::open_store(state));
+    let setup = ChannelSetup::new(
+        0,
+        "qq",
+        "default",
+        settings(sim, port, overrides),
+        ChannelState::new(store, ChannelScope::new("qq", "default"), clock),
+    );
+    let plugin = QqFactory
+        .build_with_secret(&setup, Secret::new(sim.secret()))
+        .await
+        .unwrap();
+    let InboundSource::Pushed(feed) = plugin.source.clone() else {
+        unreachable!()
+    };
+    let task = tokio::spawn(async move {
+        let _ = feed.run(sink).await;
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the listener never came up"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    task
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signature_ten_minutes_old_is_refused_like_a_bad_one_and_one_a_minute_old_is_taken() {
+    // The gateway's clock an hour ahead of the wall clock: freshness is its call, not the
+    // host's.
+    let now = wall_s() + 3_600;
+    let clock = Arc::new(ManualClock::new(i64::try_from(now * 1_000).unwrap()));
+    let sim = QqSimulator::start(quick()).await.unwrap();
+    let secret = sim.secret();
+    let state = tempfile::tempdir().unwrap();
+    let port = clawgate_conformance::ports::reserve_loopback_port();
+    let sink = Arc::new(Recording::default());
+    let task = listening_on(&sim, state.path(), port, &json!({}), clock, sink.clone()).await;
+    let url = format!("http://127.0.0.1:{port}/qq/callback");
+    let event = json!({ "op": 0, "id": "e1", "t": "C2C_MESSAGE_CREATE",
+        "d": { "id": "m1", "content": "hi", "author": { "user_openid": "U1" } } })
+    .to_string();
+    let bad = post(&url, &signed_at("not-the-secret", &event, now), &event).await;
+    assert_eq!(bad.0, 401);
+    let validation = json!({ "op": 13,
+        "d": { "plain_token": "Arq0D5A61EgUu4OxUvOp", "event_ts": "1" } })
+    .to_string();
+    let cases = [
+        ("ten minutes old", &event, now - 600),
+        ("ten minutes ahead", &event, now + 600),
+        ("fresh by the wall clock only", &event, wall_s()),
+        ("a URL validation ten minutes old", &validation, now - 600),
+    ];
+    for (case, body, at) in cases {
+        assert_eq!(
+            post(&url, &signed_at(&secret, body, at), body).await,
+            bad,
+            "{case}: the same answer as a bad signature"
+        );
+    }
+    assert!(
+        sink.events.lock().unwrap().is_empty(),
+        "nothing stale taken"
+    );
+    let (status, answer) = post(&url, &signed_at(&secret, &event, now - 60), &event).await;
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(
+        (status, answer),
+        (200, json!({ "op": 12, "d": 0 })),
+        "a minute old"
+    );
+    assert_eq!(sink.events.lock().unwrap().len(), 1);
+    task.abort();
+
+    // The window is a setting: fifteen minutes take the ten-minute-old dispatch.
+    let clock = Arc::new(ManualClock::new(i64::try_from(now * 1_000).unwrap()));
+    let state = tempfile::tempdir().unwrap();
+    let port = clawgate_conformance::ports::reserve_loopback_port();
+    let sink = Arc::new(Recording::default());
+    let wide = json!({ "max_signature_age_secs": 900 });
+    let task = listening_on(&sim, state.path(), port, &wide, clock, sink.clone()).await;
+    let url = format!("http://127.0.0.1:{port}/qq/callback");
+    let (status, _) = post(&url, &signed_at(&secret, &event, now - 600), &event).await;
+    assert_eq!(status, 200);
+    assert_eq!(sink.events.lock().unwrap().len(), 1);
+    task.abort();
+    let error = build(
+        tempfile::tempdir().unwrap().path(),
+        settings(&sim, port, &json!({ "max_signature_age_secs": 0 })),
+        &secret,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        error.to_string().contains("max_signature_age_secs"),
+        "{error}"
+    );
 }

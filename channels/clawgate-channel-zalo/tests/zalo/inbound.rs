@@ -1,14 +1,17 @@
-//! The webhook listener as Zalo posts to it: the signature checked before anything else
-//! (401 without, 403 wrong, nothing handed on), 200 only once the event is recorded (500 and
-//! a redelivery otherwise), people's texts normalized and deduped by `msg_id` through the
-//! engine, and our own sends' `oa_send_text` echoes written to the echo book, never a turn.
+//! The webhook listener as Zalo posts to it: the signature and its timestamp's freshness
+//! checked before anything else (401 without, 403 wrong or stale, nothing handed on), 200 only
+//! once the event is recorded (500 and a redelivery otherwise), people's texts normalized and
+//! deduped by `msg_id` through the engine, and our own sends' `oa_send_text` echoes written to
+//! the echo book, never a turn.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clawgate_channel_sdk::prelude::*;
-use clawgate_channel_zalo::signature;
+use clawgate_channel_sdk::state::ChannelScope;
+use clawgate_channel_sdk::types::clock::{Clock, ManualClock, SystemClock};
 use clawgate_channel_zalo::simulator::ZaloSimulator;
+use clawgate_channel_zalo::{ZaloFactory, signature};
 use serde_json::{Value, json};
 
 use crate::peer::{build, quick, settings};
@@ -46,16 +49,37 @@ struct Listening {
 }
 
 async fn listening() -> Listening {
+    listening_with(&json!({}), None).await
+}
+
+/// A listener with `overrides` over the default settings, on a gateway whose clock is `clock`
+/// (the system's when `None`).
+async fn listening_with(overrides: &Value, clock: Option<Arc<dyn Clock>>) -> Listening {
     let sim = ZaloSimulator::start(quick()).await.unwrap();
     let state = tempfile::tempdir().unwrap();
     let port = clawgate_conformance::ports::reserve_loopback_port();
-    let plugin = build(
-        &sim,
-        state.path(),
-        settings(&sim, port, &json!({})),
-        &sim.authorize(),
-    )
-    .await
+    let settings = settings(&sim, port, overrides);
+    let plugin = match clock {
+        None => build(&sim, state.path(), settings, &sim.authorize()).await,
+        Some(clock) => {
+            let store = Arc::new(clawgate_store_sqlite::testing::open_store(state.path()));
+            let setup = ChannelSetup::new(
+                0,
+                "zalo",
+                "default",
+                settings,
+                ChannelState::new(store, ChannelScope::new("zalo", "default"), clock),
+            );
+            ZaloFactory
+                .build_with_secrets(
+                    &setup,
+                    Secret::new(sim.app_secret()),
+                    Secret::new(sim.oa_secret_key()),
+                    Secret::new(sim.authorize()),
+                )
+                .await
+        }
+    }
     .unwrap();
     let sink = Arc::new(Recording {
         events: Mutex::new(Vec::new()),
@@ -91,6 +115,11 @@ async fn listening() -> Listening {
 }
 
 async fn post(url: &str, body: &str, signature: Option<&str>) -> u16 {
+    answer(url, body, signature).await.0
+}
+
+/// The status and body of the answer to `body` posted with `signature`.
+async fn answer(url: &str, body: &str, signature: Option<&str>) -> (u16, String) {
     let mut request = reqwest::Client::new()
         .post(url)
         .header("content-type", "application/json")
@@ -98,31 +127,33 @@ async fn post(url: &str, body: &str, signature: Option<&str>) -> u16 {
     if let Some(signature) = signature {
         request = request.header("X-ZEvent-Signature", signature);
     }
-    request.send().await.unwrap().status().as_u16()
+    let response = request.send().await.unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+/// Milliseconds by the wall clock.
+fn wall_ms() -> u64 {
+    u64::try_from(SystemClock.now_ms()).unwrap()
 }
 
 #[tokio::test]
 async fn unsigned_or_wrongly_signed_events_are_refused_before_anything_reads_them() {
     let l = listening().await;
+    let now = wall_ms().to_string();
     let body = json!({
-        "app_id": l.sim.app_id(), "event_name": "user_send_text", "timestamp": "1700000000000",
+        "app_id": l.sim.app_id(), "event_name": "user_send_text", "timestamp": now,
         "sender": { "id": "8333" }, "recipient": { "id": l.sim.oa_id() },
         "message": { "msg_id": "forged", "text": "let me in" },
     })
     .to_string();
     let app = l.sim.app_id();
-    let good = signature::sign(
-        &app,
-        body.as_bytes(),
-        "1700000000000",
-        &l.sim.oa_secret_key(),
-    );
-    let wrong_secret = signature::sign(&app, body.as_bytes(), "1700000000000", "guess");
+    let good = signature::sign(&app, body.as_bytes(), &now, &l.sim.oa_secret_key());
+    let wrong_secret = signature::sign(&app, body.as_bytes(), &now, "guess");
     // Signed over another timestamp than the body's.
     let wrong_stamp = signature::sign(
         &app,
         body.as_bytes(),
-        "1700000000001",
+        &format!("{now}1"),
         &l.sim.oa_secret_key(),
     );
     assert_eq!(post(&l.url, &body, None).await, 401);
@@ -211,4 +242,106 @@ async fn our_own_sends_come_back_as_echoes_that_settle_sends_and_are_never_turns
         receiver.normalize(&echo.body),
         Err(ReceiveError::Ignored { .. })
     ));
+}
+
+/// Zalo signs the event's time and a retry carries it (reported schedule up to 1 h), so the
+/// default window is two hours: a retry an hour late is taken, three hours off is refused.
+#[tokio::test]
+async fn a_signature_outside_the_window_is_refused_like_a_bad_one_and_a_retry_an_hour_late_is_taken()
+ {
+    // The gateway's clock three hours ahead of the wall clock: freshness is its call, not the
+    // host's.
+    let now = wall_ms() + 3 * 3_600_000;
+    let clock = || -> Arc<dyn Clock> { Arc::new(ManualClock::new(i64::try_from(now).unwrap())) };
+    let l = listening_with(&json!({}), Some(clock())).await;
+    let (app, secret) = (l.sim.app_id(), l.sim.oa_secret_key());
+    // The signed timestamp is the body's own `timestamp` field (milliseconds).
+    let event = |name: &str, msg_id: &str, at: Value| {
+        json!({
+            "app_id": app, "event_name": name, "timestamp": at,
+            "sender": { "id": "8333" }, "recipient": { "id": l.sim.oa_id() },
+            "message": { "msg_id": msg_id, "text": "hello" },
+        })
+        .to_string()
+    };
+    let text = |msg_id: &str, at: u64| event("user_send_text", msg_id, json!(at.to_string()));
+    let sign = |body: &str, secret: &str| {
+        let at = signature::timestamp_of(body.as_bytes()).unwrap();
+        signature::sign(&app, body.as_bytes(), &at, secret)
+    };
+    let forged = text("m-forged", now);
+    let bad = answer(&l.url, &forged, Some(&sign(&forged, "guess"))).await;
+    assert_eq!(bad.0, 403);
+    const THREE_HOURS: u64 = 3 * 3_600_000;
+    let cases = [
+        ("three hours old", text("m-old", now - THREE_HOURS)),
+        ("three hours ahead", text("m-ahead", now + THREE_HOURS)),
+        ("fresh by the wall clock only", text("m-wall", wall_ms())),
+        (
+            "an echo three hours old",
+            event(
+                "oa_send_text",
+                "m-echo",
+                json!((now - THREE_HOURS).to_string()),
+            ),
+        ),
+        (
+            "not a time",
+            event("user_send_text", "m-nat", json!("soon")),
+        ),
+    ];
+    for (case, body) in cases {
+        assert_eq!(
+            answer(&l.url, &body, Some(&sign(&body, &secret))).await,
+            bad,
+            "{case}: the same answer as a bad signature"
+        );
+    }
+    assert!(
+        l.sink.events.lock().unwrap().is_empty(),
+        "nothing stale was handed on"
+    );
+    let recent = text("m-recent", now - 3_600_000);
+    assert_eq!(
+        post(&l.url, &recent, Some(&sign(&recent, &secret))).await,
+        200
+    );
+    // Zalo's timestamp may come as a JSON number too.
+    let number = event("user_send_text", "m-number", json!(now - 60_000));
+    assert_eq!(
+        post(&l.url, &number, Some(&sign(&number, &secret))).await,
+        200
+    );
+    assert_eq!(l.sink.events.lock().unwrap().len(), 2);
+
+    // The window is a setting: five minutes refuse a ten-minute-old event.
+    let wide = listening_with(&json!({ "max_signature_age_secs": 300 }), Some(clock())).await;
+    let old = text("m-old", now - 600_000);
+    assert_eq!(
+        answer(&wide.url, &old, Some(&sign(&old, &secret))).await,
+        bad
+    );
+    let fresh = text("m-fresh", now - 60_000);
+    assert_eq!(
+        post(&wide.url, &fresh, Some(&sign(&fresh, &secret))).await,
+        200
+    );
+    assert_eq!(wide.sink.events.lock().unwrap().len(), 1);
+    let state = tempfile::tempdir().unwrap();
+    let error = build(
+        &wide.sim,
+        state.path(),
+        settings(
+            &wide.sim,
+            clawgate_conformance::ports::reserve_loopback_port(),
+            &json!({ "max_signature_age_secs": 0 }),
+        ),
+        &wide.sim.authorize(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        error.to_string().contains("max_signature_age_secs"),
+        "{error}"
+    );
 }
