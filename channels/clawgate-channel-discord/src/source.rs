@@ -9,6 +9,9 @@
 //!   engine (recorded durably): it is kept with the session id in the account's state in the
 //!   gateway's store (value `gateway-session`), so a restarted gateway resumes and Discord
 //!   replays what was not recorded (the engine dedupes the rest by message id).
+//! - Each run takes the stored session as its own and writes it compare-and-set against the
+//!   version it last read or wrote: a feed still running after another gateway took the account
+//!   over finds the value changed, keeps the new holder's session and stops writing it.
 //! - Op 7 and ordinary drops resume; op 9 resumes or identifies anew as its `d` says; close codes
 //!   4004 (token), 4013/4014 (intents) end the feed with an error naming what to fix; reconnects
 //!   back off from 1 s to 60 s with jitter.
@@ -19,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use clawgate_channel_sdk::state::{Swapped, ValueExpectation};
 use clawgate_channel_sdk::{
     ChannelState, EventSink, ImportError, LegacyFiles, PushedEvent, PushedFeed, SourceError,
     StateError, StateErrorKind, TransportAck,
@@ -39,8 +43,8 @@ use crate::wire::{GatewayBot, GatewayPayload, intents, op};
 pub const INTENTS: u64 =
     intents::GUILDS | intents::GUILD_MESSAGES | intents::DIRECT_MESSAGES | intents::MESSAGE_CONTENT;
 
-/// The value the session is kept in: written only by the gateway that holds the account (the
-/// one running its feed), so an unconditional write is enough.
+/// The value the session is kept in (`null` once the feed identifies anew: a delete would start
+/// the versions over, and a superseded feed expecting version 1 could then write again).
 const SESSION: &str = "gateway-session";
 
 /// The file an earlier release kept the session of channel `name` in, in the gateway's state
@@ -120,13 +124,24 @@ impl Tracker {
     }
 }
 
+/// What this feed last read or wrote of the stored session.
+#[derive(Debug, Default)]
+struct Kept {
+    /// The session as stored (`None`: none to resume).
+    record: Option<SessionRecord>,
+    /// The stored value's version (`None`: nothing stored).
+    version: Option<i64>,
+    /// Another gateway wrote the session since: it holds the account, its session stays.
+    superseded: bool,
+}
+
 #[derive(Debug)]
 struct Sessions {
     state: ChannelState,
     tracker: Mutex<Tracker>,
-    /// Held while writing, with what was last written: each write takes the newest snapshot
-    /// under it, so writes land in order and a stale one never overwrites a newer one.
-    written: tokio::sync::Mutex<Option<SessionRecord>>,
+    /// Held while writing: each write takes the newest snapshot under it, so writes land in
+    /// order and a stale one never overwrites a newer one.
+    kept: tokio::sync::Mutex<Kept>,
 }
 
 impl Sessions {
@@ -136,34 +151,56 @@ impl Sessions {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The session kept in `state`. One this build cannot read is left to a new identify, as a
-    /// session Discord no longer knows would be; a store that cannot be read is an error, as
-    /// identifying anew would skip the events that came while the gateway was down.
+    /// The session kept in `state` (see [`Sessions::reload`]).
     async fn load(state: ChannelState) -> Result<Sessions, StateError> {
-        let record = match state.value::<SessionRecord>(SESSION).await {
-            Ok(kept) => kept.map(|k| k.value),
-            Err(error) if matches!(error.kind(), StateErrorKind::Shape { .. }) => {
-                warn!(%error, "the kept Discord session cannot be read; identifying anew");
-                None
-            }
-            Err(error) => return Err(error),
-        };
-        let last_seen = record.as_ref().map_or(0, |r| r.seq);
-        Ok(Sessions {
+        let sessions = Sessions {
             state,
-            written: tokio::sync::Mutex::new(record.clone()),
-            tracker: Mutex::new(Tracker {
-                record,
-                last_seen,
-                pending: BTreeSet::new(),
-                established: false,
-            }),
-        })
+            tracker: Mutex::default(),
+            kept: tokio::sync::Mutex::default(),
+        };
+        sessions.reload().await?;
+        Ok(sessions)
     }
 
-    /// Moves the session's `seq` to the safe mark and writes it when it changed.
+    /// Takes the stored session as this feed's, at the start of each run: a run starts when
+    /// this gateway holds the account (again), and whoever held it before left the session to
+    /// resume and the version to write over. One this build cannot read is left to a new
+    /// identify, as a session Discord no longer knows would be; a store that cannot be read is
+    /// an error, as identifying anew would skip the events that came while the gateway was down.
+    async fn reload(&self) -> Result<(), StateError> {
+        let mut kept = self.kept.lock().await;
+        // Read untyped, so a value of another shape still gives the version to write over.
+        let stored = self.state.value::<Value>(SESSION).await?;
+        let version = stored.as_ref().map(|s| s.version);
+        let record = stored.and_then(|s| {
+            serde_json::from_value::<Option<SessionRecord>>(s.value)
+                .map_err(|error| {
+                    warn!(%error, "the kept Discord session cannot be read; identifying anew");
+                })
+                .ok()
+                .flatten()
+        });
+        *kept = Kept {
+            record: record.clone(),
+            version,
+            superseded: false,
+        };
+        let mut t = self.lock();
+        *t = Tracker {
+            last_seen: record.as_ref().map_or(0, |r| r.seq),
+            record,
+            ..Tracker::default()
+        };
+        Ok(())
+    }
+
+    /// Moves the session's `seq` to the safe mark and writes it when it changed, unless another
+    /// gateway wrote it since this feed last read or wrote it.
     async fn persist(&self) {
-        let mut written = self.written.lock().await;
+        let mut kept = self.kept.lock().await;
+        if kept.superseded {
+            return;
+        }
         let record = {
             let mut t = self.lock();
             let safe = t.safe_seq();
@@ -172,19 +209,40 @@ impl Sessions {
             }
             t.record.clone()
         };
-        if *written == record {
+        if kept.record == record {
             return;
         }
-        let result = match &record {
-            Some(record) => self.state.put(SESSION, record).await.map(drop),
-            None => self.state.delete(SESSION).await.map(drop),
-        };
-        match result {
-            Ok(()) => *written = record,
+        let expected = kept
+            .version
+            .map_or(ValueExpectation::Absent, ValueExpectation::Version);
+        match self.state.swap(SESSION, expected, &record).await {
+            Ok(Swapped::Written(version)) => {
+                kept.record = record;
+                kept.version = Some(version);
+            }
+            Ok(Swapped::Conflict(_)) => Self::superseded(&mut kept, &self.state),
+            // A conflict too: ours always encodes, so the store refused the expectation and
+            // held a value of another shape (written by another version of the channel).
+            Err(error) if matches!(error.kind(), StateErrorKind::Shape { .. }) => {
+                Self::superseded(&mut kept, &self.state);
+            }
             Err(error) => {
                 warn!(%error, "could not keep the Discord session; a restart resumes from an older seq or identifies anew");
             }
         }
+    }
+
+    /// Another gateway wrote the session: it holds the account now (this one stalled or has
+    /// not stopped its feed yet). Its session is what the next takeover must resume, so this
+    /// feed stops writing; it keeps its connection, as ending the run would only start it
+    /// again on the other gateway's session until the lease tells this gateway to stop.
+    fn superseded(kept: &mut Kept, state: &ChannelState) {
+        kept.superseded = true;
+        warn!(
+            scope = %state.scope(),
+            "another gateway wrote the Discord session since this feed last did: it holds the \
+             account now; its session is kept, and this feed no longer writes it"
+        );
     }
 
     /// [`Sessions::persist`] from code that cannot wait (an ack), on the runtime.
@@ -511,6 +569,12 @@ impl GatewaySource {
 #[async_trait]
 impl PushedFeed for GatewaySource {
     async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
+        self.sessions.reload().await.map_err(|e| {
+            SourceError::new(
+                DeliveryFailureKind::Transient,
+                format!("the Discord session cannot be read: {e}"),
+            )
+        })?;
         let mut backoff = Duration::from_secs(1);
         loop {
             let resume = self.sessions.resume_point();

@@ -14,6 +14,9 @@
 //!   re-fetch is still owed: a fresh connection's posts written before it existed are in no dead
 //!   queue, so a gateway stopped mid re-fetch that then resumes that connection re-fetches first.
 //! - A `seq` gap (an event lost on the way) reconnects, which resumes from the durable `seq`.
+//! - Each run takes the stored record as its own and writes it compare-and-set against the
+//!   version it last read or wrote: a feed still running after another gateway took the account
+//!   over finds the value changed, keeps the new holder's record and stops writing it.
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
@@ -21,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use clawgate_channel_sdk::state::{Swapped, ValueExpectation};
 use clawgate_channel_sdk::{
     ChannelState, EventSink, ImportError, LegacyFiles, PushedEvent, PushedFeed, SourceError,
     StateError, StateErrorKind, TransportAck,
@@ -38,8 +42,7 @@ use crate::adapter::BotCell;
 use crate::client::{Api, CallError};
 use crate::wire::{Event, Post, PostList};
 
-/// The value the connection's record is kept in: written only by the gateway that holds the
-/// account (the one running its feed), so an unconditional write is enough.
+/// The value the connection's record is kept in.
 const RECORD: &str = "websocket";
 
 /// The file an earlier release kept the record of channel `name` in, in the gateway's state
@@ -133,13 +136,24 @@ impl Tracker {
     }
 }
 
+/// What this feed last read or wrote of the stored record.
+#[derive(Debug, Default)]
+struct Kept {
+    /// The record as stored.
+    record: Option<SocketRecord>,
+    /// The stored value's version (`None`: nothing stored).
+    version: Option<i64>,
+    /// Another gateway wrote the record since: it holds the account, its record stays.
+    superseded: bool,
+}
+
 #[derive(Debug)]
 struct Sockets {
     state: ChannelState,
     tracker: Mutex<Tracker>,
-    /// Held while writing, with what was last written: each write takes the newest snapshot
-    /// under it, so writes land in order and a stale one never overwrites a newer one.
-    written: tokio::sync::Mutex<Option<SocketRecord>>,
+    /// Held while writing: each write takes the newest snapshot under it, so writes land in
+    /// order and a stale one never overwrites a newer one.
+    kept: tokio::sync::Mutex<Kept>,
 }
 
 impl Sockets {
@@ -149,29 +163,47 @@ impl Sockets {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The record kept in `state`. One this build cannot read is left to a fresh connection
-    /// (as a record the server no longer knows would be); a store that cannot be read is an
-    /// error, as starting afresh would skip the posts written while the gateway was down.
+    /// The record kept in `state` (see [`Sockets::reload`]).
     async fn load(state: ChannelState) -> Result<Sockets, StateError> {
-        let record = match state.value::<SocketRecord>(RECORD).await {
-            Ok(kept) => kept.map(|k| k.value),
-            Err(error) if matches!(error.kind(), StateErrorKind::Shape { .. }) => {
-                warn!(%error, "the kept Mattermost WebSocket record cannot be read; connecting afresh");
-                None
-            }
-            Err(error) => return Err(error),
+        let sockets = Sockets {
+            state,
+            tracker: Mutex::default(),
+            kept: tokio::sync::Mutex::default(),
         };
-        let tracker = Tracker {
+        sockets.reload().await?;
+        Ok(sockets)
+    }
+
+    /// Takes the stored record as this feed's, at the start of each run: a run starts when this
+    /// gateway holds the account (again), and whoever held it before left the connection to
+    /// resume and the version to write over. One this build cannot read is left to a fresh
+    /// connection (as a record the server no longer knows would be); a store that cannot be
+    /// read is an error, as starting afresh would skip the posts written while the gateway was
+    /// down.
+    async fn reload(&self) -> Result<(), StateError> {
+        let mut kept = self.kept.lock().await;
+        // Read untyped, so a value of another shape still gives the version to write over.
+        let stored = self.state.value::<Value>(RECORD).await?;
+        let version = stored.as_ref().map(|s| s.version);
+        let record = stored.and_then(|s| {
+            serde_json::from_value::<SocketRecord>(s.value)
+                .map_err(|error| {
+                    warn!(%error, "the kept Mattermost WebSocket record cannot be read; connecting afresh");
+                })
+                .ok()
+        });
+        *kept = Kept {
+            record: record.clone(),
+            version,
+            superseded: false,
+        };
+        *self.lock() = Tracker {
             last_seen: record.as_ref().map_or(-1, |r| r.sequence_number - 1),
             acked_create_at: record.as_ref().map_or(0, |r| r.create_at),
-            record: record.clone(),
+            record,
             ..Tracker::default()
         };
-        Ok(Sockets {
-            state,
-            tracker: Mutex::new(tracker),
-            written: tokio::sync::Mutex::new(record),
-        })
+        Ok(())
     }
 
     /// Moves the record to the safe mark (under the tracker's lock).
@@ -183,21 +215,50 @@ impl Sockets {
         Some(record.clone())
     }
 
-    /// Writes the safe mark when it changed.
+    /// Writes the safe mark when it changed, unless another gateway wrote the record since this
+    /// feed last read or wrote it.
     async fn persist(&self) {
-        let mut written = self.written.lock().await;
+        let mut kept = self.kept.lock().await;
+        if kept.superseded {
+            return;
+        }
         let Some(record) = Self::settle(&mut self.lock()) else {
             return;
         };
-        if written.as_ref() == Some(&record) {
+        if kept.record.as_ref() == Some(&record) {
             return;
         }
-        match self.state.put(RECORD, &record).await {
-            Ok(_) => *written = Some(record),
+        let expected = kept
+            .version
+            .map_or(ValueExpectation::Absent, ValueExpectation::Version);
+        match self.state.swap(RECORD, expected, &record).await {
+            Ok(Swapped::Written(version)) => {
+                kept.record = Some(record);
+                kept.version = Some(version);
+            }
+            Ok(Swapped::Conflict(_)) => Self::superseded(&mut kept, &self.state),
+            // A conflict too: ours always encodes, so the store refused the expectation and
+            // held a value of another shape (written by another version of the channel).
+            Err(error) if matches!(error.kind(), StateErrorKind::Shape { .. }) => {
+                Self::superseded(&mut kept, &self.state);
+            }
             Err(error) => {
                 warn!(%error, "could not keep the Mattermost WebSocket record; a restart resumes from an older mark or re-fetches");
             }
         }
+    }
+
+    /// Another gateway wrote the record: it holds the account now (this one stalled or has not
+    /// stopped its feed yet). Its record is what the next takeover must resume from, so this
+    /// feed stops writing; it keeps its connection, as ending the run would only start it again
+    /// on the other gateway's record until the lease tells this gateway to stop.
+    fn superseded(kept: &mut Kept, state: &ChannelState) {
+        kept.superseded = true;
+        warn!(
+            scope = %state.scope(),
+            "another gateway wrote the Mattermost WebSocket record since this feed last did: it \
+             holds the account now; its record is kept, and this feed no longer writes it"
+        );
     }
 
     /// [`Sockets::persist`] from code that cannot wait (an ack), on the runtime.
@@ -617,6 +678,11 @@ impl SocketSource {
 #[async_trait]
 impl PushedFeed for SocketSource {
     async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
+        self.sockets.reload().await.map_err(|e| {
+            transient(format!(
+                "the Mattermost WebSocket record cannot be read: {e}"
+            ))
+        })?;
         let mut backoff = Duration::from_millis(500);
         loop {
             let resume = self.sockets.resume_point();

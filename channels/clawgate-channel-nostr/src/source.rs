@@ -6,15 +6,18 @@
 //! gateway's clock) when everything the feed had received was recorded by the engine (acked). A run subscribes from that moment minus the two days NIP-59
 //! lets a gift wrap's `created_at` lie in the past, minus an hour for slow delivery. What comes
 //! again is deduplicated: here within a run (by event id), by the engine across runs (by the
-//! message id).
+//! message id). Each run takes the stored checkpoint as its own and writes it compare-and-set
+//! against the version it last read or wrote: a feed still running after another gateway took
+//! the account over keeps the new holder's checkpoint and stops writing it.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use clawgate_channel_sdk::state::{Swapped, ValueExpectation};
 use clawgate_channel_sdk::{
     ChannelState, EventSink, ImportError, LegacyFiles, PushedEvent, PushedFeed, SourceError,
-    StateError, TransportAck,
+    StateError, StateErrorKind, TransportAck,
 };
 use clawgate_types::DeliveryFailureKind;
 use nostr_sdk::pool::{RelayNotification, RelayPoolNotification};
@@ -30,8 +33,7 @@ use crate::receive::inbound_event;
 /// Slack for a wrap that reached its relays late.
 const LATE_DELIVERY_S: u64 = 60 * 60;
 
-/// The value the checkpoint (seconds) is kept in: written only by the gateway that holds the
-/// account (the one running its feed), so an unconditional write is enough.
+/// The value the checkpoint (seconds) is kept in.
 const CHECKPOINT: &str = "checkpoint";
 
 /// The file an earlier release kept the checkpoint of key `us` in, in the gateway's state
@@ -66,20 +68,49 @@ pub(crate) async fn import_legacy_checkpoint(
     Ok(())
 }
 
+/// What this feed last read or wrote of the stored checkpoint.
+#[derive(Debug, Default)]
+struct Written {
+    /// The moment stored.
+    at: Option<u64>,
+    /// The stored value's version (`None`: nothing stored).
+    version: Option<i64>,
+    /// Another gateway wrote the checkpoint since: it holds the account, its checkpoint stays.
+    superseded: bool,
+}
+
 /// The durable checkpoint of one feed.
 #[derive(Debug)]
 struct Checkpoint {
     state: ChannelState,
-    /// The newest moment everything received was acked, not written yet.
+    /// The newest moment everything received in this run was acked, not written yet.
     wanted: Mutex<Option<u64>>,
-    /// Held while writing, with the moment last written: writes land in order and the
-    /// checkpoint never moves back.
-    written: tokio::sync::Mutex<Option<u64>>,
+    /// Held while writing: writes land in order and the checkpoint never moves back.
+    written: tokio::sync::Mutex<Written>,
 }
 
 impl Checkpoint {
     fn now_s(&self) -> u64 {
         u64::try_from(self.state.now_ms() / 1_000).unwrap_or(0)
+    }
+
+    /// Takes the stored checkpoint as this feed's, at the start of each run: a run starts when
+    /// this gateway holds the account (again), and whoever held it before left the checkpoint
+    /// to read from and the version to write over.
+    async fn load(&self) -> Result<Option<u64>, StateError> {
+        let mut written = self.written.lock().await;
+        let stored = self.state.value::<u64>(CHECKPOINT).await?;
+        *written = Written {
+            at: stored.as_ref().map(|s| s.value),
+            version: stored.as_ref().map(|s| s.version),
+            superseded: false,
+        };
+        // What an earlier run reached says nothing about this one's events.
+        *self
+            .wanted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        Ok(written.at)
     }
 
     /// Notes that everything received was acked now.
@@ -92,22 +123,57 @@ impl Checkpoint {
         *wanted = Some(wanted.map_or(now, |w| w.max(now)));
     }
 
-    /// Writes the newest moment noted, when it is later than the one written.
+    /// Writes the newest moment noted, when it is later than the one stored and no other
+    /// gateway wrote the checkpoint since this feed last read or wrote it.
+    ///
+    /// Compare-and-set rather than "only ever forward": the checkpoint is the holder's word
+    /// that everything *its* feed received until then is recorded, and a nack holds it back on
+    /// purpose. A superseded feed moving it on to its own later moment would let the next
+    /// takeover read from past events the holder received and has not recorded, and lose those
+    /// older than the replay slack.
     async fn flush(&self) {
         let mut written = self.written.lock().await;
+        if written.superseded {
+            return;
+        }
         let wanted = *self
             .wanted
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(at) = wanted.filter(|at| written.is_none_or(|w| *at > w)) else {
+        let Some(at) = wanted.filter(|at| written.at.is_none_or(|w| *at > w)) else {
             return;
         };
-        match self.state.put(CHECKPOINT, &at).await {
-            Ok(_) => *written = Some(at),
+        let expected = written
+            .version
+            .map_or(ValueExpectation::Absent, ValueExpectation::Version);
+        match self.state.swap(CHECKPOINT, expected, &at).await {
+            Ok(Swapped::Written(version)) => {
+                written.at = Some(at);
+                written.version = Some(version);
+            }
+            Ok(Swapped::Conflict(_)) => self.superseded(&mut written),
+            // A conflict too: a number always encodes, so the store refused the expectation and
+            // held a value of another shape (written by another version of the channel).
+            Err(error) if matches!(error.kind(), StateErrorKind::Shape { .. }) => {
+                self.superseded(&mut written);
+            }
             Err(error) => {
                 tracing::warn!(%error, "checkpoint not written; a restart reads from an older one");
             }
         }
+    }
+
+    /// Another gateway wrote the checkpoint: it holds the account now (this one stalled or has
+    /// not stopped its feed yet). This feed stops writing and keeps its subscription: ending
+    /// the run would only start it again on the other gateway's checkpoint until the lease
+    /// tells this gateway to stop.
+    fn superseded(&self, written: &mut Written) {
+        written.superseded = true;
+        tracing::warn!(
+            scope = %self.state.scope(),
+            "another gateway wrote the Nostr checkpoint since this feed last did: it holds the \
+             account now; its checkpoint is kept, and this feed no longer writes it"
+        );
     }
 
     /// [`Checkpoint::flush`] from code that cannot wait (an ack), on the runtime.
@@ -191,7 +257,7 @@ impl NostrFeed {
             checkpoint: Arc::new(Checkpoint {
                 state,
                 wanted: Mutex::new(None),
-                written: tokio::sync::Mutex::new(None),
+                written: tokio::sync::Mutex::default(),
             }),
         }
     }
@@ -199,11 +265,14 @@ impl NostrFeed {
     /// Where the next run starts reading (seconds): the checkpoint (on a first start, now by
     /// the gateway's clock) less the slack a gift wrap's time may lie back.
     pub async fn since(&self) -> Result<u64, StateError> {
-        let from = match self.checkpoint.state.value::<u64>(CHECKPOINT).await? {
-            Some(kept) => kept.value,
-            None => self.checkpoint.now_s(),
-        };
-        Ok(from.saturating_sub(TWEAK_RANGE_S + LATE_DELIVERY_S))
+        let kept = self.checkpoint.state.value::<u64>(CHECKPOINT).await?;
+        Ok(self.read_from(kept.map(|k| k.value)))
+    }
+
+    /// Where a run reads from with checkpoint `kept`.
+    fn read_from(&self, kept: Option<u64>) -> u64 {
+        kept.unwrap_or_else(|| self.checkpoint.now_s())
+            .saturating_sub(TWEAK_RANGE_S + LATE_DELIVERY_S)
     }
 }
 
@@ -214,12 +283,17 @@ impl PushedFeed for NostrFeed {
             DmProtocol::Nip17 => Kind::GiftWrap,
             DmProtocol::Nip04 => Kind::EncryptedDirectMessage,
         };
-        let since = self.since().await.map_err(|e| {
-            SourceError::new(
-                DeliveryFailureKind::Transient,
-                format!("the Nostr checkpoint cannot be read: {e}"),
-            )
-        })?;
+        let since = self
+            .checkpoint
+            .load()
+            .await
+            .map(|kept| self.read_from(kept))
+            .map_err(|e| {
+                SourceError::new(
+                    DeliveryFailureKind::Transient,
+                    format!("the Nostr checkpoint cannot be read: {e}"),
+                )
+            })?;
         let filter = Filter::new()
             .kind(kind)
             .pubkey(self.us)

@@ -344,3 +344,65 @@ async fn a_session_an_earlier_release_kept_is_imported_once_and_resumed() {
         "imported once"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feed_superseded_by_another_gateway_keeps_its_session_and_a_new_run_takes_it_over() {
+    let peer = Peer::start().await;
+    let channel = peer.sim.add_channel("takeover");
+    let running = Running::start(&peer.plugin, true);
+    until("a session", || peer.sim.connected(&peer.bot) == 1).await;
+    peer.sim
+        .person_writes(&channel, &peer.person, "one", WriteOptions::default());
+    until("one", || running.texts().len() == 1).await;
+    // Another gateway took the account over and wrote its own session, through its own handle
+    // on the same store and scope.
+    let mine = kept_session(peer.state.path()).await.unwrap();
+    let theirs = SessionRecord {
+        session_id: "the-other-gateways-session".into(),
+        resume_gateway_url: mine.value.resume_gateway_url.clone(),
+        seq: 1,
+    };
+    let version = clawgate_conformance::channel_state(peer.state.path(), "discord", "default")
+        .put("gateway-session", &theirs)
+        .await
+        .unwrap();
+    assert!(version > mine.version);
+    // This feed has not stopped yet: it takes more events and acks them, then stops (its last
+    // write).
+    peer.sim
+        .person_writes(&channel, &peer.person, "two", WriteOptions::default());
+    until("two", || running.texts().len() == 2).await;
+    running.stop().await.unwrap();
+    assert_eq!(
+        kept_session(peer.state.path()).await,
+        Some(Versioned {
+            value: theirs.clone(),
+            version
+        }),
+        "the other gateway's session is not overwritten"
+    );
+    // This gateway holds the account again later: its feed runs again from the stored session
+    // (unknown to Discord here, so a new identify) and writes its new one over it.
+    let again = Running::start(&peer.plugin, true);
+    until("a new identify", || {
+        peer.sim.gateway_stats(&peer.bot).identifies == 2 && peer.sim.connected(&peer.bot) == 1
+    })
+    .await;
+    // (The session is `null` between the refused resume and the new READY.)
+    let state = clawgate_conformance::channel_state(peer.state.path(), "discord", "default");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let kept = state
+            .value::<Option<SessionRecord>>("gateway-session")
+            .await
+            .unwrap()
+            .unwrap();
+        if let Some(session) = kept.value.filter(|_| kept.version > version) {
+            assert_ne!(session.session_id, theirs.session_id);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new session is written");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    again.stop().await.unwrap();
+}

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clawgate_channel_mattermost::SocketRecord;
+use clawgate_channel_mattermost::simulator::SimUser;
 use clawgate_channel_sdk::prelude::*;
 use clawgate_channel_sdk::state::Versioned;
 use clawgate_channel_sdk::{EventSink, LegacyFiles, PushedEvent};
@@ -268,7 +269,12 @@ async fn a_gateway_stopped_mid_refetch_refetches_when_it_resumes_that_connection
 
 /// The WebSocket record account `default` of channel `mattermost` keeps in the store of `dir`.
 async fn kept_record(dir: &std::path::Path) -> Option<Versioned<SocketRecord>> {
-    clawgate_conformance::channel_state(dir, "mattermost", "default")
+    kept_record_of(dir, "default").await
+}
+
+/// The WebSocket record `account` of channel `mattermost` keeps in the store of `dir`.
+async fn kept_record_of(dir: &std::path::Path, account: &str) -> Option<Versioned<SocketRecord>> {
+    clawgate_conformance::channel_state(dir, "mattermost", account)
         .value::<SocketRecord>("websocket")
         .await
         .unwrap()
@@ -332,4 +338,154 @@ async fn a_record_an_earlier_release_kept_is_imported_once_and_resumed() {
     build_from(&peer.bot, &upgraded()).await.unwrap();
     assert!(!file.exists(), "the file is set aside");
     assert_eq!(kept_record(store.path()).await, Some(kept), "imported once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feed_superseded_by_another_gateway_keeps_its_record_and_a_new_run_takes_it_over() {
+    let peer = Peer::start().await;
+    let channel = peer.channel("takeover");
+    let state = tempfile::tempdir().unwrap();
+    let plugin = build(
+        &peer.sim,
+        &peer.bot,
+        state.path(),
+        "mattermost",
+        json!({ "require_mention": false }),
+    )
+    .await
+    .unwrap();
+    let feed = Feed::run(plugin.clone(), None);
+    assert!(peer.socket_open().await);
+    peer.sim
+        .person_writes(&channel, &peer.person, "before", None);
+    feed.until("the first post", |m| m.get("before") == Some(&1))
+        .await;
+    // Another gateway took the account over and wrote its own record, through its own handle
+    // on the same store and scope.
+    let mine = kept_record(state.path()).await.unwrap();
+    let theirs = SocketRecord {
+        connection_id: "the-other-gateways-connection".into(),
+        sequence_number: 7,
+        create_at: mine.value.create_at,
+        refetch_owed: false,
+    };
+    let version = clawgate_conformance::channel_state(state.path(), "mattermost", "default")
+        .put("websocket", &theirs)
+        .await
+        .unwrap();
+    assert!(version > mine.version);
+    // This feed has not stopped yet: it takes more posts and acks them, then stops (its last
+    // write).
+    peer.sim
+        .person_writes(&channel, &peer.person, "after", None);
+    feed.until("the post after the takeover", |m| {
+        m.get("after") == Some(&1)
+    })
+    .await;
+    feed.stop().await;
+    assert_eq!(
+        kept_record(state.path()).await,
+        Some(Versioned {
+            value: theirs.clone(),
+            version
+        }),
+        "the other gateway's record is not overwritten"
+    );
+    // This gateway holds the account again later: its feed runs again from the stored record
+    // (a connection the server does not know: a fresh one) and writes its own over it.
+    let again = Feed::run(plugin, None);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let kept = kept_record(state.path()).await.unwrap();
+        if kept.version > version {
+            assert_ne!(kept.value.connection_id, theirs.connection_id);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new connection is written");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(peer.sim.socket_stats().fresh, 2);
+    again.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_accounts_on_one_store_keep_their_records_apart() {
+    let peer = Peer::start().await;
+    let second_bot = peer.sim.add_bot("second");
+    let channel = peer
+        .sim
+        .add_channel("both", &[&peer.bot, &second_bot, &peer.person]);
+    let state = tempfile::tempdir().unwrap();
+    let account = |account: &'static str, bot: &SimUser| {
+        let setup = clawgate_conformance::channel_setup(
+            0,
+            "mattermost",
+            account,
+            settings_for(&peer.sim, json!({ "require_mention": false })),
+            state.path(),
+        );
+        let bot = bot.clone();
+        async move { Feed::run(build_from(&bot, &setup).await.unwrap(), None) }
+    };
+    let (first, second) = (
+        account("default", &peer.bot).await,
+        account("second", &second_bot).await,
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while peer.sim.socket_stats().open < 2 {
+        assert!(Instant::now() < deadline, "both sockets open");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    peer.sim
+        .person_writes(&channel, &peer.person, "to both", None);
+    first
+        .until("the post", |m| m.get("to both") == Some(&1))
+        .await;
+    second
+        .until("the post", |m| m.get("to both") == Some(&1))
+        .await;
+    first.stop().await;
+    second.stop().await;
+    let first_record = kept_record_of(state.path(), "default").await.unwrap();
+    let second_record = kept_record_of(state.path(), "second").await.unwrap();
+    assert_ne!(
+        first_record.value.connection_id, second_record.value.connection_id,
+        "each account keeps its own connection"
+    );
+    peer.sim
+        .person_writes(&channel, &peer.person, "while both were down", None);
+
+    // Each account resumes its own connection, and its writes leave the other's record alone.
+    let second = account("second", &second_bot).await;
+    second
+        .until("the post written while down", |m| {
+            m.get("while both were down") == Some(&1)
+        })
+        .await;
+    second.stop().await;
+    assert_eq!(
+        kept_record_of(state.path(), "default").await,
+        Some(first_record),
+        "the second account's writes leave the first account's record alone"
+    );
+    let second_record = kept_record_of(state.path(), "second").await.unwrap();
+    let first = account("default", &peer.bot).await;
+    first
+        .until("the post written while down", |m| {
+            m.get("while both were down") == Some(&1)
+        })
+        .await;
+    first.stop().await;
+    assert_eq!(
+        kept_record_of(state.path(), "second").await,
+        Some(second_record),
+        "the first account's writes leave the second account's record alone"
+    );
+    let stats = peer.sim.socket_stats();
+    assert_eq!(
+        (stats.fresh, stats.resumed),
+        (2, 2),
+        "each account's first start is fresh, and each restart resumed its own connection"
+    );
+    assert_eq!(lists(&peer), 0, "a resume needs no REST re-fetch");
 }

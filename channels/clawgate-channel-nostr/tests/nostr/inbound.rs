@@ -7,6 +7,7 @@ use std::time::Duration;
 use clawgate_channel_nostr::dm::{self, DmProtocol};
 use clawgate_channel_sdk::LegacyFiles;
 use clawgate_channel_sdk::prelude::*;
+use clawgate_channel_sdk::state::Versioned;
 use nostr_sdk::Keys;
 use serde_json::Value;
 
@@ -265,4 +266,171 @@ async fn on_a_relay_that_wants_auth_the_channel_authenticates_to_send_and_to_rea
     );
     sink.stop.send_replace(true);
     feed.await.unwrap().unwrap();
+}
+
+/// Waits until the checkpoint `state` holds meets `done`; returns it.
+async fn checkpoint_until(
+    state: &clawgate_channel_sdk::ChannelState,
+    what: &str,
+    done: impl Fn(&Versioned<u64>) -> bool,
+) -> Versioned<u64> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(kept) = state.value::<u64>("checkpoint").await.unwrap()
+            && done(&kept)
+        {
+            return kept;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feed_superseded_by_another_gateway_keeps_its_checkpoint_and_a_new_run_takes_it_over() {
+    let peer = Peer::start().await;
+    let receiver = peer.plugin.receiver.clone().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let plugin = build(
+        &peer.keys,
+        settings(&[peer.relay.url()], serde_json::json!({})),
+        state.path(),
+    )
+    .await;
+    let sink = Arc::new(Sink::default());
+    let feed = run(&plugin, sink.clone());
+    let us = peer.keys.public_key();
+    peer.person.send_dm(&us, "first").await;
+    until("the first DM", || {
+        sink.texts(receiver.as_ref()) == ["first"]
+    })
+    .await;
+    let other_gateway = clawgate_conformance::channel_state(state.path(), "nostr", "default");
+    let mine = checkpoint_until(&other_gateway, "the feed's checkpoint", |_| true).await;
+    // Another gateway took the account over and wrote its checkpoint, held back by an event it
+    // has not recorded yet.
+    let theirs = mine.value - 600;
+    let version = other_gateway.put("checkpoint", &theirs).await.unwrap();
+    assert!(version > mine.version);
+    // This feed has not stopped yet: a second later (the checkpoint counts seconds) it takes
+    // another DM, acks it, then stops (its last write).
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    peer.person.send_dm(&us, "second").await;
+    until("the second DM", || {
+        sink.texts(receiver.as_ref()) == ["first", "second"]
+    })
+    .await;
+    sink.stop.send_replace(true);
+    feed.await.unwrap().unwrap();
+    assert_eq!(
+        other_gateway.value::<u64>("checkpoint").await.unwrap(),
+        Some(Versioned {
+            value: theirs,
+            version
+        }),
+        "the other gateway's checkpoint is not overwritten"
+    );
+    // This gateway holds the account again later: its feed reads from the stored checkpoint and
+    // moves it on once caught up.
+    let sink = Arc::new(Sink::default());
+    let feed = run(&plugin, sink.clone());
+    checkpoint_until(&other_gateway, "the new run's checkpoint", |kept| {
+        kept.version > version && kept.value > theirs
+    })
+    .await;
+    sink.stop.send_replace(true);
+    feed.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_accounts_on_one_store_keep_their_checkpoints_apart() {
+    let peer = Peer::start().await;
+    let store = tempfile::tempdir().unwrap();
+    let setup = |account: &str| {
+        clawgate_conformance::channel_setup(
+            0,
+            "nostr",
+            account,
+            settings(&[peer.relay.url()], serde_json::json!({})),
+            store.path(),
+        )
+    };
+    let (first_keys, second_keys) = (Keys::generate(), Keys::generate());
+    let first_state = clawgate_conformance::channel_state(store.path(), "nostr", "default");
+    let second_state = clawgate_conformance::channel_state(store.path(), "nostr", "second");
+    // The first account stopped ten days ago; a message to each account waits on the relay
+    // since then.
+    let ten_days_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 10 * 24 * 3600;
+    let first_version = first_state.put("checkpoint", &ten_days_ago).await.unwrap();
+    for (keys, text, unit) in [
+        (&first_keys, "to the first, while it was down", "old-1"),
+        (&second_keys, "to the second, before it ever ran", "old-2"),
+    ] {
+        let wrap = dm::build(
+            DmProtocol::Nip17,
+            &peer.person.keys,
+            &keys.public_key(),
+            text,
+            ten_days_ago,
+            unit,
+        )
+        .unwrap();
+        peer.person.publish(&wrap).await;
+    }
+
+    // The second account's first start reads from now, not from the first one's checkpoint.
+    let second = build_from(&second_keys, &setup("second")).await;
+    let sink = Arc::new(Sink::default());
+    let feed = run(&second, sink.clone());
+    checkpoint_until(&second_state, "the second account's checkpoint", |_| true).await;
+    sink.stop.send_replace(true);
+    feed.await.unwrap().unwrap();
+    let second_kept = second_state
+        .value::<u64>("checkpoint")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        sink.texts(second.receiver.clone().unwrap().as_ref()),
+        Vec::<String>::new(),
+        "the second account does not read back from the first account's checkpoint"
+    );
+    assert!(second_kept.value > ten_days_ago);
+    assert_eq!(
+        first_state.value::<u64>("checkpoint").await.unwrap(),
+        Some(Versioned {
+            value: ten_days_ago,
+            version: first_version
+        }),
+        "the second account's writes leave the first account's checkpoint alone"
+    );
+
+    // The first account resumes from its own checkpoint.
+    let first = build_from(&first_keys, &setup("default")).await;
+    let receiver = first.receiver.clone().unwrap();
+    let sink = Arc::new(Sink::default());
+    let feed = run(&first, sink.clone());
+    until(
+        "the DM that waited since the first account's checkpoint",
+        || sink.texts(receiver.as_ref()) == ["to the first, while it was down"],
+    )
+    .await;
+    checkpoint_until(&first_state, "the first account's new checkpoint", |kept| {
+        kept.version > first_version
+    })
+    .await;
+    sink.stop.send_replace(true);
+    feed.await.unwrap().unwrap();
+    assert_eq!(
+        second_state.value::<u64>("checkpoint").await.unwrap(),
+        Some(second_kept),
+        "the first account's writes leave the second account's checkpoint alone"
+    );
 }
