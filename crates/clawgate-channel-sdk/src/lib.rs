@@ -85,6 +85,8 @@ mod error;
 pub mod freshness;
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "listener")]
+pub mod listener;
 pub mod loopback;
 mod plugin;
 mod receive;
