@@ -78,18 +78,30 @@ impl SynapseRoom {
         }
     }
 
-    /// The room's history, oldest first (Synapse's own record).
+    /// The room's whole history, oldest first (Synapse's own record), page by page: a soak's
+    /// room holds more events (previews and their edits) than one page.
     async fn history(&self) -> Vec<Value> {
-        let answer = self
-            .synapse
-            .call(
-                &self.person,
-                reqwest::Method::GET,
-                &format!("rooms/{}/messages?dir=b&limit=1000", enc(&self.room)),
-                None,
-            )
-            .await;
-        let mut events = answer["chunk"].as_array().cloned().unwrap_or_default();
+        let mut events = Vec::new();
+        let mut from = String::new();
+        loop {
+            let answer = self
+                .synapse
+                .call(
+                    &self.person,
+                    reqwest::Method::GET,
+                    &format!("rooms/{}/messages?dir=b&limit=1000{from}", enc(&self.room)),
+                    None,
+                )
+                .await;
+            let chunk = answer["chunk"].as_array().cloned().unwrap_or_default();
+            let end = answer["end"].as_str().map(str::to_owned);
+            let done = chunk.is_empty() || end.is_none();
+            events.extend(chunk);
+            match end {
+                Some(end) if !done => from = format!("&from={}", enc(&end)),
+                _ => break,
+            }
+        }
         events.reverse();
         events
     }
