@@ -150,6 +150,10 @@ struct Verdict {
     /// Later messages of a person whose conversation waits behind such a reply: recorded
     /// durably (`received`) and without a reply intent.
     blocked: usize,
+    /// Replies whose outcome stayed unknown through the whole reconciliation budget (provably
+    /// never on WhatsApp): the intent is `failed`, the message dead-lettered, and its person got
+    /// exactly one failure notice instead of a final.
+    notices: usize,
     problems: Vec<String>,
 }
 
@@ -164,6 +168,8 @@ fn judge(sim: &WhatsAppSimulator, shared: &Shared, asked: &[Asked]) -> Verdict {
     let mut verdict = Verdict::default();
     // People with a reply parked as unknown (and the position of that message).
     let mut parked: HashMap<&str, usize> = HashMap::new();
+    // The failure notices owed: their intent keys (`whatsapp:failure:<wamid>`).
+    let mut noticed: Vec<String> = Vec::new();
     for (at, a) in asked.iter().enumerate() {
         let prefix = format!("whatsapp:reply:{}:", a.wamid);
         let replies: Vec<&(String, String)> = shared
@@ -214,7 +220,25 @@ fn judge(sim: &WhatsAppSimulator, shared: &Shared, asked: &[Asked]) -> Verdict {
                 let behind = parked
                     .get(a.wa_id.as_str())
                     .is_some_and(|first| *first < at);
-                if unknown_only {
+                let notice = format!("whatsapp:failure:{}", a.wamid);
+                let failed_with_notice = replies.iter().any(|(_, s)| s == "failed")
+                    && replies.iter().all(|(key, status)| match status.as_str() {
+                        "failed" => proven_unknown(key),
+                        "cancelled" => !on_whatsapp(key),
+                        _ => false,
+                    })
+                    && shared.inbound_status(&a.wamid) == Some("dead_lettered")
+                    && sent
+                        .iter()
+                        .filter(|m| {
+                            m.to == a.wa_id && of_intent(m.callback_data.as_deref(), &notice)
+                        })
+                        .count()
+                        == 1;
+                if failed_with_notice {
+                    verdict.notices += 1;
+                    noticed.push(notice);
+                } else if unknown_only {
                     verdict.unknown += 1;
                     parked.entry(a.wa_id.as_str()).or_insert(at);
                 } else if replies.is_empty()
@@ -241,9 +265,13 @@ fn judge(sim: &WhatsAppSimulator, shared: &Shared, asked: &[Asked]) -> Verdict {
         }
     }
     for message in &sent {
-        if !asked
+        let owed_notice = noticed
             .iter()
-            .any(|a| a.wa_id == message.to && Some(a.expected.as_str()) == message.text.as_deref())
+            .any(|key| of_intent(message.callback_data.as_deref(), key));
+        if !owed_notice
+            && !asked.iter().any(|a| {
+                a.wa_id == message.to && Some(a.expected.as_str()) == message.text.as_deref()
+            })
         {
             verdict.problems.push(format!(
                 "stray message {} to {}: {:?}",
@@ -291,7 +319,9 @@ fn judge(sim: &WhatsAppSimulator, shared: &Shared, asked: &[Asked]) -> Verdict {
 /// without an idempotency key and excused only with its evidence: a request killed after its
 /// attempt was recorded but before WhatsApp received it (no message carries its key, the book
 /// holds its attempt and no acceptance) stays `unknown_after_send` for an operator, and that
-/// person's later messages stay recorded (`received`) behind it.
+/// person's later messages stay recorded (`received`) behind it; or, once its reconciliation
+/// budget is spent across the takeovers, it is `failed`, the message dead-lettered and its
+/// person told once (one failure notice, no final).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_sigkills_alternating_between_two_gateways_on_one_whatsapp_number_send_every_final_once()
  {
@@ -353,12 +383,13 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_whatsapp_number
             seen = now;
             since = Instant::now();
         }
-        let window = if verdict.unknown + verdict.blocked == 0 {
+        let window = if verdict.unknown + verdict.blocked + verdict.notices == 0 {
             LAST_LOOK
         } else {
             Stillness::EXCUSED
         };
-        let settled = verdict.finals + verdict.unknown + verdict.blocked == asked.len()
+        let settled = verdict.finals + verdict.unknown + verdict.blocked + verdict.notices
+            == asked.len()
             && number.sim.pending_deliveries() == 0;
         if (settled && since.elapsed() >= window) || Instant::now() > deadline {
             break;
@@ -387,11 +418,12 @@ async fn random_sigkills_alternating_between_two_gateways_on_one_whatsapp_number
     let lost = number.sim.calls().iter().filter(|c| !c.answered).count();
     eprintln!(
         "shared-whatsapp crash matrix figures: seed={seed} kills={kills} messages={} finals={} \
-         unknown={} blocked_behind_unknown={} lost_answers={lost} webhooks={} \
+         unknown={} notices={} blocked_behind_unknown={} lost_answers={lost} webhooks={} \
          redelivered={redelivered} violations={} leftovers={} seconds={:.1}",
         asked.len(),
         verdict.finals,
         verdict.unknown,
+        verdict.notices,
         verdict.blocked,
         deliveries.len(),
         verdict.problems.len(),
