@@ -230,9 +230,14 @@ pub(crate) fn judge_record(
     }
     for id in sim.given_up_events() {
         if asked.iter().any(|a| a.event_id == id) {
-            verdict
-                .problems
-                .push(format!("the simulator gave up delivering activity {id}"));
+            verdict.problems.push(format!(
+                "the simulator gave up delivering activity {id} (answers per attempt: {:?})",
+                sim.deliveries()
+                    .iter()
+                    .filter(|d| d.event_id == id)
+                    .map(|d| d.status)
+                    .collect::<Vec<_>>()
+            ));
         }
     }
     verdict
