@@ -33,4 +33,4 @@ pub use plugin::{
 };
 pub use receive::{FeishuReceiver, MESSAGE_RECEIVED};
 pub use render::{CARD_ELEMENT_ID, FeishuRenderer, MAX_TEXT_CHARS, card_json, content_of};
-pub use source::{UNSIGNED_BURST, UNSIGNED_REFILL, WebhookConfig, WebhookSource};
+pub use source::{MAX_BODY_BYTES, UNSIGNED_BURST, UNSIGNED_REFILL, WebhookConfig, WebhookSource};

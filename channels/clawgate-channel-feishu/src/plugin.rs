@@ -14,9 +14,9 @@ use tracing::warn;
 
 use crate::adapter::FeishuAdapter;
 use crate::client::{CallError, OpenApi};
-use clawgate_channel_sdk::freshness;
 use crate::receive::FeishuReceiver;
 use crate::source::{WebhookConfig, WebhookSource};
+use clawgate_channel_sdk::freshness;
 
 /// Feishu's Open Platform (mainland China).
 pub const DEFAULT_API_BASE: &str = "https://open.feishu.cn";

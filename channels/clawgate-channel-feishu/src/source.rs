@@ -14,7 +14,8 @@
 //! Every refusal — bad or missing signature, stale timestamp, bad padding, bad JSON, wrong
 //! token, over the limit — is the same answer (status, headers, body): decryption tells a bad
 //! padding from bad JSON, and a caller who could see which would have a padding oracle on
-//! captured bodies. Why a request was refused goes to the log only.
+//! captured bodies. The answer is the gateway's one refusal (`listener::refused`, 401
+//! `unauthorized`); why a request was refused goes to the log only.
 //!
 //! An event is handed to the engine and answered 200 only once the engine recorded it durably
 //! (within the deadline, under Feishu's 3 s); otherwise 503, and Feishu pushes it again (15 s,
@@ -28,13 +29,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use clawgate_channel_sdk::listener::{self, Limits, refused};
 use clawgate_channel_sdk::{
     AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, Secret, SourceError,
 };
-use clawgate_types::DeliveryFailureKind;
 use clawgate_types::clock::Clock;
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
@@ -47,6 +48,9 @@ use clawgate_channel_sdk::freshness::{self, FreshnessError};
 pub const UNSIGNED_BURST: u32 = 5;
 /// After the burst, one more unsigned request is decrypted per this long.
 pub const UNSIGNED_REFILL: Duration = Duration::from_secs(12);
+/// The largest callback body taken: platform-apis-wave2 §13.3 states no size, and an event
+/// arrives as base64 of its encryption (4/3 of it), so a long text or post event needs room.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// How the event listener is set up.
 #[derive(Debug, Clone)]
@@ -162,16 +166,6 @@ impl Refusal {
     }
 }
 
-/// The one answer to every refused request, whatever the reason.
-fn refused() -> Response {
-    (
-        StatusCode::UNAUTHORIZED,
-        [(header::CONTENT_TYPE, "application/json")],
-        r#"{"msg":"refused"}"#,
-    )
-        .into_response()
-}
-
 /// What a request turned out to be.
 enum Accepted {
     /// A URL verification: its challenge is answered.
@@ -276,18 +270,6 @@ async fn deliver(
 #[async_trait]
 impl PushedFeed for WebhookSource {
     async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
-        let listener = tokio::net::TcpListener::bind(self.config.listen)
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!(
-                        "the Feishu event listener cannot listen on {}: {e}",
-                        self.config.listen
-                    ),
-                )
-            })?;
-        info!(listen = %self.config.listen, path = %self.config.path, "Feishu event listener up");
         let state = Arc::new(Delivery {
             sink: sink.clone(),
             config: self.config.clone(),
@@ -297,15 +279,14 @@ impl PushedFeed for WebhookSource {
         let app = axum::Router::new()
             .route(&self.config.path, post(deliver))
             .with_state(state);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { sink.stopped().await })
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!("the Feishu event listener failed: {e}"),
-                )
-            })
+        listener::serve(
+            "the Feishu event listener",
+            self.config.listen,
+            app,
+            Limits::with_max_body(MAX_BODY_BYTES),
+            async move { sink.stopped().await },
+        )
+        .await
     }
 }
 

@@ -28,4 +28,4 @@ pub use plugin::{
     GoogleChatSettings,
 };
 pub use receive::GoogleChatReceiver;
-pub use source::{CHAT_ISSUER, EventsConfig, EventsSource, TokenError};
+pub use source::{CHAT_ISSUER, EventsConfig, EventsSource, MAX_BODY_BYTES, TokenError};

@@ -4,7 +4,8 @@
 //! signed by a key of the certificate URL's JWKS (fetched, cached an hour, fetched again for
 //! an unknown `kid`), `iss` = `chat@system.gserviceaccount.com`, `aud` = the configured audience
 //! (the Cloud project number, or the endpoint URL), not expired. A refused token is answered
-//! 401. An event is answered 200 (`{}`: no synchronous reply) only once the engine has recorded
+//! 401, the same for every reason (logged only); keys that cannot be fetched are a bare 503. An
+//! event is answered 200 (`{}`: no synchronous reply) only once the engine has recorded
 //! it durably; otherwise 503, and the event may come again, which the engine deduplicates by
 //! the message's name.
 
@@ -18,14 +19,14 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use clawgate_channel_sdk::listener::{self, Limits};
 use clawgate_channel_sdk::{AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, SourceError};
-use clawgate_types::DeliveryFailureKind;
 use clawgate_types::clock::Clock;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
-use tracing::{info, warn};
+use tracing::warn;
 
 /// The issuer of the tokens Google Chat sends.
 pub const CHAT_ISSUER: &str = "chat@system.gserviceaccount.com";
@@ -36,6 +37,8 @@ const KEYS_MAX_AGE: Duration = Duration::from_secs(3_600);
 const REFETCH_AT_MOST_EVERY: Duration = Duration::from_secs(10);
 /// How long past its `exp` a token is still taken (clock skew; the signer library's default).
 const EXPIRY_LEEWAY_S: i64 = 60;
+/// The largest event body: one event per POST, a message ≤ 32,000 bytes (platform-apis-wave2 §4.4).
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
 /// Why an event's token was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -217,11 +220,12 @@ async fn deliver(
         // Nothing can be checked now: Google sends it again later.
         Err(error @ TokenError::Certs { .. }) => {
             warn!(%error, "a Chat event could not be checked");
-            return (StatusCode::SERVICE_UNAVAILABLE, error.to_string()).into_response();
+            // The certificate URL and why it failed stay in the log: the caller is not yet trusted.
+            return StatusCode::SERVICE_UNAVAILABLE.into_response();
         }
         Err(error) => {
             warn!(%error, "a Chat event was refused");
-            return (StatusCode::UNAUTHORIZED, error.to_string()).into_response();
+            return listener::refused();
         }
     }
     let raw: Value = match serde_json::from_slice(&body) {
@@ -244,18 +248,6 @@ pub(crate) struct EventsFeed(pub(crate) Arc<EventsSource>);
 impl PushedFeed for EventsFeed {
     async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
         let config = &self.0.config;
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!(
-                        "the Google Chat events listener cannot listen on {}: {e}",
-                        config.listen
-                    ),
-                )
-            })?;
-        info!(listen = %config.listen, path = %config.path, "Google Chat events listener up");
         let state = Arc::new(Delivery {
             source: self.0.clone(),
             sink: sink.clone(),
@@ -263,14 +255,13 @@ impl PushedFeed for EventsFeed {
         let app = axum::Router::new()
             .route(&config.path, post(deliver))
             .with_state(state);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { sink.stopped().await })
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!("the Google Chat events listener failed: {e}"),
-                )
-            })
+        listener::serve(
+            "the Google Chat events listener",
+            config.listen,
+            app,
+            Limits::with_max_body(MAX_BODY_BYTES),
+            async move { sink.stopped().await },
+        )
+        .await
     }
 }

@@ -32,4 +32,4 @@ pub use echoes::{CLOCK_SKEW_MS, EchoCache, EchoMatch, normalise};
 pub use journal::{Attempt, JOURNAL_FILE, JournalError, RETENTION_MS, SendJournal};
 pub use plugin::{ImessageAccount, ImessageFactory, ImessageSettings};
 pub use receive::ImessageReceiver;
-pub use source::{SourceCounts, WebhookConfig, WebhookSource};
+pub use source::{MAX_BODY_BYTES, SourceCounts, WebhookConfig, WebhookSource};

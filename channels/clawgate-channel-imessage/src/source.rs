@@ -5,8 +5,8 @@
 //! operator registers in the server carries a secret: `…/bluebubbles/webhook?token=<secret>`.
 //! Each `POST` is checked before anything else of it is read: the `token` query parameter is
 //! compared in constant time, over SHA-256 digests (no length leak), with the secret the
-//! `webhook_token_env` variable holds; 401 without one or with a wrong one, and nothing is
-//! parsed or handed on.
+//! `webhook_token_env` variable holds; without one or with a wrong one the answer is the
+//! gateway's one 401 (`listener::refused`), and nothing is parsed or handed on.
 //!
 //! Then:
 //! - `new-message` with `isFromMe: true`: looked up in the [`EchoCache`] (fed from the send
@@ -31,19 +31,23 @@ use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use clawgate_channel_sdk::listener::{self, Limits, refused};
 use clawgate_channel_sdk::{
     AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, Secret, SourceError,
 };
-use clawgate_types::DeliveryFailureKind;
 use clawgate_types::clock::Clock;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use crate::adapter::now_ms;
 use crate::echoes::EchoCache;
 use crate::journal::SendJournal;
 use crate::receive::NEW_MESSAGE;
+
+/// The largest webhook body taken: each POST is one event about one message, attachments by
+/// reference only (platform-apis-wave2 §3.1, no size given), far below 256 KiB.
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
 /// How the webhook listener is set up.
 #[derive(Debug, Clone)]
@@ -190,7 +194,7 @@ async fn deliver(
     if !token_ok(query.as_deref(), &delivery.config.token) {
         delivery.counts.refused.fetch_add(1, Ordering::SeqCst);
         warn!("a BlueBubbles webhook POST without the right token was refused");
-        return (StatusCode::UNAUTHORIZED, "unknown token").into_response();
+        return refused();
     }
     let raw: Value = match serde_json::from_slice(&body) {
         Ok(raw @ Value::Object(_)) => raw,
@@ -240,18 +244,6 @@ async fn deliver(
 #[async_trait]
 impl PushedFeed for WebhookSource {
     async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
-        let listener = tokio::net::TcpListener::bind(self.config.listen)
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!(
-                        "the BlueBubbles webhook listener cannot listen on {}: {e}",
-                        self.config.listen
-                    ),
-                )
-            })?;
-        info!(listen = %self.config.listen, path = %self.config.path, "BlueBubbles webhook listener up");
         let state = Arc::new(Delivery {
             sink: sink.clone(),
             config: self.config.clone(),
@@ -263,15 +255,14 @@ impl PushedFeed for WebhookSource {
         let app = axum::Router::new()
             .route(&self.config.path, post(deliver))
             .with_state(state);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { sink.stopped().await })
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!("the BlueBubbles webhook listener failed: {e}"),
-                )
-            })
+        listener::serve(
+            "the BlueBubbles webhook listener",
+            self.config.listen,
+            app,
+            Limits::with_max_body(MAX_BODY_BYTES),
+            async move { sink.stopped().await },
+        )
+        .await
     }
 }
 

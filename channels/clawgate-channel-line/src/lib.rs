@@ -29,4 +29,4 @@ pub use receive::LineReceiver;
 pub use reply::{
     LINE_REPLY, LineRenderer, MAX_MESSAGES_PER_CALL, MAX_TEXT_CHARS, ReplyConstraints, ReplyTokens,
 };
-pub use source::{WebhookConfig, WebhookSource};
+pub use source::{MAX_BODY_BYTES, WebhookConfig, WebhookSource};

@@ -19,16 +19,19 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use clawgate_channel_sdk::listener::{self, Limits};
 use clawgate_channel_sdk::{
     AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, Secret, SourceError,
 };
-use clawgate_types::DeliveryFailureKind;
 use clawgate_types::clock::Clock;
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
 use crate::reply::now_ms;
 use crate::signature::{self, SIGNATURE_HEADER};
+
+/// The largest webhook body: undocumented; one delivery batches events (platform-apis-wave2 §5.3).
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// How the webhook listener is set up.
 #[derive(Debug, Clone)]
@@ -73,7 +76,7 @@ async fn deliver(
     let given = headers.get(SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
     if let Err(error) = signature::verify(delivery.secret.expose().as_bytes(), given, &body) {
         warn!(%error, "a webhook delivery was refused");
-        return (StatusCode::UNAUTHORIZED, error.to_string()).into_response();
+        return listener::refused();
     }
     let raw: Value = match serde_json::from_slice(&body) {
         Ok(raw @ Value::Object(_)) => raw,
@@ -112,18 +115,6 @@ async fn deliver(
 #[async_trait]
 impl PushedFeed for WebhookSource {
     async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
-        let listener = tokio::net::TcpListener::bind(self.config.listen)
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!(
-                        "the LINE webhook listener cannot listen on {}: {e}",
-                        self.config.listen
-                    ),
-                )
-            })?;
-        info!(listen = %self.config.listen, path = %self.config.path, "LINE webhook listener up");
         let state = Arc::new(Delivery {
             sink: sink.clone(),
             secret: self.config.channel_secret.clone(),
@@ -133,14 +124,13 @@ impl PushedFeed for WebhookSource {
         let app = axum::Router::new()
             .route(&self.config.path, post(deliver))
             .with_state(state);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { sink.stopped().await })
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!("the LINE webhook listener failed: {e}"),
-                )
-            })
+        listener::serve(
+            "the LINE webhook listener",
+            self.config.listen,
+            app,
+            Limits::with_max_body(MAX_BODY_BYTES),
+            async move { sink.stopped().await },
+        )
+        .await
     }
 }

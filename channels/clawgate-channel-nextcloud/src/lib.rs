@@ -34,4 +34,4 @@ pub use adapter::{DELETE_WINDOW, EDIT_WINDOW, MAX_MESSAGE_CHARS, TalkAdapter};
 pub use plugin::{NextcloudFactory, NextcloudSecret, NextcloudSettings, TalkMode};
 pub use poll::ChatPoller;
 pub use receive::{BotActor, BotEvent, BotObject, BotTarget, ChatMessage, TalkReceiver};
-pub use webhook::{WebhookConfig, WebhookSource};
+pub use webhook::{MAX_BODY_BYTES, WebhookConfig, WebhookSource};

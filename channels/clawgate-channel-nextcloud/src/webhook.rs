@@ -2,8 +2,8 @@
 //!
 //! Talk signs each POST: `X-Nextcloud-Talk-Random` and `X-Nextcloud-Talk-Signature` = hex
 //! HMAC-SHA256(secret, random ‖ raw body). The signature is checked, in constant time, over the
-//! raw bytes **before** the body is parsed; a missing or wrong one is 401 and nothing is read
-//! or recorded. The event is then handed to the engine and answered 200 only once the engine
+//! raw bytes **before** the body is parsed; a missing or wrong one gets the gateway's one 401
+//! (`listener::refused`, which does not say which), and nothing is read or recorded. The event is then handed to the engine and answered 200 only once the engine
 //! has recorded it durably; otherwise (no record within `answer_deadline`, under Talk's 5 s)
 //! 503. Talk gives each event one attempt of at most 5 seconds and never retries: an event this
 //! listener could not record is dropped by Talk (it only counts an error for the bot). The
@@ -19,14 +19,18 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use clawgate_channel_sdk::listener::{self, Limits, refused};
 use clawgate_channel_sdk::{
     AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, Secret, SourceError,
 };
-use clawgate_types::DeliveryFailureKind;
 use serde_json::{Value, json};
 use tracing::warn;
 
 use crate::sign;
+
+/// The largest webhook body taken: a message is at most 32000 characters (platform-apis-wave2
+/// §6.2), JSON-encoded twice by Talk: up to 14 bytes an emoji (`\\ud83d\\ude00`), ~440 KB.
+pub const MAX_BODY_BYTES: usize = 512 * 1024;
 
 /// How the webhook listener is set up.
 #[derive(Clone)]
@@ -87,11 +91,11 @@ async fn deliver(
         header(&headers, "x-nextcloud-talk-signature"),
     ) else {
         warn!("a Talk webhook without its signature headers was refused");
-        return (StatusCode::UNAUTHORIZED, "missing signature").into_response();
+        return refused();
     };
     if !sign::verify(delivery.secret.expose(), random, &body, signature) {
         warn!("a Talk webhook with a wrong signature was refused");
-        return (StatusCode::UNAUTHORIZED, "bad signature").into_response();
+        return refused();
     }
     let event: Value = match serde_json::from_slice(&body) {
         Ok(event @ Value::Object(_)) => event,
@@ -123,18 +127,6 @@ async fn deliver(
 #[async_trait]
 impl PushedFeed for WebhookSource {
     async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
-        let listener = tokio::net::TcpListener::bind(self.config.listen)
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!(
-                        "the Talk bot webhook listener cannot listen on {}: {e}",
-                        self.config.listen
-                    ),
-                )
-            })?;
-        tracing::info!(listen = %self.config.listen, path = %self.config.path, "Talk bot webhook listener up");
         let state = Arc::new(Delivery {
             sink: sink.clone(),
             secret: self.config.secret.clone(),
@@ -143,14 +135,13 @@ impl PushedFeed for WebhookSource {
         let app = axum::Router::new()
             .route(&self.config.path, post(deliver))
             .with_state(state);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { sink.stopped().await })
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!("the Talk bot webhook listener failed: {e}"),
-                )
-            })
+        listener::serve(
+            "the Talk bot webhook listener",
+            self.config.listen,
+            app,
+            Limits::with_max_body(MAX_BODY_BYTES),
+            async move { sink.stopped().await },
+        )
+        .await
     }
 }

@@ -41,5 +41,5 @@ pub use plugin::{
 };
 pub use receive::{C2C_MESSAGE_CREATE, GROUP_AT_MESSAGE_CREATE, QqReceiver, RecentInbound};
 pub use render::{FILE_IMAGE, FILE_VIDEO, FILE_VOICE, MAX_TEXT_CHARS, MAX_VOICE_CHARS, QqRenderer};
-pub use source::{CallbackConfig, CallbackSource};
+pub use source::{CallbackConfig, CallbackSource, MAX_BODY_BYTES};
 pub use tts::{MAX_AUDIO_BYTES, Tts};

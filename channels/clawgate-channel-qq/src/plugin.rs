@@ -14,11 +14,11 @@ use tracing::warn;
 
 use crate::adapter::{AdapterConfig, QqAdapter};
 use crate::client::{OpenApi, TokenError};
-use clawgate_channel_sdk::freshness;
 use crate::journal::ActiveJournal;
 use crate::receive::{QqReceiver, RecentInbound};
 use crate::source::{CallbackConfig, CallbackSource};
 use crate::tts::Tts;
+use clawgate_channel_sdk::freshness;
 
 /// QQ's bot API endpoint.
 pub const DEFAULT_API_BASE: &str = "https://api.sgroup.qq.com";

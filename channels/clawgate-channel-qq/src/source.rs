@@ -5,8 +5,8 @@
 //!   `X-Signature-Timestamp` + the raw body ([`signature`], platform-apis-wave2 §14.4), then
 //!   that signed timestamp (Unix seconds) within `max_signature_age` of the gateway's clock, so
 //!   a captured callback cannot be replayed once the engine's dedupe record is gone. Every
-//!   refusal (no signature, a bad one, a stale one) is the same 401; why goes to the log.
-//!   Nothing is parsed or recorded before.
+//!   refusal (no signature, a bad one, a stale one) is the gateway's one 401
+//!   (`listener::refused`); why goes to the log. Nothing is parsed or recorded before.
 //! - op 13 (URL validation, when the callback URL is configured): answered
 //!   `{plain_token, signature}` with our own signature of `event_ts` + `plain_token`.
 //! - op 0 (dispatch): handed to the engine (event id: the message id) and answered
@@ -22,19 +22,23 @@ use std::time::Duration;
 use async_trait::async_trait;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use clawgate_channel_sdk::listener::{self, Limits, refused};
 use clawgate_channel_sdk::{
     AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, Secret, SourceError,
 };
-use clawgate_types::DeliveryFailureKind;
 use clawgate_types::clock::Clock;
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
-use clawgate_channel_sdk::freshness::{self, FreshnessError};
 use crate::signature::{self, SIGNATURE_HEADER, SignatureError, TIMESTAMP_HEADER};
+use clawgate_channel_sdk::freshness::{self, FreshnessError};
+
+/// The largest callback body taken: platform-apis-wave2 §14.4 states no size; 1 MiB leaves
+/// room for a dispatch with markdown, attachments and its JSON escaping.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// How the callback listener is set up.
 #[derive(Debug, Clone)]
@@ -79,16 +83,6 @@ enum Refusal {
     Signature(#[from] SignatureError),
     #[error(transparent)]
     Stale(#[from] FreshnessError),
-}
-
-/// The one answer to every refused callback, whatever the reason.
-fn refused() -> Response {
-    (
-        StatusCode::UNAUTHORIZED,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        "refused",
-    )
-        .into_response()
 }
 
 /// The signature, then the signed timestamp's distance from the gateway's clock (checked
@@ -171,18 +165,6 @@ async fn deliver(
 #[async_trait]
 impl PushedFeed for CallbackSource {
     async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
-        let listener = tokio::net::TcpListener::bind(self.config.listen)
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!(
-                        "the QQ callback listener cannot listen on {}: {e}",
-                        self.config.listen
-                    ),
-                )
-            })?;
-        info!(listen = %self.config.listen, path = %self.config.path, "QQ callback listener up");
         let state = Arc::new(Delivery {
             sink: sink.clone(),
             config: self.config.clone(),
@@ -191,14 +173,13 @@ impl PushedFeed for CallbackSource {
         let app = axum::Router::new()
             .route(&self.config.path, post(deliver))
             .with_state(state);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { sink.stopped().await })
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!("the QQ callback listener failed: {e}"),
-                )
-            })
+        listener::serve(
+            "the QQ callback listener",
+            self.config.listen,
+            app,
+            Limits::with_max_body(MAX_BODY_BYTES),
+            async move { sink.stopped().await },
+        )
+        .await
     }
 }

@@ -21,4 +21,4 @@ mod source;
 pub use adapter::{MAX_TEXT_CHARS, METADATA_EVENT_TYPE, SlackAdapter, SlackOrigin};
 pub use plugin::{BotIdentity, DEFAULT_API_BASE, SlackFactory, SlackSettings};
 pub use receive::SlackReceiver;
-pub use source::{EventsConfig, EventsSource};
+pub use source::{EventsConfig, EventsSource, MAX_BODY_BYTES};

@@ -17,15 +17,18 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use clawgate_channel_sdk::listener::{self, Limits};
 use clawgate_channel_sdk::{
     AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, Secret, SourceError,
 };
-use clawgate_types::DeliveryFailureKind;
 use clawgate_types::clock::Clock;
 use serde_json::Value;
 use tracing::{info, warn};
 
 use crate::signature::{self, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+
+/// The largest Events API body: undocumented; a `message_changed` holds two 40,000-char messages.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// How the events listener is set up.
 #[derive(Debug, Clone)]
@@ -78,7 +81,7 @@ async fn deliver(
         u64::try_from(delivery.clock.now_ms().div_euclid(1_000)).unwrap_or(0),
     ) {
         warn!(%error, "an Events API request was refused");
-        return (StatusCode::UNAUTHORIZED, error.to_string()).into_response();
+        return listener::refused();
     }
     let raw: Value = match serde_json::from_slice(&body) {
         Ok(raw @ Value::Object(_)) => raw,
@@ -117,18 +120,6 @@ async fn deliver(
 #[async_trait]
 impl PushedFeed for EventsSource {
     async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
-        let listener = tokio::net::TcpListener::bind(self.config.listen)
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!(
-                        "the Slack events listener cannot listen on {}: {e}",
-                        self.config.listen
-                    ),
-                )
-            })?;
-        info!(listen = %self.config.listen, path = %self.config.path, "Slack events listener up");
         let state = Arc::new(Delivery {
             sink: sink.clone(),
             secret: self.config.signing_secret.clone(),
@@ -138,14 +129,13 @@ impl PushedFeed for EventsSource {
         let app = axum::Router::new()
             .route(&self.config.path, post(deliver))
             .with_state(state);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { sink.stopped().await })
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!("the Slack events listener failed: {e}"),
-                )
-            })
+        listener::serve(
+            "the Slack events listener",
+            self.config.listen,
+            app,
+            Limits::with_max_body(MAX_BODY_BYTES),
+            async move { sink.stopped().await },
+        )
+        .await
     }
 }

@@ -24,4 +24,4 @@ mod source;
 pub use adapter::{MAX_TEXT_CHARS, SynologyAdapter};
 pub use plugin::{ChannelSettings, SynologyFactory, SynologySecrets, SynologySettings};
 pub use receive::SynologyReceiver;
-pub use source::{InboundTokens, WebhookConfig, WebhookSource};
+pub use source::{InboundTokens, MAX_BODY_BYTES, WebhookConfig, WebhookSource};

@@ -4,12 +4,13 @@
 //!
 //! The `token` field is the only proof of origin (no signature exists): it is compared, in
 //! constant time over SHA-256 digests, with the bot's token and every channel's outgoing-webhook
-//! token before anything else of the request is looked at; a mismatch is 401 and nothing is
-//! read. A channel token is accepted only with its own `channel_id`. The event is handed to the
-//! engine (the token left out) and answered 204 with no body only once the engine has recorded
-//! it durably (an empty answer posts nothing back into Chat); otherwise 500. Synology is not
-//! known to send an event again, so a failure here is a prompt lost; the engine's durable
-//! dedupe by post id drops a copy that does arrive twice.
+//! token before anything else of the request is looked at (the form is scanned for that field
+//! alone). A channel token is accepted only with its own `channel_id`. A mismatch of either
+//! gets the gateway's one 401 (`listener::refused`, which does not say which); nothing else is
+//! read. The event is handed to the engine (the token left out) and answered 204 with no body
+//! only once the engine has recorded it durably (an empty answer posts nothing back into Chat);
+//! otherwise 500. Synology is not known to send an event again, so a failure here is a prompt
+//! lost; the engine's durable dedupe by post id drops a copy that does arrive twice.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,10 +22,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use clawgate_channel_sdk::listener::{self, Limits, refused};
 use clawgate_channel_sdk::{
     AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, Secret, SourceError,
 };
-use clawgate_types::DeliveryFailureKind;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use tracing::warn;
@@ -88,6 +89,10 @@ impl InboundTokens {
     }
 }
 
+/// The largest webhook body taken: each delivery is one post's form fields
+/// (platform-apis-wave2 §7, no size given), far below 256 KiB even percent-encoded.
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+
 /// How the webhook listener is set up.
 #[derive(Debug, Clone)]
 pub struct WebhookConfig {
@@ -120,34 +125,38 @@ struct Delivery {
     deadline: Duration,
 }
 
+/// The last value of form field `name` (the one a plain form decoder keeps), decoded.
+fn field(body: &[u8], name: &str) -> Option<String> {
+    form_urlencoded::parse(body)
+        .filter(|(key, _)| key == name)
+        .last()
+        .map(|(_, value)| value.into_owned())
+}
+
 async fn deliver(State(delivery): State<Arc<Delivery>>, body: Bytes) -> Response {
-    let mut token = None;
-    let mut fields = Map::new();
-    for (key, value) in form_urlencoded::parse(&body) {
-        if key == "token" {
-            token = Some(value.into_owned());
-        } else {
-            fields.insert(key.into_owned(), Value::String(value.into_owned()));
-        }
-    }
-    let origin = token.as_deref().and_then(|t| delivery.tokens.origin(t));
+    // The token alone is read before it is checked; the other fields only after.
+    let origin = field(&body, "token").and_then(|t| delivery.tokens.origin(&t));
     let via = match origin {
         None => {
             warn!("a Synology Chat event with an unknown token was refused");
-            return (StatusCode::UNAUTHORIZED, "unknown token").into_response();
+            return refused();
         }
         Some(Origin::Bot) => "bot",
         Some(Origin::Channel(channel)) => {
-            if fields.get("channel_id").and_then(Value::as_str) != Some(channel.as_str()) {
+            if field(&body, "channel_id").as_deref() != Some(channel.as_str()) {
                 warn!(
                     channel,
                     "an outgoing-webhook token arrived with another channel_id: refused"
                 );
-                return (StatusCode::UNAUTHORIZED, "token of another channel").into_response();
+                return refused();
             }
             "outgoing"
         }
     };
+    let fields: Map<String, Value> = form_urlencoded::parse(&body)
+        .filter(|(key, _)| key != "token")
+        .map(|(key, value)| (key.into_owned(), Value::String(value.into_owned())))
+        .collect();
     if !fields.contains_key("post_id") {
         return (StatusCode::BAD_REQUEST, "not a Synology Chat event").into_response();
     }
@@ -168,18 +177,6 @@ async fn deliver(State(delivery): State<Arc<Delivery>>, body: Bytes) -> Response
 #[async_trait]
 impl PushedFeed for WebhookSource {
     async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
-        let listener = tokio::net::TcpListener::bind(self.config.listen)
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!(
-                        "the Synology Chat webhook listener cannot listen on {}: {e}",
-                        self.config.listen
-                    ),
-                )
-            })?;
-        tracing::info!(listen = %self.config.listen, path = %self.config.path, "Synology Chat webhook listener up");
         let state = Arc::new(Delivery {
             sink: sink.clone(),
             tokens: self.config.tokens.clone(),
@@ -188,15 +185,14 @@ impl PushedFeed for WebhookSource {
         let app = axum::Router::new()
             .route(&self.config.path, post(deliver))
             .with_state(state);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { sink.stopped().await })
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!("the Synology Chat webhook listener failed: {e}"),
-                )
-            })
+        listener::serve(
+            "the Synology Chat webhook listener",
+            self.config.listen,
+            app,
+            Limits::with_max_body(MAX_BODY_BYTES),
+            async move { sink.stopped().await },
+        )
+        .await
     }
 }
 

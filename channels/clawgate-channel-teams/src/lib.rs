@@ -26,4 +26,6 @@ pub use auth::BOT_FRAMEWORK_SCOPE;
 pub use plugin::{DEFAULT_OPENID_URL, DEFAULT_TOKEN_URL, TeamsFactory, TeamsSettings};
 pub use receive::TeamsReceiver;
 pub use references::{ConversationReference, REFERENCES_FILE};
-pub use source::{BOT_FRAMEWORK_ISSUER, EndpointConfig, MessagesEndpoint, TokenError, Verified};
+pub use source::{
+    BOT_FRAMEWORK_ISSUER, EndpointConfig, MAX_BODY_BYTES, MessagesEndpoint, TokenError, Verified,
+};

@@ -5,7 +5,8 @@
 //! fetched again for an unknown `kid`), the key endorsed for the activity's channel when it
 //! lists endorsements, `iss` = `https://api.botframework.com`, `aud` = the app id, not expired
 //! (five minutes of clock skew, as Bot Builder allows), and its `serviceurl` claim equal to the
-//! activity's `serviceUrl`. A refused token is answered 401. An activity is answered 200 only
+//! activity's `serviceUrl`. A refused token is answered 401, the same for every reason (logged
+//! only); keys that cannot be fetched are a bare 503. An activity is answered 200 only
 //! once the engine has recorded it durably and its conversation reference is in the store;
 //! otherwise 503, and it may come again, which the engine deduplicates by the activity id.
 
@@ -19,12 +20,12 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use clawgate_channel_sdk::listener::{self, Limits};
 use clawgate_channel_sdk::{AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, SourceError};
-use clawgate_types::DeliveryFailureKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
 use tokio::sync::Mutex;
-use tracing::{info, warn};
+use tracing::warn;
 
 use crate::receive::split_thread;
 use crate::references::{ConversationReference, References};
@@ -38,6 +39,8 @@ const KEYS_MAX_AGE: Duration = Duration::from_secs(24 * 3_600);
 const REFETCH_AT_MOST_EVERY: Duration = Duration::from_secs(10);
 /// The clock skew tokens are allowed.
 const LEEWAY_S: u64 = 300;
+/// The largest activity body: undocumented; activities carry cards and attachments inline.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// Why an activity's token was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -280,20 +283,23 @@ async fn deliver(
         // Nothing can be checked now: the Bot Framework sends it again.
         Err(error @ TokenError::Keys { .. }) => {
             warn!(%error, "a Teams activity could not be checked");
-            return (StatusCode::SERVICE_UNAVAILABLE, error.to_string()).into_response();
+            // The key URLs and why they failed stay in the log: the caller is not yet trusted.
+            return StatusCode::SERVICE_UNAVAILABLE.into_response();
         }
         Err(error) => {
             warn!(%error, "a Teams activity was refused");
-            return (StatusCode::UNAUTHORIZED, error.to_string()).into_response();
+            return listener::refused();
         }
     };
     let raw: Value = match serde_json::from_slice(&body) {
         Ok(raw @ Value::Object(_)) => raw,
         _ => return (StatusCode::BAD_REQUEST, "not a JSON activity").into_response(),
     };
+    // The token binds to fields of the activity (channel, service URL), so this check can only
+    // follow the parse; the token's signature was verified before the body was looked at.
     if let Err(error) = verified.check_activity(&raw) {
         warn!(%error, "a Teams activity was refused");
-        return (StatusCode::UNAUTHORIZED, error.to_string()).into_response();
+        return listener::refused();
     }
     let service_url = raw["serviceUrl"].as_str().unwrap_or_default();
     if let Some(conversation) = raw["conversation"]["id"].as_str()
@@ -331,18 +337,6 @@ pub(crate) struct MessagesFeed(pub(crate) Arc<MessagesEndpoint>);
 impl PushedFeed for MessagesFeed {
     async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
         let config = &self.0.config;
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!(
-                        "the Teams messaging endpoint cannot listen on {}: {e}",
-                        config.listen
-                    ),
-                )
-            })?;
-        info!(listen = %config.listen, path = %config.path, "Teams messaging endpoint up");
         let state = Arc::new(Delivery {
             endpoint: self.0.clone(),
             sink: sink.clone(),
@@ -350,14 +344,13 @@ impl PushedFeed for MessagesFeed {
         let app = axum::Router::new()
             .route(&config.path, post(deliver))
             .with_state(state);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { sink.stopped().await })
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!("the Teams messaging endpoint failed: {e}"),
-                )
-            })
+        listener::serve(
+            "the Teams messaging endpoint",
+            config.listen,
+            app,
+            Limits::with_max_body(MAX_BODY_BYTES),
+            async move { sink.stopped().await },
+        )
+        .await
     }
 }

@@ -25,4 +25,6 @@ pub use adapter::{MAX_TEXT_CHARS, TelegramAdapter};
 pub use plugin::{BotIdentity, DEFAULT_API_BASE, Mode, TelegramFactory, TelegramSettings};
 pub use receive::TelegramReceiver;
 pub use render::{MAX_CAPTION_CHARS, TelegramRenderer};
-pub use source::{MAX_POLL_TIMEOUT_S, PollingSource, SECRET_HEADER, WebhookConfig, WebhookSource};
+pub use source::{
+    MAX_BODY_BYTES, MAX_POLL_TIMEOUT_S, PollingSource, SECRET_HEADER, WebhookConfig, WebhookSource,
+};

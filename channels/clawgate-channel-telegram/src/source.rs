@@ -16,7 +16,9 @@ use async_trait::async_trait;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use clawgate_channel_sdk::listener::{self, Limits};
 use clawgate_channel_sdk::{
     AckAnswer, AckSignal, EventSink, PollFrom, PollWait, PolledEvent, PollingFeed, PushedEvent,
     PushedFeed, Secret, SourceError,
@@ -34,6 +36,8 @@ pub const MAX_POLL_TIMEOUT_S: u64 = 50;
 const CONFLICT_PAUSE_MS: u64 = 5_000;
 /// Webhook header carrying the secret set with `setWebhook`.
 pub const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
+/// The largest webhook body: one Update per POST (platform-apis §1.3), a few 4,096-character texts.
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
 /// `getUpdates` long polling.
 #[derive(Debug)]
@@ -164,14 +168,14 @@ async fn deliver(
     State(delivery): State<Arc<Delivery>>,
     headers: HeaderMap,
     body: Bytes,
-) -> StatusCode {
+) -> Response {
     let given = headers
         .get(SECRET_HEADER)
         .map(|v| v.as_bytes())
         .unwrap_or_default();
     if !delivery.secret.matches(given) {
         warn!("a webhook request without the right secret token was refused");
-        return StatusCode::UNAUTHORIZED;
+        return listener::refused();
     }
     let raw: Value = match serde_json::from_slice(&body) {
         Ok(raw @ Value::Object(_)) => raw,
@@ -180,22 +184,22 @@ async fn deliver(
                 bytes = body.len(),
                 "a webhook body that is not a JSON update was refused"
             );
-            return StatusCode::BAD_REQUEST;
+            return StatusCode::BAD_REQUEST.into_response();
         }
     };
     let (ack, signal) = AckSignal::new();
     delivery.sink.deliver(PushedEvent::new(raw, ack)).await;
     match signal.answer(delivery.deadline).await {
-        AckAnswer::Acked => StatusCode::OK,
+        AckAnswer::Acked => StatusCode::OK.into_response(),
         // Telegram delivers it again later; the engine deduplicates.
-        _ => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::SERVICE_UNAVAILABLE.into_response(),
     }
 }
 
 #[async_trait]
 impl PushedFeed for WebhookSource {
     async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
-        let listener = tokio::net::TcpListener::bind(self.config.listen)
+        let bound = tokio::net::TcpListener::bind(self.config.listen)
             .await
             .map_err(|e| {
                 SourceError::new(
@@ -228,14 +232,14 @@ impl PushedFeed for WebhookSource {
         let app = axum::Router::new()
             .route(&self.config.path, post(deliver))
             .with_state(state);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { sink.stopped().await })
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!("the Telegram webhook listener failed: {e}"),
-                )
-            })
+        // `serve_on`: bound before setWebhook above (`serve` would bind only now).
+        listener::serve_on(
+            bound,
+            app,
+            Limits::with_max_body(MAX_BODY_BYTES),
+            async move { sink.stopped().await },
+        )
+        .await;
+        Ok(())
     }
 }

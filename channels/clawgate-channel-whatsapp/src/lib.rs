@@ -26,5 +26,5 @@ pub use plugin::{
     BusinessNumber, DEFAULT_API_BASE, DEFAULT_API_VERSION, WhatsAppFactory, WhatsAppSettings,
 };
 pub use receive::WhatsAppReceiver;
-pub use source::{WebhookConfig, WebhookSource};
+pub use source::{MAX_BODY_BYTES, WebhookConfig, WebhookSource};
 pub use status::{BOOK_FILE, BookError, STATUS_BOOK, StatusBook, StatusEvidence};

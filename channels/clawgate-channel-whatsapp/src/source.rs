@@ -4,7 +4,7 @@
 //!   `hub.mode=subscribe` and `hub.verify_token` equal to ours (compared in constant time) are
 //!   answered with `hub.challenge`, anything else 403.
 //! - `POST` is checked before anything parses it: `X-Hub-Signature-256` over the raw body with
-//!   the app secret, in constant time (401 without one, 403 when it does not match).
+//!   the app secret, in constant time; every refusal is the same 401, its reason logged only.
 //! - A delivery may batch several messages and statuses. Each message is handed to the engine
 //!   as an envelope of its own (event id: its `wamid`); each status carrying our
 //!   `biz_opaque_callback_data` is written to the [`StatusBook`] (it settles sends; it is never
@@ -22,16 +22,19 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use clawgate_channel_sdk::listener::{self, Limits};
 use clawgate_channel_sdk::{
     AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, Secret, SourceError,
 };
-use clawgate_types::DeliveryFailureKind;
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use crate::client::GraphApi;
-use crate::signature::{self, SIGNATURE_HEADER, SignatureError};
+use crate::signature::{self, SIGNATURE_HEADER};
 use crate::status::StatusBook;
+
+/// The largest webhook body: Meta documents payloads of up to 3 MB (platform-apis-wave2 §1.3).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
 /// How the webhook listener is set up.
 #[derive(Debug, Clone)]
@@ -169,11 +172,7 @@ async fn deliver(
         &body,
     ) {
         warn!(%error, "a WhatsApp webhook delivery was refused");
-        let status = match error {
-            SignatureError::Mismatch => StatusCode::FORBIDDEN,
-            _ => StatusCode::UNAUTHORIZED,
-        };
-        return (status, error.to_string()).into_response();
+        return listener::refused();
     }
     let raw: Value = match serde_json::from_slice(&body) {
         Ok(raw @ Value::Object(_)) => raw,
@@ -227,18 +226,6 @@ async fn deliver(
 #[async_trait]
 impl PushedFeed for WebhookSource {
     async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
-        let listener = tokio::net::TcpListener::bind(self.config.listen)
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!(
-                        "the WhatsApp webhook listener cannot listen on {}: {e}",
-                        self.config.listen
-                    ),
-                )
-            })?;
-        info!(listen = %self.config.listen, path = %self.config.path, "WhatsApp webhook listener up");
         let state = Arc::new(Delivery {
             sink: sink.clone(),
             config: self.config.clone(),
@@ -248,15 +235,14 @@ impl PushedFeed for WebhookSource {
         let app = axum::Router::new()
             .route(&self.config.path, get(verify).post(deliver))
             .with_state(state);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { sink.stopped().await })
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!("the WhatsApp webhook listener failed: {e}"),
-                )
-            })
+        listener::serve(
+            "the WhatsApp webhook listener",
+            self.config.listen,
+            app,
+            Limits::with_max_body(MAX_BODY_BYTES),
+            async move { sink.stopped().await },
+        )
+        .await
     }
 }
 

@@ -31,5 +31,5 @@ pub use plugin::{
     DEFAULT_API_BASE, DEFAULT_OAUTH_BASE, OfficialAccount, ZaloFactory, ZaloSettings,
 };
 pub use receive::ZaloReceiver;
-pub use source::{WebhookConfig, WebhookSource};
+pub use source::{MAX_BODY_BYTES, WebhookConfig, WebhookSource};
 pub use tokens::{TOKEN_FILE, TOKENS_VALUE, TokenError, TokenStore};

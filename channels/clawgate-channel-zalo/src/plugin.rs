@@ -16,10 +16,10 @@ use tracing::warn;
 use crate::adapter::ZaloAdapter;
 use crate::client::OaApi;
 use crate::echoes::EchoBook;
-use clawgate_channel_sdk::freshness;
 use crate::receive::ZaloReceiver;
 use crate::source::{WebhookConfig, WebhookSource};
 use crate::tokens::{TokenError, TokenStore};
+use clawgate_channel_sdk::freshness;
 
 /// Zalo's OA API endpoint.
 pub const DEFAULT_API_BASE: &str = "https://openapi.zalo.me";

@@ -1,11 +1,12 @@
 //! Where events come from: Zalo posting OA webhook events to a listener of ours.
 //!
 //! - Each `POST` is checked before anything else reads it: `X-ZEvent-Signature` over the raw
-//!   body ([`signature`]), in constant time; 401 without one, 403 when it does not match. The
-//!   signature covers the body's `timestamp` (milliseconds, platform-apis-wave2 §9.1), which
-//!   must then lie within `max_signature_age` of the gateway's clock: a captured delivery
-//!   replayed once the engine's dedupe record is gone is refused with the very answer of a
-//!   wrong signature. Why goes to the log only.
+//!   body ([`signature`]), in constant time. The signature covers the body's `timestamp`
+//!   (milliseconds, platform-apis-wave2 §9.1), which must then lie within `max_signature_age`
+//!   of the gateway's clock, so a captured delivery replayed once the engine's dedupe record is
+//!   gone is refused. Every refusal (no signature, a wrong one, a stale one) is the gateway's
+//!   one 401 (`listener::refused`): a replay cannot be told from a forgery, nor a missing
+//!   header from a wrong one. Why goes to the log only.
 //! - `oa_send_text` (the OA's own texts) is written to the [`EchoBook`], durably, and answered
 //!   200: it settles sends, it is never a turn.
 //! - Every other event is handed to the engine (event id: its `msg_id`) and answered 200 only
@@ -20,21 +21,25 @@ use std::time::Duration;
 use async_trait::async_trait;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use clawgate_channel_sdk::listener::{self, Limits, refused};
 use clawgate_channel_sdk::{
     AckAnswer, AckSignal, EventSink, PushedEvent, PushedFeed, Secret, SourceError,
 };
-use clawgate_types::DeliveryFailureKind;
 use clawgate_types::clock::Clock;
 use serde_json::Value;
-use tracing::{info, warn};
+use tracing::warn;
 
 use crate::echoes::EchoBook;
-use clawgate_channel_sdk::freshness::{self, FreshnessError};
 use crate::receive::OA_SEND_TEXT;
 use crate::signature::{self, SIGNATURE_HEADER, SignatureError};
+use clawgate_channel_sdk::freshness::{self, FreshnessError};
+
+/// The largest webhook body taken: each delivery is one event about one message
+/// (platform-apis-wave2 §9.1 lists its fields, no size), far below 256 KiB.
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
 
 /// How the webhook listener is set up.
 #[derive(Debug, Clone)]
@@ -92,25 +97,6 @@ enum Refusal {
     Stale(#[from] FreshnessError),
 }
 
-impl Refusal {
-    /// The answer: 401 without a usable signature; 403 for one that does not match, and the
-    /// same for a stale one, so a replay cannot be told from a forgery.
-    fn answer(&self) -> Response {
-        let status = match self {
-            Refusal::Signature(SignatureError::Mismatch) | Refusal::Stale(_) => {
-                StatusCode::FORBIDDEN
-            }
-            Refusal::Signature(_) => StatusCode::UNAUTHORIZED,
-        };
-        (
-            status,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            "refused",
-        )
-            .into_response()
-    }
-}
-
 /// The signature, then the signed timestamp's distance from the gateway's clock (checked
 /// second, so a stale one in the log is a genuine delivery replayed or a wrong clock).
 fn authenticate(delivery: &Delivery, headers: &HeaderMap, body: &[u8]) -> Result<(), Refusal> {
@@ -158,7 +144,7 @@ async fn deliver(
 ) -> Response {
     if let Err(why) = authenticate(&delivery, &headers, &body) {
         warn!(%why, "a Zalo webhook delivery was refused");
-        return why.answer();
+        return refused();
     }
     let raw: Value = match serde_json::from_slice(&body) {
         Ok(raw @ Value::Object(_)) => raw,
@@ -179,18 +165,6 @@ async fn deliver(
 #[async_trait]
 impl PushedFeed for WebhookSource {
     async fn run(&self, sink: Arc<dyn EventSink>) -> Result<(), SourceError> {
-        let listener = tokio::net::TcpListener::bind(self.config.listen)
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!(
-                        "the Zalo webhook listener cannot listen on {}: {e}",
-                        self.config.listen
-                    ),
-                )
-            })?;
-        info!(listen = %self.config.listen, path = %self.config.path, "Zalo webhook listener up");
         let state = Arc::new(Delivery {
             sink: sink.clone(),
             config: self.config.clone(),
@@ -200,14 +174,13 @@ impl PushedFeed for WebhookSource {
         let app = axum::Router::new()
             .route(&self.config.path, post(deliver))
             .with_state(state);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { sink.stopped().await })
-            .await
-            .map_err(|e| {
-                SourceError::new(
-                    DeliveryFailureKind::Transient,
-                    format!("the Zalo webhook listener failed: {e}"),
-                )
-            })
+        listener::serve(
+            "the Zalo webhook listener",
+            self.config.listen,
+            app,
+            Limits::with_max_body(MAX_BODY_BYTES),
+            async move { sink.stopped().await },
+        )
+        .await
     }
 }

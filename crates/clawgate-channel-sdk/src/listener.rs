@@ -94,10 +94,14 @@ pub async fn serve_on(
     stop: impl Future<Output = ()> + Send,
 ) {
     let in_flight = Arc::new(Semaphore::new(limits.max_in_flight));
-    let app = router.layer(axum::middleware::from_fn_with_state(
-        (limits, in_flight),
-        bounded,
-    ));
+    let app = router
+        // The body reaches the handler already bounded here; axum's extractors would otherwise
+        // apply their own 2 MB default to it, below some platforms' deliveries.
+        .layer(axum::extract::DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            (limits, in_flight),
+            bounded,
+        ));
     let connections = Arc::new(Semaphore::new(limits.max_connections));
     let (stopping, stopped) = watch::channel(false);
     let mut open = tokio::task::JoinSet::new();

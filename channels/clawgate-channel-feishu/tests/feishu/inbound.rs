@@ -228,6 +228,78 @@ async fn every_refusal_is_one_answer_and_nothing_unsigned_reaches_the_engine() {
 }
 
 #[tokio::test]
+async fn refusals_are_the_gateways_one_answer_and_an_event_over_the_limit_gets_413_unread() {
+    let peer = Peer::start().await;
+    let sink = Sink::new(&[]);
+    let task = run(&peer, sink.clone()).await;
+    let caller = Caller::new(&peer);
+    // Two different failures: a signature of other bytes, and a genuine one ten minutes old.
+    let refused = caller.refusal().await;
+    let stale = caller.seal(&caller.event("ev-stale", &caller.token));
+    assert_eq!(
+        caller
+            .post(&stale, &caller.headers(&stale, now_s() - 600))
+            .await,
+        refused
+    );
+    assert_eq!((refused.0, refused.2.as_str()), (401, "unauthorized"));
+    // A genuine, signed event over the limit: refused for its size, never decrypted.
+    let mut big = caller.event("ev-big", &caller.token);
+    big["event"]["pad"] = json!("a".repeat(clawgate_channel_feishu::MAX_BODY_BYTES));
+    let body = caller.seal(&big);
+    let status = raw_post(
+        &caller.url,
+        &caller.headers(&body, now_s()),
+        body.as_bytes(),
+    )
+    .await;
+    assert_eq!(status, 413);
+    assert!(
+        sink.events.lock().unwrap().is_empty(),
+        "nothing reached the engine"
+    );
+    sink.stop.send_replace(true);
+    let _ = task.await;
+    peer.sim.stop().await;
+}
+
+/// The status of the answer to `body` posted to `url` over a bare connection, read while the
+/// body is still being written: the listener answers a body over its limit before reading it
+/// and closes, which an HTTP client reports as a failed send. The sending side stays open
+/// until the answer is read (a server may drop a request whose client hung up).
+async fn raw_post(url: &str, headers: &[(&str, String)], body: &[u8]) -> u16 {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (authority, path) = url.trim_start_matches("http://").split_once('/').unwrap();
+    let stream = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let mut head = format!(
+        "POST /{path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let body = body.to_vec();
+    let writer = tokio::spawn(async move {
+        if write.write_all(head.as_bytes()).await.is_ok() {
+            let _ = write.write_all(&body).await;
+        }
+        write
+    });
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), read.read_to_end(&mut answer)).await;
+    writer.abort();
+    let answer = String::from_utf8_lossy(&answer);
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP answer: {answer:?}"))
+}
+
+#[tokio::test]
 async fn unsigned_requests_are_rate_limited_and_only_a_challenge_is_answered() {
     let peer = Peer::start().await;
     let sink = Sink::new(&[]);

@@ -224,6 +224,79 @@ async fn missing_forged_expired_and_misaddressed_tokens_are_refused_before_the_b
     running.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_is_the_same_401_and_an_oversized_event_is_413() {
+    let peer = Peer::start().await;
+    peer.sim.set_endpoint_url(None);
+    let InboundSource::Pushed(feed) = peer.plugin.source.clone() else {
+        panic!("the Google Chat source is pushed");
+    };
+    let tally = Arc::new(Tally::default());
+    let running = {
+        let tally = tally.clone();
+        tokio::spawn(async move { feed.run(tally).await })
+    };
+    peer.listening().await;
+    let good = keys::event_claims(&peer.sim.audience());
+    let body = json!({ "type": "MESSAGE", "eventTime": "2025-01-01T00:00:00Z",
+        "space": { "name": "spaces/BIG", "spaceType": "SPACE" },
+        "user": { "name": "users/1", "displayName": "Ada", "type": "HUMAN" },
+        "message": { "name": "spaces/BIG/messages/1", "text": "big", "argumentText": "big",
+            "sender": { "name": "users/1", "type": "HUMAN" } } })
+    .to_string();
+    let http = reqwest::Client::new();
+    let request = || {
+        http.post(&peer.events_url)
+            .header("content-type", "application/json")
+            .body(body.clone())
+    };
+    // The unknown key's id was in the old answer; no token at all was another text.
+    let unknown_key = answer(request().header(
+        "authorization",
+        format!("Bearer {}", keys::sign_as(&good, "some-other-key")),
+    ))
+    .await;
+    let missing = answer(request()).await;
+    assert_eq!(
+        (unknown_key.0, unknown_key.2.as_str()),
+        (401, "unauthorized")
+    );
+    assert_eq!(
+        unknown_key, missing,
+        "a caller cannot tell why it was refused"
+    );
+    // The event padded past the limit, with a genuine token: taken, it would reach the engine.
+    let mut big = body.into_bytes();
+    big.resize(clawgate_channel_googlechat::MAX_BODY_BYTES + 1, b' ');
+    let genuine = bearer(&good).unwrap();
+    let status = post_raw(
+        &peer.events_url,
+        &[("authorization", &genuine)],
+        big.clone(),
+    )
+    .await;
+    assert_eq!(status, "HTTP/1.1 413 Payload Too Large");
+    assert_eq!(
+        tally.delivered.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "nothing reached the engine"
+    );
+    // At the limit exactly, the same delivery is taken.
+    big.truncate(clawgate_channel_googlechat::MAX_BODY_BYTES);
+    let taken = reqwest::Client::new()
+        .post(&peer.events_url)
+        .header("content-type", "application/json")
+        .header("authorization", &genuine)
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(taken.status().as_u16(), 200);
+    assert_eq!(tally.delivered.load(std::sync::atomic::Ordering::SeqCst), 1);
+    tally.stop.notify_one();
+    running.await.unwrap().unwrap();
+}
+
 #[tokio::test]
 async fn a_token_expires_by_the_gateways_clock() {
     let sim = GoogleChatSimulator::start(crate::peer::quiet())
@@ -432,4 +505,70 @@ async fn keys_that_cannot_be_fetched_answer_503_so_the_event_comes_again() {
     assert_eq!(post(&peer.events_url, &event, good).await, 503);
     assert!(running.seen().is_empty());
     running.stop().await;
+}
+
+/// An engine side that counts what reaches it.
+#[derive(Default)]
+struct Tally {
+    delivered: std::sync::atomic::AtomicUsize,
+    stop: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl EventSink for Tally {
+    async fn deliver(&self, event: PushedEvent) {
+        self.delivered
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        event.ack.ack();
+    }
+    async fn stopped(&self) {
+        self.stop.notified().await;
+    }
+}
+
+/// An answer as a caller sees it: status, content type, body.
+async fn answer(request: reqwest::RequestBuilder) -> (u16, String, String) {
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let kind = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, kind, response.text().await.unwrap())
+}
+
+/// POSTs `body` to `url` over a raw connection, writing it while the answer is read (a listener
+/// that refuses early may answer and close before all of it is sent): the answer's status line.
+async fn post_raw(url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (addr, path) = url.trim_start_matches("http://").split_once('/').unwrap();
+    let mut head = format!(
+        "POST /{path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let (mut read, mut write) = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap()
+        .into_split();
+    // The write side stays open until the answer is in: hyper drops a half-closed request.
+    let writing = tokio::spawn(async move {
+        if write.write_all(head.as_bytes()).await.is_ok() {
+            let _ = write.write_all(&body).await;
+        }
+        std::future::pending::<()>().await;
+    });
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), read.read_to_end(&mut answer)).await;
+    writing.abort();
+    String::from_utf8_lossy(&answer)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }

@@ -59,6 +59,85 @@ async fn a_post_without_the_right_token_is_refused_before_it_is_read() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_do_not_say_why_and_an_event_over_the_limit_gets_413_unread() {
+    let sim = clawgate_channel_imessage::simulator::BlueBubblesSimulator::start(quick())
+        .await
+        .unwrap();
+    let port = clawgate_conformance::ports::reserve_loopback_port();
+    let state = tempfile::tempdir().unwrap();
+    let run = Run::open(&sim, state.path(), port, json!({})).await;
+    let chat = sim.dm("+15550007777");
+    let guid = sim.person_writes(&chat, "+15550007777", "hello");
+    let event =
+        json!({ "type": "new-message", "data": sim.serialized(&guid).unwrap() }).to_string();
+    let base = format!("http://127.0.0.1:{port}/bluebubbles/webhook");
+    let answer = |url: String| {
+        let event = event.clone();
+        async move {
+            let response = reqwest::Client::new()
+                .post(url)
+                .header("content-type", "application/json")
+                .body(event)
+                .send()
+                .await
+                .unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        }
+    };
+    // Two different failures: no token, and a wrong one.
+    let missing = answer(base.clone()).await;
+    let wrong = answer(format!("{base}?token={TOKEN}x")).await;
+    assert_eq!(missing, wrong);
+    assert_eq!(missing, (401, "unauthorized".to_owned()));
+    // A person's message over the limit, with the right token: refused for its size, never
+    // handed on.
+    let mut data = sim.serialized(&guid).unwrap();
+    data["text"] = json!("a".repeat(clawgate_channel_imessage::MAX_BODY_BYTES));
+    let big = json!({ "type": "new-message", "data": data }).to_string();
+    let headers = [("content-type", "application/json".to_owned())];
+    let url = format!("{base}?token={TOKEN}");
+    assert_eq!(raw_post(&url, &headers, big.as_bytes()).await, 413);
+    assert!(run.sink.texts().is_empty(), "nothing reached the engine");
+    run.crash().await;
+}
+
+/// The status of the answer to `body` posted to `url` over a bare connection, read while the
+/// body is still being written: the listener answers a body over its limit before reading it
+/// and closes, which an HTTP client reports as a failed send. The sending side stays open
+/// until the answer is read (a server may drop a request whose client hung up).
+async fn raw_post(url: &str, headers: &[(&str, String)], body: &[u8]) -> u16 {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (authority, path) = url.trim_start_matches("http://").split_once('/').unwrap();
+    let stream = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let mut head = format!(
+        "POST /{path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let body = body.to_vec();
+    let writer = tokio::spawn(async move {
+        if write.write_all(head.as_bytes()).await.is_ok() {
+            let _ = write.write_all(&body).await;
+        }
+        write
+    });
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), read.read_to_end(&mut answer)).await;
+    writer.abort();
+    let answer = String::from_utf8_lossy(&answer);
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP answer: {answer:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_new_messages_from_people_are_handed_on() {
     let sim = clawgate_channel_imessage::simulator::BlueBubblesSimulator::start(SimulatorConfig {
         echo_delay: Duration::from_millis(10),

@@ -131,6 +131,67 @@ async fn a_bad_or_missing_signature_is_refused_before_anything_is_read() {
     peer.sim.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_is_the_same_401_and_an_oversized_delivery_is_413() {
+    let peer = Peer::start().await;
+    peer.sim.set_webhook_url(None);
+    let sink = Sink::new(&[]);
+    let task = run(&peer, sink.clone()).await;
+    let body = json!({ "destination": peer.sim.bot_user_id(), "events": [{
+        "type": "message", "webhookEventId": "01J0000000000000000000000B", "timestamp": 1,
+        "deliveryContext": { "isRedelivery": false }, "mode": "active",
+        "source": { "type": "user", "userId": "U1" }, "replyToken": "t",
+        "message": { "id": "2", "type": "text", "text": "big", "quoteToken": "q" } }] })
+    .to_string();
+    let http = reqwest::Client::new();
+    let request = || {
+        http.post(&peer.webhook_url)
+            .header("content-type", "application/json")
+            .body(body.clone())
+    };
+    let forged = answer(request().header(
+        signature::SIGNATURE_HEADER,
+        signature::sign(b"another channel's secret", body.as_bytes()),
+    ))
+    .await;
+    let unsigned = answer(request()).await;
+    assert_eq!((forged.0, forged.2.as_str()), (401, "unauthorized"));
+    assert_eq!(forged, unsigned, "a caller cannot tell why it was refused");
+    // The delivery padded past the limit and signed: taken, it would reach the engine.
+    let mut big = body.into_bytes();
+    big.resize(clawgate_channel_line::MAX_BODY_BYTES + 1, b' ');
+    let signed = signature::sign(peer.sim.channel_secret().as_bytes(), &big);
+    let status = post_raw(
+        &peer.webhook_url,
+        &[(signature::SIGNATURE_HEADER, &signed)],
+        big.clone(),
+    )
+    .await;
+    assert_eq!(status, "HTTP/1.1 413 Payload Too Large");
+    assert!(
+        sink.events.lock().unwrap().is_empty(),
+        "nothing reached the engine"
+    );
+    // At the limit exactly, the same delivery is taken.
+    big.truncate(clawgate_channel_line::MAX_BODY_BYTES);
+    let taken = reqwest::Client::new()
+        .post(&peer.webhook_url)
+        .header("content-type", "application/json")
+        .header(
+            signature::SIGNATURE_HEADER,
+            signature::sign(peer.sim.channel_secret().as_bytes(), &big),
+        )
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(taken.status().as_u16(), 200);
+    assert_eq!(sink.event_ids(), ["01J0000000000000000000000B"]);
+    sink.stop.send_replace(true);
+    task.await.unwrap();
+    peer.sim.stop().await;
+}
+
 #[tokio::test]
 async fn a_delivery_not_recorded_is_answered_500_and_line_redelivers_it() {
     let peer = Peer::start().await;
@@ -211,4 +272,51 @@ async fn a_batch_is_answered_200_only_when_every_event_is_recorded() {
     sink.stop.send_replace(true);
     task.await.unwrap();
     peer.sim.stop().await;
+}
+
+/// An answer as a caller sees it: status, content type, body.
+async fn answer(request: reqwest::RequestBuilder) -> (u16, String, String) {
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let kind = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, kind, response.text().await.unwrap())
+}
+
+/// POSTs `body` to `url` over a raw connection, writing it while the answer is read (a listener
+/// that refuses early may answer and close before all of it is sent): the answer's status line.
+async fn post_raw(url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (addr, path) = url.trim_start_matches("http://").split_once('/').unwrap();
+    let mut head = format!(
+        "POST /{path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let (mut read, mut write) = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap()
+        .into_split();
+    // The write side stays open until the answer is in: hyper drops a half-closed request.
+    let writing = tokio::spawn(async move {
+        if write.write_all(head.as_bytes()).await.is_ok() {
+            let _ = write.write_all(&body).await;
+        }
+        std::future::pending::<()>().await;
+    });
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), read.read_to_end(&mut answer)).await;
+    writing.abort();
+    String::from_utf8_lossy(&answer)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }

@@ -163,6 +163,95 @@ async fn a_bad_signature_is_refused_before_parsing_and_nothing_is_recorded() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_do_not_say_why_and_an_event_over_the_limit_gets_413_unread() {
+    let secret = "s".repeat(40);
+    let (url, recorder, task) = listener(&secret, Duration::from_secs(4), Answer::Ack).await;
+    let event = |text: &str| {
+        json!({ "type": "Create", "actor": { "type": "Person", "id": "users/ada",
+            "name": "Ada" }, "object": { "id": 7, "name": "message",
+            "content": json!({ "message": text, "parameters": [] }).to_string() },
+            "target": { "id": "abc", "name": "x" } })
+        .to_string()
+    };
+    let body = event("hello");
+    let random = "r".repeat(64);
+    let post = |headers: Vec<(&'static str, String)>| {
+        let mut request = reqwest::Client::new().post(&url).body(body.clone());
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        }
+    };
+    // Two different failures: no signature, and another secret's.
+    let missing = post(Vec::new()).await;
+    let wrong = post(vec![
+        ("x-nextcloud-talk-random", random.clone()),
+        (
+            "x-nextcloud-talk-signature",
+            sign::signature("not-the-secret", &random, body.as_bytes()),
+        ),
+    ])
+    .await;
+    assert_eq!(missing, wrong);
+    assert_eq!(missing, (401, "unauthorized".to_owned()));
+    // A genuine, signed event over the limit: refused for its size, never handed on.
+    let big = event(&"a".repeat(clawgate_channel_nextcloud::MAX_BODY_BYTES));
+    let headers = [
+        ("content-type", "application/json".to_owned()),
+        ("x-nextcloud-talk-random", random.clone()),
+        (
+            "x-nextcloud-talk-signature",
+            sign::signature(&secret, &random, big.as_bytes()),
+        ),
+    ];
+    assert_eq!(raw_post(&url, &headers, big.as_bytes()).await, 413);
+    assert!(
+        recorder.got.lock().unwrap().is_empty(),
+        "nothing reached the engine"
+    );
+    task.abort();
+}
+
+/// The status of the answer to `body` posted to `url` over a bare connection, read while the
+/// body is still being written: the listener answers a body over its limit before reading it
+/// and closes, which an HTTP client reports as a failed send. The sending side stays open
+/// until the answer is read (a server may drop a request whose client hung up).
+async fn raw_post(url: &str, headers: &[(&str, String)], body: &[u8]) -> u16 {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (authority, path) = url.trim_start_matches("http://").split_once('/').unwrap();
+    let stream = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let mut head = format!(
+        "POST /{path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let body = body.to_vec();
+    let writer = tokio::spawn(async move {
+        if write.write_all(head.as_bytes()).await.is_ok() {
+            let _ = write.write_all(&body).await;
+        }
+        write
+    });
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), read.read_to_end(&mut answer)).await;
+    writer.abort();
+    let answer = String::from_utf8_lossy(&answer);
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP answer: {answer:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_that_could_not_be_recorded_is_answered_non_2xx_and_talk_drops_it() {
     let peer = BotPeer::start().await;
     let secret = peer.sim.config().bot_secret.clone();

@@ -157,6 +157,71 @@ async fn a_bad_or_missing_signature_is_refused_before_the_body_is_read_and_nothi
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_are_the_gateways_one_answer_and_a_dispatch_over_the_limit_gets_413_unread() {
+    let peer = Peer::start().await;
+    let sink = Arc::new(Recording::default());
+    let task = attach(&peer, sink.clone()).await;
+    let url = &peer.callback_url;
+    let secret = peer.sim.secret();
+    let event = json!({ "op": 0, "id": "e1", "t": "C2C_MESSAGE_CREATE",
+        "d": { "id": "m1", "content": "hi", "author": { "user_openid": "U1" } } })
+    .to_string();
+    // Two different failures: no signature, and another secret's.
+    let unsigned = post(url, &[], &event).await;
+    let forged = post(url, &signed("not-the-secret", &event), &event).await;
+    assert_eq!(unsigned, forged);
+    assert_eq!(unsigned, (401, "unauthorized".to_owned()));
+    // A genuine, signed dispatch over the limit: refused for its size, never handed on.
+    let big = json!({ "op": 0, "id": "e2", "t": "C2C_MESSAGE_CREATE",
+        "d": { "id": "m2", "content": "a".repeat(clawgate_channel_qq::MAX_BODY_BYTES),
+            "author": { "user_openid": "U1" } } })
+    .to_string();
+    let status = raw_post(url, &signed(&secret, &big), big.as_bytes()).await;
+    assert_eq!(status, 413);
+    assert!(
+        sink.events.lock().unwrap().is_empty(),
+        "nothing reached the engine"
+    );
+    task.abort();
+}
+
+/// The status of the answer to `body` posted to `url` over a bare connection, read while the
+/// body is still being written: the listener answers a body over its limit before reading it
+/// and closes, which an HTTP client reports as a failed send. The sending side stays open
+/// until the answer is read (a server may drop a request whose client hung up).
+async fn raw_post(url: &str, headers: &[(&str, String)], body: &[u8]) -> u16 {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (authority, path) = url.trim_start_matches("http://").split_once('/').unwrap();
+    let stream = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let mut head = format!(
+        "POST /{path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let body = body.to_vec();
+    let writer = tokio::spawn(async move {
+        if write.write_all(head.as_bytes()).await.is_ok() {
+            let _ = write.write_all(&body).await;
+        }
+        write
+    });
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), read.read_to_end(&mut answer)).await;
+    writer.abort();
+    let answer = String::from_utf8_lossy(&answer);
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP answer: {answer:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_url_validation_is_answered_with_our_signature_of_the_token() {
     let peer = Peer::start().await;
     peer.sim.validate_url(&peer.callback_url).await.unwrap();

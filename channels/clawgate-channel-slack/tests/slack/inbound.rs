@@ -443,3 +443,141 @@ async fn marked_echoes_from_bots_drop_before_allow_bots_and_unmarked_ones_meet_i
         );
     }
 }
+
+/// An engine side that counts what reaches it.
+#[derive(Default)]
+struct Tally {
+    delivered: std::sync::atomic::AtomicUsize,
+    stop: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl EventSink for Tally {
+    async fn deliver(&self, event: PushedEvent) {
+        self.delivered
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        event.ack.ack();
+    }
+    async fn stopped(&self) {
+        self.stop.notified().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_is_the_same_401_and_an_oversized_event_is_413() {
+    let peer = Peer::start().await;
+    peer.sim.set_request_url(None);
+    let InboundSource::Pushed(feed) = peer.plugin.source.clone() else {
+        panic!("the Events API source is pushed");
+    };
+    let tally = Arc::new(Tally::default());
+    let running = {
+        let tally = tally.clone();
+        tokio::spawn(async move { feed.run(tally).await })
+    };
+    peer.listening().await;
+    let secret = peer.sim.signing_secret();
+    let event = json!({ "type": "event_callback", "event_id": "Ev0BIG", "event_time": now_s(),
+        "event": { "type": "message", "channel": "C0BIG", "user": "U0BIG", "text": "big",
+            "ts": "1700000000.000100", "channel_type": "channel" } });
+    let body = event.to_string();
+    let ts = now_s().to_string();
+    let http = reqwest::Client::new();
+    let request = || {
+        http.post(&peer.events_url)
+            .header("content-type", "application/json")
+            .body(body.clone())
+    };
+    let forged = answer(request().header(signature::TIMESTAMP_HEADER, &ts).header(
+        signature::SIGNATURE_HEADER,
+        signature::sign(b"not the secret", &ts, body.as_bytes()),
+    ))
+    .await;
+    let unsigned = answer(request()).await;
+    assert_eq!((forged.0, forged.2.as_str()), (401, "unauthorized"));
+    assert_eq!(forged, unsigned, "a caller cannot tell why it was refused");
+    // The event padded past the limit and signed: taken, it would reach the engine.
+    let mut big = body.into_bytes();
+    big.resize(clawgate_channel_slack::MAX_BODY_BYTES + 1, b' ');
+    let signed = signature::sign(secret.as_bytes(), &ts, &big);
+    let status = post_raw(
+        &peer.events_url,
+        &[
+            (signature::TIMESTAMP_HEADER, &ts),
+            (signature::SIGNATURE_HEADER, &signed),
+        ],
+        big.clone(),
+    )
+    .await;
+    assert_eq!(status, "HTTP/1.1 413 Payload Too Large");
+    assert_eq!(
+        tally.delivered.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "nothing reached the engine"
+    );
+    // At the limit exactly, the same delivery is taken.
+    big.truncate(clawgate_channel_slack::MAX_BODY_BYTES);
+    let taken = reqwest::Client::new()
+        .post(&peer.events_url)
+        .header("content-type", "application/json")
+        .header(signature::TIMESTAMP_HEADER, &ts)
+        .header(
+            signature::SIGNATURE_HEADER,
+            signature::sign(secret.as_bytes(), &ts, &big),
+        )
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(taken.status().as_u16(), 200);
+    assert_eq!(tally.delivered.load(std::sync::atomic::Ordering::SeqCst), 1);
+    tally.stop.notify_one();
+    running.await.unwrap().unwrap();
+}
+
+/// An answer as a caller sees it: status, content type, body.
+async fn answer(request: reqwest::RequestBuilder) -> (u16, String, String) {
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let kind = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, kind, response.text().await.unwrap())
+}
+
+/// POSTs `body` to `url` over a raw connection, writing it while the answer is read (a listener
+/// that refuses early may answer and close before all of it is sent): the answer's status line.
+async fn post_raw(url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (addr, path) = url.trim_start_matches("http://").split_once('/').unwrap();
+    let mut head = format!(
+        "POST /{path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let (mut read, mut write) = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap()
+        .into_split();
+    // The write side stays open until the answer is in: hyper drops a half-closed request.
+    let writing = tokio::spawn(async move {
+        if write.write_all(head.as_bytes()).await.is_ok() {
+            let _ = write.write_all(&body).await;
+        }
+        std::future::pending::<()>().await;
+    });
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), read.read_to_end(&mut answer)).await;
+    writing.abort();
+    String::from_utf8_lossy(&answer)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}

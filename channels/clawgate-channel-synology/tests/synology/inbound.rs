@@ -134,6 +134,98 @@ async fn a_wrong_token_is_refused_before_anything_is_read() {
 }
 
 #[tokio::test]
+async fn refusals_do_not_say_why_and_an_event_over_the_limit_gets_413_unread() {
+    let peer = Peer::start().await;
+    let (recorder, task) = attach(&peer, true);
+    let person = peer.person("limits");
+    let form = |token: &str, channel: Option<&str>, text: &str| {
+        let mut form = form_urlencoded::Serializer::new(String::new());
+        form.append_pair("token", token)
+            .append_pair("user_id", "4")
+            .append_pair("username", &person.id)
+            .append_pair("post_id", "1")
+            .append_pair("timestamp", "1")
+            .append_pair("text", text);
+        if let Some(channel) = channel {
+            form.append_pair("channel_id", channel);
+        }
+        form.finish()
+    };
+    let url = peer.webhook_url.clone();
+    let post = |body: String| {
+        let url = url.clone();
+        async move {
+            let response = reqwest::Client::new()
+                .post(&url)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        }
+    };
+    // Two different failures: an unknown token, and a channel's token with another channel id.
+    let outgoing = peer.channel.outgoing_token.clone().unwrap();
+    let unknown = post(form("not-the-token", None, "hi")).await;
+    let elsewhere = post(form(&outgoing, Some("999"), "hi")).await;
+    assert_eq!(unknown, elsewhere);
+    assert_eq!(unknown, (401, "unauthorized".to_owned()));
+    // A genuine DM over the limit: refused for its size, never handed on.
+    let text = "a".repeat(clawgate_channel_synology::MAX_BODY_BYTES);
+    let big = form(&peer.sim.bot_token(), None, &text);
+    let headers = [(
+        "content-type",
+        "application/x-www-form-urlencoded".to_owned(),
+    )];
+    assert_eq!(
+        raw_post(&peer.webhook_url, &headers, big.as_bytes()).await,
+        413
+    );
+    assert!(
+        recorder.got.lock().unwrap().is_empty(),
+        "nothing reached the engine"
+    );
+    task.abort();
+}
+
+/// The status of the answer to `body` posted to `url` over a bare connection, read while the
+/// body is still being written: the listener answers a body over its limit before reading it
+/// and closes, which an HTTP client reports as a failed send. The sending side stays open
+/// until the answer is read (a server may drop a request whose client hung up).
+async fn raw_post(url: &str, headers: &[(&str, String)], body: &[u8]) -> u16 {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (authority, path) = url.trim_start_matches("http://").split_once('/').unwrap();
+    let stream = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let mut head = format!(
+        "POST /{path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let body = body.to_vec();
+    let writer = tokio::spawn(async move {
+        if write.write_all(head.as_bytes()).await.is_ok() {
+            let _ = write.write_all(&body).await;
+        }
+        write
+    });
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), read.read_to_end(&mut answer)).await;
+    writer.abort();
+    let answer = String::from_utf8_lossy(&answer);
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP answer: {answer:?}"))
+}
+
+#[tokio::test]
 async fn a_channel_post_with_a_trigger_word_is_a_group_prompt() {
     let peer = Peer::start().await;
     let (recorder, task) = attach(&peer, true);

@@ -267,6 +267,81 @@ async fn tokens_that_are_not_the_bot_frameworks_for_this_bot_are_refused_before_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_is_the_same_401_and_an_oversized_activity_is_413() {
+    let peer = Peer::start().await;
+    peer.sim.set_endpoint(None);
+    let InboundSource::Pushed(feed) = peer.plugin.source.clone() else {
+        panic!("the Teams source is pushed");
+    };
+    let tally = Arc::new(Tally::default());
+    let running = {
+        let tally = tally.clone();
+        tokio::spawn(async move { feed.run(tally).await })
+    };
+    peer.listening().await;
+    let service = peer.sim.service_url();
+    let genuine = keys::sign(&keys::activity_claims(&peer.sim.app_id(), &service));
+    let body = json!({ "type": "message", "id": "big-1", "channelId": "msteams",
+        "serviceUrl": service, "text": "big", "timestamp": "2025-01-01T00:00:00Z",
+        "from": { "id": "29:ada", "name": "Ada" },
+        "recipient": { "id": format!("28:{}", peer.sim.app_id()) },
+        "conversation": { "id": "a:big", "conversationType": "personal" } })
+    .to_string();
+    let http = reqwest::Client::new();
+    let request = || {
+        http.post(&peer.endpoint)
+            .header("content-type", "application/json")
+            .body(body.clone())
+    };
+    // The unknown key's id was in the old answer; no token at all was another text.
+    let unknown_key = answer(request().header(
+        "authorization",
+        format!(
+            "Bearer {}",
+            keys::sign_as(
+                &keys::activity_claims(&peer.sim.app_id(), &service),
+                "other-key"
+            )
+        ),
+    ))
+    .await;
+    let missing = answer(request()).await;
+    assert_eq!(
+        (unknown_key.0, unknown_key.2.as_str()),
+        (401, "unauthorized")
+    );
+    assert_eq!(
+        unknown_key, missing,
+        "a caller cannot tell why it was refused"
+    );
+    // The activity padded past the limit, with a genuine token: taken, it would reach the engine.
+    let mut big = body.into_bytes();
+    big.resize(clawgate_channel_teams::MAX_BODY_BYTES + 1, b' ');
+    let bearer = format!("Bearer {genuine}");
+    let status = post_raw(&peer.endpoint, &[("authorization", &bearer)], big.clone()).await;
+    assert_eq!(status, "HTTP/1.1 413 Payload Too Large");
+    assert_eq!(
+        tally.delivered.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "nothing reached the engine"
+    );
+    // At the limit exactly, the same delivery is taken.
+    big.truncate(clawgate_channel_teams::MAX_BODY_BYTES);
+    let taken = reqwest::Client::new()
+        .post(&peer.endpoint)
+        .header("content-type", "application/json")
+        .header("authorization", &bearer)
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(taken.status().as_u16(), 200);
+    assert_eq!(tally.delivered.load(std::sync::atomic::Ordering::SeqCst), 1);
+    tally.stop.notify_one();
+    running.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_url_of_each_conversation_is_kept_for_sends_after_a_restart() {
     // No configured service URL: the bot sends only where Teams told it to.
     let peer = Peer::with(quiet(), json!({ "service_url": null })).await;
@@ -347,4 +422,70 @@ async fn the_service_url_of_each_conversation_is_kept_for_sends_after_a_restart(
     }
     assert!(running.seen().is_empty(), "an install is not a prompt");
     running.stop().await;
+}
+
+/// An engine side that counts what reaches it.
+#[derive(Default)]
+struct Tally {
+    delivered: std::sync::atomic::AtomicUsize,
+    stop: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl EventSink for Tally {
+    async fn deliver(&self, event: PushedEvent) {
+        self.delivered
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        event.ack.ack();
+    }
+    async fn stopped(&self) {
+        self.stop.notified().await;
+    }
+}
+
+/// An answer as a caller sees it: status, content type, body.
+async fn answer(request: reqwest::RequestBuilder) -> (u16, String, String) {
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let kind = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, kind, response.text().await.unwrap())
+}
+
+/// POSTs `body` to `url` over a raw connection, writing it while the answer is read (a listener
+/// that refuses early may answer and close before all of it is sent): the answer's status line.
+async fn post_raw(url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (addr, path) = url.trim_start_matches("http://").split_once('/').unwrap();
+    let mut head = format!(
+        "POST /{path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let (mut read, mut write) = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap()
+        .into_split();
+    // The write side stays open until the answer is in: hyper drops a half-closed request.
+    let writing = tokio::spawn(async move {
+        if write.write_all(head.as_bytes()).await.is_ok() {
+            let _ = write.write_all(&body).await;
+        }
+        std::future::pending::<()>().await;
+    });
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), read.read_to_end(&mut answer)).await;
+    writing.abort();
+    String::from_utf8_lossy(&answer)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }

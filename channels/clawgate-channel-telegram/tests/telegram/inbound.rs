@@ -197,6 +197,126 @@ async fn a_webhook_request_without_the_secret_is_refused_and_reaches_nobody() {
     running.await.unwrap().unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_is_the_same_401_and_an_oversized_update_is_413() {
+    let port = clawgate_conformance::ports::reserve_loopback_port();
+    let listen = format!("127.0.0.1:{port}");
+    let url = format!("http://{listen}/telegram");
+    let peer = Peer::start(
+        quiet(),
+        json!({
+            "mode": "webhook",
+            "webhook_listen": listen,
+            "webhook_url": url,
+            "webhook_secret_env": "UNUSED",
+        }),
+    )
+    .await;
+    let InboundSource::Pushed(feed) = &peer.plugin.source else {
+        panic!("pushed");
+    };
+    let sink = Arc::new(Collect::default());
+    let running = {
+        let feed = feed.clone();
+        let sink = sink.clone();
+        tokio::spawn(async move { feed.run(sink).await })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(&listen).await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "never listened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let client = reqwest::Client::new();
+    let update = json!({ "update_id": 6, "message": { "message_id": 1, "date": 1,
+        "chat": { "id": 1, "type": "private" }, "text": "forged" } });
+    let wrong = answer(
+        client
+            .post(&url)
+            .header(SECRET_HEADER, "not-the-secret-at-all")
+            .json(&update),
+    )
+    .await;
+    let missing = answer(client.post(&url).json(&update)).await;
+    assert_eq!((wrong.0, wrong.2.as_str()), (401, "unauthorized"));
+    assert_eq!(wrong, missing, "a caller cannot tell why it was refused");
+    // A genuine update with the right secret, padded past the limit: taken, it would be a turn.
+    let status = post_raw(
+        &url,
+        &[(SECRET_HEADER, crate::peer::WEBHOOK_SECRET)],
+        padded(&update, clawgate_channel_telegram::MAX_BODY_BYTES + 1),
+    )
+    .await;
+    assert_eq!(status, "HTTP/1.1 413 Payload Too Large");
+    assert_eq!(sink.count(), 0, "nothing reached the engine");
+    // At the limit exactly, the same update is taken.
+    let taken = client
+        .post(&url)
+        .header(SECRET_HEADER, crate::peer::WEBHOOK_SECRET)
+        .header("content-type", "application/json")
+        .body(padded(&update, clawgate_channel_telegram::MAX_BODY_BYTES))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(taken.status().as_u16(), 200);
+    assert_eq!(sink.count(), 1);
+    sink.stop();
+    running.await.unwrap().unwrap();
+}
+
+/// An answer as a caller sees it: status, content type, body.
+async fn answer(request: reqwest::RequestBuilder) -> (u16, String, String) {
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let kind = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, kind, response.text().await.unwrap())
+}
+
+/// `value` as JSON followed by whitespace up to `length` bytes: still the same JSON.
+fn padded(value: &serde_json::Value, length: usize) -> Vec<u8> {
+    let mut body = value.to_string().into_bytes();
+    body.resize(length, b' ');
+    body
+}
+
+/// POSTs `body` to `url` over a raw connection, writing it while the answer is read (a listener
+/// that refuses early may answer and close before all of it is sent): the answer's status line.
+async fn post_raw(url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (addr, path) = url.trim_start_matches("http://").split_once('/').unwrap();
+    let mut head = format!(
+        "POST /{path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let (mut read, mut write) = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap()
+        .into_split();
+    // The write side stays open until the answer is in: hyper drops a half-closed request.
+    let writing = tokio::spawn(async move {
+        if write.write_all(head.as_bytes()).await.is_ok() {
+            let _ = write.write_all(&body).await;
+        }
+        std::future::pending::<()>().await;
+    });
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), read.read_to_end(&mut answer)).await;
+    writing.abort();
+    String::from_utf8_lossy(&answer)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// An engine side that takes events and acks them.
 #[derive(Default)]
 struct Collect {

@@ -177,13 +177,13 @@ async fn unsigned_forged_and_tampered_deliveries_are_refused_before_parsing() {
             Some(signature::sign(b"not-the-secret", body.as_bytes()))
         )
         .await,
-        403,
+        401,
         "signed with another secret"
     );
     let signed_original = signature::sign(secret.as_bytes(), genuine.body.to_string().as_bytes());
     assert_eq!(
         post(&peer.webhook_url, &body, Some(signed_original)).await,
-        403,
+        401,
         "a tampered body"
     );
     assert_eq!(
@@ -220,6 +220,76 @@ async fn unsigned_forged_and_tampered_deliveries_are_refused_before_parsing() {
     until("the signed copy", || running.seen().contains_key("forged")).await;
     assert_eq!(running.seen(), counts(&[("genuine", 1), ("forged", 1)]));
     running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_is_the_same_401_and_an_oversized_notification_is_413() {
+    let peer = Peer::start().await;
+    let InboundSource::Pushed(attach) = peer.attached_plugin().source else {
+        panic!("the WhatsApp source is pushed");
+    };
+    let tally = Arc::new(Tally::default());
+    let attached = {
+        let tally = tally.clone();
+        tokio::spawn(async move { attach.run(tally).await })
+    };
+    let from = crate::peer::number_for("oversized");
+    let body = json!({ "object": "whatsapp_business_account", "entry": [{ "id": "WABA",
+        "changes": [{ "field": "messages", "value": { "messaging_product": "whatsapp",
+            "metadata": { "display_phone_number": "15550000000",
+                "phone_number_id": peer.sim.phone_number_id() },
+            "contacts": [{ "profile": { "name": "Ada" }, "wa_id": from }],
+            "messages": [{ "from": from, "id": "wamid.BIG", "timestamp": "1",
+                "type": "text", "text": { "body": "big" } }] } }] }] })
+    .to_string();
+    let http = reqwest::Client::new();
+    let request = || {
+        http.post(&peer.webhook_url)
+            .header("content-type", "application/json")
+            .body(body.clone())
+    };
+    // A mismatch and a missing header were 403 and 401 with different texts: now one answer.
+    let forged = answer(request().header(
+        signature::SIGNATURE_HEADER,
+        signature::sign(b"not-the-secret", body.as_bytes()),
+    ))
+    .await;
+    let unsigned = answer(request()).await;
+    assert_eq!((forged.0, forged.2.as_str()), (401, "unauthorized"));
+    assert_eq!(forged, unsigned, "a caller cannot tell why it was refused");
+    // The notification padded past the limit and signed: taken, it would reach the engine.
+    let mut big = body.into_bytes();
+    big.resize(clawgate_channel_whatsapp::MAX_BODY_BYTES + 1, b' ');
+    let signed = signature::sign(peer.sim.app_secret().as_bytes(), &big);
+    let status = post_raw(
+        &peer.webhook_url,
+        &[(signature::SIGNATURE_HEADER, &signed)],
+        big.clone(),
+    )
+    .await;
+    assert_eq!(status, "HTTP/1.1 413 Payload Too Large");
+    assert_eq!(
+        tally.delivered.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "nothing reached the engine"
+    );
+    // At the limit exactly (above axum's own 2 MB default), the same notification is taken.
+    big.truncate(clawgate_channel_whatsapp::MAX_BODY_BYTES);
+    let taken = reqwest::Client::new()
+        .post(&peer.webhook_url)
+        .header("content-type", "application/json")
+        .header(
+            signature::SIGNATURE_HEADER,
+            signature::sign(peer.sim.app_secret().as_bytes(), &big),
+        )
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(taken.status().as_u16(), 200);
+    assert_eq!(tally.delivered.load(std::sync::atomic::Ordering::SeqCst), 1);
+    tally.stop.notify_one();
+    attached.await.unwrap().unwrap();
 }
 
 #[tokio::test]
@@ -370,4 +440,70 @@ async fn recorded_messages_are_marked_read_when_the_account_says_so() {
     assert_eq!(read.body["message_id"], json!(wamid));
     assert_eq!(read.status, 200);
     running.stop().await;
+}
+
+/// An engine side that counts what reaches it.
+#[derive(Default)]
+struct Tally {
+    delivered: std::sync::atomic::AtomicUsize,
+    stop: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl EventSink for Tally {
+    async fn deliver(&self, event: PushedEvent) {
+        self.delivered
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        event.ack.ack();
+    }
+    async fn stopped(&self) {
+        self.stop.notified().await;
+    }
+}
+
+/// An answer as a caller sees it: status, content type, body.
+async fn answer(request: reqwest::RequestBuilder) -> (u16, String, String) {
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let kind = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, kind, response.text().await.unwrap())
+}
+
+/// POSTs `body` to `url` over a raw connection, writing it while the answer is read (a listener
+/// that refuses early may answer and close before all of it is sent): the answer's status line.
+async fn post_raw(url: &str, headers: &[(&str, &str)], body: Vec<u8>) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (addr, path) = url.trim_start_matches("http://").split_once('/').unwrap();
+    let mut head = format!(
+        "POST /{path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let (mut read, mut write) = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap()
+        .into_split();
+    // The write side stays open until the answer is in: hyper drops a half-closed request.
+    let writing = tokio::spawn(async move {
+        if write.write_all(head.as_bytes()).await.is_ok() {
+            let _ = write.write_all(&body).await;
+        }
+        std::future::pending::<()>().await;
+    });
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), read.read_to_end(&mut answer)).await;
+    writing.abort();
+    String::from_utf8_lossy(&answer)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }

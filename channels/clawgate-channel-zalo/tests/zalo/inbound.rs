@@ -1,5 +1,5 @@
 //! The webhook listener as Zalo posts to it: the signature and its timestamp's freshness
-//! checked before anything else (401 without, 403 wrong or stale, nothing handed on), 200 only
+//! checked before anything else (one 401 for every refusal, nothing handed on), 200 only
 //! once the event is recorded (500 and a redelivery otherwise), people's texts normalized and
 //! deduped by `msg_id` through the engine, and our own sends' `oa_send_text` echoes written to
 //! the echo book, never a turn.
@@ -156,18 +156,85 @@ async fn unsigned_or_wrongly_signed_events_are_refused_before_anything_reads_the
         &format!("{now}1"),
         &l.sim.oa_secret_key(),
     );
-    assert_eq!(post(&l.url, &body, None).await, 401);
-    assert_eq!(post(&l.url, &body, Some("mac=zz")).await, 401);
-    assert_eq!(post(&l.url, &body, Some(&wrong_secret)).await, 403);
-    assert_eq!(post(&l.url, &body, Some(&wrong_stamp)).await, 403);
+    // Every failure gets one answer: which check failed is not told.
+    let refused = (401, "unauthorized".to_owned());
+    assert_eq!(answer(&l.url, &body, None).await, refused);
+    assert_eq!(answer(&l.url, &body, Some("mac=zz")).await, refused);
+    assert_eq!(answer(&l.url, &body, Some(&wrong_secret)).await, refused);
+    assert_eq!(answer(&l.url, &body, Some(&wrong_stamp)).await, refused);
     let tampered = body.replace("let me in", "let me in!");
-    assert_eq!(post(&l.url, &tampered, Some(&good)).await, 403);
+    assert_eq!(answer(&l.url, &tampered, Some(&good)).await, refused);
     assert!(
         l.sink.events.lock().unwrap().is_empty(),
         "nothing was handed on"
     );
     assert_eq!(post(&l.url, &body, Some(&good)).await, 200);
     assert_eq!(l.sink.events.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn an_event_over_the_limit_gets_413_unread() {
+    let l = listening().await;
+    let now = wall_ms().to_string();
+    let text = "a".repeat(clawgate_channel_zalo::MAX_BODY_BYTES);
+    let body = json!({
+        "app_id": l.sim.app_id(), "event_name": "user_send_text", "timestamp": now,
+        "sender": { "id": "8333" }, "recipient": { "id": l.sim.oa_id() },
+        "message": { "msg_id": "big", "text": text },
+    })
+    .to_string();
+    let good = signature::sign(
+        &l.sim.app_id(),
+        body.as_bytes(),
+        &now,
+        &l.sim.oa_secret_key(),
+    );
+    // Genuine and signed, but over the limit: refused for its size, never handed on.
+    let headers = [
+        ("content-type", "application/json".to_owned()),
+        ("x-zevent-signature", good),
+    ];
+    assert_eq!(raw_post(&l.url, &headers, body.as_bytes()).await, 413);
+    assert!(
+        l.sink.events.lock().unwrap().is_empty(),
+        "nothing reached the engine"
+    );
+}
+
+/// The status of the answer to `body` posted to `url` over a bare connection, read while the
+/// body is still being written: the listener answers a body over its limit before reading it
+/// and closes, which an HTTP client reports as a failed send. The sending side stays open
+/// until the answer is read (a server may drop a request whose client hung up).
+async fn raw_post(url: &str, headers: &[(&str, String)], body: &[u8]) -> u16 {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (authority, path) = url.trim_start_matches("http://").split_once('/').unwrap();
+    let stream = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let mut head = format!(
+        "POST /{path} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let body = body.to_vec();
+    let writer = tokio::spawn(async move {
+        if write.write_all(head.as_bytes()).await.is_ok() {
+            let _ = write.write_all(&body).await;
+        }
+        write
+    });
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), read.read_to_end(&mut answer)).await;
+    writer.abort();
+    let answer = String::from_utf8_lossy(&answer);
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP answer: {answer:?}"))
 }
 
 #[tokio::test]
@@ -271,7 +338,7 @@ async fn a_signature_outside_the_window_is_refused_like_a_bad_one_and_a_retry_an
     };
     let forged = text("m-forged", now);
     let bad = answer(&l.url, &forged, Some(&sign(&forged, "guess"))).await;
-    assert_eq!(bad.0, 403);
+    assert_eq!(bad.0, 401);
     const THREE_HOURS: u64 = 3 * 3_600_000;
     let cases = [
         ("three hours old", text("m-old", now - THREE_HOURS)),
